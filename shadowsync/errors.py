@@ -1,0 +1,7 @@
+"""User-facing errors: one line, exit code 2, no traceback."""
+
+
+class UserError(Exception):
+    """A mistake in the user's input (data, config, flags). The CLI prints it on one line."""
+
+    exit_code = 2
