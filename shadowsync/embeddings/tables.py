@@ -1,0 +1,84 @@
+"""A set of embedding tables with a sparse optimizer applied in place.
+
+All tables handled by one holder (a trainer, or one embedding parameter server) live in one
+fused weight matrix with a row offset per table, so a batch's lookup is a single gather and
+its update a single scatter however many features there are. Lookups are EmbeddingBag
+lookups with bags of one id (Criteo has one value per categorical feature).
+
+The weights and the optimizer state can be placed in shared memory; Hogwild workers then
+read and update them without locks, as in Recht et al. 2011 and the ShadowSync trainers.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+
+
+class SparseOptimizer(str, Enum):
+    SGD = "sgd"
+    ADAGRAD = "adagrad"  # row-wise: one accumulator per row, as in DLRM/TorchRec
+
+
+class EmbeddingTables:
+    """Tables of `rows[i]` x `dim` floats, updated by sparse SGD or row-wise Adagrad."""
+
+    def __init__(
+        self,
+        rows: list[int],
+        dim: int,
+        optimizer: SparseOptimizer | str = SparseOptimizer.ADAGRAD,
+        lr: float = 0.05,
+        seed: int = 0,
+        eps: float = 1e-8,
+    ) -> None:
+        self.rows = list(rows)
+        self.dim = dim
+        self.optimizer = SparseOptimizer(optimizer)
+        self.lr = lr
+        self.eps = eps
+        self.offsets = torch.tensor([0] + self.rows[:-1], dtype=torch.long).cumsum(0)
+        total = sum(self.rows)
+        gen = torch.Generator().manual_seed(seed)
+        # DLRM's initialisation: uniform in +-1/sqrt(rows) of each table.
+        bounds = torch.cat([torch.full((r,), r**-0.5) for r in self.rows]).unsqueeze(1)
+        self.weight = (torch.rand(total, dim, generator=gen) * 2 - 1) * bounds
+        self.state = torch.zeros(total) if self.optimizer is SparseOptimizer.ADAGRAD else None
+
+    def share_memory_(self) -> EmbeddingTables:
+        self.weight.share_memory_()
+        if self.state is not None:
+            self.state.share_memory_()
+        return self
+
+    # Local tables are already in every worker's address space; remote clients connect here.
+    def attach(self, name: str) -> None:
+        pass
+
+    def detach(self) -> None:
+        pass
+
+    def _flat_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        return (ids + self.offsets).reshape(-1)
+
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, num_tables] (already < rows) -> vectors [B, num_tables, dim]."""
+        return self.weight.index_select(0, self._flat_ids(ids)).view(*ids.shape, self.dim)
+
+    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
+        """Apply d(loss)/d(vectors) [B, num_tables, dim] to the rows ids point at."""
+        flat = self._flat_ids(ids)
+        g = grads.reshape(-1, self.dim)
+        if self.optimizer is SparseOptimizer.SGD:
+            self.weight.index_add_(0, flat, g, alpha=-self.lr)
+            return
+        # Row-wise Adagrad sums the gradients of repeated ids before updating the accumulator,
+        # so a row seen twice in a batch takes one step, as a dense Adagrad would.
+        unique, inverse = torch.unique(flat, return_inverse=True)
+        summed = torch.zeros(len(unique), self.dim).index_add_(0, inverse, g)
+        assert self.state is not None
+        acc = self.state.index_select(0, unique) + summed.pow(2).mean(1)
+        self.state.index_copy_(0, unique, acc)
+        step = summed / (acc.sqrt() + self.eps).unsqueeze(1)
+        self.weight.index_add_(0, unique, step, alpha=-self.lr)

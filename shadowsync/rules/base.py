@@ -1,0 +1,40 @@
+"""The two interfaces every rule is written against."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+
+class Exchange(Protocol):
+    """How a rule reaches the rest of the job. Collectives and servers implement it; tests use
+    plain tensors."""
+
+    def mean(self, local: torch.Tensor) -> torch.Tensor:
+        """The average of `local` over all trainers (an AllReduce)."""
+        ...
+
+    def centre(self) -> torch.Tensor:
+        """The current centre variable held on the dense parameter servers."""
+        ...
+
+    def add_to_centre(self, delta: torch.Tensor) -> None:
+        """Add `delta` to the centre variable on the servers."""
+        ...
+
+
+class SyncRule(Protocol):
+    name: str
+    needs_servers: bool  # True if the rule talks to dense parameter servers, not to peers
+
+    def start(self, initial: torch.Tensor) -> None:
+        """Called once with the (identical) starting parameters of every trainer."""
+        ...
+
+    def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
+        """One synchronization round: the new value for the local parameters."""
+        ...
+
+    def settings(self) -> dict[str, Any]:
+        ...

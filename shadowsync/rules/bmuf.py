@@ -1,0 +1,53 @@
+"""Blockwise model-update filtering (BMUF; Chen & Huo, "Scalable training of deep learning
+machines by incremental block training with intra-block parallel optimization and blockwise
+model-update filtering", ICASSP 2016). ShadowSync's S-BMUF runs it in the background.
+
+Each trainer keeps the global model w_g and the block momentum delta. A round computes
+
+    G      = mean_i(w_i) - w_g            (the block's aggregated update)
+    delta  = eta * delta + zeta * G       (filtered by block momentum eta, block lr zeta)
+    w_g    = w_g + delta
+    local  = w_g            or  w_g + eta * delta  with Nesterov look-ahead
+
+Every trainer applies the same arithmetic to the same mean, so w_g and delta stay identical
+on all trainers without being communicated. With eta = 0 and zeta = 1 BMUF is exactly model
+averaging. The defaults follow the paper: eta = 1 - 1/trainers, zeta = 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from shadowsync.rules.base import Exchange
+
+
+class BlockwiseModelUpdateFiltering:
+    name = "bmuf"
+    needs_servers = False
+
+    def __init__(self, trainers: int = 2, block_momentum: float | None = None,
+                 block_lr: float = 1.0, nesterov: bool = False) -> None:
+        self.eta = 1.0 - 1.0 / trainers if block_momentum is None else block_momentum
+        self.zeta = block_lr
+        self.nesterov = nesterov
+        self.global_model: torch.Tensor | None = None
+        self.delta: torch.Tensor | None = None
+
+    def start(self, initial: torch.Tensor) -> None:
+        self.global_model = initial.detach().clone()
+        self.delta = torch.zeros_like(self.global_model)
+
+    def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
+        if self.global_model is None or self.delta is None:
+            raise RuntimeError("BMUF.round called before start()")
+        block_update = exchange.mean(local) - self.global_model
+        self.delta.mul_(self.eta).add_(block_update, alpha=self.zeta)
+        self.global_model.add_(self.delta)
+        if self.nesterov:
+            return self.global_model + self.eta * self.delta
+        return self.global_model.clone()
+
+    def settings(self) -> dict[str, Any]:
+        return {"block_momentum": self.eta, "block_lr": self.zeta, "nesterov": self.nesterov}

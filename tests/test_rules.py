@@ -1,0 +1,86 @@
+"""Each synchronization rule against its closed form, on plain tensors."""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shadowsync.rules import make_rule
+
+
+class Replicas:
+    """An in-memory Exchange: T replicas taking turns in one lock-step round."""
+
+    def __init__(self, values: list[torch.Tensor], centre: torch.Tensor | None = None):
+        self.values = values
+        self._centre = centre
+
+    def mean(self, local):
+        return torch.stack(self.values).mean(0)
+
+    def centre(self):
+        return self._centre.clone()
+
+    def add_to_centre(self, delta):
+        self._centre += delta
+
+
+def test_ma_replaces_every_replica_by_the_mean():
+    w = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 6.0])]
+    ex = Replicas(w)
+    rule = make_rule("ma")
+    rule.start(w[0])
+    assert torch.equal(rule.round(w[0], ex), torch.tensor([2.0, 4.0]))
+
+
+def test_bmuf_two_rounds_match_hand_computation():
+    eta, zeta = 0.5, 0.8
+    rule = make_rule("bmuf", trainers=2, block_momentum=eta, block_lr=zeta)
+    w0 = torch.tensor([1.0, -1.0])
+    rule.start(w0)
+    # round 1: mean 2.0, -3.0 -> G = (1, -2), delta = 0.8 * G, w_g = w0 + delta
+    ex = Replicas([torch.tensor([1.0, -2.0]), torch.tensor([3.0, -4.0])])
+    out1 = rule.round(ex.values[0], ex)
+    assert torch.allclose(out1, torch.tensor([1.8, -2.6]))
+    # round 2: mean (2.8, -2.6) -> G = (1, 0); delta = 0.5*(0.8,-1.6) + 0.8*(1,0) = (1.2, -0.8)
+    ex = Replicas([torch.tensor([2.8, -2.0]), torch.tensor([2.8, -3.2])])
+    out2 = rule.round(ex.values[0], ex)
+    assert torch.allclose(out2, torch.tensor([3.0, -3.4]))
+
+
+def test_bmuf_nesterov_looks_ahead_by_eta_delta():
+    rule = make_rule("bmuf", trainers=4, nesterov=True)
+    assert rule.eta == 0.75 and rule.zeta == 1.0
+    rule.start(torch.zeros(3))
+    ex = Replicas([torch.ones(3), torch.ones(3) * 3])
+    out = rule.round(ex.values[0], ex)  # G = 2, delta = 2, w_g = 2, local = 2 + 0.75 * 2
+    assert torch.allclose(out, torch.full((3,), 3.5))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-100, 100), min_size=2, max_size=6))
+def test_bmuf_without_momentum_is_model_averaging(vals):
+    w = [torch.tensor([v, -v]) for v in vals]
+    bmuf = make_rule("bmuf", trainers=len(w), block_momentum=0.0, block_lr=1.0)
+    bmuf.start(torch.zeros(2))
+    ma = make_rule("ma")
+    assert torch.allclose(bmuf.round(w[0], Replicas(w)), ma.round(w[0], Replicas(w)), atol=1e-5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.01, 1.0), st.lists(st.floats(-50, 50), min_size=3, max_size=3),
+       st.lists(st.floats(-50, 50), min_size=3, max_size=3))
+def test_easgd_elastic_step_and_conservation(alpha, local, centre):
+    w = torch.tensor(local, dtype=torch.float64)
+    c = torch.tensor(centre, dtype=torch.float64)
+    ex = Replicas([w], centre=c.clone())
+    new = make_rule("easgd", alpha=alpha).round(w, ex)
+    d = alpha * (w - c)
+    assert torch.allclose(new, w - d)
+    assert torch.allclose(ex._centre, c + d)
+    assert torch.allclose(new + ex._centre, w + c)  # w_i + centre is conserved
+
+
+def test_easgd_half_rate_meets_at_midpoint():
+    ex = Replicas([], centre=torch.tensor([0.0]))
+    new = make_rule("easgd", alpha=0.5).round(torch.tensor([4.0]), ex)
+    assert new.item() == 2.0 and ex._centre.item() == 2.0
