@@ -29,7 +29,7 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, **kw: 
 
 
 SYNC_CHOICES = (
-    "none", "s-ma", "s-bmuf", "s-easgd", "fr-ma", "fr-bmuf", "fr-easgd", "ddp",
+    "none", "s-ma", "s-bmuf", "s-easgd", "fr-ma", "fr-bmuf", "fr-easgd", "ddp", "torch-fr-ma",
 )
 
 
@@ -56,7 +56,29 @@ class TrainConfig:
     # processes
     workers: int = _opt(2, "Hogwild worker processes per trainer")
     trainers: int = _opt(1, "trainers (data-parallel replicas of the dense model)")
+    embedding_servers: int = _opt(
+        0, "embedding parameter servers (0: tables live in the single trainer)")
+    dense_servers: int | None = _opt(
+        None, "dense parameter servers for the EASGD centre (default: 1 if a rule needs it)")
+    row_split_limit: int = _opt(1_000_000, "tables with more rows are split row-wise over servers")
+    # synchronization
     sync: str = _opt("none", "how trainers synchronize their dense parameters", SYNC_CHOICES)
+    sync_groups: list[str] = _opt(
+        [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)")
+    sync_interval: str = _opt(
+        "auto", "seconds between background rounds, 0 = back to back, auto = CPU budget")
+    sync_budget: float = _opt(0.03, "share of the trainer's cores the auto pace may spend")
+    sync_every: int = _opt(50, "worker steps between foreground rounds")
+    write_back: str = _opt(
+        "delta", "apply a round as (result - snapshot) or overwrite", ("delta", "overwrite"))
+    block_momentum: float | None = _opt(None, "BMUF block momentum eta (default 1 - 1/trainers)")
+    block_lr: float = _opt(1.0, "BMUF block learning rate zeta")
+    nesterov: bool = _opt(False, "BMUF Nesterov look-ahead")
+    elastic_alpha: float = _opt(0.5, "EASGD elastic rate alpha")
+    # network
+    addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
+    port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")
+    rpc_port: int | None = _opt(None, "port of the RPC store (default: rendezvous port + 1)")
     # output
     out: str | None = _opt(None, "output directory (default: runs/<timestamp>)")
     log_every: int = _opt(50_000, "examples between lines of metrics.jsonl")
@@ -64,12 +86,22 @@ class TrainConfig:
     progress: bool = _opt(True, "show a progress bar")
 
     def validate(self) -> TrainConfig:
-        positive = ["workers", "trainers", "batch_size", "embedding_dim", "table_size", "log_every"]
+        positive = ["workers", "trainers", "batch_size", "embedding_dim", "table_size",
+                    "log_every", "sync_every", "row_split_limit"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UserError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
         if self.examples is not None and self.examples <= 0:
             raise UserError(f"--examples must be positive, got {self.examples}")
+        for name in ("embedding_servers", "dense_servers"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise UserError(f"--{_flag(name)} must be >= 0, got {v}")
+        if not 0 < self.sync_budget <= 1:
+            raise UserError(f"--sync-budget must be in (0, 1], got {self.sync_budget}")
+        if not 0 < self.elastic_alpha <= 1:
+            raise UserError(f"--elastic-alpha must be in (0, 1], got {self.elastic_alpha}")
+        self.sync_interval_s()
         for name in ("lr", "embedding_lr"):
             v = getattr(self, name)
             if v is not None and not v > 0:
@@ -81,6 +113,24 @@ class TrainConfig:
                     f"--{_flag(f.name)}: {getattr(self, f.name)!r} is not one of {', '.join(choices)}"
                 )
         return self
+
+    def sync_interval_s(self) -> float | None:
+        """The background pace in seconds, or None for auto."""
+        if self.sync_interval == "auto":
+            return None
+        try:
+            v = float(self.sync_interval)
+        except ValueError:
+            v = -1.0
+        if not v >= 0:
+            raise UserError(f"--sync-interval must be 'auto' or seconds >= 0, "
+                            f"got {self.sync_interval!r}")
+        return v
+
+    @property
+    def distributed(self) -> bool:
+        """A job of several processes (servers and/or several trainers)."""
+        return self.trainers > 1 or self.embedding_servers > 0 or self.sync != "none"
 
 
 def _flag(name: str) -> str:
@@ -102,7 +152,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfi
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif get_origin(tp) is list:
-            kw.update(type=int, nargs="+", metavar="N")
+            item = get_args(tp)[0]
+            kw.update(type=item, nargs="+", metavar="N" if item is int else "VALUE")
         else:
             kw.update(type=tp, choices=f.metadata.get("choices"))
         parser.add_argument(f"--{_flag(f.name)}", **kw)
@@ -119,11 +170,14 @@ def _coerce(name: str, value: Any, tp: Any, source: str) -> Any:
     if value is None:
         return None
     if get_origin(base) is list:
-        if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-            raise UserError(f"{source}: option '{name}' must be a list of integers")
+        item = get_args(base)[0]
+        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
+            raise UserError(f"{source}: option '{name}' must be a list of {item.__name__}")
         return value
     if base is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if base is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # e.g. sync_interval = 0.5
     if not isinstance(value, base) or (base is int and isinstance(value, bool)):
         raise UserError(f"{source}: option '{name}' must be {base.__name__}, got {value!r}")
     return value

@@ -64,19 +64,25 @@ class EmbeddingTables:
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, num_tables] (already < rows) -> vectors [B, num_tables, dim]."""
-        return self.weight.index_select(0, self._flat_ids(ids)).view(*ids.shape, self.dim)
+        return self.lookup_rows(self._flat_ids(ids)).view(*ids.shape, self.dim)
 
     def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
         """Apply d(loss)/d(vectors) [B, num_tables, dim] to the rows ids point at."""
-        flat = self._flat_ids(ids)
-        g = grads.reshape(-1, self.dim)
+        self.apply_rows(self._flat_ids(ids), grads.reshape(-1, self.dim))
+
+    def lookup_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows of the fused weight matrix by flat index -> [n, dim]."""
+        return self.weight.index_select(0, rows)
+
+    def apply_rows(self, rows: torch.Tensor, grads: torch.Tensor) -> None:
+        """Apply gradients [n, dim] to rows of the fused weight matrix (repeats allowed)."""
         if self.optimizer is SparseOptimizer.SGD:
-            self.weight.index_add_(0, flat, g, alpha=-self.lr)
+            self.weight.index_add_(0, rows, grads, alpha=-self.lr)
             return
         # Row-wise Adagrad sums the gradients of repeated ids before updating the accumulator,
         # so a row seen twice in a batch takes one step, as a dense Adagrad would.
-        unique, inverse = torch.unique(flat, return_inverse=True)
-        summed = torch.zeros(len(unique), self.dim).index_add_(0, inverse, g)
+        unique, inverse = torch.unique(rows, return_inverse=True)
+        summed = torch.zeros(len(unique), self.dim).index_add_(0, inverse, grads)
         assert self.state is not None
         acc = self.state.index_select(0, unique) + summed.pow(2).mean(1)
         self.state.index_copy_(0, unique, acc)

@@ -1,0 +1,54 @@
+"""What every benchmark shares: interleaved repeats, medians, the bench.json shape, a table."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+
+def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
+                desc: str) -> list[dict[str, Any]]:
+    """Run every variant once per repeat, in turn, so machine noise hits all of them alike."""
+    runs: list[dict[str, Any]] = []
+    with tqdm(total=repeats * len(variants), desc=desc, unit="run") as bar:
+        for r in range(repeats):
+            for name, fn in variants.items():
+                result = fn()
+                runs.append({"variant": name, "repeat": r, **result})
+                bar.update(1)
+    return runs
+
+
+def median_of(runs: list[dict[str, Any]], variant: str, key: str) -> float:
+    values = [r[key] for r in runs if r["variant"] == variant and r.get(key) is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def write_bench(out: Path, name: str, runs: list[dict[str, Any]], ratios: dict[str, float],
+                extra: dict[str, Any] | None = None) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "bench.json"
+    path.write_text(json.dumps({"bench": name, "runs": runs, "ratios": ratios, **(extra or {})},
+                               indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def print_table(rows: list[list[Any]], header: list[str]) -> None:
+    cells = [[_fmt(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for i, row in enumerate(cells):
+        print("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in
+                        enumerate(zip(row, widths))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
+    return str(v)

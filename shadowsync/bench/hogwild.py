@@ -1,0 +1,97 @@
+"""`shadowsync bench hogwild`: does Hogwild scale, and what does the trainer cost?
+
+Three variants on the same synthetic data and model, interleaved and repeated:
+- trainer, 1 worker process; trainer, 2 worker processes (Hogwild over shared memory);
+- a bare PyTorch loop: the same model, tables and batches in one process with no trainer
+  machinery (no progress reporting, no worker process), one thread like a worker.
+EPS counts examples over the span workers were training, leaving out process start-up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
+from shadowsync.config import TrainConfig
+
+
+def _config(examples: int, workers: int) -> TrainConfig:
+    return TrainConfig(examples=examples, workers=workers, eval_points=0, progress=False,
+                       log_every=10**12)
+
+
+def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
+    from shadowsync.train.local import local_tables
+    from shadowsync.train.trainer import Trainer, plan_data
+
+    trainer = Trainer(cfg, plan_data(cfg), local_tables(cfg))
+    stats = trainer.run()
+    trainer.close()
+    return {"eps": stats.train_eps, "examples": stats.examples, "workers": cfg.workers}
+
+
+def _bare_loop(cfg: TrainConfig, results: Any) -> None:
+    import torch.nn.functional as F
+
+    from shadowsync.data.dataset import batches
+    from shadowsync.train.local import local_tables
+    from shadowsync.train.trainer import build_dense_model, plan_data
+    from shadowsync.train.worker import make_dense_optimizer
+
+    torch.set_num_threads(1)
+    plan = plan_data(cfg)
+    model = build_dense_model(cfg)
+    tables = local_tables(cfg)
+    opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
+    n = 0
+    t0 = time.perf_counter()
+    for dense, ids, labels in batches(plan.train, 0, plan.train_stop, cfg.batch_size,
+                                      table_size=cfg.table_size):
+        vectors = tables.lookup(ids).requires_grad_()
+        loss = F.binary_cross_entropy_with_logits(model(dense, vectors), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        tables.apply_gradients(ids, vectors.grad)
+        n += len(labels)
+    results.put({"eps": n / (time.perf_counter() - t0), "examples": n, "workers": 1})
+
+
+def bare_run(cfg: TrainConfig) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")  # a fresh process, like the trainer's workers
+    results = ctx.Queue()
+    p = ctx.Process(target=_bare_loop, args=(cfg, results))
+    p.start()
+    out = results.get(timeout=600)
+    p.join(timeout=60)
+    return out
+
+
+def run_hogwild_bench(out: str, examples: int = 200_000, repeats: int = 3) -> dict[str, Any]:
+    base = _config(examples, 1)
+    from shadowsync.train.trainer import plan_data
+
+    plan_data(base)  # generate the data once, outside the timings
+    variants = {
+        "trainer_1w": lambda: trainer_run(base),
+        "trainer_2w": lambda: trainer_run(replace(base, workers=2)),
+        "bare_loop": lambda: bare_run(base),
+    }
+    runs = interleaved(variants, repeats, "bench hogwild")
+    med = {v: median_of(runs, v, "eps") for v in variants}
+    ratios = {
+        "hogwild_2v1": med["trainer_2w"] / med["trainer_1w"],
+        "trainer_vs_bare": med["trainer_1w"] / med["bare_loop"],
+    }
+    print_table([[v, med[v]] for v in variants], ["variant", "median EPS"])
+    print_table([[k, v] for k, v in ratios.items()], ["ratio", "value"])
+    path = write_bench(Path(out), "hogwild", runs, ratios,
+                       {"examples_per_run": examples, "repeats": repeats, "median_eps": med})
+    print(f"wrote {path}")
+    return {"ratios": ratios, "median_eps": med}

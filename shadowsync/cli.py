@@ -1,0 +1,98 @@
+"""The `shadowsync` command: train, generate data, run benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from shadowsync.errors import UserError
+
+SUMMARY_KEYS = [
+    "examples", "wall_s", "eps", "train_ne", "eval_ne", "teacher_eval_ne", "ne_vs_teacher",
+    "eval_auc", "eval_logloss", "calibration", "trainers", "workers", "sync",
+    "syncs_per_min", "sync_blocked_fraction", "skipped_lines",
+]
+
+
+def _train(args: argparse.Namespace) -> int:
+    from shadowsync.config import load_config
+    from shadowsync.train.report import format_table
+
+    cfg = load_config(args)
+    if cfg.distributed:
+        from shadowsync.cluster.launch import launch_local
+        from shadowsync.train.trainer import plan_data, prepare_out_dir
+
+        out = prepare_out_dir(cfg)
+        plan_data(cfg)  # convert or generate the data once, before every process opens it
+        summary = launch_local(cfg, out)
+    else:
+        from shadowsync.train.local import train_local
+
+        summary = train_local(cfg)
+    print(f"\nshadowsync train: done, outputs in {summary['out']}/")
+    print(format_table(summary, SUMMARY_KEYS))
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from shadowsync.data.synth import write_tsv_dataset
+
+    if args.examples <= 0:
+        raise UserError(f"--examples must be positive, got {args.examples}")
+    info = write_tsv_dataset(args.out, args.examples, args.seed)
+    print(f"wrote {args.out}/train.tsv, eval.tsv, teacher.json: mean CTR "
+          f"{info['mean_ctr']:.4f}, teacher NE train {info['train_ne']:.4f} "
+          f"eval {info['eval_ne']:.4f}")
+    return 0
+
+
+def _bench_hogwild(args: argparse.Namespace) -> int:
+    from shadowsync.bench.hogwild import run_hogwild_bench
+
+    run_hogwild_bench(args.out, examples=args.examples, repeats=args.repeats)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from shadowsync.config import add_config_arguments
+
+    parser = argparse.ArgumentParser(prog="shadowsync", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a DLRM (default: synthetic data, ~1 minute)")
+    add_config_arguments(train)
+    train.set_defaults(func=_train)
+
+    data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)
+    synth = data.add_parser("synth", help="write planted-teacher data in Criteo TSV format")
+    synth.add_argument("--out", required=True, help="output directory")
+    synth.add_argument("--examples", type=int, default=1_000_000)
+    synth.add_argument("--seed", type=int, default=0)
+    synth.set_defaults(func=_synth)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    hog = bench.add_parser("hogwild", help="Hogwild scaling and trainer overhead")
+    hog.add_argument("--out", default="runs/bench-hogwild")
+    hog.add_argument("--examples", type=int, default=200_000, help="examples per timed run")
+    hog.add_argument("--repeats", type=int, default=3)
+    hog.set_defaults(func=_bench_hogwild)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as e:
+        print(f"shadowsync: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("shadowsync: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Running trainers and servers as separate network hosts on one machine."""

@@ -1,0 +1,61 @@
+"""Start a whole job on this machine through torch's programmatic elastic launch, the code
+path torchrun uses, so a local run and a multi-host torchrun run are the same program."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import uuid
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from shadowsync.cluster.roles import ERROR_FILE, layout_of, resolve, role_main
+from shadowsync.config import TrainConfig
+from shadowsync.errors import UserError
+
+
+def free_port(addr: str) -> int:
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def check_port_free(addr: str, port: int, option: str) -> None:
+    with socket.socket() as s:
+        try:
+            s.bind((addr, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise UserError(f"{option} {port}: port already in use on {addr}") from None
+            raise UserError(f"{option} {port}: cannot bind on {addr}: {e.strerror}") from None
+
+
+def launch_local(cfg: TrainConfig, out: Path) -> dict[str, Any]:
+    """Run every role of the job as local processes; returns the summary trainer 0 wrote."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    cfg = resolve(replace(cfg, out=str(out)))
+    layout = layout_of(cfg)
+    port = cfg.port or free_port(cfg.addr)
+    check_port_free(cfg.addr, port, "--port")
+    rpc_port = cfg.rpc_port or port + 1
+    check_port_free(cfg.addr, rpc_port, "--rpc-port")
+    cfg = replace(cfg, port=port, rpc_port=rpc_port)
+    launch = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
+        run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
+        rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=0, monitor_interval=0.2,
+        start_method="spawn", local_addr=cfg.addr,
+    )
+    warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    try:
+        elastic_launch(launch, role_main)(cfg)
+    except Exception as e:  # ChildFailedError and friends: say which role failed and why
+        err = out / ERROR_FILE
+        if err.exists():
+            raise UserError(err.read_text(encoding="utf-8").strip().splitlines()[0]) from None
+        raise UserError(f"the job failed: {str(e).strip().splitlines()[0]}") from None
+    return json.loads((out / "summary.json").read_text(encoding="utf-8"))

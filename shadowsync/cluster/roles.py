@@ -1,0 +1,186 @@
+"""What each launched process does, by its rank: serve embeddings, serve dense centres, or
+train. `role_main` is the entry point of every process, under torchrun or the local launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+import warnings
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from shadowsync.cluster.layout import ClusterLayout
+from shadowsync.config import TrainConfig
+from shadowsync.errors import UserError
+from shadowsync.transport.rpc import RpcEndpoint
+
+ERROR_FILE = "error.txt"
+COLLECTIVE_TIMEOUT = timedelta(seconds=300)
+
+
+def layout_of(cfg: TrainConfig) -> ClusterLayout:
+    return ClusterLayout(cfg.embedding_servers, cfg.dense_servers or 0, cfg.trainers, cfg.workers)
+
+
+def resolve(cfg: TrainConfig) -> TrainConfig:
+    """Fill defaults that depend on other options (dense servers, embedding servers)."""
+    from shadowsync.runners.build import needs_dense_servers
+    from shadowsync.train.trainer import build_dense_model
+
+    need = needs_dense_servers(cfg, build_dense_model(cfg))
+    dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
+    if need and dense < 1:
+        raise UserError("--sync s-easgd / fr-easgd needs --dense-servers >= 1")
+    emb = cfg.embedding_servers
+    if cfg.distributed and emb < 1:
+        raise UserError("a job with several trainers needs --embedding-servers >= 1 "
+                        "(embeddings are shared, never averaged)")
+    if cfg.sync == "none" and cfg.trainers > 1:
+        warnings.warn("--sync none: trainers never synchronize (the throughput ceiling)",
+                      stacklevel=2)
+    return replace(cfg, dense_servers=dense)
+
+
+def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
+    port = cfg.rpc_port or int(os.environ["MASTER_PORT"]) + 1
+    return RpcEndpoint(os.environ["MASTER_ADDR"], port)
+
+
+def rpc_ranks(layout: ClusterLayout) -> dict[str, int]:
+    ranks = {layout.trainer_name(t): layout.trainer_rank(t) for t in range(layout.trainers)}
+    for t in range(layout.trainers):
+        for k in range(layout.workers):
+            ranks[layout.worker_name(t, k)] = layout.worker_rpc_rank(t, k)
+    return ranks
+
+
+def role_main(cfg: TrainConfig) -> None:
+    """Entry point of every launched process."""
+    warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    torch.set_num_threads(1)
+    try:
+        _run_role(cfg)
+    except UserError as e:
+        _report_error(cfg, str(e))
+        sys.exit(2)
+    except BaseException as e:
+        last = traceback.format_exc().strip().splitlines()[-1]
+        _report_error(cfg, f"rank {os.environ.get('RANK')}: {last or e}")
+        raise
+
+
+def _report_error(cfg: TrainConfig, message: str) -> None:
+    if cfg.out:
+        with open(Path(cfg.out) / ERROR_FILE, "a", encoding="utf-8") as fh:
+            fh.write(message + "\n")
+
+
+def _run_role(cfg: TrainConfig) -> None:
+    layout = layout_of(cfg)
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    if world != layout.world_size:
+        raise UserError(f"the launcher started {world} processes but the job needs "
+                        f"{layout.world_size} (embedding servers + dense servers + trainers)")
+    dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    # Every rank must take part in creating a group, servers included.
+    trainer_group = dist.new_group(layout.trainer_ranks, timeout=COLLECTIVE_TIMEOUT)
+    role, index = layout.role(rank)
+    endpoint = rpc_endpoint(cfg)
+    if role == "embedding":
+        from shadowsync.transport.servers.embedding import serve
+
+        serve(embedding_plan(cfg), index, cfg.embedding_dim, cfg.optimizer,
+              cfg.embedding_lr or cfg.lr, cfg.seed)
+        endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
+        RpcEndpoint.leave()
+    elif role == "dense":
+        endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
+        RpcEndpoint.leave()
+    else:
+        run_trainer(cfg, layout, index, trainer_group, endpoint)
+    dist.destroy_process_group()
+
+
+def embedding_plan(cfg: TrainConfig) -> Any:
+    from shadowsync.transport.servers.embedding import ShardingPlan
+
+    return ShardingPlan(cfg.embedding_servers, tuple([cfg.table_size] * 26), cfg.row_split_limit)
+
+
+def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
+                endpoint: RpcEndpoint) -> None:
+    from tqdm import tqdm
+
+    from shadowsync.runners.build import build_runner, param_groups
+    from shadowsync.runners.ddp import (
+        WORKER_GROUP_KINDS,
+        agent_store,
+        worker_group_runner,
+    )
+    from shadowsync.train.local import summarize
+    from shadowsync.train.report import MetricsLog, plot_ne, write_summary
+    from shadowsync.train.trainer import Trainer, build_dense_model, plan_data
+    from shadowsync.transport.collectives import TrainerExchange
+    from shadowsync.transport.servers.dense import DenseServerClient
+    from shadowsync.transport.servers.embedding import RemoteEmbeddings
+
+    plan = plan_data(cfg)
+    model = build_dense_model(cfg)
+    tables = RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
+                              rpc_ranks(layout))
+    if cfg.sync in WORKER_GROUP_KINDS:
+        addr, port = agent_store()
+        runner = worker_group_runner(cfg, addr, port)
+        groups = []
+    else:
+        kind, groups = param_groups(cfg, model)
+        centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
+                   for g in groups if g.rule.needs_servers}
+        runner = build_runner(cfg, kind, groups, TrainerExchange(group, cfg.trainers, centres))
+    out = Path(cfg.out or ".")
+    log = MetricsLog(out / "metrics.jsonl")
+    lead = index == 0
+    bar = tqdm(total=plan.train_stop // cfg.trainers, unit="ex", unit_scale=True,
+               disable=not (lead and cfg.progress), desc="trainer 0", dynamic_ncols=True)
+    trainer_cfg = cfg if lead else replace(cfg, eval_points=0)
+    trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
+                      log=log, progress=bar)
+    stats = trainer.run()
+    bar.close()
+    sync_metrics = runner.metrics() if runner else {}
+    everyone = [None] * cfg.trainers
+    dist.all_gather_object(everyone, (stats, sync_metrics), group=group)
+    final = trainer.final_eval() if lead else None
+    train_ne = trainer.running_ne.value
+    trainer.close()
+    log.close()
+    if lead:
+        all_stats = [s for s, _ in everyone]
+        wall = max(s.wall_s for s in all_stats)
+        summary = summarize(cfg, plan, all_stats, final, train_ne, wall)
+        summary.update(cluster_metrics(everyone, all_stats, runner))
+        summary["out"] = str(out)
+        write_summary(out, summary)
+        plot_ne(out, [r for r in log.rows if r.get("trainer") == 0], plan.teacher_eval_ne)
+
+
+def cluster_metrics(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:
+    per_min = [m.get("syncs_per_min") for _, m in everyone if m.get("syncs_per_min") is not None]
+    busy = sum(s.busy_s for s in stats)
+    blocked = sum(s.blocked_s for s in stats)
+    out: dict[str, Any] = {
+        "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
+        "syncs_per_min_per_trainer": per_min,
+        "syncs": [m.get("syncs") for _, m in everyone],
+        "sync_blocked_fraction": blocked / busy if busy > 0 else 0.0,
+        "sync_settings": runner.settings() if runner else {"runner": "none"},
+    }
+    return out

@@ -1,0 +1,39 @@
+"""Entry point for torchrun: one process of a job, its role taken from its rank.
+
+    torchrun --nnodes 2 --node-rank R --nproc-per-node N --rdzv-backend c10d \\
+        --rdzv-endpoint HOST:PORT -m shadowsync.run --config job.toml
+
+Every process takes the same options as `shadowsync train`; nnodes x nproc-per-node must
+equal embedding servers + dense servers + trainers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from shadowsync.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    from shadowsync.cluster.roles import resolve, role_main
+    from shadowsync.config import add_config_arguments, load_config
+
+    parser = argparse.ArgumentParser(prog="python -m shadowsync.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser)
+    try:
+        cfg = resolve(load_config(parser.parse_args(argv)))
+        if cfg.out is None:
+            raise UserError("--out is required under torchrun (every host writes there)")
+        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    except UserError as e:
+        print(f"shadowsync: error: {e}", file=sys.stderr)
+        return e.exit_code
+    role_main(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

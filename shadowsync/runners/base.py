@@ -1,0 +1,112 @@
+"""What every runner shares: a sync thread over parameter groups, its start, its agreed stop,
+and its counters. Subclasses decide only when a round runs (`_loop`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from shadowsync.runners.groups import ParamGroup
+from shadowsync.transport.collectives import TrainerExchange
+
+
+class SyncRunner:
+    kind = "abstract"
+    blocks_workers = False
+
+    def __init__(self, groups: list[ParamGroup], exchange: TrainerExchange) -> None:
+        self.groups = groups
+        self.exchange = exchange
+        self.rounds = 0
+        self.sync_cpu_s = 0.0
+        self._workers_done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._t0 = 0.0
+        self._t_end: float | None = None
+
+    def worker_hook(self, ctx: Any, workers: int) -> Any:
+        """An object handed to each worker process, or None if workers never wait."""
+        return None
+
+    def start(self) -> None:
+        for g in self.groups:
+            g.rule.start(g.flat())
+            if g.rule.needs_servers:  # the centre starts as the (identical) initial model
+                self.exchange.init_centre(g.name, g.flat())
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._guarded_loop, name=f"{self.kind}-sync",
+                                        daemon=True)
+        self._thread.start()
+
+    def _guarded_loop(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # surfaced by stop() in the trainer's main thread
+            self._error = e
+            self._on_error()
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def _on_error(self) -> None:
+        pass
+
+    def run_round(self, done: bool) -> tuple[bool, float, float]:
+        """One round over every group. Returns (was it the agreed last round, cpu s, wall s)."""
+        w0, c0 = time.perf_counter(), time.process_time()
+        self.exchange.begin_round(done)
+        for g in self.groups:
+            g.sync_round(self.exchange)
+        last = self.exchange.end_round()
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        self.sync_cpu_s += cpu
+        if not done:
+            self.rounds += 1
+        return last, cpu, wall
+
+    def stop(self) -> None:
+        """Called when this trainer's workers have finished; returns after the round every
+        trainer agreed was the last."""
+        self._t_end = time.perf_counter()
+        self._workers_done.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise RuntimeError(f"{self.kind} synchronization failed: {self._error}") from None
+
+    def metrics(self) -> dict[str, Any]:
+        elapsed = (self._t_end or time.perf_counter()) - self._t0
+        return {
+            "syncs": self.rounds,
+            "syncs_per_min": 60.0 * self.rounds / elapsed if elapsed > 0 else 0.0,
+            "sync_cpu_s": round(self.sync_cpu_s, 3),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def settings(self) -> dict[str, Any]:
+        return {"runner": self.kind, **self.describe(),
+                "groups": {g.name: {"rule": g.rule.name, "write_back": g.write_back,
+                                    "params": g.numel(), **g.rule.settings()}
+                           for g in self.groups}}
+
+
+class WorkerHook:
+    """What a runner does inside each worker process. The defaults do nothing."""
+
+    def prepare(self, model: Any, trainer: int, worker: int) -> Any:
+        """Returns the module the worker trains (the shared one unless overridden)."""
+        return model
+
+    def wrap_optimizer(self, optimizer: Any) -> Any:
+        return optimizer
+
+    def step(self) -> float:
+        """After each step; returns seconds spent waiting on synchronization."""
+        return 0.0
+
+    def finish(self, shared_model: Any, trained: Any) -> None:
+        pass

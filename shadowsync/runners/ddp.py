@@ -1,0 +1,142 @@
+"""Per-step and periodic synchronization the way PyTorch users do it today: the baselines.
+
+- `ddp`: DistributedDataParallel (Li et al., "PyTorch Distributed", VLDB 2020): every worker
+  process is a rank with its own copy of the dense model, gradients are AllReduced inside
+  every backward pass (bulk-synchronous).
+- `torch-fr-ma`: PyTorch's post-local SGD (`PostLocalSGDOptimizer` with a
+  `PeriodicModelAverager`, Lin et al., "Don't Use Large Mini-Batches, Use Local SGD", ICLR
+  2020): local steps, parameters averaged in the foreground every `period` steps.
+
+Embeddings stay where they are (tables or servers); only the dense part is replicated here.
+Worker processes are not launcher ranks, so they form their own gloo group through the job's
+TCP store.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from shadowsync.runners.base import SyncRunner, WorkerHook
+
+
+class WorkerGroupHook(WorkerHook):
+    """Puts every worker of every trainer in one process group, each with a private model."""
+
+    def __init__(self, store_addr: str, store_port: int, prefix: str, trainers: int,
+                 workers: int) -> None:
+        self.store_addr = store_addr
+        self.store_port = store_port
+        self.prefix = prefix
+        self.trainers = trainers
+        self.workers = workers
+
+    def prepare(self, model: Any, trainer: int, worker: int) -> Any:
+        store = dist.TCPStore(self.store_addr, self.store_port, is_master=False,
+                              timeout=timedelta(seconds=120))
+        dist.init_process_group("gloo", store=dist.PrefixStore(self.prefix, store),
+                                rank=trainer * self.workers + worker,
+                                world_size=self.trainers * self.workers)
+        self.rank = dist.get_rank()
+        return copy.deepcopy(model)  # a private replica: no Hogwild sharing under DDP
+
+    def finish(self, shared_model: Any, trained: Any) -> None:
+        # Replicas are identical (DDP) or averaged on the last period; rank 0 of each trainer
+        # hands its copy back for evaluation.
+        module = getattr(trained, "module", trained)
+        if self.rank % self.workers == 0:
+            with torch.no_grad():
+                for dst, src in zip(shared_model.parameters(), module.parameters()):
+                    dst.copy_(src)
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+class DDPHook(WorkerGroupHook):
+    def prepare(self, model: Any, trainer: int, worker: int) -> Any:
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(super().prepare(model, trainer, worker))
+
+
+class TorchPeriodicAveragingHook(WorkerGroupHook):
+    def __init__(self, *args: Any, period: int, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.period = period
+        self._blocked = 0.0
+
+    def wrap_optimizer(self, optimizer: Any) -> Any:
+        from torch.distributed.algorithms.model_averaging.averagers import (
+            PeriodicModelAverager,
+        )
+        from torch.distributed.optim import PostLocalSGDOptimizer
+
+        opt = PostLocalSGDOptimizer(
+            optim=optimizer,
+            averager=PeriodicModelAverager(period=self.period, warmup_steps=0),
+        )
+        hook = self
+        inner_step = opt.step
+
+        def timed_step(*a: Any, **kw: Any) -> Any:
+            # Averaging happens inside step() on every period-th call: time those calls.
+            averaging = opt.averager.step % hook.period == 0
+            t0 = time.perf_counter()
+            out = inner_step(*a, **kw)
+            if averaging:
+                hook._blocked += time.perf_counter() - t0
+            return out
+
+        opt.step = timed_step
+        return opt
+
+    def step(self) -> float:
+        blocked, self._blocked = self._blocked, 0.0
+        return blocked
+
+
+class WorkerGroupRunner(SyncRunner):
+    """The trainer side of `ddp` / `torch-fr-ma`: nothing to run, the workers sync."""
+
+    def __init__(self, hook: WorkerGroupHook, kind: str) -> None:
+        super().__init__([], exchange=None)  # type: ignore[arg-type]
+        self.hook = hook
+        self.kind = kind
+        self.blocks_workers = True
+
+    def worker_hook(self, ctx: Any, workers: int) -> WorkerGroupHook:
+        return self.hook
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self._t_end = time.perf_counter()
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"period": getattr(self.hook, "period", 1)}
+
+
+WORKER_GROUP_KINDS = ("ddp", "torch-fr-ma")
+
+
+def worker_group_runner(cfg: Any, addr: str, port: int) -> WorkerGroupRunner:
+    args = (addr, port, f"workers/{cfg.sync}", cfg.trainers, cfg.workers)
+    if cfg.sync == "ddp":
+        return WorkerGroupRunner(DDPHook(*args), "ddp")
+    return WorkerGroupRunner(TorchPeriodicAveragingHook(*args, period=cfg.sync_every),
+                             "torch-fr-ma")
+
+
+def agent_store() -> tuple[str, int]:
+    """The launcher's TCP store (torchrun or the in-process elastic agent)."""
+    return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])

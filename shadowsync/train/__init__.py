@@ -1,0 +1,1 @@
+"""The training spine: a trainer, its Hogwild worker processes, and the run report."""

@@ -1,0 +1,64 @@
+"""A run on this machine with one trainer whose embedding tables live in shared memory."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from shadowsync.config import TrainConfig, config_to_dict
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.train.report import MetricsLog, plot_ne, write_summary
+from shadowsync.train.trainer import DataPlan, Trainer, TrainerStats, plan_data, prepare_out_dir
+
+
+def local_tables(cfg: TrainConfig) -> EmbeddingTables:
+    return EmbeddingTables([cfg.table_size] * 26, cfg.embedding_dim, optimizer=cfg.optimizer,
+                           lr=cfg.embedding_lr or cfg.lr, seed=cfg.seed).share_memory_()
+
+
+def summarize(cfg: TrainConfig, plan: DataPlan, stats: list[TrainerStats],
+              final: dict[str, float], train_ne: float, wall_s: float) -> dict[str, Any]:
+    examples = sum(s.examples for s in stats)
+    return {
+        "examples": examples,
+        "wall_s": round(wall_s, 3),
+        "eps": examples / wall_s if wall_s > 0 else 0.0,
+        "eps_per_trainer": [s.examples / s.wall_s if s.wall_s else 0.0 for s in stats],
+        "train_ne": train_ne,
+        "eval_ne": final["ne"],
+        "eval_auc": final["auc"],
+        "eval_logloss": final["logloss"],
+        "calibration": final["calibration"],
+        "eval_examples": final["examples"],
+        "teacher_eval_ne": plan.teacher_eval_ne,
+        "ne_vs_teacher": final["ne"] / plan.teacher_eval_ne if plan.teacher_eval_ne else None,
+        "workers": cfg.workers,
+        "trainers": cfg.trainers,
+        "sync": cfg.sync,
+        "skipped_lines": plan.skipped_lines,
+        "config": config_to_dict(cfg),
+    }
+
+
+def train_local(cfg: TrainConfig) -> dict[str, Any]:
+    out = prepare_out_dir(cfg)
+    plan = plan_data(cfg)
+    log = MetricsLog(out / "metrics.jsonl")
+    t0 = time.perf_counter()
+    with tqdm(total=plan.train_stop, unit="ex", unit_scale=True, disable=not cfg.progress,
+              desc="train", dynamic_ncols=True) as bar:
+        trainer = Trainer(cfg, plan, local_tables(cfg), log=log, progress=bar)
+        stats = trainer.run()
+    wall = time.perf_counter() - t0
+    final = trainer.final_eval()
+    trainer.close()
+    summary = summarize(cfg, plan, [stats], final, trainer.running_ne.value, wall)
+    log.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
+               "eps": summary["eps"], "train_ne": summary["train_ne"], "eval_ne": final["ne"]})
+    log.close()
+    summary["out"] = str(out)
+    write_summary(out, summary)
+    plot_ne(out, log.rows, plan.teacher_eval_ne)
+    return summary

@@ -1,0 +1,92 @@
+"""What a run leaves behind: metrics.jsonl, summary.json, a plot, and a table on stdout."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class MetricsLog:
+    """Appends one JSON object per line and flushes, so a crash keeps every line written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: TextIO = open(path, "a", encoding="utf-8")
+        self.rows: list[dict[str, Any]] = []
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self._fh.write(json.dumps(_finite(row)) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN: write null instead."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> Path:
+    path = out / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_finite(summary), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None) -> Path | None:
+    """Train (running window) and eval NE against examples seen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["examples"], r["train_ne"]) for r in rows if _num(r.get("train_ne"))]
+    evals = [(r["examples"], r["eval_ne"]) for r in rows if _num(r.get("eval_ne"))]
+    if not train and not evals:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if train:
+        ax.plot(*zip(*train), label="train NE (running window)", color="tab:blue")
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="eval NE (held-out sample)", color="tab:orange")
+    if teacher_ne:
+        ax.axhline(teacher_ne, ls="--", color="gray", label=f"teacher eval NE {teacher_ne:.4f}")
+    ax.set_xlabel("training examples")
+    ax.set_ylabel("normalized entropy (lower is better)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = out / "ne.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def format_table(summary: dict[str, Any], keys: list[str]) -> str:
+    width = max(len(k) for k in keys)
+    lines = []
+    for k in keys:
+        if k not in summary:
+            continue
+        v = summary[k]
+        if isinstance(v, float):
+            v = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4f}"
+        elif isinstance(v, int):
+            v = f"{v:,}"
+        lines.append(f"  {k:<{width}}  {v}")
+    return "\n".join(lines)

@@ -1,0 +1,260 @@
+"""The training spine of one trainer: shared model, Hogwild workers, progress, evaluation.
+
+Read `Trainer.run` top to bottom: it builds the shared-memory dense model, starts the worker
+processes, follows their progress (running NE, EPS, periodic held-out evaluation) until every
+worker has finished its shard, and evaluates the final model. Embedding tables and the
+synchronization of the dense model with other trainers come in from outside, so the same
+spine runs a single local trainer and one trainer of a cluster.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from shadowsync.cluster.layout import ClusterLayout
+from shadowsync.config import TrainConfig
+from shadowsync.data.dataset import CtrData, open_data
+from shadowsync.errors import UserError
+from shadowsync.metrics import RunningNE
+from shadowsync.models import DLRMDense, ModelConfig
+from shadowsync.train.evaluate import evaluate
+from shadowsync.train.report import MetricsLog
+from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
+
+EVAL_SAMPLE = 20_000
+DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
+
+
+@dataclass
+class DataPlan:
+    """Where training and evaluation rows come from, decided once per run."""
+
+    train: CtrData
+    eval: CtrData
+    train_stop: int
+    eval_start: int
+    eval_stop: int
+    teacher_eval_ne: float | None
+
+    @property
+    def skipped_lines(self) -> int:
+        extra = self.eval.skipped_lines if self.eval is not self.train else 0
+        return self.train.skipped_lines + extra
+
+
+def plan_data(cfg: TrainConfig) -> DataPlan:
+    if cfg.data == "synthetic":
+        n_train = cfg.examples or DEFAULT_SYNTHETIC_EXAMPLES
+        total = n_train + n_train // 9  # the last 10% of the generated rows are held out
+        train = open_data("synthetic", examples=total, seed=cfg.seed)
+    else:
+        train = open_data(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
+    if cfg.eval_data:
+        ev = open_data(cfg.eval_data, skip_bad_lines=cfg.skip_bad_lines)
+        train_stop, eval_start, eval_stop = len(train), 0, len(ev)
+    else:
+        ev = train
+        eval_start = len(train) - len(train) // 10
+        train_stop, eval_stop = eval_start, len(train)
+        if eval_start == eval_stop:
+            raise UserError(f"{cfg.data}: too few examples ({len(train)}) to hold 10% out; "
+                            "pass --eval-data")
+    if cfg.examples:
+        train_stop = min(train_stop, cfg.examples)
+    teacher = ev.teacher_ne(eval_start, eval_stop)
+    if teacher is None:
+        teacher = ev.teacher_ne_hint
+    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher)
+
+
+def model_config(cfg: TrainConfig) -> ModelConfig:
+    return ModelConfig(embedding_dim=cfg.embedding_dim, table_size=cfg.table_size,
+                       bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp))
+
+
+def build_dense_model(cfg: TrainConfig) -> DLRMDense:
+    # Every trainer starts from the same dense weights, as data-parallel training expects.
+    torch.manual_seed(cfg.seed)
+    return DLRMDense(model_config(cfg))
+
+
+@dataclass
+class TrainerStats:
+    examples: int = 0
+    busy_s: float = 0.0
+    blocked_s: float = 0.0
+    wall_s: float = 0.0
+    train_start: float = float("inf")  # time.time() of the first worker's first step
+    train_end: float = 0.0
+
+    @property
+    def train_eps(self) -> float:
+        """Examples per second while workers were training (no start-up, no evaluation)."""
+        span = self.train_end - self.train_start
+        return self.examples / span if span > 0 else 0.0
+
+    eval_history: list[tuple[int, float]] = field(default_factory=list)
+
+
+class Trainer:
+    """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
+
+    def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
+                 model: DLRMDense | None = None, sync: Any = None,
+                 log: MetricsLog | None = None, progress: Any = None) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.tables = tables
+        self.index = index
+        self.model = model if model is not None else build_dense_model(cfg)
+        self.model.share_memory()
+        self.sync = sync
+        self.log = log
+        self.progress = progress
+        self.running_ne = RunningNE()
+        self.stats = TrainerStats()
+        self._procs: list[Any] = []
+
+    def worker_specs(self) -> list[WorkerSpec]:
+        cfg, plan = self.cfg, self.plan
+        shards = cfg.trainers * cfg.workers
+        return [
+            WorkerSpec(
+                trainer=self.index, worker=w,
+                data=DataSlice(cfg.data, len(plan.train) if cfg.data == "synthetic" else None,
+                               cfg.seed, cfg.skip_bad_lines, 0, plan.train_stop,
+                               shard=self.index * cfg.workers + w, num_shards=shards),
+                batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
+                lr=cfg.lr, report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
+            )
+            for w in range(cfg.workers)
+        ]
+
+    def run(self) -> TrainerStats:
+        """Train until every worker has finished its shard and the runner's last round."""
+        ctx = mp.get_context("spawn")
+        messages = ctx.Queue()
+        hook = self.sync.worker_hook(ctx, self.cfg.workers) if self.sync else None
+        self._procs = [ctx.Process(target=worker_main, daemon=True,
+                                   args=(spec, self.model, self.tables, messages, hook))
+                       for spec in self.worker_specs()]
+        for p in self._procs:
+            p.start()
+        # Joining RPC waits for every member of the job, the workers just started included.
+        self.tables.attach(ClusterLayout.trainer_name(self.index))
+        t0 = time.perf_counter()
+        if self.sync:
+            self.sync.start()
+        try:
+            self._follow(messages, self._procs, t0)
+        except BaseException:
+            self._terminate()
+            raise
+        if self.sync:
+            self.sync.stop()
+        self.stats.wall_s = time.perf_counter() - t0
+        return self.stats
+
+    def close(self) -> None:
+        """Leave the RPC world (a barrier over the job) and reap the worker processes."""
+        self.tables.detach()
+        for p in self._procs:
+            p.join(timeout=30)
+        self._terminate()
+
+    def _terminate(self) -> None:
+        for p in self._procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+
+    def _follow(self, messages: Any, procs: list[Any], t0: float) -> None:
+        """Consume worker reports until all are done; log metrics and evaluate along the way."""
+        cfg, plan = self.cfg, self.plan
+        expected = plan.train_stop // cfg.trainers
+        next_log = cfg.log_every
+        eval_every = max(1, expected // max(1, cfg.eval_points))
+        next_eval = eval_every
+        done: set[int] = set()
+        while len(done) < len(procs):
+            try:
+                msg = messages.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = [i for i, p in enumerate(procs)
+                        if not p.is_alive() and i not in done and p.exitcode not in (0, None)]
+                if dead:
+                    raise RuntimeError(f"trainer {self.index}: worker {dead[0]} exited with code "
+                                       f"{procs[dead[0]].exitcode}")
+                continue
+            kind = msg[0]
+            if kind == "error":
+                raise UserError(msg[3])
+            if kind == "done":
+                done.add(msg[2])
+                self.stats.train_start = min(self.stats.train_start, msg[3])
+                self.stats.train_end = max(self.stats.train_end, msg[4])
+                continue
+            _, _, _, n, loss_sum, label_sum, busy, blocked = msg
+            s = self.stats
+            s.examples += n
+            s.busy_s += busy
+            s.blocked_s += blocked
+            self.running_ne.add(n, loss_sum, label_sum)
+            wall = time.perf_counter() - t0
+            if self.progress is not None:
+                self.progress.update(n)
+                self.progress.set_postfix(eps=f"{s.examples / wall:,.0f}",
+                                          ne=f"{self.running_ne.value:.4f}", refresh=False)
+            row = None
+            if s.examples >= next_log:
+                next_log += cfg.log_every
+                row = self._metrics_row(wall)
+            if s.examples >= next_eval and cfg.eval_points > 0:
+                next_eval += eval_every
+                row = row or self._metrics_row(wall)
+                row["eval_ne"] = self.sample_eval_ne()
+                s.eval_history.append((s.examples, row["eval_ne"]))
+            if row is not None and self.log is not None:
+                self.log.write(row)
+
+    def _metrics_row(self, wall: float) -> dict[str, Any]:
+        s = self.stats
+        row: dict[str, Any] = {
+            "trainer": self.index, "examples": s.examples, "wall_s": round(wall, 3),
+            "eps": s.examples / wall if wall > 0 else 0.0, "train_ne": self.running_ne.value,
+        }
+        if self.sync:
+            row.update(self.sync.metrics())
+        return row
+
+    def sample_eval_ne(self) -> float:
+        p = self.plan
+        stop = min(p.eval_stop, p.eval_start + EVAL_SAMPLE)
+        return evaluate(self.model, self.tables, p.eval, p.eval_start, stop,
+                        self.cfg.table_size)["ne"]
+
+    def final_eval(self) -> dict[str, float]:
+        p = self.plan
+        return evaluate(self.model, self.tables, p.eval, p.eval_start, p.eval_stop,
+                        self.cfg.table_size)
+
+
+def prepare_out_dir(cfg: TrainConfig) -> Path:
+    from shadowsync.config import default_out_dir
+
+    out = Path(cfg.out) if cfg.out else default_out_dir()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
+    for name in ("metrics.jsonl", "summary.json"):
+        if (out / name).exists():
+            raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")
+    return out

@@ -1,0 +1,1 @@
+"""How bytes move: collectives among trainers and parameter servers over RPC."""

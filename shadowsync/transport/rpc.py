@@ -1,0 +1,38 @@
+"""Joining and leaving the torch.distributed.rpc world (TensorPipe)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch.distributed.rpc as rpc
+
+RPC_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class RpcEndpoint:
+    """Where the RPC world meets: a TCP store hosted by RPC rank 0."""
+
+    addr: str
+    port: int
+
+    def join(self, name: str, rank: int, world_size: int, threads: int = 8) -> None:
+        warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+        opts = rpc.TensorPipeRpcBackendOptions(
+            init_method=f"tcp://{self.addr}:{self.port}",
+            num_worker_threads=threads,
+            rpc_timeout=RPC_TIMEOUT_S,
+            _transports=["uv"],
+        )
+        rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=opts)
+
+    @staticmethod
+    def leave() -> None:
+        """Graceful shutdown: a barrier over the whole RPC world, then close."""
+        rpc.shutdown(graceful=True, timeout=RPC_TIMEOUT_S)
+
+
+def timeout(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)

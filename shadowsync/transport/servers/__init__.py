@@ -1,0 +1,1 @@
+"""Parameter servers reached over torch.distributed.rpc."""

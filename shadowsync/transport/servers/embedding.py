@@ -1,0 +1,159 @@
+"""Embedding parameter servers: model-parallel tables shared by every trainer.
+
+Tables are placed whole on servers (table-wise sharding, greedily balancing rows), except a
+table above `row_split_limit` rows, which is cut row-wise over every server (id % E picks the
+server, id // E the row there). There is one copy of each row in the job: trainers look rows
+up and push sparse gradients, and the server applies SGD or row-wise Adagrad in place, from
+many RPC threads at once without locks (Hogwild on the server). Embeddings are never averaged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed.rpc as rpc
+
+from shadowsync.cluster.layout import ClusterLayout
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.transport.rpc import RpcEndpoint
+
+# Set in each embedding-server process; the RPC functions below run there.
+_LOCAL_TABLES: EmbeddingTables | None = None
+
+
+@dataclass(frozen=True)
+class ShardingPlan:
+    """Where every (table, id) lives: a server and a row of that server's fused matrix."""
+
+    servers: int
+    table_rows: tuple[int, ...]
+    row_split_limit: int
+
+    def _placement(self) -> tuple[list[int], list[list[int]], list[list[int]]]:
+        """Per table: owning server (-1 if row-split); per server: piece sizes; per table and
+        server: row offset of the table's piece on that server (-1 where none)."""
+        e = self.servers
+        owner = [-1] * len(self.table_rows)
+        load = [0] * e
+        pieces: list[list[int]] = [[] for _ in range(e)]
+        offset = [[-1] * e for _ in self.table_rows]
+        split = [t for t, r in enumerate(self.table_rows) if e > 1 and r > self.row_split_limit]
+        for t in split:
+            for s in range(e):
+                n = (self.table_rows[t] - s + e - 1) // e  # ids with id % e == s
+                offset[t][s] = load[s]
+                load[s] += n
+                pieces[s].append(n)
+        whole = sorted((t for t in range(len(self.table_rows)) if t not in split),
+                       key=lambda t: -self.table_rows[t])
+        for t in whole:
+            s = min(range(e), key=lambda i: load[i])
+            owner[t] = s
+            offset[t][s] = load[s]
+            load[s] += self.table_rows[t]
+            pieces[s].append(self.table_rows[t])
+        return owner, pieces, offset
+
+    def server_pieces(self, server: int) -> list[int]:
+        return self._placement()[1][server]
+
+    def routing(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        owner, _, offset = self._placement()
+        return (torch.tensor(owner), torch.tensor(offset, dtype=torch.long),
+                torch.tensor([o < 0 for o in owner]))
+
+
+def serve(plan: ShardingPlan, server: int, dim: int, optimizer: str, lr: float,
+          seed: int) -> None:
+    """Hold this server's pieces; the RPC agent answers requests until shutdown."""
+    global _LOCAL_TABLES
+    torch.set_num_threads(1)
+    _LOCAL_TABLES = EmbeddingTables(plan.server_pieces(server), dim, optimizer=optimizer, lr=lr,
+                                    seed=seed * 7919 + server)
+
+
+def _lookup(rows: torch.Tensor) -> torch.Tensor:
+    assert _LOCAL_TABLES is not None, "not an embedding server"
+    return _LOCAL_TABLES.lookup_rows(rows)
+
+
+def _apply(rows: torch.Tensor, grads: torch.Tensor) -> None:
+    assert _LOCAL_TABLES is not None, "not an embedding server"
+    _LOCAL_TABLES.apply_rows(rows, grads)
+
+
+class RemoteEmbeddings:
+    """The client a trainer and its workers use in place of local `EmbeddingTables`.
+
+    Picklable before `attach`: it is built by the trainer and sent to each worker process,
+    which then joins the RPC world under its own name.
+    """
+
+    MAX_PENDING_PUSHES = 4  # bound the gradients in flight so a slow server applies back-pressure
+
+    def __init__(self, plan: ShardingPlan, layout: ClusterLayout, endpoint: RpcEndpoint,
+                 dim: int, ranks: dict[str, int]) -> None:
+        self.plan = plan
+        self.layout = layout
+        self.endpoint = endpoint
+        self.dim = dim
+        self.ranks = ranks  # RPC rank by the name a process attaches under
+        self._pending: list[torch.futures.Future] = []
+        self._routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def attach(self, name: str) -> None:
+        self.endpoint.join(name, self.ranks[name], self.layout.rpc_world_size)
+        self._routing = self.plan.routing()
+
+    def detach(self) -> None:
+        self.flush()
+        RpcEndpoint.leave()
+
+    def _route(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [B, T] -> (server [B*T], row on that server [B*T])."""
+        assert self._routing is not None, "attach() first"
+        owner, offset, split = self._routing
+        e = self.plan.servers
+        server = torch.where(split, ids % e, owner.expand_as(ids))
+        row_in_table = torch.where(split, ids // e, ids)
+        base = offset.gather(1, server.t()).t() if e > 1 else offset[:, 0].expand_as(ids)
+        return server.reshape(-1), (base + row_in_table).reshape(-1)
+
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        server, rows = self._route(ids)
+        if self.plan.servers == 1:
+            out = rpc.rpc_sync(ClusterLayout.embedding_name(0), _lookup, args=(rows,))
+        else:
+            out = torch.empty(len(rows), self.dim)
+            futures = []
+            for s in range(self.plan.servers):
+                pos = (server == s).nonzero().squeeze(1)
+                if len(pos):
+                    futures.append((pos, rpc.rpc_async(ClusterLayout.embedding_name(s), _lookup,
+                                                       args=(rows[pos],))))
+            for pos, fut in futures:
+                out.index_copy_(0, pos, fut.wait())
+        return out.view(*ids.shape, self.dim)
+
+    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
+        """Push asynchronously; waits only when too many pushes are still in flight."""
+        server, rows = self._route(ids)
+        flat = grads.reshape(-1, self.dim).detach()
+        for s in range(self.plan.servers):
+            if self.plan.servers == 1:
+                sel_rows, sel_grads = rows, flat
+            else:
+                pos = (server == s).nonzero().squeeze(1)
+                if not len(pos):
+                    continue
+                sel_rows, sel_grads = rows[pos], flat[pos]
+            self._pending.append(rpc.rpc_async(ClusterLayout.embedding_name(s), _apply,
+                                               args=(sel_rows, sel_grads)))
+        while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
+            self._pending.pop(0).wait()
+
+    def flush(self) -> None:
+        for fut in self._pending:
+            fut.wait()
+        self._pending.clear()

@@ -1,0 +1,57 @@
+"""Options come from defaults, then a TOML file, then the command line."""
+
+import argparse
+
+import pytest
+
+from shadowsync.config import TrainConfig, add_config_arguments, load_config
+from shadowsync.errors import UserError
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    return load_config(p.parse_args(argv))
+
+
+def test_defaults():
+    cfg = parse([])
+    assert cfg == TrainConfig()
+
+
+def test_toml_fills_and_command_line_wins(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('workers = 3\nlr = 1\ntop-mlp = [8, 4]\nsync = "s-ma"\nsync_interval = 0.5\n')
+    cfg = parse(["--config", str(f), "--workers", "5"])
+    assert cfg.workers == 5 and cfg.lr == 1.0 and cfg.top_mlp == [8, 4]
+    assert cfg.sync == "s-ma" and cfg.sync_interval_s() == 0.5
+
+
+def test_unknown_toml_key_is_named(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text("wokers = 3\n")
+    with pytest.raises(UserError, match=r"job.toml: unknown option 'wokers'"):
+        parse(["--config", str(f)])
+
+
+def test_wrong_type_in_toml(tmp_path):
+    f = tmp_path / "job.toml"
+    f.write_text('workers = "two"\n')
+    with pytest.raises(UserError, match="option 'workers' must be int"):
+        parse(["--config", str(f)])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0"], "--workers must be positive"),
+    (["--lr", "-1"], "--lr must be a positive number"),
+    (["--sync-interval", "soon"], "--sync-interval must be 'auto'"),
+    (["--sync-budget", "2"], "--sync-budget must be in"),
+])
+def test_bad_values_name_the_option(argv, message):
+    with pytest.raises(UserError, match=message):
+        parse(argv)
+
+
+def test_missing_config_file():
+    with pytest.raises(UserError, match="nope.toml: no such file"):
+        parse(["--config", "nope.toml"])

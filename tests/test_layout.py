@@ -1,0 +1,54 @@
+"""Roles from ranks and the placement of embedding tables on servers."""
+
+import torch
+
+from shadowsync.cluster.layout import ClusterLayout
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan
+
+
+def test_roles_by_rank():
+    lay = ClusterLayout(embedding_servers=2, dense_servers=1, trainers=2, workers=3)
+    assert [lay.role(r) for r in range(5)] == [
+        ("embedding", 0), ("embedding", 1), ("dense", 0), ("trainer", 0), ("trainer", 1)]
+    assert lay.rpc_world_size == 5 + 6
+    assert lay.worker_rpc_rank(1, 2) == 10
+
+
+def test_sharding_covers_every_row_exactly_once():
+    rows = (100, 50, 1000, 20, 7)
+    plan = ShardingPlan(3, rows, row_split_limit=500)
+    client = RemoteEmbeddings(plan, None, None, 4, {})
+    client._routing = plan.routing()
+    seen = set()
+    for t, n in enumerate(rows):
+        ids = torch.zeros(n, len(rows), dtype=torch.long)
+        ids[:, t] = torch.arange(n)
+        server, local = client._route(ids)
+        server = server.view(n, -1)[:, t]
+        local = local.view(n, -1)[:, t]
+        for s, row in zip(server.tolist(), local.tolist()):
+            assert 0 <= row < sum(plan.server_pieces(s))
+            seen.add((s, row))
+    assert len(seen) == sum(rows)  # no two (table, id) share a server row
+    # the big table is split over all servers, the others are whole
+    assert sum(len(plan.server_pieces(s)) for s in range(3)) == 3 + 4
+
+
+def test_row_wise_adagrad_sums_repeated_ids():
+    t = EmbeddingTables([4], 2, optimizer="adagrad", lr=1.0, eps=0.0)
+    t.weight.zero_()
+    g = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
+    t.apply_rows(torch.tensor([2, 2]), g)
+    # summed grad (2, 2): accumulator 4, step 2 / sqrt(4) = 1 per coordinate
+    assert torch.allclose(t.weight[2], torch.tensor([-1.0, -1.0]))
+    assert t.state[2].item() == 4.0
+    assert t.weight[[0, 1, 3]].abs().sum() == 0
+
+
+def test_sparse_sgd():
+    t = EmbeddingTables([3, 2], 2, optimizer="sgd", lr=0.5)
+    before = t.weight.clone()
+    t.apply_gradients(torch.tensor([[1, 1]]), torch.ones(1, 2, 2))
+    assert torch.allclose(t.weight[1], before[1] - 0.5)
+    assert torch.allclose(t.weight[4], before[4] - 0.5)  # table 2 starts at row 3

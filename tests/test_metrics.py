@@ -1,0 +1,53 @@
+"""NE, log loss and calibration against hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+
+from shadowsync.metrics import (
+    RunningNE,
+    binary_entropy,
+    calibration,
+    evaluate_predictions,
+    log_loss,
+    normalized_entropy,
+)
+
+
+def test_ne_matches_hand_computation():
+    # log loss = -(ln .5 + ln .9 + ln .8 + ln .7) / 4 = 0.344581548; CTR 0.25 has entropy
+    # -(.25 ln .25 + .75 ln .75) = 0.562335145; NE = 0.612769006.
+    pred = np.array([0.5, 0.1, 0.2, 0.3])
+    labels = np.array([1, 0, 0, 0])
+    assert log_loss(pred, labels) == pytest.approx(0.344581548, abs=1e-9)
+    assert binary_entropy(0.25) == pytest.approx(0.562335145, abs=1e-9)
+    assert normalized_entropy(pred, labels) == pytest.approx(0.612769006, abs=1e-9)
+
+
+def test_predicting_the_mean_ctr_scores_exactly_one():
+    labels = np.array([1, 0, 0, 1, 0, 0, 0, 0])
+    assert normalized_entropy(np.full(8, labels.mean()), labels) == pytest.approx(1.0)
+
+
+def test_predictions_are_clamped_so_a_confident_mistake_is_finite():
+    value = log_loss(np.array([0.0, 1.0]), np.array([1, 0]))
+    assert math.isfinite(value) and value == pytest.approx(-math.log(1e-12), rel=1e-6)
+
+
+def test_calibration_and_auc():
+    pred = np.array([0.9, 0.2, 0.6, 0.1])
+    labels = np.array([1, 0, 1, 0])
+    m = evaluate_predictions(pred, labels)
+    assert m["auc"] == 1.0
+    assert calibration(pred, labels) == pytest.approx(0.45 / 0.5)
+    assert m["ne"] == pytest.approx(0.340724969, abs=1e-9)
+
+
+def test_running_ne_forgets_old_chunks():
+    r = RunningNE(window=100)
+    r.add(100, loss_sum=100 * 5.0, label_sum=50)  # a terrible start
+    for _ in range(3):
+        r.add(50, loss_sum=50 * math.log(2), label_sum=25)
+    # only the last two chunks (100 examples) remain: loss ln 2 at CTR 0.5 is NE 1
+    assert r.value == pytest.approx(1.0)
