@@ -217,3 +217,22 @@ def default_out_dir() -> Path:
     import time
 
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def config_to_toml(cfg: Any) -> str:
+    """A TOML file that `--config` reads back into the same configuration."""
+    lines = []
+    for key, value in dataclasses.asdict(cfg).items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, str):
+            text = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        elif isinstance(value, list):
+            text = "[" + ", ".join(f'"{v}"' if isinstance(v, str) else str(v)
+                                   for v in value) + "]"
+        else:
+            text = repr(value)
+        lines.append(f"{key} = {text}")
+    return "\n".join(lines) + "\n"

@@ -55,3 +55,13 @@ def test_bad_values_name_the_option(argv, message):
 def test_missing_config_file():
     with pytest.raises(UserError, match="nope.toml: no such file"):
         parse(["--config", "nope.toml"])
+
+
+def test_toml_round_trip(tmp_path):
+    cfg = TrainConfig(workers=3, sync="s-bmuf", sync_groups=["bottom=s-easgd"], lr=0.1,
+                      out="runs/x", progress=False)
+    from shadowsync.config import config_to_toml
+
+    f = tmp_path / "job.toml"
+    f.write_text(config_to_toml(cfg))
+    assert parse(["--config", str(f)]) == cfg

@@ -128,16 +128,17 @@ def _wait_ready(proc: subprocess.Popen) -> None:
     assert line.strip() == "ready", (line, proc.stderr.read() if proc.poll() is not None else "")
 
 
-def _transfer_mbit(hosts: NetnsHosts, nbytes: int) -> float:
-    """Send `nbytes` from host 0 to host 1 over TCP; returns the achieved Mbit/s."""
+def _transfer_mbit(hosts: NetnsHosts, nbytes: int, src: int = 0, dst: int = 1) -> float:
+    """Send `nbytes` from host `src` to host `dst` over TCP; returns the achieved Mbit/s."""
     sink = hosts.popen(
-        1, [sys.executable, "-c", SINK, hosts.ips[1], str(PORT), str(nbytes)],
+        dst, [sys.executable, "-c", SINK, hosts.ips[dst], str(PORT), str(nbytes)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         _wait_ready(sink)
         res = hosts.run(
-            0, [sys.executable, "-c", SOURCE, hosts.ips[1], str(PORT), str(nbytes)], timeout=40
+            src, [sys.executable, "-c", SOURCE, hosts.ips[dst], str(PORT), str(nbytes)],
+            timeout=40
         )
         assert res.returncode == 0, res.stderr
         assert sink.wait(timeout=10) == 0, sink.stderr.read()
@@ -289,3 +290,15 @@ def test_cleanup_stale_removes_only_dead_owners(netns_ok):
     finally:
         for name in (stale, live):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+@pytest.mark.timeout(60)
+def test_pair_rate_limits_one_path_and_leaves_the_others_fast(shaping_ok):
+    with NetnsHosts(3) as hosts:
+        hosts.set_pair_rate(1, 2, 20)
+        slow = _transfer_mbit(hosts, 2_000_000, 1, 2)
+        fast = _transfer_mbit(hosts, 2_000_000, 0, 2)
+        hosts.set_pair_rate(1, 2, None)
+        restored = _transfer_mbit(hosts, 2_000_000, 1, 2)
+    assert slow < 30, slow
+    assert fast > 100 and restored > 100, (fast, restored)

@@ -330,6 +330,32 @@ class NetnsHosts:
         elif tbf is not None:
             _tc("-n", ns, "qdisc", "add", "dev", dev, "root", *tbf)
 
+    def set_pair_rate(self, a: int, b: int, rate_mbit: float | None) -> None:
+        """Limit only the traffic between hosts a and b (both directions); None removes it.
+
+        An htb qdisc on each of the two hosts' ``eth0`` sends packets for the other host
+        through a rate-limited class and everything else through an unlimited one, so a job
+        can have one slow path (say, between two trainers) beside fast ones.
+        """
+        self._check_open()
+        for src, dst in ((a, b), (b, a)):
+            ns = self._host(src)
+            _tc("-n", ns, "qdisc", "del", "dev", _HOST_IF, "root", check=False)
+            if rate_mbit is None:
+                continue
+            if not rate_mbit > 0:
+                raise ValueError(f"rate_mbit must be > 0, got {rate_mbit!r}")
+            rate = f"{max(1, round(rate_mbit * 1000))}kbit"
+            _tc("-n", ns, "qdisc", "add", "dev", _HOST_IF, "root", "handle", "1:", "htb",
+                "default", "10")
+            _tc("-n", ns, "class", "add", "dev", _HOST_IF, "parent", "1:", "classid", "1:10",
+                "htb", "rate", "10gbit")
+            _tc("-n", ns, "class", "add", "dev", _HOST_IF, "parent", "1:", "classid", "1:20",
+                "htb", "rate", rate, "ceil", rate)
+            _tc("-n", ns, "filter", "add", "dev", _HOST_IF, "protocol", "ip", "parent", "1:",
+                "prio", "1", "u32", "match", "ip", "dst", f"{self.ips[dst]}/32",
+                "flowid", "1:20")
+
     # -- processes
 
     def _host(self, host_index: int) -> str:

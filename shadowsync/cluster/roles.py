@@ -49,7 +49,14 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
 
 
 def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
-    port = cfg.rpc_port or int(os.environ["MASTER_PORT"]) + 1
+    """Where the RPC world meets. Under an elastic agent that shares its TCP store (torch's
+    default), every process is a client of that store; otherwise RPC rank 0 hosts a store
+    of its own on --rpc-port."""
+    master_port = int(os.environ["MASTER_PORT"])
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
+        port = master_port
+    else:
+        port = cfg.rpc_port or master_port + 1
     return RpcEndpoint(os.environ["MASTER_ADDR"], port)
 
 

@@ -18,7 +18,8 @@ class SyncRunner:
     def __init__(self, groups: list[ParamGroup], exchange: TrainerExchange) -> None:
         self.groups = groups
         self.exchange = exchange
-        self.rounds = 0
+        self.rounds = 0  # rounds while this trainer's workers were training
+        self.all_rounds = 0  # including those run after, until every trainer was done
         self.sync_cpu_s = 0.0
         self._workers_done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -62,6 +63,7 @@ class SyncRunner:
         last = self.exchange.end_round()
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         self.sync_cpu_s += cpu
+        self.all_rounds += 1
         if not done:
             self.rounds += 1
         return last, cpu, wall

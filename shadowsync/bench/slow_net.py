@@ -1,0 +1,98 @@
+"""The sync bench across emulated hosts: does a slow network between trainers hurt?
+
+Three network namespaces (the embedding server and each trainer on its own host) run the
+job with the README's torchrun command line. The path between the two trainer hosts, which
+carries synchronization, is then limited to 50 Mbit/s (htb; this kernel has no netem, so no
+added delay) while the embedding paths stay fast, and the EPS of background BMUF and of DDP
+is compared with the same hosts unlimited.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from shadowsync.bench.common import median_of
+from shadowsync.config import TrainConfig, config_to_toml
+
+SLOW_MBIT = 50.0
+RDZV_PORT = 29400
+
+
+def torchrun_argv(node_rank: int, nnodes: int, master_ip: str, config: Path,
+                  out: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+            "--node-rank", str(node_rank), "--nproc-per-node", "1",
+            "--rdzv-endpoint", f"{master_ip}:{RDZV_PORT}",
+            "-m", "shadowsync.run", "--config", str(config), "--out", str(out)]
+
+
+def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600) -> dict:
+    """One job, one process per host; returns trainer 0's summary."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    config = out / "job.toml"
+    config.write_text(config_to_toml(replace(cfg, out=str(out), progress=False)))
+    n = len(hosts.hosts)
+    procs = [hosts.popen(i, torchrun_argv(i, n, hosts.ips[0], config, out),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(n)]
+    deadline = time.monotonic() + timeout
+    errors = []
+    for i, p in enumerate(procs):
+        try:
+            _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            errors.append(f"host {i} timed out")
+            continue
+        if p.returncode != 0:
+            errors.append(f"host {i} exited {p.returncode}: {err.strip()[-800:]}")
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return json.loads((out / "summary.json").read_text())
+
+
+def run_slow_net(root: Path, base: TrainConfig, repeats: int) -> dict[str, Any]:
+    from shadowsync.cluster.netns import (
+        NetnsHosts,
+        netns_unavailable_reason,
+        shaping_unavailable_reason,
+    )
+
+    reason = netns_unavailable_reason() or shaping_unavailable_reason()
+    if reason:
+        print(f"bench sync: slow-network part skipped: {reason}")
+        return {"skipped": reason, "ratios": {"background_eps_drop_slow_net": None,
+                                               "ddp_eps_drop_slow_net": None}}
+    cfg = replace(base, dense_servers=0, trainers=2, embedding_servers=1)
+    runs: list[dict[str, Any]] = []
+    with NetnsHosts(3) as hosts:
+        # ranks: 0 = embedding server (host 0), 1 and 2 = trainers (hosts 1 and 2)
+        for r in range(repeats):
+            for sync in ("s-bmuf", "ddp"):
+                for rate in (None, SLOW_MBIT):
+                    hosts.set_pair_rate(1, 2, rate)
+                    name = f"{sync}@{'unlimited' if rate is None else f'{rate:g}mbit'}"
+                    s = run_on_hosts(hosts, replace(cfg, sync=sync), root / f"{name}-{r}")
+                    runs.append({"variant": name, "repeat": r, "eps": s["train_eps"],
+                                 "syncs_per_min": s.get("syncs_per_min"),
+                                 "eval_ne": s["eval_ne"]})
+        hosts.set_pair_rate(1, 2, None)
+
+    def drop(sync: str) -> float:
+        fast = median_of(runs, f"{sync}@unlimited", "eps")
+        slow = median_of(runs, f"{sync}@{SLOW_MBIT:g}mbit", "eps")
+        return 1.0 - slow / fast
+
+    return {"runs": runs, "rate_mbit": SLOW_MBIT,
+            "ratios": {"background_eps_drop_slow_net": drop("s-bmuf"),
+                       "ddp_eps_drop_slow_net": drop("ddp")}}

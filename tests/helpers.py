@@ -1,0 +1,57 @@
+"""Shared by the multi-process tests: run the CLI in a child process with a hard timeout and
+make sure nothing it started outlives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+
+
+def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m shadowsync.cli ARGS` in its own session; on timeout kill that session."""
+    proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, **(env or {})})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc.pid)
+        out, err = proc.communicate()
+        raise AssertionError(f"timed out after {timeout}s\nstdout:{out}\nstderr:{err}") from None
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    result.leftover = _kill_session(proc.pid)  # type: ignore[attr-defined]
+    return result
+
+
+def _kill_session(sid: int) -> list[int]:
+    """Kill what is left of the session we started (its leader's PID is the session id)."""
+    left = session_processes(sid)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def session_processes(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) == sid:
+                pids.append(int(entry.name))
+        except (ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
