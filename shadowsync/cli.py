@@ -22,11 +22,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     if cfg.distributed:
         from shadowsync.cluster.launch import launch_local
-        from shadowsync.train.trainer import plan_data, prepare_out_dir
 
-        out = prepare_out_dir(cfg)
-        plan_data(cfg)  # convert or generate the data once, before every process opens it
-        summary = launch_local(cfg, out)
+        summary = launch_local(cfg)
     else:
         from shadowsync.train.local import train_local
 

@@ -54,15 +54,15 @@ class TrainConfig:
     embedding_lr: float | None = _opt(None, "learning rate of the embeddings (default: --lr)")
     batch_size: int = _opt(256, "examples per worker step")
     # processes
-    workers: int = _opt(2, "Hogwild worker processes per trainer")
-    trainers: int = _opt(1, "trainers (data-parallel replicas of the dense model)")
+    workers: int = _opt(1, "Hogwild worker processes per trainer")
+    trainers: int = _opt(2, "trainers (data-parallel replicas of the dense model)")
     embedding_servers: int = _opt(
-        0, "embedding parameter servers (0: tables live in the single trainer)")
+        1, "embedding parameter servers (0: tables live in the single trainer)")
     dense_servers: int | None = _opt(
         None, "dense parameter servers for the EASGD centre (default: 1 if a rule needs it)")
     row_split_limit: int = _opt(1_000_000, "tables with more rows are split row-wise over servers")
     # synchronization
-    sync: str = _opt("none", "how trainers synchronize their dense parameters", SYNC_CHOICES)
+    sync: str = _opt("s-bmuf", "how trainers synchronize their dense parameters", SYNC_CHOICES)
     sync_groups: list[str] = _opt(
         [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)")
     sync_interval: str = _opt(
@@ -130,7 +130,8 @@ class TrainConfig:
     @property
     def distributed(self) -> bool:
         """A job of several processes (servers and/or several trainers)."""
-        return self.trainers > 1 or self.embedding_servers > 0 or self.sync != "none"
+        return (self.trainers > 1 or self.embedding_servers > 0 or self.sync != "none"
+                or bool(self.sync_groups))
 
 
 def _flag(name: str) -> str:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -29,9 +30,13 @@ def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
     return result
 
 
-def _kill_session(sid: int) -> list[int]:
-    """Kill what is left of the session we started (its leader's PID is the session id)."""
-    left = session_processes(sid)
+def _kill_session(sid: int, grace_s: float = 5.0) -> list[int]:
+    """Kill what is left of the session we started (its leader's PID is the session id),
+    after a grace period in which helpers such as multiprocessing's resource tracker see
+    their parent gone and exit by themselves. Returns what had to be killed."""
+    deadline = time.monotonic() + grace_s
+    while (left := session_processes(sid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -22,8 +22,8 @@ from shadowsync.config import TrainConfig
 
 
 def _config(examples: int, workers: int) -> TrainConfig:
-    return TrainConfig(examples=examples, workers=workers, eval_points=0, progress=False,
-                       log_every=10**12)
+    return TrainConfig(examples=examples, workers=workers, trainers=1, embedding_servers=0,
+                       sync="none", eval_points=0, progress=False, log_every=10**12)
 
 
 def trainer_run(cfg: TrainConfig) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    s = launch_local(cfg, out)
+    s = launch_local(replace(cfg, out=str(out)))
     return {
         "eps": s["train_eps"], "eval_ne": s["eval_ne"], "syncs_per_min": s["syncs_per_min"],
         "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],

@@ -9,7 +9,6 @@ import socket
 import uuid
 import warnings
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from shadowsync.cluster.roles import ERROR_FILE, layout_of, resolve, role_main
@@ -33,11 +32,16 @@ def check_port_free(addr: str, port: int, option: str) -> None:
             raise UserError(f"{option} {port}: cannot bind on {addr}: {e.strerror}") from None
 
 
-def launch_local(cfg: TrainConfig, out: Path) -> dict[str, Any]:
+def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     """Run every role of the job as local processes; returns the summary trainer 0 wrote."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    cfg = resolve(replace(cfg, out=str(out)))
+    from shadowsync.train.trainer import plan_data, prepare_out_dir
+
+    cfg = resolve(cfg)
+    out = prepare_out_dir(cfg)
+    plan_data(cfg)  # convert or generate the data once, before every process opens it
+    cfg = replace(cfg, out=str(out))
     layout = layout_of(cfg)
     port = cfg.port or free_port(cfg.addr)
     check_port_free(cfg.addr, port, "--port")

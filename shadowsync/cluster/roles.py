@@ -187,7 +187,9 @@ def cluster_metrics(everyone: list[Any], stats: list[Any], runner: Any) -> dict[
         "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
         "syncs_per_min_per_trainer": per_min,
         "syncs": [m.get("syncs") for _, m in everyone],
-        "sync_blocked_fraction": blocked / busy if busy > 0 else 0.0,
+        # DDP waits inside backward(), where it cannot be told apart from compute.
+        "sync_blocked_fraction": None if runner is not None and runner.kind == "ddp"
+        else (blocked / busy if busy > 0 else 0.0),
         "sync_settings": runner.settings() if runner else {"runner": "none"},
     }
     return out

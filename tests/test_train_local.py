@@ -1,0 +1,57 @@
+"""A real single-trainer run with two Hogwild worker processes, and CLI error handling."""
+
+import json
+
+import pytest
+
+from tests.helpers import run_cli, summary
+
+LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
+         "--table-size", "20000"]
+
+
+@pytest.mark.timeout(180)
+def test_two_hogwild_workers_improve_eval_ne(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli(["train", *LOCAL, "--workers", "2", "--examples", "80000", "--eval-points", "3",
+                   "--log-every", "20000", "--out", str(out)], timeout=150)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    for key in ("examples", "wall_s", "eps", "train_ne", "eval_ne", "eval_auc", "eval_logloss",
+                "calibration", "teacher_eval_ne", "workers", "trainers", "sync",
+                "skipped_lines"):
+        assert key in s, key
+    assert s["workers"] == 2 and s["skipped_lines"] == 0
+    assert s["examples"] == 80000
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r["eval_ne"] for r in rows if r.get("eval_ne") is not None]
+    assert len(evals) >= 3
+    assert evals[-1] < evals[0]  # held-out NE improves as training goes on
+    assert s["eval_ne"] < 0.97
+    assert (out / "ne.png").stat().st_size > 10_000
+    assert "eval_ne" in res.stdout  # the summary table
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args, message", [
+    (["--data", "no/such/file.tsv"], "no/such/file.tsv: no such file or directory"),
+    (["--workers", "0"], "--workers must be positive"),
+    (["--sync-groups", "middle=s-ma"], "--sync-groups: 'middle=s-ma' must be MODULE=SYNC"),
+])
+def test_user_mistakes_are_one_line_errors(tmp_path, args, message):
+    res = run_cli(["train", *LOCAL, *args, "--out", str(tmp_path / "r")], timeout=50)
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(60)
+def test_out_dir_with_a_run_is_not_overwritten(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    res = run_cli(["train", *LOCAL, "--out", str(out)], timeout=50)
+    assert res.returncode == 2 and "already holds a run" in res.stderr
+    assert (out / "summary.json").read_text() == "{}"
