@@ -52,6 +52,21 @@ def _bench_hogwild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_sync(args: argparse.Namespace) -> int:
+    from shadowsync.bench.sync import run_sync_bench
+
+    run_sync_bench(args.out, examples=args.examples, repeats=args.repeats,
+                   slow_net=not args.no_slow_net)
+    return 0
+
+
+def _bench_data(args: argparse.Namespace) -> int:
+    from shadowsync.bench.data import run_data_bench
+
+    run_data_bench(args.out, lines=args.lines, repeats=args.repeats)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from shadowsync.config import add_config_arguments
 
@@ -75,6 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
     hog.add_argument("--examples", type=int, default=200_000, help="examples per timed run")
     hog.add_argument("--repeats", type=int, default=3)
     hog.set_defaults(func=_bench_hogwild)
+    sync = bench.add_parser("sync", help="every --sync side by side; frontier; slow network")
+    sync.add_argument("--out", default="runs/bench-sync")
+    sync.add_argument("--examples", type=int, default=300_000, help="examples per run")
+    sync.add_argument("--repeats", type=int, default=3)
+    sync.add_argument("--no-slow-net", action="store_true",
+                      help="skip the network-namespace hosts part")
+    sync.set_defaults(func=_bench_sync)
+    data_bench = bench.add_parser("data", help="TSV conversion and cache reader speed")
+    data_bench.add_argument("--out", default="runs/bench-data")
+    data_bench.add_argument("--lines", type=int, default=500_000)
+    data_bench.add_argument("--repeats", type=int, default=3)
+    data_bench.set_defaults(func=_bench_data)
     return parser
 
 

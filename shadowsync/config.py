@@ -36,7 +36,8 @@ SYNC_CHOICES = (
 @dataclass
 class TrainConfig:
     # data
-    data: str = _opt("synthetic", "training data: a Criteo TSV file, .gz, directory, or 'synthetic'")
+    data: str = _opt("synthetic",
+                     "training data: a Criteo TSV file, .gz, directory, or 'synthetic'")
     eval_data: str | None = _opt(None, "held-out data (default: the last 10%% of --data)")
     examples: int | None = _opt(
         None, "training examples, one pass (default: 1.5M synthetic, or all of --data)"
@@ -49,7 +50,8 @@ class TrainConfig:
     bottom_mlp: list[int] = _opt([64], "hidden widths of the bottom MLP")
     top_mlp: list[int] = _opt([128, 64], "hidden widths of the top MLP")
     # optimisation
-    optimizer: str = _opt("adagrad", "optimizer (row-wise Adagrad for embeddings)", ("adagrad", "sgd"))
+    optimizer: str = _opt("adagrad", "optimizer (row-wise Adagrad for embeddings)",
+                          ("adagrad", "sgd"))
     lr: float = _opt(0.05, "learning rate of the dense parameters")
     embedding_lr: float | None = _opt(None, "learning rate of the embeddings (default: --lr)")
     batch_size: int = _opt(256, "examples per worker step")
@@ -78,7 +80,8 @@ class TrainConfig:
     # network
     addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")
-    rpc_port: int | None = _opt(None, "port of the RPC store (default: rendezvous port + 1)")
+    rpc_port: int | None = _opt(
+        None, "RPC store port where the launcher does not share its store (default: its + 1)")
     # output
     out: str | None = _opt(None, "output directory (default: runs/<timestamp>)")
     log_every: int = _opt(50_000, "examples between lines of metrics.jsonl")
@@ -109,9 +112,8 @@ class TrainConfig:
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
-                raise UserError(
-                    f"--{_flag(f.name)}: {getattr(self, f.name)!r} is not one of {', '.join(choices)}"
-                )
+                value = getattr(self, f.name)
+                raise UserError(f"--{_flag(f.name)}: {value!r} is not one of {', '.join(choices)}")
         return self
 
     def sync_interval_s(self) -> float | None:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 
-
 def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m shadowsync.cli ARGS` in its own session; on timeout kill that session."""

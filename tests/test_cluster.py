@@ -22,3 +22,62 @@ def test_two_trainers_one_server_background_bmuf_converges(tmp_path):
     assert s["syncs_per_min"] > 60  # a round every 0.05 s, minus start-up
     assert s["sync_blocked_fraction"] == 0.0  # background: workers never wait
     assert s["eval_ne"] < 0.97  # learned something real: NE 1.0 is the mean-CTR predictor
+
+
+TINY = ["--examples", "30000", "--no-progress", "--eval-points", "0", "--table-size", "5000",
+        "--trainers", "2", "--workers", "1", "--embedding-servers", "1"]
+
+BACKGROUND_RUNS = [
+    ["--sync", "s-ma"],
+    ["--sync", "s-bmuf", "--write-back", "overwrite", "--nesterov"],
+    ["--sync", "s-easgd", "--dense-servers", "2"],
+    ["--sync", "s-bmuf", "--sync-groups", "bottom=s-easgd", "top=s-bmuf"],
+    ["--sync", "s-ma", "--sync-interval", "0"],
+]
+
+
+@pytest.mark.timeout(300)
+def test_five_consecutive_background_runs_exit_cleanly(tmp_path):
+    for i, args in enumerate(BACKGROUND_RUNS):
+        out = tmp_path / f"run{i}"
+        res = run_cli(["train", *TINY, *args, "--out", str(out)], timeout=120)
+        assert res.returncode == 0, (args, res.stderr[-3000:])
+        assert res.leftover == [], args
+        s = summary(out)
+        assert s["examples"] >= 29000, args
+        assert all(n > 0 for n in s["syncs"]), args
+        assert s["sync_blocked_fraction"] == 0.0
+    groups = summary(tmp_path / "run3")["sync_settings"]["groups"]
+    assert {g: v["rule"] for g, v in groups.items()} == {"bottom": "easgd", "top": "bmuf"}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sync", ["fr-bmuf", "ddp", "torch-fr-ma"])
+def test_blocking_baselines_run_and_report(tmp_path, sync):
+    out = tmp_path / "run"
+    res = run_cli(["train", *TINY, "--sync", sync, "--sync-every", "10", "--out", str(out)],
+                  timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    assert s["examples"] >= 29000
+    if sync == "fr-bmuf":
+        # a round every 10 steps of each worker: about 30000 / 2 / 256 / 10 rounds
+        assert all(4 <= n <= 8 for n in s["syncs"]), s["syncs"]
+        assert s["sync_blocked_fraction"] > 0
+    if sync == "ddp":
+        assert s["sync_blocked_fraction"] is None  # not separable from backward()
+
+
+@pytest.mark.timeout(60)
+def test_port_in_use_is_a_one_line_error(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        res = run_cli(["train", *TINY, "--port", str(port), "--out", str(tmp_path / "r")],
+                      timeout=50)
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"shadowsync: error: --port {port}: port already in use on 127.0.0.1"

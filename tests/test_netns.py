@@ -224,7 +224,7 @@ def test_rate_limit_slows_transfer(shaping_ok):
 @pytest.mark.timeout(60)
 def test_rate_at_construction_shapes_both_ends(shaping_ok):
     with NetnsHosts(3, rate_mbit=20) as hosts:
-        for i, host in enumerate(hosts.hosts):
+        for i in range(len(hosts.hosts)):
             q_host = hosts.run(i, ["tc", "qdisc", "show", "dev", "eth0"], timeout=10).stdout
             q_port = subprocess.run(
                 ["tc", "-n", hosts.switch, "qdisc", "show", "dev", f"p{i}"],

@@ -45,9 +45,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     layout = layout_of(cfg)
     port = cfg.port or free_port(cfg.addr)
     check_port_free(cfg.addr, port, "--port")
-    rpc_port = cfg.rpc_port or port + 1
-    check_port_free(cfg.addr, rpc_port, "--rpc-port")
-    cfg = replace(cfg, port=port, rpc_port=rpc_port)
+    cfg = replace(cfg, port=port)
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
         run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",

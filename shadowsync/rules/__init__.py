@@ -10,7 +10,8 @@ Adding an algorithm is one new module plus one line in `RULES`.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shadowsync.rules.base import Exchange, SyncRule
 from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering

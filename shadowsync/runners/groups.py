@@ -50,7 +50,8 @@ class ParamGroup:
                 offset += n
 
 
-def split_model(model: torch.nn.Module, assignment: dict[str, str]) -> dict[str, list[torch.Tensor]]:
+def split_model(model: torch.nn.Module,
+                assignment: dict[str, str]) -> dict[str, list[torch.Tensor]]:
     """Parameters by group. `assignment` maps a module prefix (e.g. 'bottom', 'top') to a group
     name; parameters under no prefix go to the group '*'."""
     groups: dict[str, list[torch.Tensor]] = {}

@@ -191,7 +191,7 @@ class Trainer:
                         if not p.is_alive() and i not in done and p.exitcode not in (0, None)]
                 if dead:
                     raise RuntimeError(f"trainer {self.index}: worker {dead[0]} exited with code "
-                                       f"{procs[dead[0]].exitcode}")
+                                       f"{procs[dead[0]].exitcode}") from None
                 continue
             kind = msg[0]
             if kind == "error":
