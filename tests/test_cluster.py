@@ -80,4 +80,5 @@ def test_port_in_use_is_a_one_line_error(tmp_path):
         res = run_cli(["train", *TINY, "--port", str(port), "--out", str(tmp_path / "r")],
                       timeout=50)
     assert res.returncode == 2
-    assert res.stderr.strip() == f"shadowsync: error: --port {port}: port already in use on 127.0.0.1"
+    expected = f"shadowsync: error: --port {port}: port already in use on 127.0.0.1"
+    assert res.stderr.strip() == expected

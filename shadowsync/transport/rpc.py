@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from datetime import timedelta
 
 import torch.distributed.rpc as rpc
 
 RPC_TIMEOUT_S = 120.0
+# Leaving is a barrier over the whole job: the others may still be evaluating or syncing.
+LEAVE_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,4 @@ class RpcEndpoint:
     @staticmethod
     def leave() -> None:
         """Graceful shutdown: a barrier over the whole RPC world, then close."""
-        rpc.shutdown(graceful=True, timeout=RPC_TIMEOUT_S)
-
-
-def timeout(seconds: float) -> timedelta:
-    return timedelta(seconds=seconds)
+        rpc.shutdown(graceful=True, timeout=LEAVE_TIMEOUT_S)
