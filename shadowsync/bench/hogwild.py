@@ -73,7 +73,7 @@ def bare_run(cfg: TrainConfig) -> dict[str, Any]:
     return out
 
 
-def run_hogwild_bench(out: str, examples: int = 200_000, repeats: int = 3) -> dict[str, Any]:
+def run_hogwild_bench(out: str, examples: int = 400_000, repeats: int = 3) -> dict[str, Any]:
     base = _config(examples, 1)
     from shadowsync.train.trainer import plan_data
 

@@ -142,8 +142,9 @@ class Trainer:
         ctx = mp.get_context("spawn")
         messages = ctx.Queue()
         hook = self.sync.worker_hook(ctx, self.cfg.workers) if self.sync else None
+        ready = ctx.Barrier(self.cfg.workers)
         self._procs = [ctx.Process(target=worker_main, daemon=True,
-                                   args=(spec, self.model, self.tables, messages, hook))
+                                   args=(spec, self.model, self.tables, messages, ready, hook))
                        for spec in self.worker_specs()]
         for p in self._procs:
             p.start()

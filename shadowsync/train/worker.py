@@ -58,7 +58,7 @@ class TrainingDiverged(RuntimeError):
 
 
 def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, queue: Any,
-                hook: WorkerHook | None = None) -> None:
+                ready: Any, hook: WorkerHook | None = None) -> None:
     """Train on this worker's shard and report (examples, loss sum, label sum, seconds).
 
     `hook` is the runner's part inside the worker: a foreground gate that may block after a
@@ -77,6 +77,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         n = loss_sum = label_sum = 0.0
         blocked = 0.0
         steps = 0
+        # Start together: process start-up (importing torch, joining RPC) is not training.
+        ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
         t_report = time.perf_counter()
         for dense, ids, labels in batches(data, d.start, d.stop, spec.batch_size,
