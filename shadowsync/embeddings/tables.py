@@ -74,15 +74,20 @@ class EmbeddingTables:
         """Rows of the fused weight matrix by flat index -> [n, dim]."""
         return self.weight.index_select(0, rows)
 
-    def apply_rows(self, rows: torch.Tensor, grads: torch.Tensor) -> None:
-        """Apply gradients [n, dim] to rows of the fused weight matrix (repeats allowed)."""
+    def apply_rows(self, rows: torch.Tensor, grads: torch.Tensor, unique: bool = False) -> None:
+        """Apply gradients [n, dim] to rows of the fused weight matrix. Repeats are allowed
+        unless `unique` says the caller has already summed them."""
         if self.optimizer is SparseOptimizer.SGD:
             self.weight.index_add_(0, rows, grads, alpha=-self.lr)
             return
         # Row-wise Adagrad sums the gradients of repeated ids before updating the accumulator,
         # so a row seen twice in a batch takes one step, as a dense Adagrad would.
-        unique, inverse = torch.unique(rows, return_inverse=True)
-        summed = torch.zeros(len(unique), self.dim).index_add_(0, inverse, grads)
+        if unique:
+            summed = grads
+        else:
+            rows, inverse = torch.unique(rows, return_inverse=True)
+            summed = torch.zeros(len(rows), self.dim).index_add_(0, inverse, grads)
+        unique = rows
         assert self.state is not None
         acc = self.state.index_select(0, unique) + summed.pow(2).mean(1)
         self.state.index_copy_(0, unique, acc)
