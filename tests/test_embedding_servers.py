@@ -29,11 +29,13 @@ def _client(port: int, results) -> None:
     client.attach("trainer0")
     ids = torch.tensor([[1, 399, 7], [1, 2, 7], [1, 399, 29]])
     before = client.lookup(ids)
-    client.apply_gradients(ids, torch.ones(3, 3, 4))
+    # the combined call applies the update before it reads the next batch's rows
+    middle = client.update_and_lookup(ids, torch.ones(3, 3, 4), ids.clone())
+    client.apply_gradients(ids, torch.ones(3, 3, 4))  # asynchronous push
     client.flush()
     after = client.lookup(ids.clone())
     client.detach()
-    results.put((before.tolist(), after.tolist()))  # plain lists outlive this process
+    results.put((before.tolist(), middle.tolist(), after.tolist()))  # lists outlive us
 
 
 @pytest.mark.timeout(60)
@@ -48,7 +50,7 @@ def test_lookup_and_summed_sparse_sgd_over_rpc():
     for p in procs:
         p.start()
     try:
-        before, after = map(torch.tensor, results.get(timeout=45))
+        before, middle, after = map(torch.tensor, results.get(timeout=45))
         for p in procs:
             p.join(timeout=15)
             assert p.exitcode == 0
@@ -62,5 +64,5 @@ def test_lookup_and_summed_sparse_sgd_over_rpc():
     # table 0 id 1 appears 3 times, table 1 id 399 twice, the others once: SGD moves each
     # row by -lr * (summed gradient)
     expected_steps = torch.tensor([[3, 2, 2], [3, 1, 2], [3, 2, 1]], dtype=torch.float32)
-    moved = (before - after)[:, :, 0]
-    assert torch.allclose(moved, LR * expected_steps, atol=1e-6)
+    assert torch.allclose((before - middle)[:, :, 0], LR * expected_steps, atol=1e-6)
+    assert torch.allclose((middle - after)[:, :, 0], LR * expected_steps, atol=1e-6)

@@ -70,6 +70,12 @@ class EmbeddingTables:
         """Apply d(loss)/d(vectors) [B, num_tables, dim] to the rows ids point at."""
         self.apply_rows(self._flat_ids(ids), grads.reshape(-1, self.dim))
 
+    def update_and_lookup(self, ids: torch.Tensor, grads: torch.Tensor,
+                          next_ids: torch.Tensor | None) -> torch.Tensor | None:
+        """Apply one step's gradients, then read the next step's vectors (if any)."""
+        self.apply_gradients(ids, grads)
+        return self.lookup(next_ids) if next_ids is not None else None
+
     def lookup_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """Rows of the fused weight matrix by flat index -> [n, dim]."""
         return self.weight.index_select(0, rows)

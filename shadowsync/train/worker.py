@@ -81,10 +81,13 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
         t_report = time.perf_counter()
-        for dense, ids, labels in batches(data, d.start, d.stop, spec.batch_size,
-                                          shard=d.shard, num_shards=d.num_shards,
-                                          table_size=spec.table_size):
-            vectors = tables.lookup(ids).requires_grad_()
+        stream = batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
+                         num_shards=d.num_shards, table_size=spec.table_size)
+        batch = next(stream, None)
+        vectors = tables.lookup(batch[1]) if batch is not None else None
+        while batch is not None:
+            dense, ids, labels = batch
+            vectors.requires_grad_()
             logits = model(dense, vectors)
             loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
             lv = loss.item()
@@ -96,7 +99,10 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             opt.zero_grad(set_to_none=True)
             (loss / len(labels)).backward()
             opt.step()
-            tables.apply_gradients(ids, vectors.grad)
+            batch = next(stream, None)
+            # One round trip: this step's embedding gradients out, the next step's rows in.
+            vectors = tables.update_and_lookup(ids, vectors.grad,
+                                               batch[1] if batch is not None else None)
             n += len(labels)
             loss_sum += lv
             label_sum += float(labels.sum())

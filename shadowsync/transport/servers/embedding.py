@@ -84,6 +84,12 @@ def _apply(rows: torch.Tensor, grads: torch.Tensor) -> None:
     _LOCAL_TABLES.apply_rows(rows, grads, unique=True)
 
 
+def _update_and_lookup(rows: torch.Tensor, grads: torch.Tensor,
+                       lookup_rows: torch.Tensor) -> torch.Tensor:
+    _apply(rows, grads)
+    return _lookup(lookup_rows)
+
+
 class RemoteEmbeddings:
     """The client a trainer and its workers use in place of local `EmbeddingTables`.
 
@@ -141,27 +147,56 @@ class RemoteEmbeddings:
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         req = self._requests(ids)
-        futures = [(pos, rpc.rpc_async(ClusterLayout.embedding_name(s), _lookup, args=(rows,)))
-                   for s, pos, rows in req.per_server]
-        if len(futures) == 1 and futures[0][0] is None:
-            distinct = futures[0][1].wait()
+        calls = {s: rpc.rpc_async(ClusterLayout.embedding_name(s), _lookup, args=(rows,))
+                 for s, _, rows in req.per_server}
+        return self._gather(req, calls, ids)
+
+    def _gather(self, req: _Requests, calls: dict[int, torch.futures.Future],
+                ids: torch.Tensor) -> torch.Tensor:
+        if len(req.per_server) == 1 and req.per_server[0][1] is None:
+            distinct = calls[req.per_server[0][0]].wait()
         else:
             distinct = torch.empty(req.distinct, self.dim)
-            for pos, fut in futures:
-                distinct.index_copy_(0, pos, fut.wait())
+            for s, pos, _ in req.per_server:
+                distinct.index_copy_(0, pos, calls[s].wait())
         return distinct.index_select(0, req.inverse).view(*ids.shape, self.dim)
+
+    def _summed(self, req: _Requests, grads: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(req.distinct, self.dim).index_add_(
+            0, req.inverse, grads.reshape(-1, self.dim).detach())
 
     def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
         """Push asynchronously; waits only when too many pushes are still in flight."""
-        req = self._requests(ids)
-        summed = torch.zeros(req.distinct, self.dim).index_add_(
-            0, req.inverse, grads.reshape(-1, self.dim).detach())
-        for s, pos, rows in req.per_server:
-            part = summed if pos is None else summed.index_select(0, pos)
+        self.update_and_lookup(ids, grads, None)
+
+    def update_and_lookup(self, ids: torch.Tensor, grads: torch.Tensor,
+                          next_ids: torch.Tensor | None) -> torch.Tensor | None:
+        """Push one step's gradients and fetch the next step's rows in one call per server,
+        halving the round trips of a training step. The server applies the update before
+        reading, so the next step sees it."""
+        done = self._requests(ids)
+        summed = self._summed(done, grads)
+        pushes = {s: (rows, summed if pos is None else summed.index_select(0, pos))
+                  for s, pos, rows in done.per_server}
+        if next_ids is None:
+            for s, (rows, part) in pushes.items():
+                self._pending.append(rpc.rpc_async(ClusterLayout.embedding_name(s), _apply,
+                                                   args=(rows, part)))
+            while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
+                self._pending.pop(0).wait()
+            return None
+        nxt = self._requests(next_ids)
+        calls = {}
+        for s, _, rows in nxt.per_server:
+            name = ClusterLayout.embedding_name(s)
+            if s in pushes:
+                calls[s] = rpc.rpc_async(name, _update_and_lookup, args=(*pushes.pop(s), rows))
+            else:
+                calls[s] = rpc.rpc_async(name, _lookup, args=(rows,))
+        for s, (rows, part) in pushes.items():  # servers the next batch does not need
             self._pending.append(rpc.rpc_async(ClusterLayout.embedding_name(s), _apply,
                                                args=(rows, part)))
-        while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
-            self._pending.pop(0).wait()
+        return self._gather(nxt, calls, next_ids)
 
     def flush(self) -> None:
         for fut in self._pending:
