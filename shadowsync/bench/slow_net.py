@@ -10,6 +10,7 @@ is compared with the same hosts unlimited.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600) 
     config = out / "job.toml"
     config.write_text(config_to_toml(replace(cfg, out=str(out), progress=False)))
     n = len(hosts.hosts)
-    procs = [hosts.popen(i, torchrun_argv(i, n, hosts.ips[0], config, out),
+    # gloo and TensorPipe otherwise pick the address the host name resolves to (loopback).
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": hosts.iface, "TP_SOCKET_IFNAME": hosts.iface}
+    procs = [hosts.popen(i, torchrun_argv(i, n, hosts.ips[0], config, out), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(n)]
     deadline = time.monotonic() + timeout

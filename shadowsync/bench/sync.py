@@ -51,7 +51,7 @@ def torch_period(ma_run: dict[str, Any], cfg: TrainConfig) -> int:
 
 
 def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
-                   slow_net: bool = True) -> dict[str, Any]:
+                   slow_net: bool = True, quality_examples: int = 1_500_000) -> dict[str, Any]:
     from shadowsync.train.trainer import plan_data
 
     root = Path(out)
@@ -84,12 +84,26 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
     for every in FOREGROUND_EVERY:
         name = f"fr-bmuf@{every}steps"
         variants[name] = variant(name, replace(base, sync="fr-bmuf", sync_every=every))
-    runs = interleaved(variants, repeats, "bench sync")
+    runs = interleaved(variants, repeats, "bench sync: throughput")
+    # Quality needs a full pass of the default job; throughput settles much sooner.
+    quality = job(quality_examples)
+    plan_data(quality)
+    q_variants = {f"{name}/quality": variant(f"{name}-quality", replace(quality, sync=name))
+                  for name in ("s-bmuf", "fr-bmuf", "ddp")}
+    q_variants["s-bmuf/overwrite/quality"] = variant(
+        "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
+    q_runs = interleaved(q_variants, repeats, "bench sync: quality")
+    runs += q_runs
+    variants.update(q_variants)
     med = {v: {k: median_of(runs, v, k) for k in
                ("eps", "eval_ne", "syncs_per_min", "sync_blocked_fraction")} for v in variants}
-    background = [v for v in variants if v.startswith("s-")]
+    background = [v for v in variants if v.startswith("s-") and "/" not in v]
     best_bg = max(med[v]["eps"] for v in background)
-    teacher = next((r["teacher_eval_ne"] for r in runs if r.get("teacher_eval_ne")), None)
+    teacher = next((r["teacher_eval_ne"] for r in q_runs if r.get("teacher_eval_ne")), None)
+
+    def ne(name: str) -> float:
+        return med[f"{name}/quality"]["eval_ne"]
+
     ratios = {
         "s_ma_vs_none": med["s-ma"]["eps"] / med["none"]["eps"],
         "s_bmuf_vs_none": med["s-bmuf"]["eps"] / med["none"]["eps"],
@@ -97,11 +111,13 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
         "s_bmuf_syncs_per_min": med["s-bmuf"]["syncs_per_min"],
         "background_vs_ddp": best_bg / med["ddp"]["eps"],
         "background_vs_torch_fr_ma": med["s-ma"]["eps"] / med["torch-fr-ma"]["eps"],
-        "s_bmuf_ne_vs_fr_bmuf": med["s-bmuf"]["eval_ne"] / med["fr-bmuf"]["eval_ne"],
-        "s_bmuf_ne_vs_ddp": med["s-bmuf"]["eval_ne"] / med["ddp"]["eval_ne"],
-        "s_bmuf_ne_vs_teacher": med["s-bmuf"]["eval_ne"] / teacher if teacher else None,
+        "s_bmuf_ne_vs_fr_bmuf": ne("s-bmuf") / ne("fr-bmuf"),
+        "s_bmuf_ne_vs_ddp": ne("s-bmuf") / ne("ddp"),
+        "s_bmuf_ne_vs_teacher": ne("s-bmuf") / teacher if teacher else None,
+        "s_bmuf_ne_delta_vs_overwrite": ne("s-bmuf") / ne("s-bmuf/overwrite"),
     }
-    extra: dict[str, Any] = {"examples_per_run": examples, "repeats": repeats, "medians": med}
+    extra: dict[str, Any] = {"examples_per_run": examples, "quality_examples": quality_examples,
+                             "repeats": repeats, "medians": med}
     if slow_net:
         from shadowsync.bench.slow_net import run_slow_net
 

@@ -122,6 +122,13 @@ def embedding_plan(cfg: TrainConfig) -> Any:
     return ShardingPlan(cfg.embedding_servers, tuple([cfg.table_size] * 26), cfg.row_split_limit)
 
 
+def trainers_here(layout: ClusterLayout) -> int:
+    """Trainers launched on this host (they share its cores)."""
+    first = int(os.environ["RANK"]) - int(os.environ.get("LOCAL_RANK", 0))
+    local = range(first, first + int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    return max(1, sum(1 for r in local if layout.role(r)[0] == "trainer"))
+
+
 def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
                 endpoint: RpcEndpoint) -> None:
     from tqdm import tqdm
@@ -151,7 +158,8 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
         kind, groups = param_groups(cfg, model)
         centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
                    for g in groups if g.rule.needs_servers}
-        runner = build_runner(cfg, kind, groups, TrainerExchange(group, cfg.trainers, centres))
+        runner = build_runner(cfg, kind, groups, TrainerExchange(group, cfg.trainers, centres),
+                              trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout))
     out = Path(cfg.out or ".")
     log = MetricsLog(out / "metrics.jsonl")
     lead = index == 0

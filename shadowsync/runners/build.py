@@ -81,12 +81,14 @@ def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, 
 
 
 def build_runner(cfg: TrainConfig, kind: str | None, groups: list[ParamGroup],
-                 exchange: Any) -> SyncRunner | None:
+                 exchange: Any, trainer_cores: float) -> SyncRunner | None:
+    """`trainer_cores`: this trainer's share of its host's cores, which the auto pace budgets."""
     from shadowsync.runners.foreground import ForegroundSync
     from shadowsync.runners.shadow import BackgroundSync, Pace
 
     if kind == "background":
-        return BackgroundSync(groups, exchange, Pace(cfg.sync_interval_s(), cfg.sync_budget))
+        return BackgroundSync(groups, exchange,
+                              Pace(cfg.sync_interval_s(), cfg.sync_budget, trainer_cores))
     if kind == "foreground":
         return ForegroundSync(groups, exchange, cfg.sync_every)
     return None

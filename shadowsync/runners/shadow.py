@@ -21,7 +21,8 @@ from shadowsync.transport.collectives import TrainerExchange
 class Pace:
     """How long to rest between rounds."""
 
-    def __init__(self, interval: float | None, budget: float, cores: int | None = None) -> None:
+    def __init__(self, interval: float | None, budget: float,
+                 cores: float | None = None) -> None:
         self.interval = interval  # None: auto
         self.budget_cores = budget * (cores or len(os.sched_getaffinity(0)))
         self._cost: float | None = None
