@@ -59,3 +59,26 @@ def session_processes(sid: int) -> list[int]:
 
 def summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
+
+
+def run_spawned(jobs: list[tuple], expected_results: int, timeout: float) -> list:
+    """Start `(target, args)` jobs as spawned processes; each target gets a results queue as
+    its last argument. Returns what they put there, after every process exited 0; kills
+    (by PID) any that did not."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, results)) for target, args in jobs]
+    for p in procs:
+        p.start()
+    try:
+        got = [results.get(timeout=timeout) for _ in range(expected_results)]
+        for p in procs:
+            p.join(timeout=20)
+            assert p.exitcode == 0, f"process {p.pid} exited {p.exitcode}"
+    finally:
+        for p in procs:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGKILL)
+    return got

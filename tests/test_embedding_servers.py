@@ -1,15 +1,14 @@
 """Embedding servers over real RPC: lookups route to the right shard and repeated ids in a
 batch are summed into one update (checked against the closed form of sparse SGD)."""
 
-import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan, serve
+from tests.helpers import run_spawned
 
 ROWS = (50, 400, 30)  # the 400-row table is split row-wise over both servers
 PLAN = ShardingPlan(2, ROWS, row_split_limit=100)
@@ -17,7 +16,7 @@ LAYOUT = ClusterLayout(embedding_servers=2, dense_servers=0, trainers=1, workers
 LR = 0.5
 
 
-def _server(index: int, port: int) -> None:
+def _server(index: int, port: int, results) -> None:
     serve(PLAN, index, 4, "sgd", LR, seed=0)
     RpcEndpoint("127.0.0.1", port).join(LAYOUT.embedding_name(index), index, 3)
     RpcEndpoint.leave()
@@ -43,21 +42,9 @@ def test_lookup_and_summed_sparse_sgd_over_rpc():
     from shadowsync.cluster.launch import free_port
 
     port = free_port("127.0.0.1")
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_server, args=(i, port)) for i in range(2)]
-    procs.append(ctx.Process(target=_client, args=(port, results)))
-    for p in procs:
-        p.start()
-    try:
-        before, middle, after = map(torch.tensor, results.get(timeout=45))
-        for p in procs:
-            p.join(timeout=15)
-            assert p.exitcode == 0
-    finally:
-        for p in procs:
-            if p.is_alive():
-                os.kill(p.pid, 9)
+    [lists] = run_spawned([(_server, (0, port)), (_server, (1, port)), (_client, (port,))],
+                          1, timeout=45)
+    before, middle, after = map(torch.tensor, lists)
     # the same id in the same table reads the same row; different tables differ
     assert torch.equal(before[0, 0], before[1, 0]) and torch.equal(before[0, 2], before[1, 2])
     assert not torch.equal(before[0, 0], before[1, 1])

@@ -1,18 +1,17 @@
 """Shutdown agreement: background loops on trainers that finish at very different times all
 stop after the same round, and the job exits instead of hanging in a half-joined AllReduce."""
 
-import os
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from shadowsync.rules import make_rule
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.shadow import BackgroundSync, Pace
 from shadowsync.transport.collectives import TrainerExchange
+from tests.helpers import run_spawned
 
 
 def _trainer(rank: int, port: int, train_seconds: list[float], results) -> None:
@@ -33,22 +32,9 @@ def _trainer(rank: int, port: int, train_seconds: list[float], results) -> None:
 def test_uneven_stop_agrees_on_the_last_round():
     from shadowsync.cluster.launch import free_port
 
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
     seconds = [0.2, 3.0, 1.0]
     port = free_port("127.0.0.1")
-    procs = [ctx.Process(target=_trainer, args=(r, port, seconds, results)) for r in range(3)]
-    for p in procs:
-        p.start()
-    try:
-        got = sorted(results.get(timeout=60) for _ in procs)
-        for p in procs:
-            p.join(timeout=20)
-            assert p.exitcode == 0
-    finally:
-        for p in procs:
-            if p.is_alive():
-                os.kill(p.pid, 9)
+    got = sorted(run_spawned([(_trainer, (r, port, seconds)) for r in range(3)], 3, timeout=60))
     rounds = {r for _, r, _ in got}
     assert len(rounds) == 1, got  # every trainer ran exactly the same rounds
     assert rounds.pop() > 10  # the early finishers kept syncing until the last one stopped

@@ -42,9 +42,6 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     if cfg.distributed and emb < 1:
         raise UserError("a job with several trainers needs --embedding-servers >= 1 "
                         "(embeddings are shared, never averaged)")
-    if cfg.sync == "none" and cfg.trainers > 1:
-        warnings.warn("--sync none: trainers never synchronize (the throughput ceiling)",
-                      stacklevel=2)
     return replace(cfg, dense_servers=dense)
 
 
@@ -184,7 +181,8 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
         summary.update(cluster_metrics(everyone, all_stats, runner))
         summary["out"] = str(out)
         write_summary(out, summary)
-        plot_ne(out, [r for r in log.rows if r.get("trainer") == 0], plan.teacher_eval_ne)
+        plot_ne(out, [r for r in log.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
+                xlabel=f"training examples of trainer 0 (of {cfg.trainers})")
 
 
 def cluster_metrics(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:

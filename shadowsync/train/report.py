@@ -44,7 +44,8 @@ def write_summary(out: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
-def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None) -> Path | None:
+def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None,
+            xlabel: str = "training examples") -> Path | None:
     """Train (running window) and eval NE against examples seen."""
     import matplotlib
 
@@ -62,7 +63,7 @@ def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None) -> 
         ax.plot(*zip(*evals), "o-", label="eval NE (held-out sample)", color="tab:orange")
     if teacher_ne:
         ax.axhline(teacher_ne, ls="--", color="gray", label=f"teacher eval NE {teacher_ne:.4f}")
-    ax.set_xlabel("training examples")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("normalized entropy (lower is better)")
     ax.grid(alpha=0.3)
     ax.legend()
