@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     sync = bench.add_parser("sync", help="every --sync side by side; frontier; slow network")
     sync.add_argument("--out", default="runs/bench-sync")
     sync.add_argument("--examples", type=int, default=300_000, help="examples per run")
-    sync.add_argument("--quality-examples", type=int, default=1_500_000,
+    sync.add_argument("--quality-examples", type=int, default=3_000_000,
                       help="examples per run of the quality comparison")
     sync.add_argument("--repeats", type=int, default=3)
     sync.add_argument("--no-slow-net", action="store_true",

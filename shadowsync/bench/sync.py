@@ -51,7 +51,7 @@ def torch_period(ma_run: dict[str, Any], cfg: TrainConfig) -> int:
 
 
 def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
-                   slow_net: bool = True, quality_examples: int = 1_500_000) -> dict[str, Any]:
+                   slow_net: bool = True, quality_examples: int = 3_000_000) -> dict[str, Any]:
     from shadowsync.train.trainer import plan_data
 
     root = Path(out)

@@ -24,6 +24,7 @@ from shadowsync.data.dataset import CtrData, open_data
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
 from shadowsync.models import DLRMDense, ModelConfig
+from shadowsync.runners.ddp import WORKER_GROUP_KINDS
 from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -125,11 +126,16 @@ class Trainer:
     def worker_specs(self) -> list[WorkerSpec]:
         cfg, plan = self.cfg, self.plan
         shards = cfg.trainers * cfg.workers
+        stop = plan.train_stop
+        if cfg.sync in WORKER_GROUP_KINDS:  # workers step in lockstep with all others
+            # Every rank must take the same number of steps, or its last collective waits
+            # forever for the ranks that ran out of data: drop the uneven tail.
+            stop = (stop // cfg.batch_size // shards) * shards * cfg.batch_size
         return [
             WorkerSpec(
                 trainer=self.index, worker=w,
                 data=DataSlice(cfg.data, len(plan.train) if cfg.data == "synthetic" else None,
-                               cfg.seed, cfg.skip_bad_lines, 0, plan.train_stop,
+                               cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards),
                 batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
                 lr=cfg.lr, report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
