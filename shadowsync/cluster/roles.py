@@ -40,8 +40,8 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         raise UserError("--sync s-easgd / fr-easgd needs --dense-servers >= 1")
     emb = cfg.embedding_servers
     if cfg.distributed and emb < 1:
-        raise UserError("a job with several trainers needs --embedding-servers >= 1 "
-                        "(embeddings are shared, never averaged)")
+        raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
+                        "or a --sync other than none): embeddings are shared, never averaged")
     return replace(cfg, dense_servers=dense)
 
 
@@ -136,8 +136,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
         agent_store,
         worker_group_runner,
     )
-    from shadowsync.train.local import summarize
-    from shadowsync.train.report import MetricsLog, plot_ne, write_summary
+    from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
     from shadowsync.train.trainer import Trainer, build_dense_model, plan_data
     from shadowsync.transport.collectives import TrainerExchange
     from shadowsync.transport.servers.dense import DenseServerClient

@@ -7,40 +7,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from shadowsync.config import TrainConfig, config_to_dict
+from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
-from shadowsync.train.report import MetricsLog, plot_ne, write_summary
-from shadowsync.train.trainer import DataPlan, Trainer, TrainerStats, plan_data, prepare_out_dir
+from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
+from shadowsync.train.trainer import Trainer, plan_data, prepare_out_dir
 
 
 def local_tables(cfg: TrainConfig) -> EmbeddingTables:
     return EmbeddingTables([cfg.table_size] * 26, cfg.embedding_dim, optimizer=cfg.optimizer,
                            lr=cfg.embedding_lr or cfg.lr, seed=cfg.seed).share_memory_()
-
-
-def summarize(cfg: TrainConfig, plan: DataPlan, stats: list[TrainerStats],
-              final: dict[str, float], train_ne: float, wall_s: float) -> dict[str, Any]:
-    examples = sum(s.examples for s in stats)
-    return {
-        "examples": examples,
-        "wall_s": round(wall_s, 3),
-        "eps": examples / wall_s if wall_s > 0 else 0.0,
-        "train_eps": sum(s.train_eps for s in stats),
-        "eps_per_trainer": [s.train_eps for s in stats],
-        "train_ne": train_ne,
-        "eval_ne": final["ne"],
-        "eval_auc": final["auc"],
-        "eval_logloss": final["logloss"],
-        "calibration": final["calibration"],
-        "eval_examples": final["examples"],
-        "teacher_eval_ne": plan.teacher_eval_ne,
-        "ne_vs_teacher": final["ne"] / plan.teacher_eval_ne if plan.teacher_eval_ne else None,
-        "workers": cfg.workers,
-        "trainers": cfg.trainers,
-        "sync": cfg.sync,
-        "skipped_lines": plan.skipped_lines,
-        "config": config_to_dict(cfg),
-    }
 
 
 def train_local(cfg: TrainConfig) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any, TextIO
 
+from shadowsync.config import config_to_dict
+
 
 class MetricsLog:
     """Appends one JSON object per line and flushes, so a crash keeps every line written."""
@@ -23,6 +25,32 @@ class MetricsLog:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def summarize(cfg: Any, plan: Any, stats: list[Any],
+              final: dict[str, float], train_ne: float, wall_s: float) -> dict[str, Any]:
+    """The contents of summary.json: totals over trainers, the final evaluation, settings."""
+    examples = sum(s.examples for s in stats)
+    return {
+        "examples": examples,
+        "wall_s": round(wall_s, 3),
+        "eps": examples / wall_s if wall_s > 0 else 0.0,
+        "train_eps": sum(s.train_eps for s in stats),
+        "eps_per_trainer": [s.train_eps for s in stats],
+        "train_ne": train_ne,
+        "eval_ne": final["ne"],
+        "eval_auc": final["auc"],
+        "eval_logloss": final["logloss"],
+        "calibration": final["calibration"],
+        "eval_examples": final["examples"],
+        "teacher_eval_ne": plan.teacher_eval_ne,
+        "ne_vs_teacher": final["ne"] / plan.teacher_eval_ne if plan.teacher_eval_ne else None,
+        "workers": cfg.workers,
+        "trainers": cfg.trainers,
+        "sync": cfg.sync,
+        "skipped_lines": plan.skipped_lines,
+        "config": config_to_dict(cfg),
+    }
 
 
 def _finite(obj: Any) -> Any:

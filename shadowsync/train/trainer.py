@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue as queue_mod
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +100,6 @@ class TrainerStats:
         """Examples per second while workers were training (no start-up, no evaluation)."""
         span = self.train_end - self.train_start
         return self.examples / span if span > 0 else 0.0
-
-    eval_history: list[tuple[int, float]] = field(default_factory=list)
 
 
 class Trainer:
@@ -227,7 +225,6 @@ class Trainer:
                 next_eval += eval_every
                 row = row or self._metrics_row(wall)
                 row["eval_ne"] = self.sample_eval_ne()
-                s.eval_history.append((s.examples, row["eval_ne"]))
             if row is not None and self.log is not None:
                 self.log.write(row)
 
