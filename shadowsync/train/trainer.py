@@ -233,6 +233,7 @@ class Trainer:
         row: dict[str, Any] = {
             "trainer": self.index, "examples": s.examples, "wall_s": round(wall, 3),
             "eps": s.examples / wall if wall > 0 else 0.0, "train_ne": self.running_ne.value,
+            "sync_blocked_fraction": s.blocked_s / s.busy_s if s.busy_s > 0 else 0.0,
         }
         if self.sync:
             row.update(self.sync.metrics())
