@@ -13,8 +13,8 @@ LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-
 @pytest.mark.timeout(180)
 def test_two_hogwild_workers_improve_eval_ne(tmp_path):
     out = tmp_path / "run"
-    res = run_cli(["train", *LOCAL, "--workers", "2", "--examples", "80000", "--eval-points", "3",
-                   "--log-every", "20000", "--out", str(out)], timeout=150)
+    res = run_cli(["train", *LOCAL, "--workers", "2", "--examples", "160000", "--eval-points", "3",
+                   "--log-every", "40000", "--out", str(out)], timeout=150)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)
@@ -23,7 +23,7 @@ def test_two_hogwild_workers_improve_eval_ne(tmp_path):
                 "skipped_lines"):
         assert key in s, key
     assert s["workers"] == 2 and s["skipped_lines"] == 0
-    assert s["examples"] == 80000
+    assert s["examples"] == 160000
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r["eval_ne"] for r in rows if r.get("eval_ne") is not None]
     assert len(evals) >= 3
