@@ -36,8 +36,8 @@ def _train(args: argparse.Namespace) -> int:
 def _synth(args: argparse.Namespace) -> int:
     from shadowsync.data.synth import write_tsv_dataset
 
-    if args.examples <= 0:
-        raise UserError(f"--examples must be positive, got {args.examples}")
+    if args.examples < 10:
+        raise UserError(f"--examples must be at least 10 (10% is held out), got {args.examples}")
     info = write_tsv_dataset(args.out, args.examples, args.seed)
     print(f"wrote {args.out}/train.tsv, eval.tsv, teacher.json: mean CTR "
           f"{info['mean_ctr']:.4f}, teacher NE train {info['train_ne']:.4f} "
