@@ -39,9 +39,13 @@ def _synth(args: argparse.Namespace) -> int:
     if args.examples < 10:
         raise UserError(f"--examples must be at least 10 (10% is held out), got {args.examples}")
     info = write_tsv_dataset(args.out, args.examples, args.seed)
+
+    def ne(v: float | None) -> str:  # None where a split's labels are all the same
+        return "n/a" if v is None else f"{v:.4f}"
+
     print(f"wrote {args.out}/train.tsv, eval.tsv, teacher.json: mean CTR "
-          f"{info['mean_ctr']:.4f}, teacher NE train {info['train_ne']:.4f} "
-          f"eval {info['eval_ne']:.4f}")
+          f"{info['mean_ctr']:.4f}, teacher NE train {ne(info['train_ne'])} "
+          f"eval {ne(info['eval_ne'])}")
     return 0
 
 

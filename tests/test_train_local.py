@@ -55,3 +55,13 @@ def test_out_dir_with_a_run_is_not_overwritten(tmp_path):
     res = run_cli(["train", *LOCAL, "--out", str(out)], timeout=50)
     assert res.returncode == 2 and "already holds a run" in res.stderr
     assert (out / "summary.json").read_text() == "{}"
+
+
+@pytest.mark.timeout(60)
+def test_data_synth_command_reports_teacher_ne(tmp_path):
+    res = run_cli(["data", "synth", "--out", str(tmp_path), "--examples", "2000"], timeout=50)
+    assert res.returncode == 0, res.stderr
+    teacher = json.loads((tmp_path / "teacher.json").read_text())
+    assert f"eval {teacher['eval_ne']:.4f}" in res.stdout
+    tiny = run_cli(["data", "synth", "--out", str(tmp_path / "t"), "--examples", "20"], timeout=50)
+    assert tiny.returncode == 0 and "Traceback" not in tiny.stderr
