@@ -179,11 +179,7 @@ class RemoteEmbeddings:
         pushes = {s: (rows, summed if pos is None else summed.index_select(0, pos))
                   for s, pos, rows in done.per_server}
         if next_ids is None:
-            for s, (rows, part) in pushes.items():
-                self._pending.append(rpc.rpc_async(ClusterLayout.embedding_name(s), _apply,
-                                                   args=(rows, part)))
-            while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
-                self._pending.pop(0).wait()
+            self._push_async(pushes)
             return None
         nxt = self._requests(next_ids)
         calls = {}
@@ -193,10 +189,15 @@ class RemoteEmbeddings:
                 calls[s] = rpc.rpc_async(name, _update_and_lookup, args=(*pushes.pop(s), rows))
             else:
                 calls[s] = rpc.rpc_async(name, _lookup, args=(rows,))
-        for s, (rows, part) in pushes.items():  # servers the next batch does not need
+        self._push_async(pushes)  # servers the next batch does not need
+        return self._gather(nxt, calls, next_ids)
+
+    def _push_async(self, pushes: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for s, (rows, part) in pushes.items():
             self._pending.append(rpc.rpc_async(ClusterLayout.embedding_name(s), _apply,
                                                args=(rows, part)))
-        return self._gather(nxt, calls, next_ids)
+        while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
+            self._pending.pop(0).wait()
 
     def flush(self) -> None:
         for fut in self._pending:
