@@ -54,6 +54,8 @@ class TrainConfig:
                           ("adagrad", "sgd"))
     lr: float = _opt(0.05, "learning rate of the dense parameters")
     embedding_lr: float | None = _opt(None, "learning rate of the embeddings (default: --lr)")
+    warmup_steps: int = _opt(
+        300, "worker steps over which the dense learning rate rises linearly to --lr (0: off)")
     batch_size: int = _opt(256, "examples per worker step")
     # processes
     workers: int = _opt(1, "Hogwild worker processes per trainer")
@@ -96,7 +98,7 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
         if self.examples is not None and self.examples <= 0:
             raise UserError(f"--examples must be positive, got {self.examples}")
-        for name in ("embedding_servers", "dense_servers"):
+        for name in ("embedding_servers", "dense_servers", "warmup_steps"):
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise UserError(f"--{_flag(name)} must be >= 0, got {v}")

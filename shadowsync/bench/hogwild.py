@@ -42,13 +42,14 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
     from shadowsync.data.dataset import batches
     from shadowsync.train.local import local_tables
     from shadowsync.train.trainer import build_dense_model, plan_data
-    from shadowsync.train.worker import make_dense_optimizer
+    from shadowsync.train.worker import lr_warmup, make_dense_optimizer
 
     torch.set_num_threads(1)
     plan = plan_data(cfg)
     model = build_dense_model(cfg)
     tables = local_tables(cfg)
     opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
+    warmup = lr_warmup(opt, cfg.warmup_steps)  # as the workers do, so the loops match
     n = 0
     t0 = time.perf_counter()
     for dense, ids, labels in batches(plan.train, 0, plan.train_stop, cfg.batch_size,
@@ -58,6 +59,7 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        warmup.step()
         tables.apply_gradients(ids, vectors.grad)
         n += len(labels)
     results.put({"eps": n / (time.perf_counter() - t0), "examples": n, "workers": 1})

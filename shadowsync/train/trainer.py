@@ -136,7 +136,8 @@ class Trainer:
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards),
                 batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
-                lr=cfg.lr, report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
+                lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
             )
             for w in range(cfg.workers)
         ]

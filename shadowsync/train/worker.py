@@ -43,6 +43,7 @@ class WorkerSpec:
     table_size: int
     optimizer: str
     lr: float
+    warmup_steps: int
     report_every: int  # steps between progress messages
     seed: int
 
@@ -51,6 +52,20 @@ def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optim
     if name == "adagrad":
         return torch.optim.Adagrad(params, lr=lr)
     return torch.optim.SGD(params, lr=lr)
+
+
+def lr_warmup(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Raise the learning rate linearly from lr/steps to lr over the first `steps` steps.
+
+    Why: Adagrad's first updates are about lr * sign(gradient) on every weight, whatever the
+    gradient's size. At initialisation the gradient is dominated by the gap between the
+    predicted and the mean click rate, so those full-size steps push every pre-activation of
+    the bottom MLP's last ReLU below zero within about ten steps. A dead ReLU gets no gradient,
+    and when all of them die the model loses the dense features for good (the default job then
+    ended 11% above the teacher instead of 4%). Small early steps keep them alive.
+    """
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / steps) if steps > 0 else 1.0)
 
 
 class TrainingDiverged(RuntimeError):
@@ -72,8 +87,9 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         d = spec.data
         data = open_data(d.path, skip_bad_lines=d.skip_bad_lines, examples=d.examples, seed=d.seed)
         model = hook.prepare(shared_model, spec.trainer, spec.worker)
-        opt = hook.wrap_optimizer(make_dense_optimizer(spec.optimizer, model.parameters(),
-                                                       spec.lr))
+        opt = make_dense_optimizer(spec.optimizer, model.parameters(), spec.lr)
+        warmup = lr_warmup(opt, spec.warmup_steps)
+        opt = hook.wrap_optimizer(opt)
         n = loss_sum = label_sum = 0.0
         blocked = 0.0
         steps = 0
@@ -99,6 +115,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             opt.zero_grad(set_to_none=True)
             (loss / len(labels)).backward()
             opt.step()
+            warmup.step()
             batch = next(stream, None)
             # One round trip: this step's embedding gradients out, the next step's rows in.
             vectors = tables.update_and_lookup(ids, vectors.grad,
