@@ -16,9 +16,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
+from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 
 ERROR_FILE = "error.txt"
@@ -32,9 +32,9 @@ def layout_of(cfg: TrainConfig) -> ClusterLayout:
 def resolve(cfg: TrainConfig) -> TrainConfig:
     """Fill defaults that depend on other options (dense servers, embedding servers)."""
     from shadowsync.runners.build import needs_dense_servers
-    from shadowsync.train.trainer import build_dense_model
+    from shadowsync.train.trainer import build_dense_model, features_of
 
-    need = needs_dense_servers(cfg, build_dense_model(cfg))
+    need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError("--sync s-easgd / fr-easgd needs --dense-servers >= 1")
@@ -114,9 +114,10 @@ def _run_role(cfg: TrainConfig) -> None:
 
 
 def embedding_plan(cfg: TrainConfig) -> Any:
+    from shadowsync.train.trainer import features_of
     from shadowsync.transport.servers.embedding import ShardingPlan
 
-    return ShardingPlan(cfg.embedding_servers, tuple([cfg.table_size] * 26), cfg.row_split_limit)
+    return ShardingPlan(cfg.embedding_servers, features_of(cfg).table_rows, cfg.row_split_limit)
 
 
 def trainers_here(layout: ClusterLayout) -> int:
@@ -143,7 +144,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     from shadowsync.transport.servers.embedding import RemoteEmbeddings
 
     plan = plan_data(cfg)
-    model = build_dense_model(cfg)
+    model = build_dense_model(cfg, plan.features)
     tables = RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
                               rpc_ranks(layout))
     if cfg.sync in WORKER_GROUP_KINDS:

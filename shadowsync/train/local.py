@@ -10,11 +10,11 @@ from tqdm import tqdm
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
-from shadowsync.train.trainer import Trainer, plan_data, prepare_out_dir
+from shadowsync.train.trainer import Features, Trainer, plan_data, prepare_out_dir
 
 
-def local_tables(cfg: TrainConfig) -> EmbeddingTables:
-    return EmbeddingTables([cfg.table_size] * 26, cfg.embedding_dim, optimizer=cfg.optimizer,
+def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
+    return EmbeddingTables(list(features.table_rows), cfg.embedding_dim, optimizer=cfg.optimizer,
                            lr=cfg.embedding_lr or cfg.lr, seed=cfg.seed).share_memory_()
 
 
@@ -25,7 +25,7 @@ def train_local(cfg: TrainConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tqdm(total=plan.train_stop, unit="ex", unit_scale=True, disable=not cfg.progress,
               desc="train", dynamic_ncols=True) as bar:
-        trainer = Trainer(cfg, plan, local_tables(cfg), log=log, progress=bar)
+        trainer = Trainer(cfg, plan, local_tables(cfg, plan.features), log=log, progress=bar)
         stats = trainer.run()
     wall = time.perf_counter() - t0
     final = trainer.final_eval()

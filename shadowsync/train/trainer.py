@@ -18,19 +18,37 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.config import TrainConfig
-from shadowsync.data.dataset import CtrData, open_data
+from shadowsync.data.dataset import CtrData, feature_counts, open_data
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
-from shadowsync.models import DLRMDense, ModelConfig
+from shadowsync.models import build_model
 from shadowsync.runners.ddp import WORKER_GROUP_KINDS
 from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
+from shadowsync.transport.layout import ClusterLayout
 
 EVAL_SAMPLE = 20_000
 DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
+
+
+@dataclass(frozen=True)
+class Features:
+    """The shape every part of a run is sized by (model, tables, sharding), read from the data."""
+
+    num_dense: int
+    table_rows: tuple[int, ...]
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.table_rows)
+
+
+def features_of(cfg: TrainConfig) -> Features:
+    """From the data's headers only: cheap in every process, converts nothing."""
+    num_dense, num_tables = feature_counts(cfg.data)
+    return Features(num_dense, tuple(cfg.table_rows(num_tables)))
 
 
 @dataclass
@@ -43,6 +61,7 @@ class DataPlan:
     eval_start: int
     eval_stop: int
     teacher_eval_ne: float | None
+    features: Features
 
     @property
     def skipped_lines(self) -> int:
@@ -59,6 +78,10 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         train = open_data(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
     if cfg.eval_data:
         ev = open_data(cfg.eval_data, skip_bad_lines=cfg.skip_bad_lines)
+        if (ev.num_dense, ev.num_tables) != (train.num_dense, train.num_tables):
+            raise UserError(f"--eval-data {cfg.eval_data}: {ev.num_dense} dense and "
+                            f"{ev.num_tables} categorical features, but --data has "
+                            f"{train.num_dense} and {train.num_tables}")
         train_stop, eval_start, eval_stop = len(train), 0, len(ev)
     else:
         ev = train
@@ -72,18 +95,16 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     teacher = ev.teacher_ne(eval_start, eval_stop)
     if teacher is None:
         teacher = ev.teacher_ne_hint
-    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher)
+    features = Features(train.num_dense, tuple(cfg.table_rows(train.num_tables)))
+    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features)
 
 
-def model_config(cfg: TrainConfig) -> ModelConfig:
-    return ModelConfig(embedding_dim=cfg.embedding_dim, table_size=cfg.table_size,
-                       bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp))
-
-
-def build_dense_model(cfg: TrainConfig) -> DLRMDense:
+def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
+    """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
-    return DLRMDense(model_config(cfg))
+    return build_model(cfg.model, features.num_dense, features.num_tables, cfg.embedding_dim,
+                       cfg.bottom_mlp, cfg.top_mlp)
 
 
 @dataclass
@@ -106,13 +127,13 @@ class Trainer:
     """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
 
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
-                 model: DLRMDense | None = None, sync: Any = None,
+                 model: torch.nn.Module | None = None, sync: Any = None,
                  log: MetricsLog | None = None, progress: Any = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
         self.index = index
-        self.model = model if model is not None else build_dense_model(cfg)
+        self.model = model if model is not None else build_dense_model(cfg, plan.features)
         self.model.share_memory()
         self.sync = sync
         self.log = log
@@ -135,8 +156,8 @@ class Trainer:
                 data=DataSlice(cfg.data, len(plan.train) if cfg.data == "synthetic" else None,
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards),
-                batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
-                lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                batch_size=cfg.batch_size, table_size=list(plan.features.table_rows),
+                optimizer=cfg.optimizer, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                 report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
             )
             for w in range(cfg.workers)
@@ -244,12 +265,12 @@ class Trainer:
         p = self.plan
         stop = min(p.eval_stop, p.eval_start + EVAL_SAMPLE)
         return evaluate(self.model, self.tables, p.eval, p.eval_start, stop,
-                        self.cfg.table_size)["ne"]
+                        p.features.table_rows)["ne"]
 
     def final_eval(self) -> dict[str, float]:
         p = self.plan
         return evaluate(self.model, self.tables, p.eval, p.eval_start, p.eval_stop,
-                        self.cfg.table_size)
+                        p.features.table_rows)
 
 
 def prepare_out_dir(cfg: TrainConfig) -> Path:

@@ -13,7 +13,7 @@ import threading
 import torch
 import torch.distributed.rpc as rpc
 
-from shadowsync.cluster.layout import ClusterLayout
+from shadowsync.transport.layout import ClusterLayout
 
 # Set in each dense-server process; the RPC functions below run there.
 _TENSORS: dict[str, torch.Tensor] = {}
