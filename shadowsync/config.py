@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import importlib.util
 import pickle
 import sys
 from collections.abc import Callable
@@ -131,6 +132,9 @@ class TrainConfig:
         if not self.table_size or any(v <= 0 for v in self.table_size):
             raise UserError(f"--table-size: sizes must be positive, got {self.table_size}")
         self._check_model()
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise UserError("--tensorboard needs the tensorboard package: "
+                            "pip install 'shadowsync[tensorboard]'")
         if self.examples is not None and self.examples <= 0:
             raise UserError(f"--examples must be positive, got {self.examples}")
         for name in ("embedding_servers", "dense_servers", "warmup_steps"):
@@ -219,7 +223,7 @@ def _default_text(f: dataclasses.Field) -> str:
         value = ",".join(map(str, value)) if f.metadata.get("parse") else " ".join(map(str, value))
     elif isinstance(value, bool):
         value = f"--{'' if value else 'no-'}{_flag(f.name)}"
-    return f" (default: {value or 'none'})"
+    return f" (default: {'none' if value == '' else value})"
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
@@ -297,15 +301,31 @@ def load_config(args: argparse.Namespace, cls: type = TrainConfig) -> Any:
         for key, value in table.items():
             name = key.replace("-", "_")
             if name not in names:
-                close = difflib.get_close_matches(name, sorted(names), n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
-                raise UserError(f"{path}: unknown option '{key}'{hint}")
+                raise UserError(f"{path}: {unknown_option(key, names)}")
             values[name] = _coerce(key, value, hints[name], path)
     for name in names:
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
     return cls(**values).validate()
+
+
+def unknown_option(key: str, names: set[str]) -> str:
+    """"unknown option 'wokers'; did you mean 'workers'?" """
+    close = difflib.get_close_matches(key.replace("-", "_"), sorted(names), n=1)
+    return f"unknown option '{key}'" + (f"; did you mean '{close[0]}'?" if close else "")
+
+
+def config_from_options(config: TrainConfig | None = None, **options: Any) -> TrainConfig:
+    """A validated TrainConfig from a base config (default: all defaults) and keyword options
+    named like the long command-line options (`trainers=2, sync="s-bmuf"`)."""
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key in options:
+        if key not in names:
+            raise UserError(unknown_option(key, names))
+    return dataclasses.replace(config or TrainConfig(), **options)
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:

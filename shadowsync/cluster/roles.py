@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
+from shadowsync.logs import setup_logging
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 
@@ -69,6 +70,13 @@ def role_main(cfg: TrainConfig) -> None:
     """Entry point of every launched process."""
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        role, index = layout_of(cfg).role(rank)
+        name = f"{role} {index}, rank {rank}"
+    except ValueError:  # a launcher of the wrong size; _run_role says so
+        name = f"rank {rank}"
+    setup_logging(cfg.log_level, name)
     try:
         _run_role(cfg)
     except UserError as e:
@@ -129,16 +137,14 @@ def trainers_here(layout: ClusterLayout) -> int:
 
 def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
                 endpoint: RpcEndpoint) -> None:
-    from tqdm import tqdm
-
     from shadowsync.runners.build import build_runner, param_groups
     from shadowsync.runners.ddp import (
         WORKER_GROUP_KINDS,
         agent_store,
         worker_group_runner,
     )
-    from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
-    from shadowsync.train.trainer import Trainer, build_dense_model, plan_data
+    from shadowsync.train.replica import run_replica
+    from shadowsync.train.trainer import build_dense_model, plan_data
     from shadowsync.transport.collectives import TrainerExchange
     from shadowsync.transport.servers.dense import DenseServerClient
     from shadowsync.transport.servers.embedding import RemoteEmbeddings
@@ -157,45 +163,9 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
                    for g in groups if g.rule.needs_servers}
         runner = build_runner(cfg, kind, groups, TrainerExchange(group, cfg.trainers, centres),
                               trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout))
-    out = Path(cfg.out or ".")
-    log = MetricsLog(out / "metrics.jsonl")
-    lead = index == 0
-    bar = tqdm(total=plan.train_stop // cfg.trainers, unit="ex", unit_scale=True,
-               disable=not (lead and cfg.progress), desc="trainer 0", dynamic_ncols=True)
-    trainer_cfg = cfg if lead else replace(cfg, eval_points=0)
-    trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
-                      log=log, progress=bar)
-    stats = trainer.run()
-    bar.close()
-    sync_metrics = runner.metrics() if runner else {}
-    everyone = [None] * cfg.trainers
-    dist.all_gather_object(everyone, (stats, sync_metrics), group=group)
-    final = trainer.final_eval() if lead else None
-    train_ne = trainer.running_ne.value
-    trainer.close()
-    log.close()
-    if lead:
-        all_stats = [s for s, _ in everyone]
-        wall = max(s.wall_s for s in all_stats)
-        summary = summarize(cfg, plan, all_stats, final, train_ne, wall)
-        summary.update(cluster_metrics(everyone, all_stats, runner))
-        summary["out"] = str(out)
-        write_summary(out, summary)
-        plot_ne(out, [r for r in log.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
-                xlabel=f"training examples of trainer 0 (of {cfg.trainers})")
+    def gather(item: Any) -> list[Any]:
+        everyone = [None] * cfg.trainers
+        dist.all_gather_object(everyone, item, group=group)
+        return everyone
 
-
-def cluster_metrics(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:
-    per_min = [m.get("syncs_per_min") for _, m in everyone if m.get("syncs_per_min") is not None]
-    busy = sum(s.busy_s for s in stats)
-    blocked = sum(s.blocked_s for s in stats)
-    out: dict[str, Any] = {
-        "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
-        "syncs_per_min_per_trainer": per_min,
-        "syncs": [m.get("syncs") for _, m in everyone],
-        # DDP waits inside backward(), where it cannot be told apart from compute.
-        "sync_blocked_fraction": None if runner is not None and runner.kind == "ddp"
-        else (blocked / busy if busy > 0 else 0.0),
-        "sync_settings": runner.settings() if runner else {"runner": "none"},
-    }
-    return out
+    run_replica(cfg, plan, tables, index=index, model=model, runner=runner, gather=gather)

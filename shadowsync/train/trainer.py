@@ -281,7 +281,7 @@ def prepare_out_dir(cfg: TrainConfig) -> Path:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
-    for name in ("metrics.jsonl", "summary.json"):
+    for name in ("metrics.jsonl", "summary.json", "config.toml"):
         if (out / name).exists():
             raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")
     return out
