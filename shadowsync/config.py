@@ -328,8 +328,18 @@ def config_from_options(config: TrainConfig | None = None, **options: Any) -> Tr
     return dataclasses.replace(config or TrainConfig(), **options)
 
 
+def model_name(model: str | Callable[..., Any]) -> str:
+    """How a model option is written in messages, summary.json and config.toml: a factory
+    as the MODULE:FUNCTION that finds it again."""
+    return f"{model.__module__}:{model.__qualname__}" if callable(model) else model
+
+
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The options as plain data (JSON and TOML can hold every value)."""
+    values = dataclasses.asdict(cfg)
+    if "model" in values:
+        values["model"] = model_name(values["model"])
+    return values
 
 
 def default_out_dir() -> Path:
@@ -341,11 +351,9 @@ def default_out_dir() -> Path:
 def config_to_toml(cfg: Any) -> str:
     """A TOML file that `--config` reads back into the same configuration."""
     lines = []
-    for key, value in dataclasses.asdict(cfg).items():
+    for key, value in config_to_dict(cfg).items():
         if value is None:
             continue
-        if callable(value):  # a model factory: written as the MODULE:FUNCTION that finds it
-            value = f"{value.__module__}:{value.__qualname__}"
         if isinstance(value, bool):
             text = "true" if value else "false"
         elif isinstance(value, str):

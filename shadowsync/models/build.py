@@ -6,7 +6,8 @@ and returns an `nn.Module` whose `forward(dense [B, D], emb [B, T, E])` returns 
 Every process of a job builds its own copy (trainers, their Hogwild workers, the launcher
 that checks the options), so the function must be importable there: a module on the path
 or in the current directory, or a function defined at the top level of one (it travels by
-pickle, by name).
+pickle, by name). The model's class must be importable the same way: the built model is
+handed to the worker processes by pickle too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from shadowsync.config import model_name
 from shadowsync.errors import UserError
 from shadowsync.models.dlrm import DLRMDense, ModelConfig
 
@@ -48,13 +50,6 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     return obj
 
 
-def describe(model: str | Callable[..., Any]) -> str:
-    """How a model option is written in messages and config files."""
-    if callable(model):
-        return f"{model.__module__}:{model.__qualname__}"
-    return model
-
-
 def build_model(model: str | Callable[..., Any], num_dense: int, num_tables: int,
                 embedding_dim: int, bottom_mlp: list[int], top_mlp: list[int]) -> nn.Module:
     """The dense model for data with `num_dense` dense and `num_tables` categorical features.
@@ -64,7 +59,7 @@ def build_model(model: str | Callable[..., Any], num_dense: int, num_tables: int
                                      embedding_dim=embedding_dim, bottom_mlp=list(bottom_mlp),
                                      top_mlp=list(top_mlp)))
     factory = model if callable(model) else load_factory(model)
-    name = describe(model)
+    name = model_name(model)
     try:
         built = factory(num_dense, num_tables, embedding_dim)
     except Exception as e:
