@@ -26,10 +26,21 @@ log = logging.getLogger(__name__)
 
 
 def progress_enabled(cfg: TrainConfig) -> bool:
-    """--progress / --no-progress, else on a terminal only; never under -q."""
+    """--progress / --no-progress, else on a terminal or in a notebook only; never under -q."""
     if cfg.log_level == "warning":
         return False
-    return cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    if cfg.progress is not None:
+        return cfg.progress
+    return sys.stderr.isatty() or _in_notebook()
+
+
+def _in_notebook() -> bool:
+    """A Jupyter kernel drew this process's output (tqdm.auto then draws a widget). Only the
+    process the notebook runs qualifies: a cluster's trainer 0 is a child writing to the
+    kernel's own stderr."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def progress_bar(total: int, desc: str, enabled: bool) -> Any:
