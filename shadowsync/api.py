@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from shadowsync.config import TrainConfig, config_from_options, config_to_toml
 
 CONFIG_FILE = "config.toml"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
+    f = plan.features
+    log.info("data %s: %d training and %d held-out examples, %d dense features, %d "
+             "categorical features", cfg.data, plan.train_stop, plan.eval_stop - plan.eval_start,
+             f.num_dense, f.num_tables)
     port = choose_port(cfg).port if cfg.distributed else None
     cfg = replace(cfg, out=str(prepare_out_dir(cfg)))
     (Path(cfg.out) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")

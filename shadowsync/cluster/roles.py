@@ -4,6 +4,7 @@ train. `role_main` is the entry point of every process, under torchrun or the lo
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -24,6 +25,8 @@ from shadowsync.transport.rpc import RpcEndpoint
 
 ERROR_FILE = "error.txt"
 COLLECTIVE_TIMEOUT = timedelta(seconds=300)
+
+log = logging.getLogger(__name__)
 
 
 def layout_of(cfg: TrainConfig) -> ClusterLayout:
@@ -109,8 +112,10 @@ def _run_role(cfg: TrainConfig) -> None:
     if role == "embedding":
         from shadowsync.transport.servers.embedding import serve
 
-        serve(embedding_plan(cfg), index, cfg.embedding_dim, cfg.optimizer,
-              cfg.embedding_lr or cfg.lr, cfg.seed)
+        plan = embedding_plan(cfg)
+        serve(plan, index, cfg.embedding_dim, cfg.optimizer, cfg.embedding_lr or cfg.lr,
+              cfg.seed)
+        log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
         endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
         RpcEndpoint.leave()
     elif role == "dense":
