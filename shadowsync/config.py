@@ -158,12 +158,19 @@ class TrainConfig:
         return self
 
     def _check_model(self) -> None:
-        if callable(self.model):
-            try:  # every process builds the model, so the factory travels to them by pickle
-                pickle.dumps(self.model)
-            except Exception:
-                raise UserError(f"model: {self.model!r} cannot be pickled; pass a function "
-                                "defined at the top level of a module") from None
+        if not callable(self.model):
+            return
+        # Every process builds the model, so the factory travels to them by pickle, by name.
+        # A notebook's or an interactive session's __main__ cannot be imported by them.
+        main = sys.modules.get("__main__")
+        interactive = self.model.__module__ == "__main__" and not getattr(main, "__file__", None)
+        try:
+            pickle.dumps(self.model)
+        except Exception:
+            interactive = True
+        if interactive:
+            raise UserError(f"model: {model_name(self.model)} cannot be sent to other processes; "
+                            "pass a function defined at the top level of a module file")
 
     def table_rows(self, num_tables: int) -> list[int]:
         """Rows of each of the data's `num_tables` tables."""
@@ -307,7 +314,7 @@ def load_config(args: argparse.Namespace, cls: type = TrainConfig) -> Any:
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
-    return cls(**values).validate()
+    return cls(**values)  # validated on construction
 
 
 def unknown_option(key: str, names: set[str]) -> str:

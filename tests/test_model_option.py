@@ -51,5 +51,5 @@ def test_model_mistakes_are_one_line(spec, message):
 
 
 def test_a_factory_that_cannot_travel_to_other_processes_is_refused():
-    with pytest.raises(UserError, match="cannot be pickled"):
+    with pytest.raises(UserError, match="cannot be sent to other processes"):
         TrainConfig(model=lambda d, t, e: None)
