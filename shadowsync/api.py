@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.config import TrainConfig, config_from_options, config_to_toml
+from shadowsync.config import TrainConfig, config_from_options, config_to_toml, default_out_dir
+from shadowsync.errors import UserError
 
 CONFIG_FILE = "config.toml"
 
@@ -51,8 +52,9 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     from shadowsync.cluster.launch import choose_port, launch_local
     from shadowsync.cluster.roles import resolve
     from shadowsync.train.local import train_local
-    from shadowsync.train.trainer import plan_data, prepare_out_dir
+    from shadowsync.train.trainer import plan_data
 
+    out = free_out_dir(cfg)
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
@@ -60,10 +62,23 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
              "categorical features", cfg.data, plan.train_stop, plan.eval_stop - plan.eval_start,
              f.num_dense, f.num_tables)
     port = choose_port(cfg).port if cfg.distributed else None
-    cfg = replace(cfg, out=str(prepare_out_dir(cfg)))
+    try:  # only now that every input is known good
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
+    cfg = replace(cfg, out=str(out))
     (Path(cfg.out) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     if cfg.distributed:
         summary = launch_local(replace(cfg, port=port))
     else:
         summary = train_local(cfg, plan)
     return cfg, summary
+
+
+def free_out_dir(cfg: TrainConfig) -> Path:
+    """--out (default runs/<timestamp>), refused if it already holds a run."""
+    out = Path(cfg.out) if cfg.out else default_out_dir()
+    for name in ("metrics.jsonl", "summary.json", CONFIG_FILE):
+        if (out / name).exists():
+            raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")
+    return out

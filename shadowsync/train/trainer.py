@@ -12,7 +12,6 @@ from __future__ import annotations
 import queue as queue_mod
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -271,17 +270,3 @@ class Trainer:
         p = self.plan
         return evaluate(self.model, self.tables, p.eval, p.eval_start, p.eval_stop,
                         p.features.table_rows)
-
-
-def prepare_out_dir(cfg: TrainConfig) -> Path:
-    from shadowsync.config import default_out_dir
-
-    out = Path(cfg.out) if cfg.out else default_out_dir()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
-    for name in ("metrics.jsonl", "summary.json", "config.toml"):
-        if (out / name).exists():
-            raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")
-    return out
