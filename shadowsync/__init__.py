@@ -3,28 +3,19 @@
     import shadowsync
     result = shadowsync.train(trainers=2, sync="s-bmuf", examples=200_000)
 
-`train`, `TrainConfig` and `RunResult` are imported on first use, so `import shadowsync`
-stays light (no torch).
+`import shadowsync` stays light: torch is imported when `train` runs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# The name `train` is both the subpackage shadowsync/train/ and the API function. Importing a
+# subpackage for the first time binds it as an attribute of its parent, which would replace
+# the function the first time a run imports shadowsync.train.*; so the (docstring-only)
+# subpackage is loaded here first, and the function bound after it. `from shadowsync.train.X
+# import Y` is unaffected: it finds the subpackage in sys.modules.
+from shadowsync import train as _train_package  # noqa: F401  (see above)
+from shadowsync.api import RunResult, train
+from shadowsync.config import TrainConfig
 
 __version__ = "0.1.0"
 __all__ = ["RunResult", "TrainConfig", "__version__", "train"]
-
-if TYPE_CHECKING:
-    from shadowsync.api import RunResult, train
-    from shadowsync.config import TrainConfig
-
-_LAZY = {"train": "shadowsync.api", "RunResult": "shadowsync.api",
-         "TrainConfig": "shadowsync.config"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'shadowsync' has no attribute {name!r}")

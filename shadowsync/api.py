@@ -56,12 +56,13 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 
     out = free_out_dir(cfg)
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
+    if cfg.distributed:
+        choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
     log.info("data %s: %d training and %d held-out examples, %d dense features, %d "
              "categorical features", cfg.data, plan.train_stop, plan.eval_stop - plan.eval_start,
              f.num_dense, f.num_tables)
-    port = choose_port(cfg).port if cfg.distributed else None
     try:  # only now that every input is known good
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -69,7 +70,7 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     cfg = replace(cfg, out=str(out))
     (Path(cfg.out) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     if cfg.distributed:
-        summary = launch_local(replace(cfg, port=port))
+        summary = launch_local(choose_port(cfg))
     else:
         summary = train_local(cfg, plan)
     return cfg, summary

@@ -62,3 +62,11 @@ def test_options_are_checked_before_anything_runs():
 def test_import_is_light():
     res = run_python(["-c", "import sys, shadowsync; print('torch' in sys.modules)"], timeout=30)
     assert res.stdout.strip() == "False"
+
+
+def test_train_stays_the_function_after_the_train_package_is_imported():
+    import shadowsync
+    import shadowsync.train.trainer  # noqa: F401  (what every run imports)
+    from shadowsync.train.local import train_local  # noqa: F401
+
+    assert callable(shadowsync.train) and shadowsync.train.__module__ == "shadowsync.api"
