@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from shadowsync.errors import UserError
+from shadowsync.runners.modes import SYNC_CHOICES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,11 +27,6 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, **kw: 
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta, **kw)
-
-
-SYNC_CHOICES = (
-    "none", "s-ma", "s-bmuf", "s-easgd", "fr-ma", "fr-bmuf", "fr-easgd", "ddp", "torch-fr-ma",
-)
 
 
 @dataclass
@@ -63,7 +59,8 @@ class TrainConfig:
     embedding_servers: int = _opt(
         1, "embedding parameter servers (0: tables live in the single trainer)")
     dense_servers: int | None = _opt(
-        None, "dense parameter servers for the EASGD centre (default: 1 if a rule needs it)")
+        None, "dense parameter servers for the EASGD centre and bsp / asp / switch "
+        "(default: 1 if the sync needs it)")
     row_split_limit: int = _opt(1_000_000, "tables with more rows are split row-wise over servers")
     # synchronization
     sync: str = _opt("s-bmuf", "how trainers synchronize their dense parameters", SYNC_CHOICES)
@@ -79,6 +76,16 @@ class TrainConfig:
     block_lr: float = _opt(1.0, "BMUF block learning rate zeta")
     nesterov: bool = _opt(False, "BMUF Nesterov look-ahead")
     elastic_alpha: float = _opt(0.5, "EASGD elastic rate alpha")
+    momentum: float = _opt(
+        0.9, "momentum of the servers' SGD under bsp / asp / switch (with --optimizer sgd)")
+    switch_plan: str = _opt(
+        "bsp:0.1,asp", "protocol phases of --sync switch: MODE:SHARE,... (last share: the rest)")
+    switch_momentum: str = _opt(
+        "keep", "momentum at a switch: keep it, zero it, or zero it and ramp it back",
+        ("keep", "zero", "ramp"))
+    switch_scale_lr: bool = _opt(
+        True, "ASP steps use --lr / (trainers x workers): BSP's global batch at --lr becomes "
+        "one worker's batch at --lr / n")
     # network
     addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")
@@ -104,6 +111,12 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be >= 0, got {v}")
         if not 0 < self.sync_budget <= 1:
             raise UserError(f"--sync-budget must be in (0, 1], got {self.sync_budget}")
+        if not 0 <= self.momentum < 1:
+            raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.sync == "switch":
+            from shadowsync.runners.switch.plan import SwitchPlan
+
+            SwitchPlan.parse(self.switch_plan)
         if not 0 < self.elastic_alpha <= 1:
             raise UserError(f"--elastic-alpha must be in (0, 1], got {self.elastic_alpha}")
         self.sync_interval_s()

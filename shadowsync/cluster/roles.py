@@ -37,7 +37,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     need = needs_dense_servers(cfg, build_dense_model(cfg))
     dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
     if need and dense < 1:
-        raise UserError("--sync s-easgd / fr-easgd needs --dense-servers >= 1")
+        raise UserError(f"--sync {cfg.sync} needs --dense-servers >= 1")
     emb = cfg.embedding_servers
     if cfg.distributed and emb < 1:
         raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
@@ -130,32 +130,18 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
                 endpoint: RpcEndpoint) -> None:
     from tqdm import tqdm
 
-    from shadowsync.runners.build import build_runner, param_groups
-    from shadowsync.runners.ddp import (
-        WORKER_GROUP_KINDS,
-        agent_store,
-        worker_group_runner,
-    )
+    from shadowsync.runners.build import RunnerContext, build_runner
     from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
     from shadowsync.train.trainer import Trainer, build_dense_model, plan_data
-    from shadowsync.transport.collectives import TrainerExchange
-    from shadowsync.transport.servers.dense import DenseServerClient
     from shadowsync.transport.servers.embedding import RemoteEmbeddings
 
     plan = plan_data(cfg)
     model = build_dense_model(cfg)
     tables = RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
                               rpc_ranks(layout))
-    if cfg.sync in WORKER_GROUP_KINDS:
-        addr, port = agent_store()
-        runner = worker_group_runner(cfg, addr, port)
-        groups = []
-    else:
-        kind, groups = param_groups(cfg, model)
-        centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
-                   for g in groups if g.rule.needs_servers}
-        runner = build_runner(cfg, kind, groups, TrainerExchange(group, cfg.trainers, centres),
-                              trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout))
+    runner = build_runner(RunnerContext(
+        cfg, model, trainer_group=group,
+        trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
     out = Path(cfg.out or ".")
     log = MetricsLog(out / "metrics.jsonl")
     lead = index == 0
@@ -166,9 +152,11 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
                       log=log, progress=bar)
     stats = trainer.run()
     bar.close()
-    sync_metrics = runner.metrics() if runner else {}
+    sync_metrics = runner.final_metrics() if runner else {}
     everyone = [None] * cfg.trainers
     dist.all_gather_object(everyone, (stats, sync_metrics), group=group)
+    if runner:
+        runner.after_training()
     final = trainer.final_eval() if lead else None
     train_ne = trainer.running_ne.value
     trainer.close()
@@ -178,6 +166,8 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
         wall = max(s.wall_s for s in all_stats)
         summary = summarize(cfg, plan, all_stats, final, train_ne, wall)
         summary.update(cluster_metrics(everyone, all_stats, runner))
+        if runner:
+            summary.update(runner.summarize([m for _, m in everyone]))
         summary["out"] = str(out)
         write_summary(out, summary)
         plot_ne(out, [r for r in log.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
@@ -192,8 +182,7 @@ def cluster_metrics(everyone: list[Any], stats: list[Any], runner: Any) -> dict[
         "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
         "syncs_per_min_per_trainer": per_min,
         "syncs": [m.get("syncs") for _, m in everyone],
-        # DDP waits inside backward(), where it cannot be told apart from compute.
-        "sync_blocked_fraction": None if runner is not None and runner.kind == "ddp"
+        "sync_blocked_fraction": None if runner is not None and not runner.measures_blocking
         else (blocked / busy if busy > 0 else 0.0),
         "sync_settings": runner.settings() if runner else {"runner": "none"},
     }

@@ -24,7 +24,8 @@ from shadowsync.data.dataset import CtrData, open_data
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
 from shadowsync.models import DLRMDense, ModelConfig
-from shadowsync.runners.ddp import WORKER_GROUP_KINDS
+from shadowsync.runners.modes import mode_of
+from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -125,7 +126,7 @@ class Trainer:
         cfg, plan = self.cfg, self.plan
         shards = cfg.trainers * cfg.workers
         stop = plan.train_stop
-        if cfg.sync in WORKER_GROUP_KINDS:  # workers step in lockstep with all others
+        if mode_of(cfg.sync).lockstep:  # workers step in lockstep with all others
             # Every rank must take the same number of steps, or its last collective waits
             # forever for the ranks that ran out of data: drop the uneven tail.
             stop = (stop // cfg.batch_size // shards) * shards * cfg.batch_size
@@ -199,20 +200,21 @@ class Trainer:
                     raise RuntimeError(f"trainer {self.index}: worker {dead[0]} exited with code "
                                        f"{procs[dead[0]].exitcode}") from None
                 continue
-            kind = msg[0]
-            if kind == "error":
-                raise UserError(msg[3])
-            if kind == "done":
-                done.add(msg[2])
-                self.stats.train_start = min(self.stats.train_start, msg[3])
-                self.stats.train_end = max(self.stats.train_end, msg[4])
+            if isinstance(msg, WorkerFailed):
+                raise UserError(msg.message)
+            if isinstance(msg, WorkerDone):
+                done.add(msg.worker)
+                self.stats.train_start = min(self.stats.train_start, msg.train_start)
+                self.stats.train_end = max(self.stats.train_end, msg.train_end)
                 continue
-            _, _, _, n, loss_sum, label_sum, busy, blocked = msg
+            n = msg.examples
             s = self.stats
             s.examples += n
-            s.busy_s += busy
-            s.blocked_s += blocked
-            self.running_ne.add(n, loss_sum, label_sum)
+            s.busy_s += msg.busy_s
+            s.blocked_s += msg.blocked_s
+            self.running_ne.add(n, msg.loss_sum, msg.label_sum)
+            if self.sync:
+                self.sync.observe(msg)
             wall = time.perf_counter() - t0
             if self.progress is not None:
                 self.progress.update(n)

@@ -1,0 +1,257 @@
+"""Per-step protocols on dense parameter servers: `bsp`, `asp` and `switch` (Sync-Switch; Li,
+Mangoubi, Xu, Guo, "Sync-Switch: Hybrid Parameter Synchronization for Distributed Deep
+Learning", ICDCS 2021, arXiv 2104.08364).
+
+Every worker process of every trainer is one parameter-server worker with a private replica of
+the dense model: after each backward pass it pushes its gradient to the dense servers and
+continues from the parameters they send back. The servers hold the parameters, the optimizer
+state and a version (`shadowsync.transport.servers.dense`). The plan (`switch.plan`) names the
+protocol of each step and the configuration policy (`switch.configure`) its learning rate and
+momentum; both are pure functions of the step, so every worker agrees on them without talking.
+
+Guarantees: under BSP every worker holds the same parameters after each step, so the
+parameters are identical on every trainer when a switch happens; a switch restarts nothing
+and reloads nothing (parameters, optimizer state and version carry over); at the end every
+trainer loads the servers' final parameters, so all trainers evaluate the same model.
+Embeddings stay on the embedding servers, asynchronous, as in every other mode.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import statistics
+import time
+from collections import Counter
+from typing import Any
+
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.runners.reports import WorkerReport
+from shadowsync.runners.switch.configure import step_settings
+from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.transport.servers.dense import Push, TrainedTensorClient
+
+KEY = "dense"
+
+
+def params_digest(vec: torch.Tensor) -> str:
+    """A short fingerprint of exact parameter values (equal iff bitwise equal, in practice)."""
+    return hashlib.sha1(vec.detach().contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+class ProtocolSettings:
+    """What every worker needs to know to push its gradients; picklable."""
+
+    def __init__(self, plan: SwitchPlan, servers: int, numel: int, optimizer: str, lr: float,
+                 momentum: float, momentum_policy: str, workers: int, scale_lr: bool) -> None:
+        self.plan = plan
+        self.servers = servers
+        self.numel = numel
+        self.optimizer = optimizer
+        self.lr = lr
+        self.momentum = momentum
+        self.momentum_policy = momentum_policy
+        self.workers = workers  # every worker of every trainer: n of BSP
+        self.scale_lr = scale_lr
+
+
+class ServerStepper:
+    """Stands in for the worker's optimizer: `step()` pushes the gradient and loads the
+    parameters the servers send back."""
+
+    def __init__(self, hook: ProtocolHook, params: list[torch.Tensor]) -> None:
+        self.hook = hook
+        self.params = params
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in self.params])
+        with torch.no_grad():
+            vector_to_parameters(self.hook.push(grad, self.params), self.params)
+
+
+class ProtocolHook(WorkerHook):
+    def __init__(self, settings: ProtocolSettings) -> None:
+        self.s = settings
+        # per worker process (each has its own copy after pickling)
+        self.step_index = 0
+        self.total_steps = 0
+        self.version = 0
+        self.where = ""
+        self._blocked = 0.0
+        self._staleness: Counter[int] = Counter()
+        self._switches: list[dict[str, Any]] = []
+        self._push_s: list[float] = []  # round trips of the current phase
+
+    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+        self.total_steps = steps
+        self.where = f"trainer {trainer} worker {worker}"
+        replica = copy.deepcopy(model)  # a private replica: one parameter-server worker
+        self.client = TrainedTensorClient(KEY, self.s.servers, self.s.numel)
+        self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
+                         self.s.workers)
+        params, self.version = self.client.params()
+        with torch.no_grad():
+            vector_to_parameters(params, replica.parameters())
+        return replica
+
+    def wrap_optimizer(self, optimizer: Any) -> Any:
+        # The servers own the optimizer; the worker's own is only a list of parameters here.
+        return ServerStepper(self, [p for g in optimizer.param_groups for p in g["params"]])
+
+    def push(self, grad: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+        s, k = self.s, self.step_index
+        plan = s.plan
+        phase = plan.phase_at(k, self.total_steps)
+        mode = plan.phases[phase].mode
+        start = ([0, *plan.boundaries(self.total_steps)])[phase]
+        if k > 0 and phase != plan.phase_at(k - 1, self.total_steps):
+            self._begin_switch(phase, params)
+        cfg = step_settings(mode, s.lr, s.workers, s.momentum, s.momentum_policy,
+                            k - start, after_switch=phase > 0, scale_lr=s.scale_lr)
+        t0 = time.perf_counter()
+        reply = self.client.push(grad, Push(mode, self.version, phase, cfg.lr, cfg.momentum,
+                                            cfg.reset_momentum))
+        took = time.perf_counter() - t0
+        if k > 0 and k == start and self._switches:
+            self._end_switch(took)
+        self._push_s.append(took)
+        self._blocked += took
+        self._staleness[reply.staleness] += 1
+        self.version = reply.version
+        self.step_index += 1
+        return reply.params
+
+    def _begin_switch(self, phase: int, params: list[torch.Tensor]) -> None:
+        plan = self.s.plan
+        self._switches.append({
+            "phase": phase, "from": plan.phases[phase - 1].mode, "to": plan.phases[phase].mode,
+            "step": self.step_index, "wall_time": time.time(), "where": self.where,
+            "params_digest": params_digest(parameters_to_vector(params)),
+            "push_s_before": statistics.median(self._push_s) if self._push_s else 0.0,
+        })
+        self._push_s = []
+
+    def _end_switch(self, first_push_s: float) -> None:
+        sw = self._switches[-1]
+        sw["first_push_s"] = first_push_s
+        # What the switch cost this worker: how much longer its first step under the new
+        # protocol waited than a typical step of the old one (BSP -> ASP: nothing).
+        sw["cost_s"] = max(0.0, first_push_s - sw["push_s_before"])
+
+    def step(self) -> float:
+        blocked, self._blocked = self._blocked, 0.0
+        return blocked
+
+    def report(self) -> dict[str, Any]:
+        out = {"staleness": dict(self._staleness), "switches": self._switches}
+        self._staleness, self._switches = Counter(), []
+        return out
+
+
+class ProtocolRunner(SyncRunner):
+    """The trainer side: nothing runs between steps; it collects what workers report and
+    loads the servers' final parameters when training is over."""
+
+    kind = "protocol"
+    blocks_workers = True
+
+    def __init__(self, settings: ProtocolSettings, model: torch.nn.Module, mode: str) -> None:
+        super().__init__([], exchange=None)  # type: ignore[arg-type]
+        self.settings_ = settings
+        self.model = model
+        self.mode = mode
+        self.staleness: Counter[int] = Counter()
+        self.switches: list[dict[str, Any]] = []
+        self.server_switches: list[dict[str, Any]] = []
+
+    def worker_hook(self, ctx: Any, workers: int) -> ProtocolHook:
+        return ProtocolHook(self.settings_)
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        self._t_end = time.perf_counter()
+
+    def observe(self, report: WorkerReport) -> None:
+        self.staleness.update({int(k): v for k, v in report.sync.get("staleness", {}).items()})
+        self.switches.extend(report.sync.get("switches", []))
+
+    def after_training(self) -> None:
+        client = TrainedTensorClient(KEY, self.settings_.servers, self.settings_.numel)
+        params, _ = client.params()
+        with torch.no_grad():
+            vector_to_parameters(params, self.model.parameters())
+        self.server_switches = client.switches()
+
+    def metrics(self) -> dict[str, Any]:
+        return staleness_summary(self.staleness)
+
+    def final_metrics(self) -> dict[str, Any]:
+        return {**self.metrics(), "staleness_hist": dict(self.staleness),
+                "switches": self.switches}
+
+    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+        hist: Counter[int] = Counter()
+        switches: list[dict[str, Any]] = []
+        for m in everyone:
+            hist.update({int(k): v for k, v in m.get("staleness_hist", {}).items()})
+            switches.extend(m.get("switches", []))
+        return {"staleness": {**staleness_summary(hist), "hist": dict(sorted(hist.items()))},
+                "switches": group_switches(switches, self.server_switches)}
+
+    def describe(self) -> dict[str, Any]:
+        s = self.settings_
+        return {"plan": str(s.plan), "optimizer": s.optimizer, "lr": s.lr,
+                "momentum": s.momentum, "switch_momentum": s.momentum_policy,
+                "scale_lr": s.scale_lr, "ps_workers": s.workers, "dense_servers": s.servers}
+
+
+def staleness_summary(hist: Counter[int]) -> dict[str, Any]:
+    n = sum(hist.values())
+    if n == 0:
+        return {}
+    values = sorted(hist.elements())
+    return {"staleness_mean": sum(k * v for k, v in hist.items()) / n,
+            "staleness_p50": values[n // 2], "staleness_p90": values[min(n - 1, (9 * n) // 10)],
+            "staleness_max": values[-1]}
+
+
+def group_switches(events: list[dict[str, Any]],
+                   server: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per switch: when, what it cost, and whether every worker held the same
+    parameters when it happened."""
+    out = []
+    for phase in sorted({e["phase"] for e in events}):
+        es = [e for e in events if e["phase"] == phase]
+        srv = next((x for x in server if x["phase"] == phase), {})
+        digests = sorted({e["params_digest"] for e in es})
+        out.append({
+            "phase": phase, "from": es[0]["from"], "to": es[0]["to"], "step": es[0]["step"],
+            "wall_time": min(e["wall_time"] for e in es),
+            "workers": len(es), "params_identical": len(digests) == 1,
+            "params_digests": digests,
+            "cost_s": max(e.get("cost_s", 0.0) for e in es) + srv.get("server_s", 0.0),
+            "server_s": srv.get("server_s"),
+        })
+    return out
+
+
+def protocol_runner(ctx: Any) -> ProtocolRunner:
+    """The builder of the `bsp`, `asp` and `switch` modes."""
+    cfg = ctx.cfg
+    plan = SwitchPlan.parse(cfg.switch_plan) if cfg.sync == "switch" \
+        else SwitchPlan.single(cfg.sync)
+    numel = sum(p.numel() for p in ctx.model.parameters())
+    settings = ProtocolSettings(plan, cfg.dense_servers or 0, numel, cfg.optimizer, cfg.lr,
+                                cfg.momentum, cfg.switch_momentum,
+                                cfg.trainers * cfg.workers, cfg.switch_scale_lr)
+    return ProtocolRunner(settings, ctx.model, cfg.sync)
