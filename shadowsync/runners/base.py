@@ -132,5 +132,9 @@ class WorkerHook:
         """Counters since the previous call, carried by the next `WorkerReport`."""
         return {}
 
+    def where(self) -> str:
+        """Where in its synchronization schedule the worker is, for error messages."""
+        return ""
+
     def finish(self, shared_model: Any, trained: Any) -> None:
         pass

@@ -84,7 +84,7 @@ class ProtocolHook(WorkerHook):
         self.step_index = 0
         self.total_steps = 0
         self.version = 0
-        self.where = ""
+        self.location = ""
         self._blocked = 0.0
         self._staleness: Counter[int] = Counter()
         self._switches: list[dict[str, Any]] = []
@@ -92,7 +92,7 @@ class ProtocolHook(WorkerHook):
 
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
         self.total_steps = steps
-        self.where = f"trainer {trainer} worker {worker}"
+        self.location = f"trainer {trainer} worker {worker}"
         replica = copy.deepcopy(model)  # a private replica: one parameter-server worker
         self.client = TrainedTensorClient(KEY, self.s.servers, self.s.numel)
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
@@ -133,7 +133,7 @@ class ProtocolHook(WorkerHook):
         plan = self.s.plan
         self._switches.append({
             "phase": phase, "from": plan.phases[phase - 1].mode, "to": plan.phases[phase].mode,
-            "step": self.step_index, "wall_time": time.time(), "where": self.where,
+            "step": self.step_index, "wall_time": time.time(), "where": self.location,
             "params_digest": params_digest(parameters_to_vector(params)),
             "push_s_before": statistics.median(self._push_s) if self._push_s else 0.0,
         })
@@ -149,6 +149,10 @@ class ProtocolHook(WorkerHook):
     def step(self) -> float:
         blocked, self._blocked = self._blocked, 0.0
         return blocked
+
+    def where(self) -> str:
+        plan, k = self.s.plan, max(0, self.step_index - 1)
+        return f" under {plan.phases[plan.phase_at(k, self.total_steps)].mode.upper()}"
 
     def report(self) -> dict[str, Any]:
         out = {"staleness": dict(self._staleness), "switches": self._switches}

@@ -78,7 +78,8 @@ class TrainingDiverged(RuntimeError):
 EXPLODED_LOSS = 100.0
 
 
-def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int) -> None:
+def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int,
+               where: str = "") -> None:
     """Stop with one clear line on a NaN, infinite or exploding loss (an ASP phase with too
     high a learning rate diverges this way)."""
     mean = loss_sum / max(1, examples)
@@ -86,7 +87,7 @@ def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int) -> N
         what = f"loss is {mean}" if not math.isfinite(mean) else \
             f"mean loss {mean:.3g} per example exploded past {EXPLODED_LOSS:g}"
         raise TrainingDiverged(f"training diverged: {what} in trainer {spec.trainer} worker "
-                               f"{spec.worker} after {seen} examples; try a lower --lr")
+                               f"{spec.worker}{where} after {seen} examples; try a lower --lr")
 
 
 def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, queue: Any,
@@ -133,7 +134,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             logits = model(dense, vectors)
             loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
             lv = loss.item()
-            check_loss(lv, len(labels), spec, steps * spec.batch_size)
+            check_loss(lv, len(labels), spec, steps * spec.batch_size, hook.where())
             opt.zero_grad(set_to_none=True)
             (loss / len(labels)).backward()
             opt.step()

@@ -1,0 +1,38 @@
+"""BSP / ASP / Sync-Switch as real jobs: servers over RPC, trainers pushing gradients."""
+
+import pytest
+
+from tests.helpers import run_cli, summary
+
+TINY = ["--examples", "30300", "--no-progress", "--eval-points", "0", "--table-size", "5000",
+        "--trainers", "2", "--workers", "1", "--embedding-servers", "1"]
+
+
+@pytest.mark.timeout(200)
+def test_switch_in_place_keeps_every_trainer_identical(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli(["train", *TINY, "--sync", "switch", "--switch-plan", "bsp:0.5,asp",
+                   "--dense-servers", "2", "--out", str(out)], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    assert s["examples"] == 30208  # lockstep: 118 whole batches of 256 over 2 workers
+    (sw,) = s["switches"]
+    assert (sw["from"], sw["to"], sw["step"]) == ("bsp", "asp", 30)  # half of 59 steps
+    assert sw["workers"] == 2 and sw["params_identical"]
+    assert sw["cost_s"] < 1.0
+    st = s["staleness"]
+    assert sum(st["hist"].values()) == 118  # one entry per gradient pushed
+    assert st["hist"]["0"] >= 60  # BSP steps are never stale
+    assert s["eval_ne"] < 0.98  # it learned
+
+
+@pytest.mark.timeout(200)
+def test_asp_divergence_is_one_clear_line(tmp_path):
+    res = run_cli(["train", *TINY, "--sync", "asp", "--optimizer", "sgd", "--lr", "30",
+                   "--out", str(tmp_path / "run")], timeout=180)
+    assert res.returncode == 2
+    assert res.leftover == []
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("shadowsync: error: training diverged: ")
+    assert "under ASP" in last and "try a lower --lr" in last
