@@ -9,7 +9,8 @@ import warnings
 from shadowsync.errors import UserError
 
 SUMMARY_KEYS = [
-    "examples", "wall_s", "eps", "train_ne", "eval_ne", "teacher_eval_ne", "ne_vs_teacher",
+    "examples", "wall_s", "eps", "train_ne", "train_loss", "eval_ne", "eval_accuracy",
+    "teacher_eval_ne", "ne_vs_teacher",
     "eval_auc", "eval_logloss", "calibration", "trainers", "workers", "sync",
     "syncs_per_min", "sync_blocked_fraction", "skipped_lines",
 ]

@@ -16,6 +16,8 @@ from typing import Any, get_args, get_origin
 from shadowsync.errors import UserError
 from shadowsync.runners.modes import SYNC_CHOICES
 
+TASK_CHOICES = ("ctr", "digits")  # shadowsync.train.tasks.TASKS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -31,6 +33,9 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, **kw: 
 
 @dataclass
 class TrainConfig:
+    # task
+    task: str = _opt("ctr", "what to train: ctr (DLRM on CTR rows, NE) or digits (scikit-learn's "
+                     "8x8 digits, a small CNN, accuracy)", TASK_CHOICES)
     # data
     data: str = _opt("synthetic",
                      "training data: a Criteo TSV file, .gz, directory, or 'synthetic'")

@@ -58,3 +58,10 @@ def test_bad_protocol_options_name_the_option(argv, message):
         parse(argv)
     if e.type is UserError:
         assert message in str(e.value)
+
+
+def test_task_choices_are_the_task_registry():
+    from shadowsync.config import TASK_CHOICES
+    from shadowsync.train.tasks import TASKS
+
+    assert set(TASK_CHOICES) == set(TASKS)

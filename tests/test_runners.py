@@ -37,16 +37,19 @@ class Fixed:
 
 
 def test_write_back_delta_keeps_updates_made_during_the_round_overwrite_drops_them():
+    class Racing(Fixed):
+        def __init__(self, mean, param):
+            super().__init__(mean)
+            self.param = param
+
+        def mean(self, local):  # a worker steps while the round is in flight
+            self.param.add_(1.0)
+            return super().mean(local)
+
     for mode, expected in (("delta", 5.0 + 1.0), ("overwrite", 5.0)):
         p = torch.tensor([1.0])
-
-        class Racing(Fixed):
-            def mean(self, local):  # a worker steps while the round is in flight
-                p.add_(1.0)
-                return super().mean(local)
-
         group = ParamGroup("g", [p], make_rule("ma"), mode)
-        group.sync_round(Racing(torch.tensor([5.0])))
+        group.sync_round(Racing(torch.tensor([5.0]), p))
         assert p.item() == expected, mode
 
 

@@ -36,11 +36,13 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     """Run every role of the job as local processes; returns the summary trainer 0 wrote."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from shadowsync.train.trainer import plan_data, prepare_out_dir
+    from shadowsync.train.tasks import task_of
+    from shadowsync.train.trainer import prepare_out_dir
 
     cfg = resolve(cfg)
     out = prepare_out_dir(cfg)
-    plan_data(cfg)  # convert or generate the data once, before every process opens it
+    # Convert or generate the data once, before every process opens it.
+    task_of(cfg.task).plan_data(cfg)
     cfg = replace(cfg, out=str(out))
     layout = layout_of(cfg)
     port = cfg.port or free_port(cfg.addr)

@@ -32,9 +32,9 @@ def layout_of(cfg: TrainConfig) -> ClusterLayout:
 def resolve(cfg: TrainConfig) -> TrainConfig:
     """Fill defaults that depend on other options (dense servers, embedding servers)."""
     from shadowsync.runners.build import needs_dense_servers
-    from shadowsync.train.trainer import build_dense_model
+    from shadowsync.train.tasks import task_of
 
-    need = needs_dense_servers(cfg, build_dense_model(cfg))
+    need = needs_dense_servers(cfg, task_of(cfg.task).build_model(cfg))
     dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError(f"--sync {cfg.sync} needs --dense-servers >= 1")
@@ -114,9 +114,11 @@ def _run_role(cfg: TrainConfig) -> None:
 
 
 def embedding_plan(cfg: TrainConfig) -> Any:
+    from shadowsync.train.tasks import task_of
     from shadowsync.transport.servers.embedding import ShardingPlan
 
-    return ShardingPlan(cfg.embedding_servers, tuple([cfg.table_size] * 26), cfg.row_split_limit)
+    return ShardingPlan(cfg.embedding_servers, tuple(task_of(cfg.task).table_rows(cfg)),
+                        cfg.row_split_limit)
 
 
 def trainers_here(layout: ClusterLayout) -> int:
@@ -132,11 +134,13 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
 
     from shadowsync.runners.build import RunnerContext, build_runner
     from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
-    from shadowsync.train.trainer import Trainer, build_dense_model, plan_data
+    from shadowsync.train.tasks import task_of
+    from shadowsync.train.trainer import Trainer
     from shadowsync.transport.servers.embedding import RemoteEmbeddings
 
-    plan = plan_data(cfg)
-    model = build_dense_model(cfg)
+    task = task_of(cfg.task)
+    plan = task.plan_data(cfg)
+    model = task.build_model(cfg)
     tables = RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
                               rpc_ranks(layout))
     runner = build_runner(RunnerContext(
@@ -158,7 +162,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     if runner:
         runner.after_training()
     final = trainer.final_eval() if lead else None
-    train_ne = trainer.running_ne.value
+    train_ne = trainer.running.value
     trainer.close()
     log.close()
     if lead:

@@ -20,71 +20,18 @@ import torch.multiprocessing as mp
 
 from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.config import TrainConfig
-from shadowsync.data.dataset import CtrData, open_data
 from shadowsync.errors import UserError
-from shadowsync.metrics import RunningNE
-from shadowsync.models import DLRMDense, ModelConfig
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
-from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
+from shadowsync.train.tasks import DataPlan, task_of
+from shadowsync.train.tasks.ctr import build_dense_model, model_config, plan_data
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
 
 EVAL_SAMPLE = 20_000
-DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
-
-
-@dataclass
-class DataPlan:
-    """Where training and evaluation rows come from, decided once per run."""
-
-    train: CtrData
-    eval: CtrData
-    train_stop: int
-    eval_start: int
-    eval_stop: int
-    teacher_eval_ne: float | None
-
-    @property
-    def skipped_lines(self) -> int:
-        extra = self.eval.skipped_lines if self.eval is not self.train else 0
-        return self.train.skipped_lines + extra
-
-
-def plan_data(cfg: TrainConfig) -> DataPlan:
-    if cfg.data == "synthetic":
-        n_train = cfg.examples or DEFAULT_SYNTHETIC_EXAMPLES
-        total = n_train + n_train // 9  # the last 10% of the generated rows are held out
-        train = open_data("synthetic", examples=total, seed=cfg.seed)
-    else:
-        train = open_data(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
-    if cfg.eval_data:
-        ev = open_data(cfg.eval_data, skip_bad_lines=cfg.skip_bad_lines)
-        train_stop, eval_start, eval_stop = len(train), 0, len(ev)
-    else:
-        ev = train
-        eval_start = len(train) - len(train) // 10
-        train_stop, eval_stop = eval_start, len(train)
-        if eval_start == eval_stop:
-            raise UserError(f"{cfg.data}: too few examples ({len(train)}) to hold 10% out; "
-                            "pass --eval-data")
-    if cfg.examples:
-        train_stop = min(train_stop, cfg.examples)
-    teacher = ev.teacher_ne(eval_start, eval_stop)
-    if teacher is None:
-        teacher = ev.teacher_ne_hint
-    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher)
-
-
-def model_config(cfg: TrainConfig) -> ModelConfig:
-    return ModelConfig(embedding_dim=cfg.embedding_dim, table_size=cfg.table_size,
-                       bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp))
-
-
-def build_dense_model(cfg: TrainConfig) -> DLRMDense:
-    # Every trainer starts from the same dense weights, as data-parallel training expects.
-    torch.manual_seed(cfg.seed)
-    return DLRMDense(model_config(cfg))
+# The CTR task's builders, where callers have always found them.
+__all__ = ["DataPlan", "Trainer", "TrainerStats", "build_dense_model", "model_config",
+           "plan_data", "prepare_out_dir"]
 
 
 @dataclass
@@ -107,18 +54,19 @@ class Trainer:
     """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
 
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
-                 model: DLRMDense | None = None, sync: Any = None,
+                 model: torch.nn.Module | None = None, sync: Any = None,
                  log: MetricsLog | None = None, progress: Any = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
         self.index = index
-        self.model = model if model is not None else build_dense_model(cfg)
+        self.task = task_of(cfg.task)
+        self.model = model if model is not None else self.task.build_model(cfg)
         self.model.share_memory()
         self.sync = sync
         self.log = log
         self.progress = progress
-        self.running_ne = RunningNE()
+        self.running = self.task.running_metric()  # e.g. NE over recent training examples
         self.stats = TrainerStats()
         self._procs: list[Any] = []
 
@@ -133,7 +81,7 @@ class Trainer:
         return [
             WorkerSpec(
                 trainer=self.index, worker=w,
-                data=DataSlice(cfg.data, len(plan.train) if cfg.data == "synthetic" else None,
+                data=DataSlice(cfg.task, cfg.data, plan.open_examples,
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards),
                 batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
@@ -212,14 +160,15 @@ class Trainer:
             s.examples += n
             s.busy_s += msg.busy_s
             s.blocked_s += msg.blocked_s
-            self.running_ne.add(n, msg.loss_sum, msg.label_sum)
+            self.running.add(n, msg.loss_sum, msg.label_sum)
             if self.sync:
                 self.sync.observe(msg)
             wall = time.perf_counter() - t0
             if self.progress is not None:
                 self.progress.update(n)
                 self.progress.set_postfix(eps=f"{s.examples / wall:,.0f}",
-                                          ne=f"{self.running_ne.value:.4f}", refresh=False)
+                                          refresh=False,
+                                          **{self.running.name: f"{self.running.value:.4f}"})
             row = None
             if s.examples >= next_log:
                 next_log += cfg.log_every
@@ -227,7 +176,7 @@ class Trainer:
             if s.examples >= next_eval and cfg.eval_points > 0:
                 next_eval += eval_every
                 row = row or self._metrics_row(wall)
-                row["eval_ne"] = self.sample_eval_ne()
+                row[f"eval_{self.task.metric}"] = self.sample_eval()
             if row is not None and self.log is not None:
                 self.log.write(row)
 
@@ -235,23 +184,25 @@ class Trainer:
         s = self.stats
         row: dict[str, Any] = {
             "trainer": self.index, "examples": s.examples, "wall_s": round(wall, 3),
-            "eps": s.examples / wall if wall > 0 else 0.0, "train_ne": self.running_ne.value,
+            "eps": s.examples / wall if wall > 0 else 0.0,
+            f"train_{self.running.name}": self.running.value,
             "sync_blocked_fraction": s.blocked_s / s.busy_s if s.busy_s > 0 else 0.0,
         }
         if self.sync:
             row.update(self.sync.metrics())
         return row
 
-    def sample_eval_ne(self) -> float:
+    def sample_eval(self) -> float:
+        """The task's headline metric on a sample of the held-out rows."""
         p = self.plan
         stop = min(p.eval_stop, p.eval_start + EVAL_SAMPLE)
-        return evaluate(self.model, self.tables, p.eval, p.eval_start, stop,
-                        self.cfg.table_size)["ne"]
+        return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
+                                  self.cfg)[self.task.metric]
 
     def final_eval(self) -> dict[str, float]:
         p = self.plan
-        return evaluate(self.model, self.tables, p.eval, p.eval_start, p.eval_stop,
-                        self.cfg.table_size)
+        return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop,
+                                  self.cfg)
 
 
 def prepare_out_dir(cfg: TrainConfig) -> Path:

@@ -14,17 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from shadowsync.data.dataset import batches, num_batches, open_data
+from shadowsync.data.dataset import batches, num_batches
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.train.tasks import task_of
 
 
 @dataclass
 class DataSlice:
     """Which rows this worker reads: global batches of [start, stop) striped over shards."""
 
+    task: str
     path: str
     examples: int | None
     seed: int
@@ -104,7 +105,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         torch.manual_seed(spec.seed * 1000 + spec.trainer * 100 + spec.worker)
         tables.attach(f"trainer{spec.trainer}-worker{spec.worker}")
         d = spec.data
-        data = open_data(d.path, skip_bad_lines=d.skip_bad_lines, examples=d.examples, seed=d.seed)
+        task = task_of(d.task)
+        data = task.open_data(d.path, d.examples, d.seed, d.skip_bad_lines)
         planned = len(range(d.shard, num_batches(d.start, d.stop, spec.batch_size),
                             d.num_shards))
         model = hook.prepare(shared_model, spec.trainer, spec.worker, steps=planned)
@@ -132,7 +134,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             dense, ids, labels = batch
             vectors.requires_grad_()
             logits = model(dense, vectors)
-            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+            loss = task.loss_sum(logits, labels)
             lv = loss.item()
             check_loss(lv, len(labels), spec, steps * spec.batch_size, hook.where())
             opt.zero_grad(set_to_none=True)
@@ -141,7 +143,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             warmup.step()
             batch = next(stream, None)
             # One round trip: this step's embedding gradients out, the next step's rows in.
-            vectors = tables.update_and_lookup(ids, vectors.grad,
+            grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
+            vectors = tables.update_and_lookup(ids, grad,
                                                batch[1] if batch is not None else None)
             n += len(labels)
             loss_sum += lv
