@@ -60,11 +60,14 @@ class ProtocolSettings:
 
 class ServerStepper:
     """Stands in for the worker's optimizer: `step()` pushes the gradient and loads the
-    parameters the servers send back."""
+    parameters the servers send back. The worker's own optimizer only carries the learning
+    rate schedule (warmup), which scales the servers' learning rate."""
 
-    def __init__(self, hook: ProtocolHook, params: list[torch.Tensor]) -> None:
+    def __init__(self, hook: ProtocolHook, local: torch.optim.Optimizer) -> None:
         self.hook = hook
-        self.params = params
+        self.local = local
+        self.params = [p for g in local.param_groups for p in g["params"]]
+        self.param_groups = local.param_groups  # what schedulers read and write
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -73,8 +76,10 @@ class ServerStepper:
     def step(self) -> None:
         grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in self.params])
+        group = self.local.param_groups[0]
+        scale = group["lr"] / group.get("initial_lr", group["lr"])
         with torch.no_grad():
-            vector_to_parameters(self.hook.push(grad, self.params), self.params)
+            vector_to_parameters(self.hook.push(grad, self.params, scale), self.params)
 
 
 class ProtocolHook(WorkerHook):
@@ -103,10 +108,10 @@ class ProtocolHook(WorkerHook):
         return replica
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
-        # The servers own the optimizer; the worker's own is only a list of parameters here.
-        return ServerStepper(self, [p for g in optimizer.param_groups for p in g["params"]])
+        return ServerStepper(self, optimizer)
 
-    def push(self, grad: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+    def push(self, grad: torch.Tensor, params: list[torch.Tensor],
+             lr_scale: float = 1.0) -> torch.Tensor:
         s, k = self.s, self.step_index
         plan = s.plan
         phase = plan.phase_at(k, self.total_steps)
@@ -114,7 +119,7 @@ class ProtocolHook(WorkerHook):
         start = ([0, *plan.boundaries(self.total_steps)])[phase]
         if k > 0 and phase != plan.phase_at(k - 1, self.total_steps):
             self._begin_switch(phase, params)
-        cfg = step_settings(mode, s.lr, s.workers, s.momentum, s.momentum_policy,
+        cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
                             k - start, after_switch=phase > 0, scale_lr=s.scale_lr)
         t0 = time.perf_counter()
         reply = self.client.push(grad, Push(mode, self.version, phase, cfg.lr, cfg.momentum,
