@@ -91,6 +91,8 @@ class TrainConfig:
     switch_scale_lr: bool = _opt(
         True, "ASP steps use --lr / (trainers x workers): BSP's global batch at --lr becomes "
         "one worker's batch at --lr / n")
+    straggler: str | None = _opt(
+        None, "slow one trainer down: trainer=ID,slowdown=3,start=S,duration=D (seconds)")
     # network
     addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")
@@ -118,6 +120,10 @@ class TrainConfig:
             raise UserError(f"--sync-budget must be in (0, 1], got {self.sync_budget}")
         if not 0 <= self.momentum < 1:
             raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.straggler is not None:
+            from shadowsync.train.straggler import Straggler
+
+            Straggler.parse(self.straggler, self.trainers)
         if self.sync == "switch":
             from shadowsync.runners.switch.plan import SwitchPlan
 

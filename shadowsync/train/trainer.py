@@ -24,6 +24,7 @@ from shadowsync.errors import UserError
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
+from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import DataPlan, task_of
 from shadowsync.train.tasks.ctr import build_dense_model, model_config, plan_data
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -87,6 +88,7 @@ class Trainer:
                 batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
                 lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                 report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
+                straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
             )
             for w in range(cfg.workers)
         ]

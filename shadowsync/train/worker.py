@@ -18,6 +18,7 @@ import torch
 from shadowsync.data.dataset import batches, num_batches
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import task_of
 
 
@@ -48,6 +49,7 @@ class WorkerSpec:
     warmup_steps: int
     report_every: int  # steps between progress messages
     seed: int
+    straggler: Straggler | None = None
 
 
 def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -150,8 +152,13 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             loss_sum += lv
             label_sum += float(labels.sum())
             steps += 1
-            blocked += hook.step()
+            waited = hook.step()
+            blocked += waited
             now = time.perf_counter()
+            if spec.straggler is not None:
+                compute = now - t_step - waited
+                spec.straggler.sleep_after_step(spec.trainer, time.time() - t_start, compute)
+                now = time.perf_counter()
             step_s.append(now - t_step)
             t_step = now
             if steps % spec.report_every == 0:
