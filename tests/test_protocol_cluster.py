@@ -16,13 +16,15 @@ def test_switch_in_place_keeps_every_trainer_identical(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)
-    assert s["examples"] == 30208  # lockstep: 118 whole batches of 256 over 2 workers
+    # The job's budget is 118 gradients (lockstep: 59 whole batches of 256 per worker); under
+    # ASP a worker may push once more than its share before it sees the budget spent.
+    assert 118 * 256 <= s["examples"] <= 119 * 256
     (sw,) = s["switches"]
     assert (sw["from"], sw["to"], sw["step"]) == ("bsp", "asp", 30)  # half of 59 steps
     assert sw["workers"] == 2 and sw["params_identical"]
     assert sw["cost_s"] < 1.0
     st = s["staleness"]
-    assert sum(st["hist"].values()) == 118  # one entry per gradient pushed
+    assert sum(st["hist"].values()) * 256 == s["examples"]  # one entry per gradient pushed
     assert st["hist"]["0"] >= 60  # BSP steps are never stale
     assert s["eval_ne"] < 0.98  # it learned
 
@@ -30,7 +32,7 @@ def test_switch_in_place_keeps_every_trainer_identical(tmp_path):
 @pytest.mark.timeout(200)
 def test_asp_divergence_is_one_clear_line(tmp_path):
     res = run_cli(["train", *TINY, "--sync", "asp", "--optimizer", "sgd", "--lr", "30",
-                   "--out", str(tmp_path / "run")], timeout=180)
+                   "--warmup-steps", "0", "--out", str(tmp_path / "run")], timeout=180)
     assert res.returncode == 2
     assert res.leftover == []
     last = res.stderr.strip().splitlines()[-1]

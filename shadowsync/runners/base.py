@@ -124,9 +124,15 @@ class WorkerHook:
     def wrap_optimizer(self, optimizer: Any) -> Any:
         return optimizer
 
+    endless_data = False  # True: the worker's data wraps around until `finished()`
+
     def step(self) -> float:
         """After each step; returns seconds spent waiting on synchronization."""
         return 0.0
+
+    def finished(self) -> bool:
+        """True when the worker should stop before its data runs out."""
+        return False
 
     def report(self) -> dict[str, Any]:
         """Counters since the previous call, carried by the next `WorkerReport`."""

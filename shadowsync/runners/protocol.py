@@ -22,6 +22,7 @@ import copy
 import hashlib
 import statistics
 import time
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -83,12 +84,24 @@ class ServerStepper:
 
 
 class ProtocolHook(WorkerHook):
+    """A worker's side of the protocol. Progress is global: the servers count the gradients
+    they have applied, and the plan's phases and the end of training are fractions of the
+    job's budget (every worker's planned steps together). Under BSP every worker gets the
+    same reply, so all of them change phase at the same step; under ASP a fast worker takes
+    more steps than a slow one (its data wraps around), so a straggler does not hold the job
+    back, as in Sync-Switch's ASP."""
+
+    endless_data = True
+
     def __init__(self, settings: ProtocolSettings) -> None:
         self.s = settings
         # per worker process (each has its own copy after pickling)
-        self.step_index = 0
-        self.total_steps = 0
+        self.budget = 0  # gradients the job applies in all
+        self.applied = 0  # gradients applied on the servers, as of the last reply
         self.version = 0
+        self.pushes = 0
+        self.phase = 0
+        self.phase_pushes = 0  # this worker's pushes in the current phase
         self.location = ""
         self._blocked = 0.0
         self._staleness: Counter[int] = Counter()
@@ -96,53 +109,60 @@ class ProtocolHook(WorkerHook):
         self._push_s: list[float] = []  # round trips of the current phase
 
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
-        self.total_steps = steps
+        self.budget = steps * self.s.workers
         self.location = f"trainer {trainer} worker {worker}"
         replica = copy.deepcopy(model)  # a private replica: one parameter-server worker
         self.client = TrainedTensorClient(KEY, self.s.servers, self.s.numel)
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
                          self.s.workers)
-        params, self.version = self.client.params()
+        params, self.version, self.applied = self.client.params()
+        self.phase = self.s.plan.phase_at(self.applied, self.budget)
         with torch.no_grad():
             vector_to_parameters(params, replica.parameters())
         return replica
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
+        # The local optimizer never steps (the servers do), only its schedule advances.
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step",
+                                category=UserWarning)
         return ServerStepper(self, optimizer)
+
+    def finished(self) -> bool:
+        return self.applied >= self.budget
 
     def push(self, grad: torch.Tensor, params: list[torch.Tensor],
              lr_scale: float = 1.0) -> torch.Tensor:
-        s, k = self.s, self.step_index
-        plan = s.plan
-        phase = plan.phase_at(k, self.total_steps)
-        mode = plan.phases[phase].mode
-        start = ([0, *plan.boundaries(self.total_steps)])[phase]
-        if k > 0 and phase != plan.phase_at(k - 1, self.total_steps):
+        s = self.s
+        phase = s.plan.phase_at(self.applied, self.budget)
+        if phase != self.phase:
             self._begin_switch(phase, params)
+        mode = s.plan.phases[phase].mode
         cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
-                            k - start, after_switch=phase > 0, scale_lr=s.scale_lr)
+                            self.phase_pushes, after_switch=phase > 0, scale_lr=s.scale_lr)
         t0 = time.perf_counter()
         reply = self.client.push(grad, Push(mode, self.version, phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum))
         took = time.perf_counter() - t0
-        if k > 0 and k == start and self._switches:
+        if self.phase_pushes == 0 and self._switches:
             self._end_switch(took)
         self._push_s.append(took)
         self._blocked += took
         self._staleness[reply.staleness] += 1
-        self.version = reply.version
-        self.step_index += 1
+        self.version, self.applied = reply.version, reply.applied
+        self.pushes += 1
+        self.phase_pushes += 1
         return reply.params
 
     def _begin_switch(self, phase: int, params: list[torch.Tensor]) -> None:
         plan = self.s.plan
         self._switches.append({
-            "phase": phase, "from": plan.phases[phase - 1].mode, "to": plan.phases[phase].mode,
-            "step": self.step_index, "wall_time": time.time(), "where": self.location,
+            "phase": phase, "from": plan.phases[self.phase].mode, "to": plan.phases[phase].mode,
+            "step": self.pushes, "applied": self.applied, "wall_time": time.time(),
+            "where": self.location,
             "params_digest": params_digest(parameters_to_vector(params)),
             "push_s_before": statistics.median(self._push_s) if self._push_s else 0.0,
         })
-        self._push_s = []
+        self.phase, self.phase_pushes, self._push_s = phase, 0, []
 
     def _end_switch(self, first_push_s: float) -> None:
         sw = self._switches[-1]
@@ -156,11 +176,11 @@ class ProtocolHook(WorkerHook):
         return blocked
 
     def where(self) -> str:
-        plan, k = self.s.plan, max(0, self.step_index - 1)
-        return f" under {plan.phases[plan.phase_at(k, self.total_steps)].mode.upper()}"
+        return f" under {self.s.plan.phases[self.phase].mode.upper()}"
 
     def report(self) -> dict[str, Any]:
-        out = {"staleness": dict(self._staleness), "switches": self._switches}
+        out = {"staleness": dict(self._staleness), "switches": self._switches,
+               "pushes": self.pushes}
         self._staleness, self._switches = Counter(), []
         return out
 
@@ -196,7 +216,7 @@ class ProtocolRunner(SyncRunner):
 
     def after_training(self) -> None:
         client = TrainedTensorClient(KEY, self.settings_.servers, self.settings_.numel)
-        params, _ = client.params()
+        params, _, _ = client.params()
         with torch.no_grad():
             vector_to_parameters(params, self.model.parameters())
         self.server_switches = client.switches()

@@ -93,6 +93,17 @@ def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int,
                                f"{spec.worker}{where} after {seen} examples; try a lower --lr")
 
 
+def endless(one_pass: Any) -> Any:
+    """Pass after pass over a worker's shard, for runners that end training themselves."""
+    while True:
+        empty = True
+        for batch in one_pass():
+            empty = False
+            yield batch
+        if empty:
+            return
+
+
 def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, queue: Any,
                 ready: Any, hook: WorkerHook | None = None) -> None:
     """Train on this worker's shard, sending `WorkerReport`s, then `WorkerDone` (or
@@ -123,8 +134,11 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
         t_report = t_step = time.perf_counter()
-        stream = batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
-                         num_shards=d.num_shards, table_size=spec.table_size)
+        def one_pass() -> Any:
+            return batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
+                           num_shards=d.num_shards, table_size=spec.table_size)
+
+        stream = endless(one_pass) if hook.endless_data else one_pass()
         batch = next(stream, None)
         vectors = tables.lookup(batch[1]) if batch is not None else None
 
@@ -143,7 +157,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             (loss / len(labels)).backward()
             opt.step()
             warmup.step()
-            batch = next(stream, None)
+            batch = next(stream, None) if not hook.finished() else None
             # One round trip: this step's embedding gradients out, the next step's rows in.
             grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
             vectors = tables.update_and_lookup(ids, grad,

@@ -47,6 +47,7 @@ class Reply:
     params: torch.Tensor
     version: int
     staleness: int
+    applied: int  # gradients applied so far (BSP: n per step), the job's global progress
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TrainedTensor:
     state: ServerState
     optimizer: str
     bsp: BulkSynchronous
+    applied: int = 0
     phase: int = 0
     waiting: list[torch.futures.Future] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -90,10 +92,11 @@ class DenseServer:
                 self.trained[key] = TrainedTensor(ServerState(value.clone()), optimizer,
                                                   BulkSynchronous(workers))
 
-    def params(self, key: str) -> tuple[torch.Tensor, int]:
+    def params(self, key: str) -> tuple[torch.Tensor, int, int]:
+        """Parameters, version and gradients applied."""
         t = self.trained[key]
         with t.lock:
-            return t.state.params.clone(), t.state.version
+            return t.state.params.clone(), t.state.version, t.applied
 
     def push(self, key: str, grad: torch.Tensor, push: Push) -> torch.futures.Future:
         """Apply or hold `grad`; the Future completes with a `Reply`."""
@@ -105,7 +108,9 @@ class DenseServer:
             if push.mode == "asp":
                 staleness = Asynchronous.staleness(t.state.version, push.grad_version)
                 apply_update(t.state, grad, t.optimizer, push.lr, push.momentum)
-                fut.set_result(Reply(t.state.params.clone(), t.state.version, staleness))
+                t.applied += 1
+                fut.set_result(Reply(t.state.params.clone(), t.state.version, staleness,
+                                     t.applied))
                 return fut
             if push.mode != "bsp":
                 raise ValueError(f"unknown protocol {push.mode!r}")
@@ -115,7 +120,8 @@ class DenseServer:
                 return fut
             staleness = t.state.version - push.grad_version
             apply_update(t.state, mean, t.optimizer, push.lr, push.momentum)
-            reply = Reply(t.state.params.clone(), t.state.version, staleness)
+            t.applied += t.bsp.workers
+            reply = Reply(t.state.params.clone(), t.state.version, staleness, t.applied)
             waiting, t.waiting = t.waiting, []
         for f in waiting:
             f.set_result(reply)
@@ -155,7 +161,7 @@ def _init_trained(key: str, value: torch.Tensor, optimizer: str, workers: int) -
     SERVER.init_trained(key, value, optimizer, workers)
 
 
-def _params(key: str) -> tuple[torch.Tensor, int]:
+def _params(key: str) -> tuple[torch.Tensor, int, int]:
     return SERVER.params(key)
 
 
@@ -224,12 +230,12 @@ class TrainedTensorClient(_Sharded):
         """Send a gradient; the parameters after it was applied (under BSP: after the step)."""
         replies = self._call_all(_push, push, value=grad)
         return Reply(torch.cat([r.params for r in replies]), replies[0].version,
-                     max(r.staleness for r in replies))
+                     max(r.staleness for r in replies), replies[0].applied)
 
-    def params(self) -> tuple[torch.Tensor, int]:
-        """The current parameters and their version (of the first shard)."""
+    def params(self) -> tuple[torch.Tensor, int, int]:
+        """The current parameters, their version and the gradients applied (first shard)."""
         got = self._call_all(_params)
-        return torch.cat([p for p, _ in got]), got[0][1]
+        return torch.cat([g[0] for g in got]), got[0][1], got[0][2]
 
     def switches(self) -> list[dict[str, Any]]:
         return self._call_all(_switches)[0]
