@@ -40,6 +40,8 @@ def summarize(cfg: Any, plan: Any, stats: list[Any],
         "wall_s": round(wall_s, 3),
         "eps": examples / wall_s if wall_s > 0 else 0.0,
         "train_eps": sum(s.train_eps for s in stats),
+        # first step of any worker to last step of any worker: training without start-up
+        "train_s": max(s.train_end for s in stats) - min(s.train_start for s in stats),
         "eps_per_trainer": [s.train_eps for s in stats],
         f"train_{task.running_metric().name}": train_metric,
         **task.summary(final, plan),
