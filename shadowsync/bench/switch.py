@@ -21,7 +21,7 @@ from shadowsync.bench.common import interleaved, median_of, print_table, write_b
 from shadowsync.config import TrainConfig
 
 PROTOCOLS = ("bsp", "asp", "switch")
-DIGITS_LR = 0.4  # the BSP learning rate; ASP and the switch's ASP phase run at lr / trainers
+DIGITS_LR = 0.2  # the BSP learning rate; ASP and the switch's ASP phase run at lr / trainers
 DIGITS_TARGET = 0.95  # accuracy for time-to-target
 CTR_TARGET_NE = 0.95
 
@@ -29,7 +29,8 @@ CTR_TARGET_NE = 0.95
 def digits_job(trainers: int, examples: int, share: float) -> TrainConfig:
     return TrainConfig(task="digits", trainers=trainers, workers=1, embedding_servers=1,
                        examples=examples, batch_size=32, optimizer="sgd", lr=DIGITS_LR,
-                       momentum=0.9, switch_plan=f"bsp:{share:g},asp", eval_points=6,
+                       momentum=0.9, warmup_steps=0, switch_plan=f"bsp:{share:g},asp",
+                       eval_points=6,
                        progress=False, log_every=10**12).validate()
 
 

@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
 from shadowsync.runners.base import SyncRunner, WorkerHook
 from shadowsync.runners.reports import WorkerReport
@@ -36,6 +36,17 @@ from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
+
+
+def load_flat(vec: torch.Tensor, params: Any) -> None:
+    """Copy a flat vector into parameters in place, so shared memory stays shared (torch's
+    vector_to_parameters rebinds .data instead)."""
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            n = p.numel()
+            p.copy_(vec[offset:offset + n].view_as(p))
+            offset += n
 
 
 def params_digest(vec: torch.Tensor) -> str:
@@ -79,8 +90,7 @@ class ServerStepper:
                           for p in self.params])
         group = self.local.param_groups[0]
         scale = group["lr"] / group.get("initial_lr", group["lr"])
-        with torch.no_grad():
-            vector_to_parameters(self.hook.push(grad, self.params, scale), self.params)
+        load_flat(self.hook.push(grad, self.params, scale), self.params)
 
 
 class ProtocolHook(WorkerHook):
@@ -103,6 +113,7 @@ class ProtocolHook(WorkerHook):
         self.phase = 0
         self.phase_pushes = 0  # this worker's pushes in the current phase
         self.location = ""
+        self.shared: list[torch.Tensor] | None = None
         self._blocked = 0.0
         self._staleness: Counter[int] = Counter()
         self._switches: list[dict[str, Any]] = []
@@ -111,14 +122,16 @@ class ProtocolHook(WorkerHook):
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
         self.budget = steps * self.s.workers
         self.location = f"trainer {trainer} worker {worker}"
+        # Worker 0 keeps the trainer's shared copy current, so evaluations during training
+        # see what the servers hold.
+        self.shared = list(model.parameters()) if worker == 0 else None
         replica = copy.deepcopy(model)  # a private replica: one parameter-server worker
         self.client = TrainedTensorClient(KEY, self.s.servers, self.s.numel)
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
                          self.s.workers)
         params, self.version, self.applied = self.client.params()
         self.phase = self.s.plan.phase_at(self.applied, self.budget)
-        with torch.no_grad():
-            vector_to_parameters(params, replica.parameters())
+        load_flat(params, replica.parameters())
         return replica
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
@@ -149,6 +162,8 @@ class ProtocolHook(WorkerHook):
         self._blocked += took
         self._staleness[reply.staleness] += 1
         self.version, self.applied = reply.version, reply.applied
+        if self.shared is not None:
+            load_flat(reply.params, self.shared)
         self.pushes += 1
         self.phase_pushes += 1
         return reply.params
@@ -217,8 +232,7 @@ class ProtocolRunner(SyncRunner):
     def after_training(self) -> None:
         client = TrainedTensorClient(KEY, self.settings_.servers, self.settings_.numel)
         params, _, _ = client.params()
-        with torch.no_grad():
-            vector_to_parameters(params, self.model.parameters())
+        load_flat(params, self.model.parameters())
         self.server_switches = client.switches()
 
     def metrics(self) -> dict[str, Any]:

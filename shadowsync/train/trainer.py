@@ -87,7 +87,7 @@ class Trainer:
                                shard=self.index * cfg.workers + w, num_shards=shards),
                 batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
                 lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
+                report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
             )
             for w in range(cfg.workers)
