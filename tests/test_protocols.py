@@ -143,3 +143,35 @@ def test_plan_phases_and_boundaries():
 def test_bad_plans_name_the_option(text, message):
     with pytest.raises(UserError, match=f"--switch-plan: .*{message}"):
         SwitchPlan.parse(text)
+
+
+class InProcessClient:
+    """The TrainedTensorClient interface over a DenseServer in this process (no RPC)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def push(self, grad, push):
+        return self.server.push("dense", grad, push).wait()
+
+
+def test_worker_hook_follows_global_progress_through_a_switch():
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+
+    settings = ProtocolSettings(SwitchPlan.parse("bsp:0.5,asp"), servers=1, numel=1,
+                                optimizer="sgd", lr=1.0, momentum=0.5, momentum_policy="zero",
+                                workers=1, scale_lr=True)
+    hook = ProtocolHook(settings)
+    server = DenseServer()
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1)
+    hook.client, hook.budget = InProcessClient(server), 4
+    param = [torch.zeros(1)]
+    outs = [hook.push(torch.tensor([1.0]), param).item() for _ in range(4)]
+    # BSP: v = 1, w = -1; v = 1.5, w = -2.5. Switch with momentum zeroed: v = 1, w = -3.5;
+    # v = 1.5, w = -5.0
+    assert outs == [-1.0, -2.5, -3.5, -5.0]
+    assert hook.finished()
+    sw = hook.report()["switches"]
+    assert [(s["from"], s["to"], s["step"], s["applied"]) for s in sw] == [("bsp", "asp", 2, 2)]
+    assert sw[0]["cost_s"] >= 0.0
+    assert hook.where() == " under ASP"

@@ -5,9 +5,10 @@ Learning", ICDCS 2021, arXiv 2104.08364).
 Every worker process of every trainer is one parameter-server worker with a private replica of
 the dense model: after each backward pass it pushes its gradient to the dense servers and
 continues from the parameters they send back. The servers hold the parameters, the optimizer
-state and a version (`shadowsync.transport.servers.dense`). The plan (`switch.plan`) names the
-protocol of each step and the configuration policy (`switch.configure`) its learning rate and
-momentum; both are pure functions of the step, so every worker agrees on them without talking.
+state, a version and the count of gradients applied (`shadowsync.transport.servers.dense`).
+The plan (`switch.plan`) names the protocol of each step from that count, the job's global
+progress, and the configuration policy (`switch.configure`) its learning rate and momentum;
+both are pure functions of what the servers replied, so workers agree without talking.
 
 Guarantees: under BSP every worker holds the same parameters after each step, so the
 parameters are identical on every trainer when a switch happens; a switch restarts nothing
@@ -209,7 +210,7 @@ class ProtocolRunner(SyncRunner):
 
     def __init__(self, settings: ProtocolSettings, model: torch.nn.Module, mode: str) -> None:
         super().__init__([], exchange=None)  # type: ignore[arg-type]
-        self.settings_ = settings
+        self.spec = settings
         self.model = model
         self.mode = mode
         self.staleness: Counter[int] = Counter()
@@ -217,7 +218,7 @@ class ProtocolRunner(SyncRunner):
         self.server_switches: list[dict[str, Any]] = []
 
     def worker_hook(self, ctx: Any, workers: int) -> ProtocolHook:
-        return ProtocolHook(self.settings_)
+        return ProtocolHook(self.spec)
 
     def start(self) -> None:
         self._t0 = time.perf_counter()
@@ -230,7 +231,7 @@ class ProtocolRunner(SyncRunner):
         self.switches.extend(report.sync.get("switches", []))
 
     def after_training(self) -> None:
-        client = TrainedTensorClient(KEY, self.settings_.servers, self.settings_.numel)
+        client = TrainedTensorClient(KEY, self.spec.servers, self.spec.numel)
         params, _, _ = client.params()
         load_flat(params, self.model.parameters())
         self.server_switches = client.switches()
@@ -252,7 +253,7 @@ class ProtocolRunner(SyncRunner):
                 "switches": group_switches(switches, self.server_switches)}
 
     def describe(self) -> dict[str, Any]:
-        s = self.settings_
+        s = self.spec
         return {"plan": str(s.plan), "optimizer": s.optimizer, "lr": s.lr,
                 "momentum": s.momentum, "switch_momentum": s.momentum_policy,
                 "scale_lr": s.scale_lr, "ps_workers": s.workers, "dense_servers": s.servers}
