@@ -21,7 +21,7 @@ from shadowsync.bench.common import interleaved, median_of, print_table, write_b
 from shadowsync.config import TrainConfig
 
 PROTOCOLS = ("bsp", "asp", "switch")
-DIGITS_LR = 0.2  # the BSP learning rate; ASP and the switch's ASP phase run at lr / trainers
+DIGITS_LR = 0.1  # the BSP learning rate; ASP and the switch's ASP phase run at lr / trainers
 DIGITS_TARGET = 0.95  # accuracy for time-to-target
 CTR_TARGET_NE = 0.95
 
