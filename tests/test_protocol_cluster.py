@@ -35,6 +35,7 @@ def test_asp_divergence_is_one_clear_line(tmp_path):
                    "--warmup-steps", "0", "--out", str(tmp_path / "run")], timeout=180)
     assert res.returncode == 2
     assert res.leftover == []
-    last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("shadowsync: error: training diverged: ")
-    assert "under ASP" in last and "try a lower --lr" in last
+    # torch and multiprocessing may log around it (killed processes); ours is one line
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("shadowsync: error:")]
+    assert line.startswith("shadowsync: error: training diverged: ")
+    assert "under ASP" in line and "try a lower --lr" in line
