@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import warnings
 
@@ -17,19 +18,19 @@ SUMMARY_KEYS = [
 
 
 def _train(args: argparse.Namespace) -> int:
-    from shadowsync.config import load_config
-    from shadowsync.train.report import format_table
+    from shadowsync.config import config_to_toml, load_config
 
     cfg = load_config(args)
-    if cfg.distributed:
-        from shadowsync.cluster.launch import launch_local
+    if args.print_config:
+        sys.stdout.write(config_to_toml(cfg))
+        return 0
+    from shadowsync.api import run
+    from shadowsync.logs import setup_logging
+    from shadowsync.train.report import format_table
 
-        summary = launch_local(cfg)
-    else:
-        from shadowsync.train.local import train_local
-
-        summary = train_local(cfg)
-    print(f"\nshadowsync train: done, outputs in {summary['out']}/")
+    setup_logging(cfg.log_level, "launcher")
+    _, summary = run(cfg)
+    logging.getLogger("shadowsync").info("done, outputs in %s/", summary["out"])
     print(format_table(summary, SUMMARY_KEYS))
     return 0
 
@@ -86,13 +87,21 @@ def _bench_data(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from shadowsync import __version__
     from shadowsync.config import add_config_arguments
 
     parser = argparse.ArgumentParser(prog="shadowsync", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"shadowsync {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a DLRM (default: synthetic data, ~1 minute)")
+    train = sub.add_parser(
+        "train", help="train a DLRM or your own model (default: synthetic data, ~1 minute)",
+        description="Train on this machine. Options come from their defaults, then --config "
+        "FILE.toml, then the command line; every run writes the resolved options to "
+        "OUT/config.toml, which --config reads back.")
     add_config_arguments(train)
+    train.add_argument("--print-config", action="store_true",
+                       help="print the options as a TOML file for --config, and exit")
     train.set_defaults(func=_train)
 
     data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import importlib.util
+import pickle
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -24,11 +28,18 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None, **kw: Any) -> Any:
-    meta = {"help": help, "choices": choices}
+def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None,
+         parse: Callable[[str], Any] | None = None, **kw: Any) -> Any:
+    """`parse`: how the command line's one word becomes the value (default: the field's type)."""
+    meta = {"help": help, "choices": choices, "parse": parse}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta, **kw)
+
+
+def _sizes(text: str) -> list[int]:
+    """'100000' or '1000,50000,...' -> [int, ...] (argparse reports a ValueError as bad input)."""
+    return [int(v) for v in text.split(",")]
 
 
 @dataclass
@@ -38,7 +49,8 @@ class TrainConfig:
                      "8x8 digits, a small CNN, accuracy)", TASK_CHOICES)
     # data
     data: str = _opt("synthetic",
-                     "training data: a Criteo TSV file, .gz, directory, or 'synthetic'")
+                     "training data: 'synthetic', a Criteo TSV file, .gz or directory, or a "
+                     "directory of labels.npy, dense.npy, cats.npy")
     eval_data: str | None = _opt(None, "held-out data (default: the last 10%% of --data)")
     examples: int | None = _opt(
         None, "training examples, one pass (default: 1.5M synthetic, or all of --data)"
@@ -46,8 +58,13 @@ class TrainConfig:
     skip_bad_lines: bool = _opt(False, "skip malformed data lines and count them")
     seed: int = _opt(0, "random seed (data generation, initialisation, shuffling)")
     # model
+    model: str | Callable[..., Any] = _opt(
+        "dlrm", "dense model: dlrm, or MODULE:FUNCTION called with (num_dense, num_tables, "
+        "embedding_dim) that returns an nn.Module; forward(dense, emb) -> logits [B]")
     embedding_dim: int = _opt(16, "embedding and bottom-MLP output width")
-    table_size: int = _opt(100_000, "rows per embedding table (categoricals are hashed into it)")
+    table_size: list[int] = _opt(
+        [100_000], "rows per embedding table, one size for all or a comma list of one per table "
+        "(ids are taken modulo it)", parse=_sizes)
     bottom_mlp: list[int] = _opt([64], "hidden widths of the bottom MLP")
     top_mlp: list[int] = _opt([128, 64], "hidden widths of the top MLP")
     # optimisation
@@ -102,14 +119,36 @@ class TrainConfig:
     out: str | None = _opt(None, "output directory (default: runs/<timestamp>)")
     log_every: int = _opt(50_000, "examples between lines of metrics.jsonl")
     eval_points: int = _opt(8, "evaluations on a held-out sample during training (for the plot)")
-    progress: bool = _opt(True, "show a progress bar")
+    progress: bool | None = _opt(None, "progress bars (default: only on a terminal)")
+    log_level: str = _opt("info", "messages to show (-q: warning, -v: debug)",
+                          ("warning", "info", "debug"))
+    tensorboard: bool = _opt(False, "also write TensorBoard scalars under OUT/tensorboard "
+                             "(pip install 'shadowsync[tensorboard]')")
+
+    def __post_init__(self) -> None:
+        # Accept what a Python caller naturally writes: table_size=50_000 or "1000,2000".
+        if isinstance(self.table_size, int) and not isinstance(self.table_size, bool):
+            self.table_size = [self.table_size]
+        elif isinstance(self.table_size, str):
+            try:
+                self.table_size = _sizes(self.table_size)
+            except ValueError:
+                raise UserError(f"--table-size: {self.table_size!r} is not a size or a comma "
+                                "list of sizes") from None
+        self.validate()
 
     def validate(self) -> TrainConfig:
-        positive = ["workers", "trainers", "batch_size", "embedding_dim", "table_size",
-                    "log_every", "sync_every", "row_split_limit"]
+        positive = ["workers", "trainers", "batch_size", "embedding_dim", "log_every",
+                    "sync_every", "row_split_limit"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UserError(f"--{_flag(name)} must be positive, got {getattr(self, name)}")
+        if not self.table_size or any(v <= 0 for v in self.table_size):
+            raise UserError(f"--table-size: sizes must be positive, got {self.table_size}")
+        self._check_model()
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise UserError("--tensorboard needs the tensorboard package: "
+                            "pip install 'shadowsync[tensorboard]'")
         if self.examples is not None and self.examples <= 0:
             raise UserError(f"--examples must be positive, got {self.examples}")
         for name in ("embedding_servers", "dense_servers", "warmup_steps"):
@@ -142,6 +181,30 @@ class TrainConfig:
                 raise UserError(f"--{_flag(f.name)}: {value!r} is not one of {', '.join(choices)}")
         return self
 
+    def _check_model(self) -> None:
+        if not callable(self.model):
+            return
+        # Every process builds the model, so the factory travels to them by pickle, by name.
+        # A notebook's or an interactive session's __main__ cannot be imported by them.
+        main = sys.modules.get("__main__")
+        interactive = self.model.__module__ == "__main__" and not getattr(main, "__file__", None)
+        try:
+            pickle.dumps(self.model)
+        except Exception:
+            interactive = True
+        if interactive:
+            raise UserError(f"model: {model_name(self.model)} cannot be sent to other processes; "
+                            "pass a function defined at the top level of a module file")
+
+    def table_rows(self, num_tables: int) -> list[int]:
+        """Rows of each of the data's `num_tables` tables."""
+        if len(self.table_size) == 1:
+            return self.table_size * num_tables
+        if len(self.table_size) != num_tables:
+            raise UserError(f"--table-size: {len(self.table_size)} sizes given, but the data "
+                            f"has {num_tables} categorical features")
+        return list(self.table_size)
+
     def sync_interval_s(self) -> float | None:
         """The background pace in seconds, or None for auto."""
         if self.sync_interval == "auto":
@@ -171,21 +234,59 @@ def _base_type(tp: Any) -> Any:
     return args[0] if get_origin(tp) is not list and args else tp
 
 
+# The first option of each topic in --help, in field order; the options after it, up to the
+# next one listed, belong to the same topic.
+HELP_SECTIONS = {
+    "data": "data",
+    "model": "model and optimisation",
+    "workers": "cluster",
+    "sync": "synchronization",
+    "addr": "cluster",
+    "out": "output",
+}
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if value is None or "default" in (f.metadata.get("help") or ""):
+        return ""  # the help text says what None means
+    if isinstance(value, list):
+        value = ",".join(map(str, value)) if f.metadata.get("parse") else " ".join(map(str, value))
+    elif isinstance(value, bool):
+        value = f"--{'' if value else 'no-'}{_flag(f.name)}"
+    return f" (default: {'none' if value == '' else value})"
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
-    """One flag per dataclass field; every default is None so the TOML file can fill the gaps."""
+    """One flag per dataclass field, grouped by topic; every default is None so the TOML file
+    can fill the gaps (--help shows the real defaults)."""
     parser.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file")
     hints = _type_hints(cls)
+    groups: dict[str, Any] = {}
+    group: Any = parser
     for f in dataclasses.fields(cls):
+        if f.name in HELP_SECTIONS:
+            title = HELP_SECTIONS[f.name]
+            group = groups.setdefault(title, parser.add_argument_group(title))
         tp = _base_type(hints[f.name])
-        kw: dict[str, Any] = {"default": None, "dest": f.name, "help": f.metadata.get("help")}
+        kw: dict[str, Any] = {"default": None, "dest": f.name,
+                              "help": (f.metadata.get("help") or "") + _default_text(f)}
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
+        elif f.metadata.get("parse"):
+            kw.update(type=f.metadata["parse"], metavar="N[,N...]")
         elif get_origin(tp) is list:
             item = get_args(tp)[0]
             kw.update(type=item, nargs="+", metavar="N" if item is int else "VALUE")
         else:
             kw.update(type=tp, choices=f.metadata.get("choices"))
-        parser.add_argument(f"--{_flag(f.name)}", **kw)
+        flags = [f"--{_flag(f.name)}"]
+        if f.name == "log_level":
+            group.add_argument("-q", "--quiet", dest="log_level", action="store_const",
+                               const="warning", help="print only the summary and errors")
+            group.add_argument("-v", "--verbose", dest="log_level", action="store_const",
+                               const="debug", help="print debugging messages too")
+        group.add_argument(*flags, **kw)
 
 
 def _type_hints(cls: type) -> dict[str, Any]:
@@ -200,6 +301,8 @@ def _coerce(name: str, value: Any, tp: Any, source: str) -> Any:
         return None
     if get_origin(base) is list:
         item = get_args(base)[0]
+        if isinstance(value, item) and not isinstance(value, bool):
+            value = [value]  # table_size = 100000: one size for every table
         if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
             raise UserError(f"{source}: option '{name}' must be a list of {item.__name__}")
         return value
@@ -229,17 +332,45 @@ def load_config(args: argparse.Namespace, cls: type = TrainConfig) -> Any:
         for key, value in table.items():
             name = key.replace("-", "_")
             if name not in names:
-                raise UserError(f"{path}: unknown option '{key}'")
+                raise UserError(f"{path}: {unknown_option(key, names)}")
             values[name] = _coerce(key, value, hints[name], path)
     for name in names:
         v = getattr(args, name, None)
         if v is not None:
             values[name] = v
-    return cls(**values).validate()
+    return cls(**values)  # validated on construction
+
+
+def unknown_option(key: str, names: set[str]) -> str:
+    """"unknown option 'wokers'; did you mean 'workers'?" """
+    close = difflib.get_close_matches(key.replace("-", "_"), sorted(names), n=1)
+    return f"unknown option '{key}'" + (f"; did you mean '{close[0]}'?" if close else "")
+
+
+def config_from_options(config: TrainConfig | None = None, **options: Any) -> TrainConfig:
+    """A validated TrainConfig from a base config (default: all defaults) and keyword options
+    named like the long command-line options (`trainers=2, sync="s-bmuf"`)."""
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key in options:
+        if key not in names:
+            raise UserError(unknown_option(key, names))
+    return dataclasses.replace(config or TrainConfig(), **options)
+
+
+def model_name(model: str | Callable[..., Any]) -> str:
+    """How a model option is written in messages, summary.json and config.toml: a factory
+    as the MODULE:FUNCTION that finds it again."""
+    return f"{model.__module__}:{model.__qualname__}" if callable(model) else model
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The options as plain data (JSON and TOML can hold every value)."""
+    values = dataclasses.asdict(cfg)
+    if "model" in values:
+        values["model"] = model_name(values["model"])
+    return values
 
 
 def default_out_dir() -> Path:
@@ -251,7 +382,7 @@ def default_out_dir() -> Path:
 def config_to_toml(cfg: Any) -> str:
     """A TOML file that `--config` reads back into the same configuration."""
     lines = []
-    for key, value in dataclasses.asdict(cfg).items():
+    for key, value in config_to_dict(cfg).items():
         if value is None:
             continue
         if isinstance(value, bool):

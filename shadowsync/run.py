@@ -10,6 +10,7 @@ equal embedding servers + dense servers + trainers.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -17,8 +18,9 @@ from shadowsync.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
+    from shadowsync.api import CONFIG_FILE
     from shadowsync.cluster.roles import resolve, role_main
-    from shadowsync.config import add_config_arguments, load_config
+    from shadowsync.config import add_config_arguments, config_to_toml, load_config
 
     parser = argparse.ArgumentParser(prog="python -m shadowsync.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -28,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.out is None:
             raise UserError("--out is required under torchrun (every host writes there)")
         Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        if os.environ.get("RANK") == "0":  # one copy of the options for the whole job
+            (Path(cfg.out) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     except UserError as e:
         print(f"shadowsync: error: {e}", file=sys.stderr)
         return e.exit_code

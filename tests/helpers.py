@@ -11,11 +11,20 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 
 def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m shadowsync.cli ARGS` in its own session; on timeout kill that session."""
-    proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", *args], cwd=cwd,
+    return run_python(["-m", "shadowsync.cli", *args], timeout, cwd, env)
+
+
+def run_python(args: list[str], timeout: float, cwd: Path | None = None,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python ARGS` in its own session; on timeout kill that session. The result's
+    `leftover` lists the processes that outlived it (and were killed)."""
+    proc = subprocess.Popen([sys.executable, *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env={**os.environ, **(env or {})})
     try:
@@ -82,3 +91,23 @@ def run_spawned(jobs: list[tuple], expected_results: int, timeout: float) -> lis
             if p.is_alive():
                 os.kill(p.pid, signal.SIGKILL)
     return got
+
+
+
+class TwoLayerMLP(torch.nn.Module):
+    """A user's own dense model: two layers over the dense features and the flattened
+    embeddings. Defined at module level: the model travels to worker processes by pickle."""
+
+    def __init__(self, num_dense: int, num_tables: int, embedding_dim: int) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(num_dense + num_tables * embedding_dim, 32), torch.nn.ReLU(),
+            torch.nn.Linear(32, 1))
+
+    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([dense, emb.flatten(1)], dim=1)).squeeze(1)
+
+
+def two_layer_mlp(num_dense: int, num_tables: int, embedding_dim: int) -> TwoLayerMLP:
+    """The factory `--model tests.helpers:two_layer_mlp` names."""
+    return TwoLayerMLP(num_dense, num_tables, embedding_dim)

@@ -30,7 +30,8 @@ def test_toml_fills_and_command_line_wins(tmp_path):
 def test_unknown_toml_key_is_named(tmp_path):
     f = tmp_path / "job.toml"
     f.write_text("wokers = 3\n")
-    with pytest.raises(UserError, match=r"job.toml: unknown option 'wokers'"):
+    with pytest.raises(UserError,
+                       match=r"job.toml: unknown option 'wokers'; did you mean 'workers'"):
         parse(["--config", str(f)])
 
 
@@ -65,3 +66,49 @@ def test_toml_round_trip(tmp_path):
     f = tmp_path / "job.toml"
     f.write_text(config_to_toml(cfg))
     assert parse(["--config", str(f)]) == cfg
+
+
+def test_print_config_then_config_file_resolves_the_same(tmp_path, capsys):
+    from shadowsync.cli import build_parser, main
+
+    argv = ["--trainers", "3", "--sync", "s-easgd", "--table-size", "10,20", "--lr", "0.1",
+            "--sync-groups", "bottom=s-ma", "--no-progress", "-v"]
+    assert main(["train", *argv, "--print-config"]) == 0
+    job = tmp_path / "job.toml"
+    job.write_text(capsys.readouterr().out)
+    direct = load_config(build_parser().parse_args(["train", *argv]))
+    again = load_config(build_parser().parse_args(["train", "--config", str(job)]))
+    assert again == direct
+    assert again.table_size == [10, 20] and again.log_level == "debug"
+    assert main(["train", "--config", str(job), "--print-config"]) == 0
+    assert capsys.readouterr().out == job.read_text()
+
+
+def test_help_groups_options_and_shows_defaults(capsys):
+    from shadowsync.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    for title in ("data:", "model and optimisation:", "cluster:", "synchronization:", "output:"):
+        assert title in text
+    assert "(default: s-bmuf)" in text and "(default: 100000)" in text
+
+
+def test_version(capsys):
+    from shadowsync import __version__
+    from shadowsync.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"shadowsync {__version__}"
+
+
+def test_tensorboard_without_the_package_is_one_line(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(UserError, match=r"--tensorboard needs the tensorboard package"):
+        TrainConfig(tensorboard=True)

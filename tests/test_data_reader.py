@@ -15,14 +15,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shadowsync.bench.data import bench_conversion
 from shadowsync.data import criteo
 from shadowsync.data.dataset import CtrData, batches, num_batches, open_data
 from shadowsync.errors import UserError
 
-
-@pytest.fixture(autouse=True)
-def _private_cache_root(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
-    monkeypatch.setenv("SHADOWSYNC_CACHE", str(tmp_path_factory.mktemp("cache-root")))
+pytestmark = pytest.mark.usefixtures("private_cache_root")
 
 
 def line(label: str = "1", ints: list[str] | None = None, cats: list[str] | None = None) -> str:
@@ -393,7 +391,7 @@ def test_examples_limits_file_rows(tmp_path: Path) -> None:
 
 
 def test_bench_conversion_reports_rates(tmp_path: Path) -> None:
-    result = criteo.bench_conversion(tmp_path, lines=20_000)
+    result = bench_conversion(tmp_path, lines=20_000)
     assert result["lines"] == 20_000
     assert result["lines_per_s"] > 0 and result["reader_examples_per_s"] > 0
     assert not (tmp_path / "bench-conversion").exists()

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from shadowsync.config import TrainConfig
 from shadowsync.data.dataset import batches, open_data
 from shadowsync.embeddings import EmbeddingTables
-from shadowsync.train.trainer import build_dense_model
+from shadowsync.train.trainer import build_dense_model, features_of
 from shadowsync.train.worker import lr_warmup, make_dense_optimizer
 
 
@@ -43,8 +43,9 @@ def test_default_settings_keep_the_bottom_relus_alive(seed):
     # left 0 to 4 of the 16 units alive after 60 steps; with it, 14 to 16.
     cfg = TrainConfig(seed=seed, table_size=20_000)
     data = open_data("synthetic", examples=40_000, seed=seed)
-    model = build_dense_model(cfg)
-    tables = EmbeddingTables([cfg.table_size] * 26, cfg.embedding_dim, lr=cfg.lr, seed=seed)
+    features = features_of(cfg)
+    model = build_dense_model(cfg, features)
+    tables = EmbeddingTables(list(features.table_rows), cfg.embedding_dim, lr=cfg.lr, seed=seed)
     workers = []
     for w in range(2):
         opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)

@@ -20,7 +20,7 @@ def test_digits_rows_are_reproducible_and_hold_out_unseen_images():
     held = [r.tobytes() for r in plan.eval.dense[4000:]]
     assert sum(h in train for h in held) <= 5  # a few digits are pixel-identical twins
     assert plan.train.cats.shape == (len(plan.train), 0)
-    logits = task.build_model(cfg)(torch.from_numpy(plan.train.dense[:5]), None)
+    logits = task.build_model(cfg, plan.features)(torch.from_numpy(plan.train.dense[:5]), None)
     assert logits.shape == (5, 10)
 
 

@@ -5,7 +5,7 @@ batch are summed into one update (checked against the closed form of sparse SGD)
 import pytest
 import torch
 
-from shadowsync.cluster.layout import ClusterLayout
+from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan, serve
 from tests.helpers import run_spawned

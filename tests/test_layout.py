@@ -2,8 +2,8 @@
 
 import torch
 
-from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan
 
 

@@ -51,3 +51,21 @@ def test_running_ne_forgets_old_chunks():
         r.add(50, loss_sum=50 * math.log(2), label_sum=25)
     # only the last two chunks (100 examples) remain: loss ln 2 at CTR 0.5 is NE 1
     assert r.value == pytest.approx(1.0)
+
+
+def test_tensorboard_scalars_come_from_the_metrics_rows(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from shadowsync.train.report import MetricsLog
+
+    log = MetricsLog(tmp_path / "metrics.jsonl", tensorboard=True)
+    log.write({"trainer": 0, "examples": 100, "train_ne": 0.9, "eval_ne": None})
+    log.write({"trainer": 0, "examples": 200, "train_ne": 0.8, "eval_ne": 0.85})
+    log.close()
+    board = EventAccumulator(str(tmp_path / "tensorboard"))
+    board.Reload()
+    assert sorted(board.Tags()["scalars"]) == ["eval_ne", "train_ne"]
+    assert [(e.step, round(e.value, 3)) for e in board.Scalars("train_ne")] == [(100, 0.9),
+                                                                             (200, 0.8)]
+    assert [e.step for e in board.Scalars("eval_ne")] == [200]

@@ -8,7 +8,7 @@ from shadowsync.config import TrainConfig, add_config_arguments, load_config
 from shadowsync.errors import UserError
 from shadowsync.runners.build import group_syncs, needs_dense_servers
 from shadowsync.runners.modes import MODES, SYNC_CHOICES
-from shadowsync.train.trainer import build_dense_model
+from shadowsync.train.trainer import build_dense_model, features_of
 
 
 def parse(argv):
@@ -32,11 +32,11 @@ def test_every_choice_is_an_entry_whose_builder_resolves():
                                         ("ddp", False), ("none", False)])
 def test_dense_servers_follow_the_mode(sync, need):
     cfg = TrainConfig(sync=sync)
-    assert needs_dense_servers(cfg, build_dense_model(cfg)) is need
+    assert needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg))) is need
 
 
 def test_groups_take_rule_modes_only():
-    model = build_dense_model(TrainConfig())
+    model = build_dense_model(TrainConfig(), features_of(TrainConfig()))
     cfg = TrainConfig(sync="s-bmuf", sync_groups=["bottom=s-easgd"])
     assert group_syncs(cfg, model) == {"bottom": "s-easgd"}
     assert needs_dense_servers(cfg, model)

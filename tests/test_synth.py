@@ -12,10 +12,7 @@ from shadowsync.data import dataset, synth
 from shadowsync.data.synth import BLOCK_ROWS, HASH_MODULUS, generate, write_tsv_dataset
 from shadowsync.metrics.ctr import normalized_entropy
 
-
-@pytest.fixture(autouse=True)
-def _private_cache_root(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
-    monkeypatch.setenv("SHADOWSYNC_CACHE", str(tmp_path_factory.mktemp("cache-root")))
+pytestmark = pytest.mark.usefixtures("private_cache_root")
 
 
 @pytest.fixture(scope="module")

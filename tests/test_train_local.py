@@ -65,3 +65,21 @@ def test_data_synth_command_reports_teacher_ne(tmp_path):
     assert f"eval {teacher['eval_ne']:.4f}" in res.stdout
     tiny = run_cli(["data", "synth", "--out", str(tmp_path / "t"), "--examples", "20"], timeout=50)
     assert tiny.returncode == 0 and "Traceback" not in tiny.stderr
+
+
+@pytest.mark.timeout(120)
+def test_quiet_prints_only_the_summary(tmp_path):
+    from tests.conftest import write_array_dir
+
+    data = write_array_dir(tmp_path / "arrays", rows=8000, num_dense=4, num_tables=2)
+    out = tmp_path / "run"
+    res = run_cli(["train", "-q", *LOCAL, "--data", str(data), "--model",
+                   "tests.helpers:two_layer_mlp", "--eval-points", "1", "--out", str(out)],
+                  timeout=100)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    assert res.stderr == ""
+    lines = [line for line in res.stdout.splitlines() if line.strip()]
+    assert lines and all(line.startswith("  ") for line in lines)  # the summary table only
+    assert any(line.split() == ["trainers", "1"] for line in lines)
+    assert summary(out)["config"]["model"] == "tests.helpers:two_layer_mlp"

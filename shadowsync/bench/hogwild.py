@@ -30,7 +30,8 @@ def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
     from shadowsync.train.local import local_tables
     from shadowsync.train.trainer import Trainer, plan_data
 
-    trainer = Trainer(cfg, plan_data(cfg), local_tables(cfg))
+    plan = plan_data(cfg)
+    trainer = Trainer(cfg, plan, local_tables(cfg, plan.features))
     stats = trainer.run()
     trainer.close()
     return {"eps": stats.train_eps, "examples": stats.examples, "workers": cfg.workers}
@@ -46,14 +47,14 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
 
     torch.set_num_threads(1)
     plan = plan_data(cfg)
-    model = build_dense_model(cfg)
-    tables = local_tables(cfg)
+    model = build_dense_model(cfg, plan.features)
+    tables = local_tables(cfg, plan.features)
     opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
     warmup = lr_warmup(opt, cfg.warmup_steps)  # as the workers do, so the loops match
     n = 0
     t0 = time.perf_counter()
     for dense, ids, labels in batches(plan.train, 0, plan.train_stop, cfg.batch_size,
-                                      table_size=cfg.table_size):
+                                      table_size=plan.features.table_rows):
         vectors = tables.lookup(ids).requires_grad_()
         loss = F.binary_cross_entropy_with_logits(model(dense, vectors), labels)
         opt.zero_grad(set_to_none=True)

@@ -41,12 +41,11 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
 
 
 def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
-    from shadowsync.cluster.launch import launch_local
+    from shadowsync.api import run
 
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
-    s = launch_local(replace(cfg, out=str(out)))
+    _, s = run(replace(cfg, out=str(out)))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]

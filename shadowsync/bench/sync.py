@@ -30,12 +30,11 @@ def job(examples: int, **kw: Any) -> TrainConfig:
 
 
 def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    from shadowsync.cluster.launch import launch_local
+    from shadowsync.api import run
 
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
-    s = launch_local(replace(cfg, out=str(out)))
+    _, s = run(replace(cfg, out=str(out)))
     return {
         "eps": s["train_eps"], "eval_ne": s["eval_ne"], "syncs_per_min": s["syncs_per_min"],
         "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import socket
 import uuid
 import warnings
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from shadowsync.cluster.roles import ERROR_FILE, layout_of, resolve, role_main
+from shadowsync.cluster.roles import ERROR_FILE, layout_of, role_main
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 def free_port(addr: str) -> int:
@@ -32,22 +36,27 @@ def check_port_free(addr: str, port: int, option: str) -> None:
             raise UserError(f"{option} {port}: cannot bind on {addr}: {e.strerror}") from None
 
 
-def launch_local(cfg: TrainConfig) -> dict[str, Any]:
-    """Run every role of the job as local processes; returns the summary trainer 0 wrote."""
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    from shadowsync.train.tasks import task_of
-    from shadowsync.train.trainer import prepare_out_dir
-
-    cfg = resolve(cfg)
-    out = prepare_out_dir(cfg)
-    # Convert or generate the data once, before every process opens it.
-    task_of(cfg.task).plan_data(cfg)
-    cfg = replace(cfg, out=str(out))
-    layout = layout_of(cfg)
+def choose_port(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with the rendezvous port filled in (a free one unless --port), checked free."""
     port = cfg.port or free_port(cfg.addr)
     check_port_free(cfg.addr, port, "--port")
-    cfg = replace(cfg, port=port)
+    return replace(cfg, port=port)
+
+
+def launch_local(cfg: TrainConfig) -> dict[str, Any]:
+    """Run every role of the job as local processes; returns the summary trainer 0 wrote.
+
+    `cfg` is resolved, its output directory exists and its data is converted (every process
+    opens it), and its port is chosen (`choose_port`).
+    """
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    out = Path(cfg.out or ".")
+    layout = layout_of(cfg)
+    port = cfg.port
+    log.info("starting %d processes: %d embedding server(s), %d dense server(s), "
+             "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,
+             layout.dense_servers, layout.trainers, layout.workers)
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
         run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",

@@ -4,6 +4,7 @@ train. `role_main` is the entry point of every process, under torchrun or the lo
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -16,13 +17,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
+from shadowsync.logs import setup_logging
+from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 
 ERROR_FILE = "error.txt"
 COLLECTIVE_TIMEOUT = timedelta(seconds=300)
+
+log = logging.getLogger(__name__)
 
 
 def layout_of(cfg: TrainConfig) -> ClusterLayout:
@@ -32,9 +36,9 @@ def layout_of(cfg: TrainConfig) -> ClusterLayout:
 def resolve(cfg: TrainConfig) -> TrainConfig:
     """Fill defaults that depend on other options (dense servers, embedding servers)."""
     from shadowsync.runners.build import needs_dense_servers
-    from shadowsync.train.tasks import task_of
+    from shadowsync.train.trainer import build_dense_model, features_of
 
-    need = needs_dense_servers(cfg, task_of(cfg.task).build_model(cfg))
+    need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError(f"--sync {cfg.sync} needs --dense-servers >= 1")
@@ -69,6 +73,13 @@ def role_main(cfg: TrainConfig) -> None:
     """Entry point of every launched process."""
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        role, index = layout_of(cfg).role(rank)
+        name = f"{role} {index}, rank {rank}"
+    except ValueError:  # a launcher of the wrong size; _run_role says so
+        name = f"rank {rank}"
+    setup_logging(cfg.log_level, name)
     try:
         _run_role(cfg)
     except UserError as e:
@@ -101,8 +112,10 @@ def _run_role(cfg: TrainConfig) -> None:
     if role == "embedding":
         from shadowsync.transport.servers.embedding import serve
 
-        serve(embedding_plan(cfg), index, cfg.embedding_dim, cfg.optimizer,
-              cfg.embedding_lr or cfg.lr, cfg.seed)
+        plan = embedding_plan(cfg)
+        serve(plan, index, cfg.embedding_dim, cfg.optimizer, cfg.embedding_lr or cfg.lr,
+              cfg.seed)
+        log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
         endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
         RpcEndpoint.leave()
     elif role == "dense":
@@ -114,11 +127,10 @@ def _run_role(cfg: TrainConfig) -> None:
 
 
 def embedding_plan(cfg: TrainConfig) -> Any:
-    from shadowsync.train.tasks import task_of
+    from shadowsync.train.trainer import features_of
     from shadowsync.transport.servers.embedding import ShardingPlan
 
-    return ShardingPlan(cfg.embedding_servers, tuple(task_of(cfg.task).table_rows(cfg)),
-                        cfg.row_split_limit)
+    return ShardingPlan(cfg.embedding_servers, features_of(cfg).table_rows, cfg.row_split_limit)
 
 
 def trainers_here(layout: ClusterLayout) -> int:
@@ -130,64 +142,22 @@ def trainers_here(layout: ClusterLayout) -> int:
 
 def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
                 endpoint: RpcEndpoint) -> None:
-    from tqdm import tqdm
-
     from shadowsync.runners.build import RunnerContext, build_runner
-    from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
-    from shadowsync.train.tasks import task_of
-    from shadowsync.train.trainer import Trainer
+    from shadowsync.train.replica import run_replica
+    from shadowsync.train.trainer import build_dense_model, plan_data
     from shadowsync.transport.servers.embedding import RemoteEmbeddings
 
-    task = task_of(cfg.task)
-    plan = task.plan_data(cfg)
-    model = task.build_model(cfg)
+    plan = plan_data(cfg)
+    model = build_dense_model(cfg, plan.features)
     tables = RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
                               rpc_ranks(layout))
     runner = build_runner(RunnerContext(
         cfg, model, trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
-    out = Path(cfg.out or ".")
-    log = MetricsLog(out / "metrics.jsonl")
-    lead = index == 0
-    bar = tqdm(total=plan.train_stop // cfg.trainers, unit="ex", unit_scale=True,
-               disable=not (lead and cfg.progress), desc="trainer 0", dynamic_ncols=True)
-    trainer_cfg = cfg if lead else replace(cfg, eval_points=0)
-    trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
-                      log=log, progress=bar)
-    stats = trainer.run()
-    bar.close()
-    sync_metrics = runner.final_metrics() if runner else {}
-    everyone = [None] * cfg.trainers
-    dist.all_gather_object(everyone, (stats, sync_metrics), group=group)
-    if runner:
-        runner.after_training()
-    final = trainer.final_eval() if lead else None
-    train_ne = trainer.running.value
-    trainer.close()
-    log.close()
-    if lead:
-        all_stats = [s for s, _ in everyone]
-        wall = max(s.wall_s for s in all_stats)
-        summary = summarize(cfg, plan, all_stats, final, train_ne, wall)
-        summary.update(cluster_metrics(everyone, all_stats, runner))
-        if runner:
-            summary.update(runner.summarize([m for _, m in everyone]))
-        summary["out"] = str(out)
-        write_summary(out, summary)
-        plot_ne(out, [r for r in log.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
-                xlabel=f"training examples of trainer 0 (of {cfg.trainers})")
 
+    def gather(item: Any) -> list[Any]:
+        everyone = [None] * cfg.trainers
+        dist.all_gather_object(everyone, item, group=group)
+        return everyone
 
-def cluster_metrics(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:
-    per_min = [m.get("syncs_per_min") for _, m in everyone if m.get("syncs_per_min") is not None]
-    busy = sum(s.busy_s for s in stats)
-    blocked = sum(s.blocked_s for s in stats)
-    out: dict[str, Any] = {
-        "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
-        "syncs_per_min_per_trainer": per_min,
-        "syncs": [m.get("syncs") for _, m in everyone],
-        "sync_blocked_fraction": None if runner is not None and not runner.measures_blocking
-        else (blocked / busy if busy > 0 else 0.0),
-        "sync_settings": runner.settings() if runner else {"runner": "none"},
-    }
-    return out
+    run_replica(cfg, plan, tables, index=index, model=model, runner=runner, gather=gather)

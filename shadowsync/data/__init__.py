@@ -1,6 +1,8 @@
-"""CTR data: Criteo TSV reading with a binary cache, planted-teacher synthetic data, batches.
+"""CTR data: Criteo TSV reading with a binary cache, ``.npy`` array directories with any
+feature counts, planted-teacher synthetic data, batches.
 
-- ``open_data(path)`` gives a ``CtrData`` for ``"synthetic"`` or a Criteo file/.gz/directory;
+- ``open_data(path)`` gives a ``CtrData`` for ``"synthetic"``, a directory of ``.npy`` arrays
+  or a Criteo file/.gz/directory;
 - ``batches(data, start, stop, batch_size, shard, num_shards)`` cuts it into tensors;
 - ``synth.write_tsv_dataset`` writes synthetic data as Criteo TSV with the teacher's NE.
 """

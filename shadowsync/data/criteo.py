@@ -30,16 +30,11 @@ field or per line.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import gzip
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +42,10 @@ from typing import BinaryIO
 
 import numpy as np
 
+from shadowsync.data.cache import NpyWriter, build_lock, cache_root, publish_dir
+from shadowsync.data.schema import NUM_CAT, NUM_DENSE, log_transform
 from shadowsync.errors import UserError
 
-NUM_DENSE = 13
-NUM_CAT = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_CAT
 CACHE_VERSION = 1
 FILE_CACHE_SUFFIX = ".ssbin"
@@ -91,11 +86,6 @@ def field_name(index: int) -> str:
     if index <= NUM_DENSE:
         return f"integer I{index}"
     return f"categorical C{index - NUM_DENSE}"
-
-
-def log_transform(values: np.ndarray) -> np.ndarray:
-    """``log(max(x, 0) + 1)`` as float32: what an integer field becomes."""
-    return np.log1p(np.maximum(values, 0).astype(np.float64)).astype(np.float32)
 
 
 @dataclass
@@ -394,91 +384,12 @@ def _stamp(files: list[tuple[Path, str]]) -> list[dict]:
     return out
 
 
-# ---------------------------------------------------------------------------------------
-# Cache
-
-
-def cache_root() -> Path:
-    """Where caches go that do not live next to their data."""
-    env = os.environ.get("SHADOWSYNC_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "shadowsync"
-
-
 def cache_dirs(path: str) -> list[Path]:
     """Cache locations for ``path``, preferred first: next to the data, then the cache root."""
     p = Path(path)
     near = p / DIR_CACHE_NAME if p.is_dir() else p.with_name(p.name + FILE_CACHE_SUFFIX)
     key = hashlib.sha1(str(p.resolve()).encode()).hexdigest()[:16]
     return [near, cache_root() / "files" / f"{p.name}-{key}"]
-
-
-class _NpyWriter:
-    """Appends rows to a ``.npy`` file whose row count is known only at the end."""
-
-    # A fixed header size lets us write the header once more when the count is known.
-    HEADER = 128
-
-    def __init__(self, path: Path, dtype: np.dtype, row_shape: tuple[int, ...]) -> None:
-        self.path, self.dtype, self.row_shape, self.rows = path, np.dtype(dtype), row_shape, 0
-        self.f = open(path, "wb")  # noqa: SIM115 - closed in close()
-        self.f.write(b"\0" * self.HEADER)
-
-    def append(self, arr: np.ndarray) -> None:
-        arr = np.ascontiguousarray(arr, dtype=self.dtype)
-        assert arr.shape[1:] == self.row_shape
-        self.f.write(arr.data)
-        self.rows += len(arr)
-
-    def close(self) -> None:
-        shape = (self.rows, *self.row_shape)
-        text = repr(
-            {
-                "descr": np.lib.format.dtype_to_descr(self.dtype),
-                "fortran_order": False,
-                "shape": shape,
-            }
-        )
-        body = text.ljust(self.HEADER - 10 - 1) + "\n"
-        header = b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
-        assert len(header) == self.HEADER
-        self.f.seek(0)
-        self.f.write(header)
-        self.f.close()
-
-
-@contextlib.contextmanager
-def build_lock(target: Path) -> Iterator[None]:
-    """Serialize cache builds for ``target`` among processes (ranks opening the same data)."""
-    lock = target.with_name("." + target.name.lstrip(".") + ".lock")
-    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def publish_dir(build: Callable[[Path], None], dest: Path) -> None:
-    """Run ``build(tmp)`` into a temporary sibling of ``dest``, then move it into place.
-
-    An interrupted build leaves neither a partial ``dest`` nor a damaged old one.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="." + dest.name.lstrip(".") + ".tmp-", dir=dest.parent))
-    try:
-        # mkdtemp makes the directory private; a cache beside shared data should not be.
-        tmp.chmod(0o755)
-        build(tmp)
-        old = None
-        if dest.exists():
-            old = dest.with_name(f".{dest.name.lstrip('.')}.old-{os.getpid()}")
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _read_meta(cache: Path) -> dict | None:
@@ -516,9 +427,9 @@ def convert(
 
     stamp = _stamp(files)
     writers = {
-        "labels": _NpyWriter(out / "labels.npy", np.float32, ()),
-        "dense": _NpyWriter(out / "dense.npy", np.float32, (NUM_DENSE,)),
-        "cats": _NpyWriter(out / "cats.npy", np.int64, (NUM_CAT,)),
+        "labels": NpyWriter(out / "labels.npy", np.float32, ()),
+        "dense": NpyWriter(out / "dense.npy", np.float32, (NUM_DENSE,)),
+        "cats": NpyWriter(out / "cats.npy", np.int64, (NUM_CAT,)),
     }
     skipped = 0
     total = sum(s["size"] for s in stamp)
@@ -563,7 +474,7 @@ def convert(
     return meta
 
 
-def _load_cache(
+def load_cache(
     cache: Path, meta: dict, converted: bool, files: list[tuple[Path, str]]
 ) -> CriteoArrays:
     return CriteoArrays(
@@ -590,7 +501,7 @@ def _build_cache(
         meta = _read_meta(cache)
         if _usable(meta, stamp, skip_bad_lines):
             assert meta is not None
-            return _load_cache(cache, meta, False, files)
+            return load_cache(cache, meta, False, files)
         built: dict = {}
 
         def build(tmp: Path) -> None:
@@ -599,7 +510,7 @@ def _build_cache(
         # The stamp was taken before reading, so a file changed meanwhile is converted
         # again on the next open.
         publish_dir(build, cache)
-        return _load_cache(cache, built, True, files)
+        return load_cache(cache, built, True, files)
 
 
 def load(path: str, *, skip_bad_lines: bool = False, progress: bool | None = None) -> CriteoArrays:
@@ -611,7 +522,7 @@ def load(path: str, *, skip_bad_lines: bool = False, progress: bool | None = Non
         meta = _read_meta(cache)
         if _usable(meta, stamp, skip_bad_lines):
             assert meta is not None
-            return _load_cache(cache, meta, False, files)
+            return load_cache(cache, meta, False, files)
     last_error: OSError | None = None
     for cache in candidates:
         try:
@@ -623,47 +534,3 @@ def load(path: str, *, skip_bad_lines: bool = False, progress: bool | None = Non
     raise UserError(
         f"{path}: cannot write a cache next to the data or under {cache_root()} ({last_error})"
     )
-
-
-# ---------------------------------------------------------------------------------------
-# Benchmark
-
-
-def bench_conversion(tmpdir: str | os.PathLike, lines: int = 500_000, seed: int = 0) -> dict:
-    """Measure text conversion (lines/s) and batch reading (examples/s) on synthetic lines.
-
-    The lines come from the planted-teacher generator: 8-hex-digit categoricals, small
-    counts, some empty fields, like Criteo's.
-    """
-    from shadowsync.data.dataset import CtrData, batches
-    from shadowsync.data.synth import write_tsv_dataset
-
-    root = Path(tmpdir) / "bench-conversion"
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
-    write_tsv_dataset(root, examples=lines, seed=seed, eval_fraction=0.0, progress=False)
-    src = root / "train.tsv"
-    size = src.stat().st_size
-    files = list_sources(str(src))
-    out = root / "cache"
-    out.mkdir()
-    t0 = time.perf_counter()
-    meta = convert(files, out, skip_bad_lines=False, progress=False)
-    conv_s = time.perf_counter() - t0
-    arrays = _load_cache(out, meta, True, files)
-    data = CtrData(arrays.labels, arrays.dense, arrays.cats, source=str(src))
-    t0 = time.perf_counter()
-    seen = 0
-    for dense, _cats, _labels in batches(data, 0, len(data), 1024):
-        seen += len(dense)
-    read_s = time.perf_counter() - t0
-    shutil.rmtree(root, ignore_errors=True)
-    return {
-        "lines": lines,
-        "bytes": size,
-        "conversion_s": conv_s,
-        "lines_per_s": lines / conv_s,
-        "mb_per_s": size / conv_s / 1e6,
-        "reader_examples_per_s": seen / read_s,
-    }

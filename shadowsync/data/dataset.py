@@ -1,4 +1,4 @@
-"""Opening CTR data (synthetic or Criteo TSV) and cutting it into batches for workers.
+"""Opening CTR data (synthetic, Criteo TSV or ``.npy`` arrays) and cutting it into batches.
 
 Every process of a run opens the same data: the first one converts (or generates) it into
 a cache of ``.npy`` files, the others wait for it and map the same files, so the rows live
@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from shadowsync.data import criteo, synth
+from shadowsync.data import arrays, criteo, synth
+from shadowsync.data.cache import build_lock, cache_root, publish_dir
+from shadowsync.data.schema import NUM_CAT, NUM_DENSE
 from shadowsync.errors import UserError
 from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
 
@@ -25,7 +27,10 @@ DEFAULT_TABLE_SIZE = 100_000
 
 
 class CtrData:
-    """Rows of CTR examples: labels [n], log-transformed dense [n, 13], raw hashes [n, 26].
+    """Rows of CTR examples: labels [n], dense features [n, D], raw ids or hashes [n, T].
+
+    Criteo and synthetic data have D = 13 (log-transformed counts) and T = 26; arrays given
+    by the user have their own D and T.
 
     Arrays are usually read-only memory maps of a cache. ``probs`` holds the true click
     probabilities when the data is synthetic; ``teacher_ne_hint`` is the teacher's NE read
@@ -44,7 +49,7 @@ class CtrData:
         teacher_ne_hint: float | None = None,
     ) -> None:
         n = len(labels)
-        if dense.shape != (n, criteo.NUM_DENSE) or cats.shape != (n, criteo.NUM_CAT):
+        if dense.ndim != 2 or cats.ndim != 2 or len(dense) != n or len(cats) != n:
             raise ValueError(
                 f"inconsistent shapes: labels {labels.shape}, dense {dense.shape}, "
                 f"cats {cats.shape}"
@@ -61,6 +66,14 @@ class CtrData:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def num_dense(self) -> int:
+        return self.dense.shape[1]
+
+    @property
+    def num_tables(self) -> int:
+        return self.cats.shape[1]
 
     def __repr__(self) -> str:
         return f"CtrData({self.source!r}, rows={len(self)}, skipped_lines={self.skipped_lines})"
@@ -88,7 +101,8 @@ def open_data(
     path: str, *, skip_bad_lines: bool = False, examples: int | None = None, seed: int = 0
 ) -> CtrData:
     """Open ``"synthetic"`` (``examples`` rows of the planted teacher built from ``seed``,
-    default 1,000,000) or Criteo TSV at ``path`` (file, .gz or directory of them).
+    default 1,000,000), a directory of ``.npy`` arrays (see ``shadowsync.data.arrays``) or
+    Criteo TSV at ``path`` (file, .gz or directory of them).
 
     For files, ``examples`` keeps only the first rows and ``seed`` is unused. Both kinds
     are cached on first use (see ``shadowsync.data.criteo``); raises UserError on bad input.
@@ -97,20 +111,32 @@ def open_data(
         raise UserError(f"examples must be positive, got {examples}")
     if path == SYNTHETIC:
         return _open_synthetic(examples or DEFAULT_SYNTHETIC_EXAMPLES, seed)
-    arrays = criteo.load(path, skip_bad_lines=skip_bad_lines)
+    if arrays.is_array_dir(path):
+        labels, dense, cats = arrays.load(path)
+        data = CtrData(labels, dense, cats, source=path)
+        return data if examples is None else data.head(examples)
+    parsed = criteo.load(path, skip_bad_lines=skip_bad_lines)
     data = CtrData(
-        arrays.labels,
-        arrays.dense,
-        arrays.cats,
+        parsed.labels,
+        parsed.dense,
+        parsed.cats,
         source=path,
-        skipped_lines=arrays.skipped_lines,
+        skipped_lines=parsed.skipped_lines,
         teacher_ne_hint=_teacher_hint(path),
     )
     return data if examples is None else data.head(examples)
 
 
+def feature_counts(path: str) -> tuple[int, int]:
+    """(dense features D, categorical features T) of the data at ``path``, without reading
+    or converting its rows: what the model and the embedding tables are sized by."""
+    if path != SYNTHETIC and arrays.is_array_dir(path):
+        return arrays.shapes(path)
+    return NUM_DENSE, NUM_CAT
+
+
 def synthetic_cache_dir(examples: int, seed: int) -> Path:
-    return criteo.cache_root() / f"synth-{examples}-{seed}-v{synth.SYNTH_VERSION}"
+    return cache_root() / f"synth-{examples}-{seed}-v{synth.SYNTH_VERSION}"
 
 
 def _open_synthetic(examples: int, seed: int) -> CtrData:
@@ -118,7 +144,7 @@ def _open_synthetic(examples: int, seed: int) -> CtrData:
     meta_file = cache / "meta.json"
     if not meta_file.exists():
         cache.parent.mkdir(parents=True, exist_ok=True)
-        with criteo.build_lock(cache):
+        with build_lock(cache):
             if not meta_file.exists():
 
                 def build(tmp: Path) -> None:
@@ -135,12 +161,12 @@ def _open_synthetic(examples: int, seed: int) -> CtrData:
                     }
                     (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
-                criteo.publish_dir(build, cache)
-    arrays = {n: np.load(cache / f"{n}.npy", mmap_mode="r") for n in ("labels", "dense", "cats")}
+                publish_dir(build, cache)
+    cached = {n: np.load(cache / f"{n}.npy", mmap_mode="r") for n in ("labels", "dense", "cats")}
     return CtrData(
-        arrays["labels"],
-        arrays["dense"],
-        arrays["cats"],
+        cached["labels"],
+        cached["dense"],
+        cached["cats"],
         source=SYNTHETIC,
         probs=np.load(cache / "probs.npy", mmap_mode="r"),
     )
@@ -188,30 +214,35 @@ def batches(
     batch_size: int,
     shard: int = 0,
     num_shards: int = 1,
-    table_size: int = DEFAULT_TABLE_SIZE,
+    table_size: int | Sequence[int] = DEFAULT_TABLE_SIZE,
     drop_last: bool = False,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """One pass of ``(dense [B,13] float32, ids [B,26] int64, labels [B] float32)``.
+    """One pass of ``(dense [B, D] float32, ids [B, T] int64, labels [B] float32)``.
 
     Rows [start, stop) form global batches of ``batch_size`` consecutive rows; batch ``b``
     belongs to shard ``b % num_shards``, so shards never overlap and together read every row
-    once. ``ids`` are the raw hashes modulo ``table_size`` (taken as unsigned 64-bit
-    numbers, as ``int(hex, 16) % table_size`` would). ``drop_last`` drops a short final
-    batch.
+    once. ``ids`` are the raw hashes modulo the table size (one for all tables or one per
+    table; taken as unsigned 64-bit numbers, as ``int(hex, 16) % table_size`` would).
+    ``drop_last`` drops a short final batch.
     """
-    if batch_size < 1 or table_size < 1:
-        raise ValueError("batch_size and table_size must be positive")
+    sizes = np.atleast_1d(np.asarray(table_size, dtype=np.int64))
+    if batch_size < 1 or (sizes < 1).any():
+        raise ValueError("batch_size and table sizes must be positive")
+    if len(sizes) not in (1, data.num_tables):
+        raise ValueError(f"{len(sizes)} table sizes for {data.num_tables} tables")
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in [0, {num_shards})")
     if not 0 <= start <= stop <= len(data):
         raise ValueError(f"rows [{start}, {stop}) are not within [0, {len(data)})")
-    modulus = np.uint64(table_size)
+    modulus = sizes.astype(np.uint64)
     total = num_batches(start, stop, batch_size, drop_last)
     for b in range(shard, total, num_shards):
         lo = start + b * batch_size
         hi = min(lo + batch_size, stop)
         # Copies out of the (read-only) memory map, so the tensors own writable memory.
         dense = np.array(data.dense[lo:hi], dtype=np.float32)
-        ids = (np.asarray(data.cats[lo:hi]).view(np.uint64) % modulus).view(np.int64)
+        # int64 hashes are reinterpreted as unsigned; narrower ids (checked >= 0) are widened.
+        cats = np.asarray(data.cats[lo:hi], dtype=np.int64)
+        ids = (cats.view(np.uint64) % modulus).view(np.int64)
         labels = np.array(data.labels[lo:hi], dtype=np.float32)
         yield torch.from_numpy(dense), torch.from_numpy(ids), torch.from_numpy(labels)

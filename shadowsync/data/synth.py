@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shadowsync.data.criteo import NUM_CAT, NUM_DENSE, log_transform
+from shadowsync.data.schema import NUM_CAT, NUM_DENSE, log_transform
 from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
 
 # Part of every synthetic cache's name: bump it whenever the rows for a seed change.

@@ -14,20 +14,17 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
-
 
 @dataclass
 class ModelConfig:
-    """Sizes of the DLRM. Defaults are small enough for two CPU cores."""
+    """Sizes of the DLRM: the feature counts come from the data, the widths default to what
+    two CPU cores train quickly."""
 
+    num_dense: int
+    num_sparse: int
     embedding_dim: int = 16
-    table_size: int = 100_000
     bottom_mlp: list[int] = field(default_factory=lambda: [64])
     top_mlp: list[int] = field(default_factory=lambda: [128, 64])
-    num_dense: int = NUM_DENSE
-    num_sparse: int = NUM_SPARSE
 
 
 def _mlp(sizes: list[int], final_activation: bool) -> nn.Sequential:

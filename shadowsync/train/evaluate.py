@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from shadowsync.metrics import evaluate_predictions
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, tables: Any, data: CtrData, start: int, stop: int,
-            table_size: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+            table_size: Sequence[int], batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     preds, labels = [], []
     for dense, ids, y in batches(data, start, stop, batch_size, table_size=table_size):
         preds.append(torch.sigmoid(model(dense, tables.lookup(ids))).numpy())
@@ -22,6 +23,6 @@ def predict(model: torch.nn.Module, tables: Any, data: CtrData, start: int, stop
 
 
 def evaluate(model: torch.nn.Module, tables: Any, data: CtrData, start: int, stop: int,
-             table_size: int) -> dict[str, float]:
+             table_size: Sequence[int]) -> dict[str, float]:
     pred, y = predict(model, tables, data, start, stop, table_size)
     return evaluate_predictions(pred, y)

@@ -11,20 +11,36 @@ from shadowsync.config import config_to_dict
 
 
 class MetricsLog:
-    """Appends one JSON object per line and flushes, so a crash keeps every line written."""
+    """Appends one JSON object per line and flushes, so a crash keeps every line written.
 
-    def __init__(self, path: Path) -> None:
+    With `tensorboard`, the same rows also become TensorBoard scalars under
+    `tensorboard/` beside the file, one per numeric field, stepped by examples seen.
+    """
+
+    def __init__(self, path: Path, tensorboard: bool = False) -> None:
         self.path = path
         self._fh: TextIO = open(path, "a", encoding="utf-8")
         self.rows: list[dict[str, Any]] = []
+        self._board = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._board = SummaryWriter(str(path.parent / "tensorboard"))
 
     def write(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
         self._fh.write(json.dumps(_finite(row)) + "\n")
         self._fh.flush()
+        if self._board is not None:
+            step = int(row.get("examples", len(self.rows)))
+            for key, value in row.items():
+                if key not in ("trainer", "examples") and _num(value):
+                    self._board.add_scalar(key, value, step)
 
     def close(self) -> None:
         self._fh.close()
+        if self._board is not None:
+            self._board.close()
 
 
 def summarize(cfg: Any, plan: Any, stats: list[Any],

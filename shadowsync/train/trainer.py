@@ -12,27 +12,41 @@ from __future__ import annotations
 import queue as queue_mod
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 
-from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.straggler import Straggler
-from shadowsync.train.tasks import DataPlan, task_of
-from shadowsync.train.tasks.ctr import build_dense_model, model_config, plan_data
+from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
+from shadowsync.transport.layout import ClusterLayout
 
 EVAL_SAMPLE = 20_000
-# The CTR task's builders, where callers have always found them.
-__all__ = ["DataPlan", "Trainer", "TrainerStats", "build_dense_model", "model_config",
-           "plan_data", "prepare_out_dir"]
+# DataPlan and Features live with the tasks; callers have always found them here.
+__all__ = ["DataPlan", "Features", "Trainer", "TrainerStats", "build_dense_model", "features_of",
+           "plan_data"]
+
+
+def features_of(cfg: TrainConfig) -> Features:
+    """The shape the run's model and tables are sized by (the task's, from cheap headers)."""
+    return task_of(cfg.task).features(cfg)
+
+
+def plan_data(cfg: TrainConfig) -> DataPlan:
+    """Open (convert, generate) the task's data once and decide train and held-out rows."""
+    return task_of(cfg.task).plan_data(cfg)
+
+
+def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
+    """The one place a run's dense model is made (the task's: DLRM or --model for ctr), in
+    every process."""
+    return task_of(cfg.task).build_model(cfg, features)
 
 
 @dataclass
@@ -62,7 +76,7 @@ class Trainer:
         self.tables = tables
         self.index = index
         self.task = task_of(cfg.task)
-        self.model = model if model is not None else self.task.build_model(cfg)
+        self.model = model if model is not None else build_dense_model(cfg, plan.features)
         self.model.share_memory()
         self.sync = sync
         self.log = log
@@ -85,8 +99,8 @@ class Trainer:
                 data=DataSlice(cfg.task, cfg.data, plan.open_examples,
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards),
-                batch_size=cfg.batch_size, table_size=cfg.table_size, optimizer=cfg.optimizer,
-                lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                batch_size=cfg.batch_size, table_size=list(plan.features.table_rows),
+                optimizer=cfg.optimizer, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                 report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
             )
@@ -205,17 +219,3 @@ class Trainer:
         p = self.plan
         return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop,
                                   self.cfg)
-
-
-def prepare_out_dir(cfg: TrainConfig) -> Path:
-    from shadowsync.config import default_out_dir
-
-    out = Path(cfg.out) if cfg.out else default_out_dir()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
-    for name in ("metrics.jsonl", "summary.json"):
-        if (out / name).exists():
-            raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")
-    return out

@@ -43,7 +43,7 @@ class WorkerSpec:
     worker: int
     data: DataSlice
     batch_size: int
-    table_size: int
+    table_size: list[int]  # rows of each table
     optimizer: str
     lr: float
     warmup_steps: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shadowsync.train.tasks.base import DataPlan, Task
+from shadowsync.train.tasks.base import DataPlan, Features, Task
 from shadowsync.train.tasks.ctr import CtrTask
 from shadowsync.train.tasks.digits import DigitsTask
 
@@ -13,4 +13,4 @@ def task_of(name: str) -> Task:
     return TASKS[name]
 
 
-__all__ = ["TASKS", "DataPlan", "Task", "task_of"]
+__all__ = ["TASKS", "DataPlan", "Features", "Task", "task_of"]

@@ -19,6 +19,18 @@ from typing import Any, Protocol
 import torch
 
 
+@dataclass(frozen=True)
+class Features:
+    """The shape every part of a run is sized by (model, tables, sharding), read from the data."""
+
+    num_dense: int
+    table_rows: tuple[int, ...]
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.table_rows)
+
+
 @dataclass
 class DataPlan:
     """Where training and evaluation rows come from, decided once per run."""
@@ -29,6 +41,7 @@ class DataPlan:
     eval_start: int
     eval_stop: int
     teacher_eval_ne: float | None
+    features: Features
     open_examples: int | None = None  # what workers pass to Task.open_data for the same rows
 
     @property
@@ -43,11 +56,11 @@ class Task(Protocol):
     metric: str  # the headline held-out metric, reported as eval_<metric>
     higher_is_better: bool
 
-    def table_rows(self, cfg: Any) -> list[int]:
-        """Rows of each embedding table (the servers hold them)."""
+    def features(self, cfg: Any) -> Features:
+        """The shape the model and tables are sized by, cheaply (no data conversion)."""
         ...
 
-    def build_model(self, cfg: Any) -> torch.nn.Module:
+    def build_model(self, cfg: Any, features: Features) -> torch.nn.Module:
         """The dense model, identical on every trainer (seeded by cfg.seed)."""
         ...
 

@@ -12,14 +12,19 @@ import torch
 import torch.nn.functional as F
 
 from shadowsync.config import TrainConfig
-from shadowsync.data.dataset import open_data
+from shadowsync.data.dataset import feature_counts, open_data
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
-from shadowsync.models import DLRMDense, ModelConfig
-from shadowsync.train.tasks.base import DataPlan
+from shadowsync.models import build_model
+from shadowsync.train.tasks.base import DataPlan, Features
 
 DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
-NUM_TABLES = 26
+
+
+def features_of(cfg: TrainConfig) -> Features:
+    """From the data's headers only: cheap in every process, converts nothing."""
+    num_dense, num_tables = feature_counts(cfg.data)
+    return Features(num_dense, tuple(cfg.table_rows(num_tables)))
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
@@ -31,6 +36,10 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         train = open_data(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
     if cfg.eval_data:
         ev = open_data(cfg.eval_data, skip_bad_lines=cfg.skip_bad_lines)
+        if (ev.num_dense, ev.num_tables) != (train.num_dense, train.num_tables):
+            raise UserError(f"--eval-data {cfg.eval_data}: {ev.num_dense} dense and "
+                            f"{ev.num_tables} categorical features, but --data has "
+                            f"{train.num_dense} and {train.num_tables}")
         train_stop, eval_start, eval_stop = len(train), 0, len(ev)
     else:
         ev = train
@@ -44,20 +53,17 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     teacher = ev.teacher_ne(eval_start, eval_stop)
     if teacher is None:
         teacher = ev.teacher_ne_hint
-    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher,
+    features = Features(train.num_dense, tuple(cfg.table_rows(train.num_tables)))
+    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
                     open_examples=len(train) if cfg.data == "synthetic" else None)
 
 
-def model_config(cfg: TrainConfig) -> ModelConfig:
-    return ModelConfig(embedding_dim=cfg.embedding_dim, table_size=cfg.table_size,
-                       bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp))
-
-
-def build_dense_model(cfg: TrainConfig) -> DLRMDense:
+def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
+    """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
-    return DLRMDense(model_config(cfg))
-
+    return build_model(cfg.model, features.num_dense, features.num_tables, cfg.embedding_dim,
+                       cfg.bottom_mlp, cfg.top_mlp)
 
 
 class CtrTask:
@@ -65,11 +71,11 @@ class CtrTask:
     metric = "ne"
     higher_is_better = False
 
-    def table_rows(self, cfg: TrainConfig) -> list[int]:
-        return [cfg.table_size] * NUM_TABLES
+    def features(self, cfg: TrainConfig) -> Features:
+        return features_of(cfg)
 
-    def build_model(self, cfg: TrainConfig) -> torch.nn.Module:
-        return build_dense_model(cfg)
+    def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
+        return build_dense_model(cfg, features)
 
     def plan_data(self, cfg: TrainConfig) -> DataPlan:
         return plan_data(cfg)
@@ -87,7 +93,7 @@ class CtrTask:
                  stop: int, cfg: TrainConfig) -> dict[str, float]:
         from shadowsync.train.evaluate import evaluate
 
-        return evaluate(model, tables, plan.eval, start, stop, cfg.table_size)
+        return evaluate(model, tables, plan.eval, start, stop, plan.features.table_rows)
 
     def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
         teacher = plan.teacher_eval_ne

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shadowsync.train.tasks.base import DataPlan
+from shadowsync.models.digits_cnn import SIDE
+from shadowsync.train.tasks.base import DataPlan, Features
 
 EVAL_IMAGES = 300
 DEFAULT_EXAMPLES = 60_000  # about 40 passes over the training images
@@ -26,6 +27,8 @@ class DigitsData:
 
     skipped_lines = 0
     teacher_ne_hint = None
+    num_dense = SIDE * SIDE
+    num_tables = 0
 
     def __init__(self, examples: int, seed: int) -> None:
         from sklearn.datasets import load_digits
@@ -71,10 +74,12 @@ class DigitsTask:
     metric = "accuracy"
     higher_is_better = True
 
-    def table_rows(self, cfg: Any) -> list[int]:
-        return [1]  # no categorical features: one unused row keeps the embedding path uniform
+    def features(self, cfg: Any) -> Features:
+        # No categorical features: one table of one unused row keeps the embedding path
+        # uniform (ids have zero columns, so nothing is ever looked up).
+        return Features(SIDE * SIDE, (1,))
 
-    def build_model(self, cfg: Any) -> torch.nn.Module:
+    def build_model(self, cfg: Any, features: Features) -> torch.nn.Module:
         from shadowsync.models.digits_cnn import DigitsCNN
 
         torch.manual_seed(cfg.seed)
@@ -83,7 +88,8 @@ class DigitsTask:
     def plan_data(self, cfg: Any) -> DataPlan:
         examples = cfg.examples or DEFAULT_EXAMPLES
         data = self.open_data("digits", examples, cfg.seed, False)
-        return DataPlan(data, data, examples, examples, len(data), None, open_examples=examples)
+        return DataPlan(data, data, examples, examples, len(data), None, self.features(cfg),
+                        open_examples=examples)
 
     def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Any:
         return DigitsData(examples or DEFAULT_EXAMPLES, seed)

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
-from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.rules.asp import Asynchronous
 from shadowsync.rules.bsp import BulkSynchronous
 from shadowsync.rules.server_update import ServerState, apply_update, reset_momentum
+from shadowsync.transport.layout import ClusterLayout
 
 
 @dataclass(frozen=True)

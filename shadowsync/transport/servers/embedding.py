@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed.rpc as rpc
 
-from shadowsync.cluster.layout import ClusterLayout
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 
 # Set in each embedding-server process; the RPC functions below run there.

@@ -1,4 +1,7 @@
-"""Roles from ranks.
+"""Roles from ranks and the names processes join RPC under.
+
+It sits below `transport/` and `train/`, which name their peers by it, and `cluster/`, which
+launches the processes.
 
 The launcher (torchrun, or the same elastic agent started in-process) gives every process a
 global rank. Ranks [0, E) are embedding parameter servers, [E, E + D) dense parameter servers,

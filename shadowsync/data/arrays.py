@@ -1,0 +1,87 @@
+"""Data a user already has as arrays: a directory of ``.npy`` files, any feature counts.
+
+    DIR/labels.npy   (N,)    clicks: 0/1 (bool, integer or float in [0, 1])
+    DIR/dense.npy    (N, D)  float32 dense features, already normalised as the model wants
+    DIR/cats.npy     (N, T)  integer ids, >= 0; reduced modulo the table size when read
+
+The arrays are memory-mapped, not copied, and checked once when opened; a problem is one
+line naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from shadowsync.errors import UserError
+
+FILES = ("labels.npy", "dense.npy", "cats.npy")
+_CHECK_ROWS = 1 << 20  # rows checked at a time, so a large memory map is not read at once
+
+
+def is_array_dir(path: str) -> bool:
+    """Whether ``path`` is a directory of ``.npy`` arrays (rather than Criteo text files)."""
+    p = Path(path)
+    return p.is_dir() and any((p / name).exists() for name in FILES)
+
+
+def _load(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (an array directory needs {', '.join(FILES)})")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise UserError(f"{path}: not a readable .npy array ({str(e).splitlines()[0]})") from None
+
+
+def shapes(path: str) -> tuple[int, int]:
+    """(D, T) of an array directory, from the files' headers only."""
+    p = Path(path)
+    dense, cats = _load(p / "dense.npy"), _load(p / "cats.npy")
+    return (dense.shape[1] if dense.ndim == 2 else 0), (cats.shape[1] if cats.ndim == 2 else 0)
+
+
+def load(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(labels, dense, cats) of an array directory, checked; raises UserError naming the file."""
+    p = Path(path)
+    labels, dense, cats = (_load(p / name) for name in FILES)
+    where = {name: p / name for name in FILES}
+    if labels.ndim != 1:
+        raise UserError(f"{where['labels.npy']}: shape {labels.shape}, expected (N,)")
+    n = len(labels)
+    if n == 0:
+        raise UserError(f"{where['labels.npy']}: no examples")
+    for name, arr in (("dense.npy", dense), ("cats.npy", cats)):
+        if arr.ndim != 2:
+            raise UserError(f"{where[name]}: shape {arr.shape}, expected (N, columns)")
+        if len(arr) != n:
+            raise UserError(f"{where[name]}: {len(arr)} rows, but labels.npy has {n}")
+    if not (labels.dtype == np.bool_ or np.issubdtype(labels.dtype, np.integer)
+            or np.issubdtype(labels.dtype, np.floating)):
+        raise UserError(f"{where['labels.npy']}: dtype {labels.dtype}, expected bool, "
+                        "integer or float")
+    if dense.dtype != np.float32:
+        raise UserError(f"{where['dense.npy']}: dtype {dense.dtype}, expected float32 "
+                        "(convert with arr.astype(np.float32))")
+    if not np.issubdtype(cats.dtype, np.integer):
+        raise UserError(f"{where['cats.npy']}: dtype {cats.dtype}, expected an integer type")
+    if cats.shape[1] == 0:
+        raise UserError(f"{where['cats.npy']}: no categorical columns (at least one is needed)")
+    for lo in range(0, n, _CHECK_ROWS):
+        hi = min(n, lo + _CHECK_ROWS)
+        y = labels[lo:hi].astype(np.float64)
+        if not np.all((y >= 0) & (y <= 1)):  # NaN fails too
+            row = lo + int(np.argmin((y >= 0) & (y <= 1)))
+            raise UserError(f"{where['labels.npy']}: row {row}: label {labels[row]} is not in "
+                            "[0, 1]")
+        finite = np.isfinite(dense[lo:hi]).all(axis=1)
+        if not finite.all():
+            row = lo + int(np.argmin(finite))
+            raise UserError(f"{where['dense.npy']}: row {row}: NaN or infinite value")
+        negative = (cats[lo:hi] < 0).any(axis=1)
+        if negative.any():
+            row = lo + int(np.argmax(negative))
+            raise UserError(f"{where['cats.npy']}: row {row}: negative id "
+                            f"{int(cats[row].min())} (ids must be >= 0)")
+    return labels, dense, cats

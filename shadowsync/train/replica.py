@@ -1,0 +1,113 @@
+"""One trainer from start to summary, the same for a single local trainer and for each
+trainer of a cluster: metrics log, progress bar, the Trainer, the final evaluation, and (on
+trainer 0) summary.json and the plot.
+
+What differs comes in as arguments: the embedding tables (local shared memory or the RPC
+client), the sync runner (none, or one that talks to the other trainers) and how the
+trainers' statistics are gathered (a collective, or just this one).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shadowsync.config import TrainConfig
+from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
+from shadowsync.train.trainer import DataPlan, Trainer
+
+log = logging.getLogger(__name__)
+
+
+def progress_enabled(cfg: TrainConfig) -> bool:
+    """--progress / --no-progress, else on a terminal or in a notebook only; never under -q."""
+    if cfg.log_level == "warning":
+        return False
+    if cfg.progress is not None:
+        return cfg.progress
+    return sys.stderr.isatty() or _in_notebook()
+
+
+def _in_notebook() -> bool:
+    """A Jupyter kernel drew this process's output (tqdm.auto then draws a widget). Only the
+    process the notebook runs qualifies: a cluster's trainer 0 is a child writing to the
+    kernel's own stderr."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def progress_bar(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
+
+    return tqdm(total=total, unit="ex", unit_scale=True, disable=not enabled, desc=desc,
+                dynamic_ncols=True)
+
+
+def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
+                model: torch.nn.Module | None = None, runner: Any = None,
+                gather: Callable[[Any], list[Any]] | None = None) -> dict[str, Any] | None:
+    """Train this replica; returns the summary on trainer 0 (which writes it), else None.
+
+    `gather(item)` returns every trainer's item, this one's included (default: only this one).
+    """
+    out = Path(cfg.out or ".")
+    metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.tensorboard and index == 0)
+    lead = index == 0
+    desc = "train" if cfg.trainers == 1 else f"trainer 0 (of {cfg.trainers})"
+    bar = progress_bar(plan.train_stop // cfg.trainers, desc, lead and progress_enabled(cfg))
+    trainer_cfg = cfg if lead else replace(cfg, eval_points=0)  # trainer 0 evaluates for all
+    trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
+                      log=metrics, progress=bar)
+    stats = trainer.run()
+    bar.close()
+    log.debug("trainer %d: %d examples in %.1fs", index, stats.examples, stats.wall_s)
+    sync_metrics = runner.final_metrics() if runner else {}
+    everyone = gather((stats, sync_metrics)) if gather else [(stats, sync_metrics)]
+    if runner:
+        runner.after_training()  # e.g. load the servers' final parameters
+    final = trainer.final_eval() if lead else None
+    train_metric = trainer.running.value
+    trainer.close()
+    if not lead:
+        metrics.close()
+        return None
+    assert final is not None
+    all_stats = [s for s, _ in everyone]
+    wall = max(s.wall_s for s in all_stats)
+    summary = summarize(cfg, plan, all_stats, final, train_metric, wall)
+    summary.update(sync_summary(everyone, all_stats, runner))
+    if runner:
+        summary.update(runner.summarize([m for _, m in everyone]))
+    summary["out"] = str(out)
+    metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
+                   "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,
+                   f"eval_{trainer.task.metric}": final[trainer.task.metric]})
+    metrics.close()
+    write_summary(out, summary)
+    xlabel = ("training examples" if cfg.trainers == 1
+              else f"training examples of trainer 0 (of {cfg.trainers})")
+    plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
+            xlabel=xlabel)
+    return summary
+
+
+def sync_summary(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:
+    """Synchronization figures over all trainers: rounds a minute, time blocked, settings."""
+    per_min = [m.get("syncs_per_min") for _, m in everyone if m.get("syncs_per_min") is not None]
+    busy = sum(s.busy_s for s in stats)
+    blocked = sum(s.blocked_s for s in stats)
+    return {
+        "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
+        "syncs_per_min_per_trainer": per_min,
+        "syncs": [m.get("syncs") for _, m in everyone],
+        "sync_blocked_fraction": None if runner is not None and not runner.measures_blocking
+        else (blocked / busy if busy > 0 else 0.0),
+        "sync_settings": runner.settings() if runner else {"runner": "none"},
+    }

@@ -1,0 +1,76 @@
+"""--data DIR of .npy arrays: any feature counts, and one line naming the file for bad arrays."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from shadowsync.data.dataset import batches, feature_counts, open_data
+from shadowsync.errors import UserError
+from tests.conftest import write_array_dir
+from tests.helpers import run_cli
+
+
+def test_counts_come_from_the_arrays(array_dir):
+    assert feature_counts(str(array_dir)) == (5, 3)
+    data = open_data(str(array_dir))
+    assert (len(data), data.num_dense, data.num_tables) == (40_000, 5, 3)
+    dense, ids, labels = next(batches(data, 0, 100, 64, table_size=[7, 11, 13]))
+    assert dense.shape == (64, 5) and ids.shape == (64, 3) and labels.shape == (64,)
+    assert ids.dtype == torch.int64
+    assert (ids.numpy() == data.cats[:64] % np.array([7, 11, 13])).all()
+
+
+def _spoil(path, name, arr):
+    np.save(path / name, arr)
+    return path
+
+
+@pytest.mark.parametrize("name, arr, message", [
+    ("dense.npy", np.zeros((7, 5), np.float32), "dense.npy: 7 rows, but labels.npy has 40000"),
+    ("cats.npy", np.zeros((40_000, 3), np.float64), "cats.npy: dtype float64, expected an integer"),
+    ("dense.npy", np.zeros((40_000, 5), np.float64), "dense.npy: dtype float64, expected float32"),
+    ("cats.npy", np.full((40_000, 3), -2, np.int64), "cats.npy: row 0: negative id -2"),
+    ("dense.npy", np.where(np.arange(40_000)[:, None] == 9, np.nan, 0).repeat(5, 1)
+     .astype(np.float32), "dense.npy: row 9: NaN or infinite value"),
+    ("labels.npy", np.full(40_000, 2.0, np.float32), "labels.npy: row 0: label 2.0 is not in"),
+    ("labels.npy", np.zeros((40_000, 2), np.float32), "labels.npy: shape (40000, 2), expected"),
+])
+def test_bad_arrays_name_the_file(array_dir, name, arr, message):
+    _spoil(array_dir, name, arr)
+    with pytest.raises(UserError, match=re.escape(message)) as e:
+        open_data(str(array_dir))
+    assert str(array_dir / name) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_file_is_named(array_dir):
+    (array_dir / "cats.npy").unlink()
+    with pytest.raises(UserError, match="cats.npy: no such file"):
+        open_data(str(array_dir))
+
+
+@pytest.mark.timeout(60)
+def test_bad_arrays_exit_2_before_the_output_directory_exists(tmp_path):
+    data = write_array_dir(tmp_path / "a", rows=1000)
+    _spoil(data, "cats.npy", np.full((1000, 3), -1, np.int32))
+    out = tmp_path / "run"
+    res = run_cli(["train", "--data", str(data), "--trainers", "1", "--embedding-servers", "0",
+                   "--sync", "none", "--out", str(out)], timeout=50)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == (f"shadowsync: error: {data / 'cats.npy'}: row 0: negative id "
+                                  "-1 (ids must be >= 0)")
+    assert not out.exists()
+
+
+def test_table_sizes_must_match_the_tables(array_dir):
+    from shadowsync.config import TrainConfig
+    from shadowsync.train.trainer import features_of
+
+    cfg = TrainConfig(data=str(array_dir), table_size="10,20")
+    with pytest.raises(UserError, match="--table-size: 2 sizes given, but the data has 3"):
+        features_of(cfg)
+    assert features_of(TrainConfig(data=str(array_dir), table_size=[10, 20, 30])).table_rows \
+        == (10, 20, 30)
