@@ -10,7 +10,8 @@ import warnings
 from shadowsync.errors import UserError
 
 SUMMARY_KEYS = [
-    "examples", "wall_s", "eps", "train_ne", "eval_ne", "teacher_eval_ne", "ne_vs_teacher",
+    "examples", "wall_s", "eps", "train_ne", "train_loss", "eval_ne", "eval_accuracy",
+    "teacher_eval_ne", "ne_vs_teacher",
     "eval_auc", "eval_logloss", "calibration", "trainers", "workers", "sync",
     "syncs_per_min", "sync_blocked_fraction", "skipped_lines",
 ]
@@ -65,6 +66,19 @@ def _bench_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_switch(args: argparse.Namespace) -> int:
+    from shadowsync.bench.switch import run_switch_bench
+
+    if not 0 < args.share < 1:
+        raise UserError(f"--share must be in (0, 1), got {args.share}")
+    if args.trainers < 2 or args.repeats < 1:
+        raise UserError("--trainers must be >= 2 and --repeats >= 1")
+    run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
+                     ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
+                     ctr=not args.no_ctr)
+    return 0
+
+
 def _bench_data(args: argparse.Namespace) -> int:
     from shadowsync.bench.data import run_data_bench
 
@@ -112,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--no-slow-net", action="store_true",
                       help="skip the network-namespace hosts part")
     sync.set_defaults(func=_bench_sync)
+    sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
+    sw.add_argument("--out", default="runs/bench-switch")
+    sw.add_argument("--trainers", type=int, default=4)
+    sw.add_argument("--digits-examples", type=int, default=24_000)
+    sw.add_argument("--ctr-examples", type=int, default=300_000)
+    sw.add_argument("--share", type=float, default=0.25, help="BSP share of the switch plan")
+    sw.add_argument("--repeats", type=int, default=3)
+    sw.add_argument("--no-ctr", action="store_true", help="digits only")
+    sw.set_defaults(func=_bench_switch)
     data_bench = bench.add_parser("data", help="TSV conversion and cache reader speed")
     data_bench.add_argument("--out", default="runs/bench-data")
     data_bench.add_argument("--lines", type=int, default=500_000)

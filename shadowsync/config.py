@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from shadowsync.errors import UserError
+from shadowsync.runners.modes import SYNC_CHOICES
+
+TASK_CHOICES = ("ctr", "digits")  # shadowsync.train.tasks.TASKS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,13 +42,11 @@ def _sizes(text: str) -> list[int]:
     return [int(v) for v in text.split(",")]
 
 
-SYNC_CHOICES = (
-    "none", "s-ma", "s-bmuf", "s-easgd", "fr-ma", "fr-bmuf", "fr-easgd", "ddp", "torch-fr-ma",
-)
-
-
 @dataclass
 class TrainConfig:
+    # task
+    task: str = _opt("ctr", "what to train: ctr (DLRM on CTR rows, NE) or digits (scikit-learn's "
+                     "8x8 digits, a small CNN, accuracy)", TASK_CHOICES)
     # data
     data: str = _opt("synthetic",
                      "training data: 'synthetic', a Criteo TSV file, .gz or directory, or a "
@@ -80,7 +81,8 @@ class TrainConfig:
     embedding_servers: int = _opt(
         1, "embedding parameter servers (0: tables live in the single trainer)")
     dense_servers: int | None = _opt(
-        None, "dense parameter servers for the EASGD centre (default: 1 if a rule needs it)")
+        None, "dense parameter servers for the EASGD centre and bsp / asp / switch "
+        "(default: 1 if the sync needs it)")
     row_split_limit: int = _opt(1_000_000, "tables with more rows are split row-wise over servers")
     # synchronization
     sync: str = _opt("s-bmuf", "how trainers synchronize their dense parameters", SYNC_CHOICES)
@@ -96,6 +98,18 @@ class TrainConfig:
     block_lr: float = _opt(1.0, "BMUF block learning rate zeta")
     nesterov: bool = _opt(False, "BMUF Nesterov look-ahead")
     elastic_alpha: float = _opt(0.5, "EASGD elastic rate alpha")
+    momentum: float = _opt(
+        0.9, "momentum of the servers' SGD under bsp / asp / switch (with --optimizer sgd)")
+    switch_plan: str = _opt(
+        "bsp:0.1,asp", "protocol phases of --sync switch: MODE:SHARE,... (last share: the rest)")
+    switch_momentum: str = _opt(
+        "keep", "momentum at a switch: keep it, zero it, or zero it and ramp it back",
+        ("keep", "zero", "ramp"))
+    switch_scale_lr: bool = _opt(
+        True, "ASP steps use --lr / (trainers x workers): BSP's global batch at --lr becomes "
+        "one worker's batch at --lr / n")
+    straggler: str | None = _opt(
+        None, "slow one trainer down: trainer=ID,slowdown=3,start=S,duration=D (seconds)")
     # network
     addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")
@@ -143,6 +157,16 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be >= 0, got {v}")
         if not 0 < self.sync_budget <= 1:
             raise UserError(f"--sync-budget must be in (0, 1], got {self.sync_budget}")
+        if not 0 <= self.momentum < 1:
+            raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.straggler is not None:
+            from shadowsync.train.straggler import Straggler
+
+            Straggler.parse(self.straggler, self.trainers)
+        if self.sync == "switch":
+            from shadowsync.runners.switch.plan import SwitchPlan
+
+            SwitchPlan.parse(self.switch_plan)
         if not 0 < self.elastic_alpha <= 1:
             raise UserError(f"--elastic-alpha must be in (0, 1], got {self.elastic_alpha}")
         self.sync_interval_s()

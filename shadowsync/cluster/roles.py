@@ -41,7 +41,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
     if need and dense < 1:
-        raise UserError("--sync s-easgd / fr-easgd needs --dense-servers >= 1")
+        raise UserError(f"--sync {cfg.sync} needs --dense-servers >= 1")
     emb = cfg.embedding_servers
     if cfg.distributed and emb < 1:
         raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
@@ -142,32 +142,19 @@ def trainers_here(layout: ClusterLayout) -> int:
 
 def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
                 endpoint: RpcEndpoint) -> None:
-    from shadowsync.runners.build import build_runner, param_groups
-    from shadowsync.runners.ddp import (
-        WORKER_GROUP_KINDS,
-        agent_store,
-        worker_group_runner,
-    )
+    from shadowsync.runners.build import RunnerContext, build_runner
     from shadowsync.train.replica import run_replica
     from shadowsync.train.trainer import build_dense_model, plan_data
-    from shadowsync.transport.collectives import TrainerExchange
-    from shadowsync.transport.servers.dense import DenseServerClient
     from shadowsync.transport.servers.embedding import RemoteEmbeddings
 
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
     tables = RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
                               rpc_ranks(layout))
-    if cfg.sync in WORKER_GROUP_KINDS:
-        addr, port = agent_store()
-        runner = worker_group_runner(cfg, addr, port)
-        groups = []
-    else:
-        kind, groups = param_groups(cfg, model)
-        centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
-                   for g in groups if g.rule.needs_servers}
-        runner = build_runner(cfg, kind, groups, TrainerExchange(group, cfg.trainers, centres),
-                              trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout))
+    runner = build_runner(RunnerContext(
+        cfg, model, trainer_group=group,
+        trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
+
     def gather(item: Any) -> list[Any]:
         everyone = [None] * cfg.trainers
         dist.all_gather_object(everyone, item, group=group)

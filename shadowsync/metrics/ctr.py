@@ -74,6 +74,8 @@ class RunningNE:
     it is now rather than its average over the whole run.
     """
 
+    name = "ne"
+
     def __init__(self, window: int = 100_000) -> None:
         self.window = window
         self._chunks: deque[_Chunk] = deque()

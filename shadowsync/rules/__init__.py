@@ -5,7 +5,9 @@ trainers or the parameter servers), and returns the new value of the local param
 knows nothing of threads, processes or timing; the runners in `shadowsync.runners` decide when
 a rule runs, and `shadowsync.transport` how its bytes move.
 
-Adding an algorithm is one new module plus one line in `RULES`.
+Adding an algorithm is one new module plus one line in `RULES`. The parameter-server protocols
+of Sync-Switch (`bsp`, `asp`, with `server_update`) act on a server's state instead of a
+trainer's replica, so they are not in `RULES`.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from shadowsync.rules.asp import Asynchronous
 from shadowsync.rules.base import Exchange, SyncRule
 from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering
+from shadowsync.rules.bsp import BulkSynchronous
 from shadowsync.rules.easgd import ElasticAveraging
 from shadowsync.rules.ma import ModelAveraging
 
@@ -29,4 +33,4 @@ def make_rule(name: str, **settings: Any) -> SyncRule:
     return RULES[name](**settings)
 
 
-__all__ = ["RULES", "Exchange", "SyncRule", "make_rule"]
+__all__ = ["RULES", "Asynchronous", "BulkSynchronous", "Exchange", "SyncRule", "make_rule"]

@@ -8,12 +8,14 @@ import time
 from typing import Any
 
 from shadowsync.runners.groups import ParamGroup
+from shadowsync.runners.reports import WorkerReport
 from shadowsync.transport.collectives import TrainerExchange
 
 
 class SyncRunner:
     kind = "abstract"
     blocks_workers = False
+    measures_blocking = True  # False where waiting cannot be told apart from compute
 
     def __init__(self, groups: list[ParamGroup], exchange: TrainerExchange) -> None:
         self.groups = groups
@@ -30,6 +32,13 @@ class SyncRunner:
     def worker_hook(self, ctx: Any, workers: int) -> Any:
         """An object handed to each worker process, or None if workers never wait."""
         return None
+
+    def observe(self, report: WorkerReport) -> None:
+        """Called by the trainer with every report of its workers."""
+
+    def after_training(self) -> None:
+        """Called on every trainer once all trainers have finished training, before the final
+        evaluation."""
 
     def start(self) -> None:
         for g in self.groups:
@@ -86,6 +95,14 @@ class SyncRunner:
             "sync_cpu_s": round(self.sync_cpu_s, 3),
         }
 
+    def final_metrics(self) -> dict[str, Any]:
+        """What this trainer contributes to the run's summary (gathered on trainer 0)."""
+        return self.metrics()
+
+    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+        """Summary entries from every trainer's `final_metrics`."""
+        return {}
+
     def describe(self) -> dict[str, Any]:
         return {}
 
@@ -99,16 +116,31 @@ class SyncRunner:
 class WorkerHook:
     """What a runner does inside each worker process. The defaults do nothing."""
 
-    def prepare(self, model: Any, trainer: int, worker: int) -> Any:
-        """Returns the module the worker trains (the shared one unless overridden)."""
+    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+        """Returns the module the worker trains (the shared one unless overridden). `steps`:
+        how many steps this worker will take."""
         return model
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
         return optimizer
 
+    endless_data = False  # True: the worker's data wraps around until `finished()`
+
     def step(self) -> float:
         """After each step; returns seconds spent waiting on synchronization."""
         return 0.0
+
+    def finished(self) -> bool:
+        """True when the worker should stop before its data runs out."""
+        return False
+
+    def report(self) -> dict[str, Any]:
+        """Counters since the previous call, carried by the next `WorkerReport`."""
+        return {}
+
+    def where(self) -> str:
+        """Where in its synchronization schedule the worker is, for error messages."""
+        return ""
 
     def finish(self, shared_model: Any, trained: Any) -> None:
         pass

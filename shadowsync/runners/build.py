@@ -1,12 +1,13 @@
 """From a run configuration to the runner a trainer uses.
 
-`--sync` names a runner and a rule together (s-bmuf: background BMUF; fr-ma: foreground
-model averaging); `--sync-groups` gives other rules to parts of the model. All groups share one
-runner, since a trainer has one sync thread.
+`--sync` names a mode in `shadowsync.runners.modes`; the mode's builder makes the runner from a
+`RunnerContext`. Rule modes (s-*, fr-*) also accept `--sync-groups`, other rules for parts of
+the model; all groups share one runner, since a trainer has one sync thread.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,44 +17,46 @@ from shadowsync.errors import UserError
 from shadowsync.rules import make_rule
 from shadowsync.runners.base import SyncRunner
 from shadowsync.runners.groups import ParamGroup, split_model
+from shadowsync.runners.modes import MODES, mode_of
 
-RUNNER_OF_PREFIX = {"s-": "background", "fr-": "foreground"}
 
+@dataclass
+class RunnerContext:
+    """What a mode's builder may use: the trainer's model, its peers and its host share."""
 
-def parse_sync(name: str) -> tuple[str, str | None]:
-    """'s-bmuf' -> ('background', 'bmuf'); 'none' -> ('none', None)."""
-    for prefix, runner in RUNNER_OF_PREFIX.items():
-        if name.startswith(prefix):
-            return runner, name[len(prefix):]
-    return name, None
+    cfg: TrainConfig
+    model: torch.nn.Module
+    trainer_group: Any = None  # the process group of the trainers (collectives)
+    trainer_cores: float = 1.0  # this trainer's share of its host's cores (the auto pace)
+    store: tuple[str, int] | None = None  # the launcher's TCP store (worker groups)
 
 
 def group_syncs(cfg: TrainConfig, model: torch.nn.Module) -> dict[str, str]:
     """Module prefix -> sync name, validated against the model's modules."""
     modules = {n for n, _ in model.named_children()}
+    rule_modes = [m.name for m in MODES.values() if m.rule is not None]
     out: dict[str, str] = {}
     for entry in cfg.sync_groups:
         prefix, sep, sync = entry.partition("=")
         if not sep or prefix not in modules:
             raise UserError(f"--sync-groups: '{entry}' must be MODULE=SYNC with MODULE one of "
                             f"{', '.join(sorted(modules))}")
-        if parse_sync(sync)[1] is None:
-            raise UserError(f"--sync-groups: '{sync}' is not a rule (s-ma, s-bmuf, s-easgd, "
-                            "fr-ma, fr-bmuf, fr-easgd)")
+        if sync not in rule_modes:
+            raise UserError(f"--sync-groups: '{sync}' is not a rule ({', '.join(rule_modes)})")
         out[prefix] = sync
-    kinds = {parse_sync(s)[0] for s in [*out.values(), cfg.sync]
-             if parse_sync(s)[1] is not None}
-    if len(kinds) > 1:
+    families = {mode_of(s).family for s in [*out.values(), cfg.sync]
+                if mode_of(s).rule is not None}
+    if len(families) > 1:
         raise UserError("--sync-groups: all groups must be background (s-*) or all foreground "
                         "(fr-*) in one run")
-    if out and parse_sync(cfg.sync)[1] is None and cfg.sync != "none":
+    if out and mode_of(cfg.sync).rule is None and cfg.sync != "none":
         raise UserError(f"--sync-groups cannot be combined with --sync {cfg.sync}")
     return out
 
 
 def needs_dense_servers(cfg: TrainConfig, model: torch.nn.Module) -> bool:
     names = [cfg.sync, *group_syncs(cfg, model).values()]
-    return any(parse_sync(n)[1] == "easgd" for n in names)
+    return any(mode_of(n).dense_servers for n in names)
 
 
 def rule_for(cfg: TrainConfig, rule: str) -> Any:
@@ -66,29 +69,43 @@ def rule_for(cfg: TrainConfig, rule: str) -> Any:
 
 
 def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, list[ParamGroup]]:
-    """The runner kind and the synchronized groups (params under `none` are left alone)."""
+    """The runner family and the synchronized groups (params under `none` are left alone)."""
     per_prefix = group_syncs(cfg, model)
     groups: list[ParamGroup] = []
-    kind = None
+    family = None
     for key, params in split_model(model, {p: p for p in per_prefix}).items():
-        runner, rule = parse_sync(per_prefix.get(key, cfg.sync))
-        if rule is None:
+        mode = mode_of(per_prefix.get(key, cfg.sync))
+        if mode.rule is None:
             continue
-        kind = runner
+        family = mode.family
         name = key if key != "*" else ("rest" if per_prefix else "dense")
-        groups.append(ParamGroup(name, params, rule_for(cfg, rule), cfg.write_back))
-    return kind, groups
+        groups.append(ParamGroup(name, params, rule_for(cfg, mode.rule), cfg.write_back))
+    return family, groups
 
 
-def build_runner(cfg: TrainConfig, kind: str | None, groups: list[ParamGroup],
-                 exchange: Any, trainer_cores: float) -> SyncRunner | None:
-    """`trainer_cores`: this trainer's share of its host's cores, which the auto pace budgets."""
+def build_runner(ctx: RunnerContext) -> SyncRunner | None:
+    """The runner of this trainer, or None when nothing synchronizes."""
+    build = mode_of(ctx.cfg.sync).build()
+    if build is None and ctx.cfg.sync_groups:
+        build = grouped_runner  # --sync none with rules for some groups
+    return build(ctx) if build is not None else None
+
+
+def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
+    """A background or foreground runner over the rule groups of `--sync` / `--sync-groups`."""
     from shadowsync.runners.foreground import ForegroundSync
     from shadowsync.runners.shadow import BackgroundSync, Pace
+    from shadowsync.transport.collectives import TrainerExchange
+    from shadowsync.transport.servers.dense import DenseServerClient
 
-    if kind == "background":
+    cfg = ctx.cfg
+    family, groups = param_groups(cfg, ctx.model)
+    centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
+               for g in groups if g.rule.needs_servers}
+    exchange = TrainerExchange(ctx.trainer_group, cfg.trainers, centres)
+    if family == "background":
         return BackgroundSync(groups, exchange,
-                              Pace(cfg.sync_interval_s(), cfg.sync_budget, trainer_cores))
-    if kind == "foreground":
+                              Pace(cfg.sync_interval_s(), cfg.sync_budget, ctx.trainer_cores))
+    if family == "foreground":
         return ForegroundSync(groups, exchange, cfg.sync_every)
     return None

@@ -37,7 +37,7 @@ class WorkerGroupHook(WorkerHook):
         self.trainers = trainers
         self.workers = workers
 
-    def prepare(self, model: Any, trainer: int, worker: int) -> Any:
+    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
         store = dist.TCPStore(self.store_addr, self.store_port, is_master=False,
                               timeout=timedelta(seconds=120))
         dist.init_process_group("gloo", store=dist.PrefixStore(self.prefix, store),
@@ -59,10 +59,10 @@ class WorkerGroupHook(WorkerHook):
 
 
 class DDPHook(WorkerGroupHook):
-    def prepare(self, model: Any, trainer: int, worker: int) -> Any:
+    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(super().prepare(model, trainer, worker))
+        return DistributedDataParallel(super().prepare(model, trainer, worker, steps))
 
 
 class TorchPeriodicAveragingHook(WorkerGroupHook):
@@ -126,13 +126,15 @@ class WorkerGroupRunner(SyncRunner):
         return {"period": getattr(self.hook, "period", 1)}
 
 
-WORKER_GROUP_KINDS = ("ddp", "torch-fr-ma")
-
-
-def worker_group_runner(cfg: Any, addr: str, port: int) -> WorkerGroupRunner:
+def worker_group_runner(ctx: Any) -> WorkerGroupRunner:
+    """The builder of the `ddp` and `torch-fr-ma` modes."""
+    cfg = ctx.cfg
+    addr, port = ctx.store or agent_store()
     args = (addr, port, f"workers/{cfg.sync}", cfg.trainers, cfg.workers)
     if cfg.sync == "ddp":
-        return WorkerGroupRunner(DDPHook(*args), "ddp")
+        runner = WorkerGroupRunner(DDPHook(*args), "ddp")
+        runner.measures_blocking = False  # DDP waits inside backward(), not separable
+        return runner
     return WorkerGroupRunner(TorchPeriodicAveragingHook(*args, period=cfg.sync_every),
                              "torch-fr-ma")
 

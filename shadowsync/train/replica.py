@@ -68,10 +68,12 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     stats = trainer.run()
     bar.close()
     log.debug("trainer %d: %d examples in %.1fs", index, stats.examples, stats.wall_s)
-    sync_metrics = runner.metrics() if runner else {}
+    sync_metrics = runner.final_metrics() if runner else {}
     everyone = gather((stats, sync_metrics)) if gather else [(stats, sync_metrics)]
+    if runner:
+        runner.after_training()  # e.g. load the servers' final parameters
     final = trainer.final_eval() if lead else None
-    train_ne = trainer.running_ne.value
+    train_metric = trainer.running.value
     trainer.close()
     if not lead:
         metrics.close()
@@ -79,11 +81,14 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     assert final is not None
     all_stats = [s for s, _ in everyone]
     wall = max(s.wall_s for s in all_stats)
-    summary = summarize(cfg, plan, all_stats, final, train_ne, wall)
+    summary = summarize(cfg, plan, all_stats, final, train_metric, wall)
     summary.update(sync_summary(everyone, all_stats, runner))
+    if runner:
+        summary.update(runner.summarize([m for _, m in everyone]))
     summary["out"] = str(out)
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
-                   "eps": summary["eps"], "train_ne": train_ne, "eval_ne": final["ne"]})
+                   "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,
+                   f"eval_{trainer.task.metric}": final[trainer.task.metric]})
     metrics.close()
     write_summary(out, summary)
     xlabel = ("training examples" if cfg.trainers == 1
@@ -102,8 +107,7 @@ def sync_summary(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str
         "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
         "syncs_per_min_per_trainer": per_min,
         "syncs": [m.get("syncs") for _, m in everyone],
-        # DDP waits inside backward(), where it cannot be told apart from compute.
-        "sync_blocked_fraction": None if runner is not None and runner.kind == "ddp"
+        "sync_blocked_fraction": None if runner is not None and not runner.measures_blocking
         else (blocked / busy if busy > 0 else 0.0),
         "sync_settings": runner.settings() if runner else {"runner": "none"},
     }

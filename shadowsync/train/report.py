@@ -44,23 +44,24 @@ class MetricsLog:
 
 
 def summarize(cfg: Any, plan: Any, stats: list[Any],
-              final: dict[str, float], train_ne: float, wall_s: float) -> dict[str, Any]:
-    """The contents of summary.json: totals over trainers, the final evaluation, settings."""
+              final: dict[str, float], train_metric: float, wall_s: float) -> dict[str, Any]:
+    """The contents of summary.json: totals over trainers, the final evaluation, settings.
+    `train_metric` is the task's running training metric (NE for ctr, loss for digits)."""
+    from shadowsync.train.tasks import task_of
+
+    task = task_of(cfg.task)
     examples = sum(s.examples for s in stats)
     return {
         "examples": examples,
         "wall_s": round(wall_s, 3),
         "eps": examples / wall_s if wall_s > 0 else 0.0,
         "train_eps": sum(s.train_eps for s in stats),
+        # first step of any worker to last step of any worker: training without start-up
+        "train_s": max(s.train_end for s in stats) - min(s.train_start for s in stats),
         "eps_per_trainer": [s.train_eps for s in stats],
-        "train_ne": train_ne,
-        "eval_ne": final["ne"],
-        "eval_auc": final["auc"],
-        "eval_logloss": final["logloss"],
-        "calibration": final["calibration"],
-        "eval_examples": final["examples"],
-        "teacher_eval_ne": plan.teacher_eval_ne,
-        "ne_vs_teacher": final["ne"] / plan.teacher_eval_ne if plan.teacher_eval_ne else None,
+        f"train_{task.running_metric().name}": train_metric,
+        **task.summary(final, plan),
+        "task": cfg.task,
         "workers": cfg.workers,
         "trainers": cfg.trainers,
         "sync": cfg.sync,

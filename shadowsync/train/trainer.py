@@ -18,92 +18,35 @@ import torch
 import torch.multiprocessing as mp
 
 from shadowsync.config import TrainConfig
-from shadowsync.data.dataset import CtrData, feature_counts, open_data
 from shadowsync.errors import UserError
-from shadowsync.metrics import RunningNE
-from shadowsync.models import build_model
-from shadowsync.runners.ddp import WORKER_GROUP_KINDS
-from shadowsync.train.evaluate import evaluate
+from shadowsync.runners.modes import mode_of
+from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
+from shadowsync.train.straggler import Straggler
+from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
 from shadowsync.transport.layout import ClusterLayout
 
 EVAL_SAMPLE = 20_000
-DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
-
-
-@dataclass(frozen=True)
-class Features:
-    """The shape every part of a run is sized by (model, tables, sharding), read from the data."""
-
-    num_dense: int
-    table_rows: tuple[int, ...]
-
-    @property
-    def num_tables(self) -> int:
-        return len(self.table_rows)
+# DataPlan and Features live with the tasks; callers have always found them here.
+__all__ = ["DataPlan", "Features", "Trainer", "TrainerStats", "build_dense_model", "features_of",
+           "plan_data"]
 
 
 def features_of(cfg: TrainConfig) -> Features:
-    """From the data's headers only: cheap in every process, converts nothing."""
-    num_dense, num_tables = feature_counts(cfg.data)
-    return Features(num_dense, tuple(cfg.table_rows(num_tables)))
-
-
-@dataclass
-class DataPlan:
-    """Where training and evaluation rows come from, decided once per run."""
-
-    train: CtrData
-    eval: CtrData
-    train_stop: int
-    eval_start: int
-    eval_stop: int
-    teacher_eval_ne: float | None
-    features: Features
-
-    @property
-    def skipped_lines(self) -> int:
-        extra = self.eval.skipped_lines if self.eval is not self.train else 0
-        return self.train.skipped_lines + extra
+    """The shape the run's model and tables are sized by (the task's, from cheap headers)."""
+    return task_of(cfg.task).features(cfg)
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
-    if cfg.data == "synthetic":
-        n_train = cfg.examples or DEFAULT_SYNTHETIC_EXAMPLES
-        total = n_train + n_train // 9  # the last 10% of the generated rows are held out
-        train = open_data("synthetic", examples=total, seed=cfg.seed)
-    else:
-        train = open_data(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
-    if cfg.eval_data:
-        ev = open_data(cfg.eval_data, skip_bad_lines=cfg.skip_bad_lines)
-        if (ev.num_dense, ev.num_tables) != (train.num_dense, train.num_tables):
-            raise UserError(f"--eval-data {cfg.eval_data}: {ev.num_dense} dense and "
-                            f"{ev.num_tables} categorical features, but --data has "
-                            f"{train.num_dense} and {train.num_tables}")
-        train_stop, eval_start, eval_stop = len(train), 0, len(ev)
-    else:
-        ev = train
-        eval_start = len(train) - len(train) // 10
-        train_stop, eval_stop = eval_start, len(train)
-        if eval_start == eval_stop:
-            raise UserError(f"{cfg.data}: too few examples ({len(train)}) to hold 10% out; "
-                            "pass --eval-data")
-    if cfg.examples:
-        train_stop = min(train_stop, cfg.examples)
-    teacher = ev.teacher_ne(eval_start, eval_stop)
-    if teacher is None:
-        teacher = ev.teacher_ne_hint
-    features = Features(train.num_dense, tuple(cfg.table_rows(train.num_tables)))
-    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features)
+    """Open (convert, generate) the task's data once and decide train and held-out rows."""
+    return task_of(cfg.task).plan_data(cfg)
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
-    """The one place a run's dense model is made (DLRM or --model), in every process."""
-    # Every trainer starts from the same dense weights, as data-parallel training expects.
-    torch.manual_seed(cfg.seed)
-    return build_model(cfg.model, features.num_dense, features.num_tables, cfg.embedding_dim,
-                       cfg.bottom_mlp, cfg.top_mlp)
+    """The one place a run's dense model is made (the task's: DLRM or --model for ctr), in
+    every process."""
+    return task_of(cfg.task).build_model(cfg, features)
 
 
 @dataclass
@@ -132,12 +75,13 @@ class Trainer:
         self.plan = plan
         self.tables = tables
         self.index = index
+        self.task = task_of(cfg.task)
         self.model = model if model is not None else build_dense_model(cfg, plan.features)
         self.model.share_memory()
         self.sync = sync
         self.log = log
         self.progress = progress
-        self.running_ne = RunningNE()
+        self.running = self.task.running_metric()  # e.g. NE over recent training examples
         self.stats = TrainerStats()
         self._procs: list[Any] = []
 
@@ -145,19 +89,20 @@ class Trainer:
         cfg, plan = self.cfg, self.plan
         shards = cfg.trainers * cfg.workers
         stop = plan.train_stop
-        if cfg.sync in WORKER_GROUP_KINDS:  # workers step in lockstep with all others
+        if mode_of(cfg.sync).lockstep:  # workers step in lockstep with all others
             # Every rank must take the same number of steps, or its last collective waits
             # forever for the ranks that ran out of data: drop the uneven tail.
             stop = (stop // cfg.batch_size // shards) * shards * cfg.batch_size
         return [
             WorkerSpec(
                 trainer=self.index, worker=w,
-                data=DataSlice(cfg.data, len(plan.train) if cfg.data == "synthetic" else None,
+                data=DataSlice(cfg.task, cfg.data, plan.open_examples,
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards),
                 batch_size=cfg.batch_size, table_size=list(plan.features.table_rows),
                 optimizer=cfg.optimizer, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                report_every=max(1, 8192 // cfg.batch_size), seed=cfg.seed,
+                report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
+                straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
             )
             for w in range(cfg.workers)
         ]
@@ -219,25 +164,27 @@ class Trainer:
                     raise RuntimeError(f"trainer {self.index}: worker {dead[0]} exited with code "
                                        f"{procs[dead[0]].exitcode}") from None
                 continue
-            kind = msg[0]
-            if kind == "error":
-                raise UserError(msg[3])
-            if kind == "done":
-                done.add(msg[2])
-                self.stats.train_start = min(self.stats.train_start, msg[3])
-                self.stats.train_end = max(self.stats.train_end, msg[4])
+            if isinstance(msg, WorkerFailed):
+                raise UserError(msg.message)
+            if isinstance(msg, WorkerDone):
+                done.add(msg.worker)
+                self.stats.train_start = min(self.stats.train_start, msg.train_start)
+                self.stats.train_end = max(self.stats.train_end, msg.train_end)
                 continue
-            _, _, _, n, loss_sum, label_sum, busy, blocked = msg
+            n = msg.examples
             s = self.stats
             s.examples += n
-            s.busy_s += busy
-            s.blocked_s += blocked
-            self.running_ne.add(n, loss_sum, label_sum)
+            s.busy_s += msg.busy_s
+            s.blocked_s += msg.blocked_s
+            self.running.add(n, msg.loss_sum, msg.label_sum)
+            if self.sync:
+                self.sync.observe(msg)
             wall = time.perf_counter() - t0
             if self.progress is not None:
                 self.progress.update(n)
                 self.progress.set_postfix(eps=f"{s.examples / wall:,.0f}",
-                                          ne=f"{self.running_ne.value:.4f}", refresh=False)
+                                          refresh=False,
+                                          **{self.running.name: f"{self.running.value:.4f}"})
             row = None
             if s.examples >= next_log:
                 next_log += cfg.log_every
@@ -245,7 +192,7 @@ class Trainer:
             if s.examples >= next_eval and cfg.eval_points > 0:
                 next_eval += eval_every
                 row = row or self._metrics_row(wall)
-                row["eval_ne"] = self.sample_eval_ne()
+                row[f"eval_{self.task.metric}"] = self.sample_eval()
             if row is not None and self.log is not None:
                 self.log.write(row)
 
@@ -253,20 +200,22 @@ class Trainer:
         s = self.stats
         row: dict[str, Any] = {
             "trainer": self.index, "examples": s.examples, "wall_s": round(wall, 3),
-            "eps": s.examples / wall if wall > 0 else 0.0, "train_ne": self.running_ne.value,
+            "eps": s.examples / wall if wall > 0 else 0.0,
+            f"train_{self.running.name}": self.running.value,
             "sync_blocked_fraction": s.blocked_s / s.busy_s if s.busy_s > 0 else 0.0,
         }
         if self.sync:
             row.update(self.sync.metrics())
         return row
 
-    def sample_eval_ne(self) -> float:
+    def sample_eval(self) -> float:
+        """The task's headline metric on a sample of the held-out rows."""
         p = self.plan
         stop = min(p.eval_stop, p.eval_start + EVAL_SAMPLE)
-        return evaluate(self.model, self.tables, p.eval, p.eval_start, stop,
-                        p.features.table_rows)["ne"]
+        return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
+                                  self.cfg)[self.task.metric]
 
     def final_eval(self) -> dict[str, float]:
         p = self.plan
-        return evaluate(self.model, self.tables, p.eval, p.eval_start, p.eval_stop,
-                        p.features.table_rows)
+        return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop,
+                                  self.cfg)

@@ -14,16 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from shadowsync.data.dataset import batches, open_data
+from shadowsync.data.dataset import batches, num_batches
 from shadowsync.runners.base import WorkerHook
+from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.train.straggler import Straggler
+from shadowsync.train.tasks import task_of
 
 
 @dataclass
 class DataSlice:
     """Which rows this worker reads: global batches of [start, stop) striped over shards."""
 
+    task: str
     path: str
     examples: int | None
     seed: int
@@ -46,6 +49,7 @@ class WorkerSpec:
     warmup_steps: int
     report_every: int  # steps between progress messages
     seed: int
+    straggler: Straggler | None = None
 
 
 def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -72,9 +76,38 @@ class TrainingDiverged(RuntimeError):
     pass
 
 
+# Mean loss per example above which training has exploded: far beyond any loss a model that
+# learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
+EXPLODED_LOSS = 100.0
+
+
+def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int,
+               where: str = "") -> None:
+    """Stop with one clear line on a NaN, infinite or exploding loss (an ASP phase with too
+    high a learning rate diverges this way)."""
+    mean = loss_sum / max(1, examples)
+    if not math.isfinite(mean) or mean > EXPLODED_LOSS:
+        what = f"loss is {mean}" if not math.isfinite(mean) else \
+            f"mean loss {mean:.3g} per example exploded past {EXPLODED_LOSS:g}"
+        raise TrainingDiverged(f"training diverged: {what} in trainer {spec.trainer} worker "
+                               f"{spec.worker}{where} after {seen} examples; try a lower --lr")
+
+
+def endless(one_pass: Any) -> Any:
+    """Pass after pass over a worker's shard, for runners that end training themselves."""
+    while True:
+        empty = True
+        for batch in one_pass():
+            empty = False
+            yield batch
+        if empty:
+            return
+
+
 def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, queue: Any,
                 ready: Any, hook: WorkerHook | None = None) -> None:
-    """Train on this worker's shard and report (examples, loss sum, label sum, seconds).
+    """Train on this worker's shard, sending `WorkerReport`s, then `WorkerDone` (or
+    `WorkerFailed`) to the trainer.
 
     `hook` is the runner's part inside the worker: a foreground gate that may block after a
     step while a round runs, or a DDP / periodic-averaging wrapper around a private replica.
@@ -85,61 +118,76 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         torch.manual_seed(spec.seed * 1000 + spec.trainer * 100 + spec.worker)
         tables.attach(f"trainer{spec.trainer}-worker{spec.worker}")
         d = spec.data
-        data = open_data(d.path, skip_bad_lines=d.skip_bad_lines, examples=d.examples, seed=d.seed)
-        model = hook.prepare(shared_model, spec.trainer, spec.worker)
+        task = task_of(d.task)
+        data = task.open_data(d.path, d.examples, d.seed, d.skip_bad_lines)
+        planned = len(range(d.shard, num_batches(d.start, d.stop, spec.batch_size),
+                            d.num_shards))
+        model = hook.prepare(shared_model, spec.trainer, spec.worker, steps=planned)
         opt = make_dense_optimizer(spec.optimizer, model.parameters(), spec.lr)
         warmup = lr_warmup(opt, spec.warmup_steps)
         opt = hook.wrap_optimizer(opt)
         n = loss_sum = label_sum = 0.0
         blocked = 0.0
+        step_s: list[float] = []
         steps = 0
         # Start together: process start-up (importing torch, joining RPC) is not training.
         ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
-        t_report = time.perf_counter()
-        stream = batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
-                         num_shards=d.num_shards, table_size=spec.table_size)
+        t_report = t_step = time.perf_counter()
+        def one_pass() -> Any:
+            return batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
+                           num_shards=d.num_shards, table_size=spec.table_size)
+
+        stream = endless(one_pass) if hook.endless_data else one_pass()
         batch = next(stream, None)
         vectors = tables.lookup(batch[1]) if batch is not None else None
+
+        def report(now: float) -> WorkerReport:
+            return WorkerReport(spec.trainer, spec.worker, int(n), loss_sum, label_sum,
+                                now - t_report, blocked, step_s, hook.report())
+
         while batch is not None:
             dense, ids, labels = batch
             vectors.requires_grad_()
             logits = model(dense, vectors)
-            loss = F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+            loss = task.loss_sum(logits, labels)
             lv = loss.item()
-            if not math.isfinite(lv):
-                raise TrainingDiverged(
-                    f"training diverged: loss is {lv} in trainer {spec.trainer} worker "
-                    f"{spec.worker} after {int(n)} examples; try a lower --lr"
-                )
+            check_loss(lv, len(labels), spec, steps * spec.batch_size, hook.where())
             opt.zero_grad(set_to_none=True)
             (loss / len(labels)).backward()
             opt.step()
             warmup.step()
-            batch = next(stream, None)
+            batch = next(stream, None) if not hook.finished() else None
             # One round trip: this step's embedding gradients out, the next step's rows in.
-            vectors = tables.update_and_lookup(ids, vectors.grad,
+            grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
+            vectors = tables.update_and_lookup(ids, grad,
                                                batch[1] if batch is not None else None)
             n += len(labels)
             loss_sum += lv
             label_sum += float(labels.sum())
             steps += 1
-            blocked += hook.step()
-            if steps % spec.report_every == 0:
+            waited = hook.step()
+            blocked += waited
+            now = time.perf_counter()
+            if spec.straggler is not None:
+                compute = now - t_step - waited
+                spec.straggler.sleep_after_step(spec.trainer, time.time() - t_start, compute)
                 now = time.perf_counter()
-                queue.put(("progress", spec.trainer, spec.worker, int(n), loss_sum, label_sum,
-                           now - t_report, blocked))
+            step_s.append(now - t_step)
+            t_step = now
+            if steps % spec.report_every == 0:
+                queue.put(report(now))
                 n = loss_sum = label_sum = blocked = 0.0
+                step_s = []
                 t_report = now
-        now = time.perf_counter()
-        queue.put(("progress", spec.trainer, spec.worker, int(n), loss_sum, label_sum,
-                   now - t_report, blocked))
+        queue.put(report(time.perf_counter()))
         hook.finish(shared_model, model)
-        queue.put(("done", spec.trainer, spec.worker, t_start, time.time()))
+        queue.put(WorkerDone(spec.trainer, spec.worker, t_start, time.time()))
         tables.detach()  # with remote tables: waits until the whole job shuts down
     except TrainingDiverged as e:
-        queue.put(("error", spec.trainer, spec.worker, str(e)))
+        queue.put(WorkerFailed(spec.trainer, spec.worker, str(e)))
     except Exception as e:  # report any failure to the trainer instead of dying silently
         last = traceback.format_exc().strip().splitlines()[-1]
-        queue.put(("error", spec.trainer, spec.worker,
-                   f"worker {spec.worker} of trainer {spec.trainer} failed: {last or e}"))
+        queue.put(WorkerFailed(spec.trainer, spec.worker,
+                               f"worker {spec.worker} of trainer {spec.trainer} failed: "
+                               f"{last or e}"))

@@ -1,40 +1,177 @@
 """Dense parameter servers: named flat tensors sharded in contiguous pieces over D servers.
 
-They hold the centre variable of elastic averaging (EASGD). A tensor is created by the first
-trainer that asks (all trainers start from the same weights, so whichever arrives first is
-right) and updated by adding deltas; `add` runs under a lock per tensor so concurrent pushes
-from different trainers are never lost.
+A `DenseServer` (one per server process) holds two kinds of state:
+- plain tensors, such as the centre variable of elastic averaging (EASGD), created by the
+  first trainer that asks (all trainers start from the same weights, so whichever arrives
+  first is right) and updated by adding deltas under a lock per tensor;
+- parameters trained on the server by the Sync-Switch protocols (Li, Mangoubi, Xu, Guo,
+  ICDCS 2021, arXiv 2104.08364), with their optimizer state and a version. A worker pushes a
+  gradient and gets the new parameters back. Under BSP the reply is a Future held until the
+  n-th gradient of the step has arrived (`@rpc.functions.async_execution`), so BSP needs no
+  separate barrier; under ASP the reply is immediate. Which one applies is named by each push,
+  so a switch is only a change in what workers push: nothing restarts, nothing reloads.
+
+Both optimizers are elementwise, so sharding a tensor changes nothing in its arithmetic.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed.rpc as rpc
 
+from shadowsync.rules.asp import Asynchronous
+from shadowsync.rules.bsp import BulkSynchronous
+from shadowsync.rules.server_update import ServerState, apply_update, reset_momentum
 from shadowsync.transport.layout import ClusterLayout
 
-# Set in each dense-server process; the RPC functions below run there.
-_TENSORS: dict[str, torch.Tensor] = {}
-_LOCKS: dict[str, threading.Lock] = {}
-_CREATE = threading.Lock()
+
+@dataclass(frozen=True)
+class Push:
+    """One worker's gradient and how the server should apply it."""
+
+    mode: str  # "bsp" or "asp"
+    grad_version: int  # the version of the parameters the gradient was computed on
+    phase: int  # index of the plan phase the worker is in; a higher one starts a switch
+    lr: float
+    momentum: float
+    reset_momentum: bool  # at the first push of a new phase: forget the old momentum
+
+
+@dataclass
+class Reply:
+    params: torch.Tensor
+    version: int
+    staleness: int
+    applied: int  # gradients applied so far (BSP: n per step), the job's global progress
+
+
+@dataclass
+class TrainedTensor:
+    """Parameters trained on the server, with everything a protocol needs."""
+
+    state: ServerState
+    optimizer: str
+    bsp: BulkSynchronous
+    applied: int = 0
+    phase: int = 0
+    waiting: list[torch.futures.Future] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    switches: list[dict[str, Any]] = field(default_factory=list)
+
+
+class DenseServer:
+    def __init__(self) -> None:
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.locks: dict[str, threading.Lock] = {}
+        self.trained: dict[str, TrainedTensor] = {}
+        self._create = threading.Lock()
+
+    # -- plain tensors (the EASGD centre) --
+    def init(self, key: str, value: torch.Tensor) -> None:
+        with self._create:
+            if key not in self.tensors:
+                self.tensors[key] = value.clone()
+                self.locks[key] = threading.Lock()
+
+    def get(self, key: str) -> torch.Tensor:
+        return self.tensors[key]
+
+    def add(self, key: str, delta: torch.Tensor) -> None:
+        with self.locks[key]:
+            self.tensors[key].add_(delta)
+
+    # -- parameters trained by protocol --
+    def init_trained(self, key: str, value: torch.Tensor, optimizer: str, workers: int) -> None:
+        with self._create:
+            if key not in self.trained:
+                self.trained[key] = TrainedTensor(ServerState(value.clone()), optimizer,
+                                                  BulkSynchronous(workers))
+
+    def params(self, key: str) -> tuple[torch.Tensor, int, int]:
+        """Parameters, version and gradients applied."""
+        t = self.trained[key]
+        with t.lock:
+            return t.state.params.clone(), t.state.version, t.applied
+
+    def push(self, key: str, grad: torch.Tensor, push: Push) -> torch.futures.Future:
+        """Apply or hold `grad`; the Future completes with a `Reply`."""
+        t = self.trained[key]
+        fut: torch.futures.Future = torch.futures.Future()
+        with t.lock:
+            if push.phase > t.phase:
+                self._switch(t, push)
+            if push.mode == "asp":
+                staleness = Asynchronous.staleness(t.state.version, push.grad_version)
+                apply_update(t.state, grad, t.optimizer, push.lr, push.momentum)
+                t.applied += 1
+                fut.set_result(Reply(t.state.params.clone(), t.state.version, staleness,
+                                     t.applied))
+                return fut
+            if push.mode != "bsp":
+                raise ValueError(f"unknown protocol {push.mode!r}")
+            t.waiting.append(fut)
+            mean = t.bsp.offer(grad)
+            if mean is None:
+                return fut
+            staleness = t.state.version - push.grad_version
+            apply_update(t.state, mean, t.optimizer, push.lr, push.momentum)
+            t.applied += t.bsp.workers
+            reply = Reply(t.state.params.clone(), t.state.version, staleness, t.applied)
+            waiting, t.waiting = t.waiting, []
+        for f in waiting:
+            f.set_result(reply)
+        return fut
+
+    @staticmethod
+    def _switch(t: TrainedTensor, push: Push) -> None:
+        t0 = time.perf_counter()
+        t.phase = push.phase
+        if push.reset_momentum:
+            reset_momentum(t.state, t.optimizer)
+        t.switches.append({"phase": push.phase, "to": push.mode, "version": t.state.version,
+                           "wall_time": time.time(),
+                           "server_s": time.perf_counter() - t0})
+
+    def switches(self, key: str) -> list[dict[str, Any]]:
+        return list(self.trained[key].switches)
+
+
+# The server of this process; the RPC functions below run in dense-server processes.
+SERVER = DenseServer()
 
 
 def _init(key: str, value: torch.Tensor) -> None:
-    with _CREATE:
-        if key not in _TENSORS:
-            _TENSORS[key] = value.clone()
-            _LOCKS[key] = threading.Lock()
+    SERVER.init(key, value)
 
 
 def _get(key: str) -> torch.Tensor:
-    return _TENSORS[key]
+    return SERVER.get(key)
 
 
 def _add(key: str, delta: torch.Tensor) -> None:
-    with _LOCKS[key]:
-        _TENSORS[key].add_(delta)
+    SERVER.add(key, delta)
+
+
+def _init_trained(key: str, value: torch.Tensor, optimizer: str, workers: int) -> None:
+    SERVER.init_trained(key, value, optimizer, workers)
+
+
+def _params(key: str) -> tuple[torch.Tensor, int, int]:
+    return SERVER.params(key)
+
+
+def _switches(key: str) -> list[dict[str, Any]]:
+    return SERVER.switches(key)
+
+
+@rpc.functions.async_execution
+def _push(key: str, grad: torch.Tensor, push: Push) -> torch.futures.Future:
+    return SERVER.push(key, grad, push)
 
 
 def shard_bounds(numel: int, servers: int) -> list[tuple[int, int]]:
@@ -42,32 +179,63 @@ def shard_bounds(numel: int, servers: int) -> list[tuple[int, int]]:
     return [(min(i * step, numel), min((i + 1) * step, numel)) for i in range(servers)]
 
 
-class DenseServerClient:
-    """One named flat tensor spread over the dense servers."""
-
-    def __init__(self, key: str, servers: int) -> None:
+class _Sharded:
+    def __init__(self, key: str, servers: int, what: str) -> None:
         if servers < 1:
-            raise ValueError("elastic averaging needs at least one dense server "
-                             "(--dense-servers)")
+            raise ValueError(f"{what} needs at least one dense server (--dense-servers)")
         self.key = key
         self.servers = servers
+        self.numel = 0
 
-    def _pieces(self, numel: int) -> list[tuple[str, int, int]]:
+    def _pieces(self) -> list[tuple[str, int, int]]:
         return [(ClusterLayout.dense_name(s), lo, hi)
-                for s, (lo, hi) in enumerate(shard_bounds(numel, self.servers)) if hi > lo]
+                for s, (lo, hi) in enumerate(shard_bounds(self.numel, self.servers)) if hi > lo]
+
+    def _call_all(self, fn: Any, *args: Any, value: torch.Tensor | None = None) -> list[Any]:
+        futs = [rpc.rpc_async(name, fn, args=(self.key, *((value[lo:hi],) if value is not None
+                                                          else ()), *args))
+                for name, lo, hi in self._pieces()]
+        return torch.futures.wait_all(futs)
+
+
+class DenseServerClient(_Sharded):
+    """One named flat tensor spread over the dense servers (the EASGD centre)."""
+
+    def __init__(self, key: str, servers: int) -> None:
+        super().__init__(key, servers, "elastic averaging")
 
     def init(self, value: torch.Tensor) -> None:
         self.numel = value.numel()
-        futs = [rpc.rpc_async(name, _init, args=(self.key, value[lo:hi]))
-                for name, lo, hi in self._pieces(self.numel)]
-        torch.futures.wait_all(futs)
+        self._call_all(_init, value=value)
 
     def get(self) -> torch.Tensor:
-        futs = [rpc.rpc_async(name, _get, args=(self.key,))
-                for name, _, _ in self._pieces(self.numel)]
-        return torch.cat(torch.futures.wait_all(futs))
+        return torch.cat(self._call_all(_get))
 
     def add(self, delta: torch.Tensor) -> None:
-        futs = [rpc.rpc_async(name, _add, args=(self.key, delta[lo:hi]))
-                for name, lo, hi in self._pieces(self.numel)]
-        torch.futures.wait_all(futs)
+        self._call_all(_add, value=delta)
+
+
+class TrainedTensorClient(_Sharded):
+    """A worker's handle on parameters trained on the dense servers by BSP / ASP."""
+
+    def __init__(self, key: str, servers: int, numel: int) -> None:
+        super().__init__(key, servers, "--sync bsp / asp / switch")
+        self.numel = numel
+
+    def init(self, value: torch.Tensor, optimizer: str, workers: int) -> None:
+        """Every worker may call it: the first call creates the parameters, the rest agree."""
+        self._call_all(_init_trained, optimizer, workers, value=value)
+
+    def push(self, grad: torch.Tensor, push: Push) -> Reply:
+        """Send a gradient; the parameters after it was applied (under BSP: after the step)."""
+        replies = self._call_all(_push, push, value=grad)
+        return Reply(torch.cat([r.params for r in replies]), replies[0].version,
+                     max(r.staleness for r in replies), replies[0].applied)
+
+    def params(self) -> tuple[torch.Tensor, int, int]:
+        """The current parameters, their version and the gradients applied (first shard)."""
+        got = self._call_all(_params)
+        return torch.cat([g[0] for g in got]), got[0][1], got[0][2]
+
+    def switches(self) -> list[dict[str, Any]]:
+        return self._call_all(_switches)[0]

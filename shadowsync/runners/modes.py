@@ -1,0 +1,67 @@
+"""Every `--sync` mode, in one table.
+
+A mode says how its runner is built, which rule it runs (for the modes that run a rule over
+parameter groups), whether it needs dense parameter servers, and whether every worker of the
+job steps in lockstep (then every worker must take the same number of steps, or its last step
+waits forever for ranks that ran out of data).
+
+Adding a mode is one module with a builder plus one entry here. Builders are named as
+"module:function" and imported only when a run needs them, so this table stays a leaf that the
+configuration can read without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+GROUPED = "shadowsync.runners.build:grouped_runner"
+WORKER_GROUP = "shadowsync.runners.ddp:worker_group_runner"
+PROTOCOL = "shadowsync.runners.protocol:protocol_runner"
+
+
+@dataclass(frozen=True)
+class SyncMode:
+    name: str
+    help: str
+    builder: str | None  # "module:function" taking a RunnerContext; None: no runner
+    rule: str | None = None  # the rule of a rule-over-groups mode (--sync-groups accepts these)
+    family: str | None = None  # rule modes of one family share a runner: background/foreground
+    dense_servers: bool = False
+    lockstep: bool = False
+
+    def build(self) -> Callable[..., Any] | None:
+        if self.builder is None:
+            return None
+        module, _, fn = self.builder.partition(":")
+        return getattr(importlib.import_module(module), fn)
+
+
+def _rule_modes(prefix: str, family: str, when: str) -> list[SyncMode]:
+    rules = {"ma": "model averaging", "bmuf": "blockwise model-update filtering",
+             "easgd": "elastic averaging against a centre on dense servers"}
+    return [SyncMode(f"{prefix}{r}", f"{what}, {when}", GROUPED, rule=r, family=family,
+                     dense_servers=r == "easgd") for r, what in rules.items()]
+
+
+MODES: dict[str, SyncMode] = {m.name: m for m in [
+    SyncMode("none", "independent trainers", None),
+    *_rule_modes("s-", "background", "in a background thread (ShadowSync)"),
+    *_rule_modes("fr-", "foreground", "every --sync-every steps, workers waiting"),
+    SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True),
+    SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True),
+    SyncMode("bsp", "bulk-synchronous steps on dense parameter servers", PROTOCOL,
+             dense_servers=True, lockstep=True),
+    SyncMode("asp", "asynchronous steps on dense parameter servers", PROTOCOL,
+             dense_servers=True),
+    SyncMode("switch", "BSP and ASP in turn, by --switch-plan (Sync-Switch)", PROTOCOL,
+             dense_servers=True, lockstep=True),
+]}
+
+SYNC_CHOICES = tuple(MODES)
+
+
+def mode_of(name: str) -> SyncMode:
+    return MODES[name]

@@ -1,0 +1,87 @@
+"""The seam between the training spine and what it trains.
+
+A task gives the spine a model, data, a loss and a metric; the spine (Hogwild workers, the
+trainer, every sync mode) is the same for all of them. Two tasks ship: `ctr` (DLRM on CTR
+rows, normalized entropy) and `digits` (scikit-learn's bundled 8x8 digits, a small CNN,
+accuracy: the image-classification side of Sync-Switch, Li et al., ICDCS 2021,
+arXiv 2104.08364).
+
+Every task's data has the CTR row layout that `shadowsync.data.dataset.batches` reads:
+`dense` features, `cats` (categorical ids for embedding tables; zero columns when a task has
+none) and `labels`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class Features:
+    """The shape every part of a run is sized by (model, tables, sharding), read from the data."""
+
+    num_dense: int
+    table_rows: tuple[int, ...]
+
+    @property
+    def num_tables(self) -> int:
+        return len(self.table_rows)
+
+
+@dataclass
+class DataPlan:
+    """Where training and evaluation rows come from, decided once per run."""
+
+    train: Any  # rows with .dense, .cats, .labels (CtrData for ctr)
+    eval: Any
+    train_stop: int
+    eval_start: int
+    eval_stop: int
+    teacher_eval_ne: float | None
+    features: Features
+    open_examples: int | None = None  # what workers pass to Task.open_data for the same rows
+
+    @property
+    def skipped_lines(self) -> int:
+        extra = self.eval.skipped_lines if self.eval is not self.train else 0
+        return self.train.skipped_lines + extra
+
+
+
+class Task(Protocol):
+    name: str
+    metric: str  # the headline held-out metric, reported as eval_<metric>
+    higher_is_better: bool
+
+    def features(self, cfg: Any) -> Features:
+        """The shape the model and tables are sized by, cheaply (no data conversion)."""
+        ...
+
+    def build_model(self, cfg: Any, features: Features) -> torch.nn.Module:
+        """The dense model, identical on every trainer (seeded by cfg.seed)."""
+        ...
+
+    def plan_data(self, cfg: Any) -> DataPlan:
+        ...
+
+    def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Any:
+        """The same rows `plan_data` planned, opened again in a worker process."""
+        ...
+
+    def loss_sum(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def running_metric(self) -> Any:
+        """An object with add(examples, loss_sum, label_sum), .value and .name."""
+        ...
+
+    def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
+                 stop: int, cfg: Any) -> dict[str, float]:
+        ...
+
+    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
+        """Summary entries of the final evaluation."""
+        ...

@@ -1,0 +1,103 @@
+"""The `ctr` task: DLRM (Naumov et al. 2019) on Criteo-format rows, normalized entropy.
+
+The dense model is built by `build_dense_model(cfg)`, the one place to change for another
+dense architecture on CTR rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from shadowsync.config import TrainConfig
+from shadowsync.data.dataset import feature_counts, open_data
+from shadowsync.errors import UserError
+from shadowsync.metrics import RunningNE
+from shadowsync.models import build_model
+from shadowsync.train.tasks.base import DataPlan, Features
+
+DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
+
+
+def features_of(cfg: TrainConfig) -> Features:
+    """From the data's headers only: cheap in every process, converts nothing."""
+    num_dense, num_tables = feature_counts(cfg.data)
+    return Features(num_dense, tuple(cfg.table_rows(num_tables)))
+
+
+def plan_data(cfg: TrainConfig) -> DataPlan:
+    if cfg.data == "synthetic":
+        n_train = cfg.examples or DEFAULT_SYNTHETIC_EXAMPLES
+        total = n_train + n_train // 9  # the last 10% of the generated rows are held out
+        train = open_data("synthetic", examples=total, seed=cfg.seed)
+    else:
+        train = open_data(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
+    if cfg.eval_data:
+        ev = open_data(cfg.eval_data, skip_bad_lines=cfg.skip_bad_lines)
+        if (ev.num_dense, ev.num_tables) != (train.num_dense, train.num_tables):
+            raise UserError(f"--eval-data {cfg.eval_data}: {ev.num_dense} dense and "
+                            f"{ev.num_tables} categorical features, but --data has "
+                            f"{train.num_dense} and {train.num_tables}")
+        train_stop, eval_start, eval_stop = len(train), 0, len(ev)
+    else:
+        ev = train
+        eval_start = len(train) - len(train) // 10
+        train_stop, eval_stop = eval_start, len(train)
+        if eval_start == eval_stop:
+            raise UserError(f"{cfg.data}: too few examples ({len(train)}) to hold 10% out; "
+                            "pass --eval-data")
+    if cfg.examples:
+        train_stop = min(train_stop, cfg.examples)
+    teacher = ev.teacher_ne(eval_start, eval_stop)
+    if teacher is None:
+        teacher = ev.teacher_ne_hint
+    features = Features(train.num_dense, tuple(cfg.table_rows(train.num_tables)))
+    return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
+                    open_examples=len(train) if cfg.data == "synthetic" else None)
+
+
+def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
+    """The one place a run's dense model is made (DLRM or --model), in every process."""
+    # Every trainer starts from the same dense weights, as data-parallel training expects.
+    torch.manual_seed(cfg.seed)
+    return build_model(cfg.model, features.num_dense, features.num_tables, cfg.embedding_dim,
+                       cfg.bottom_mlp, cfg.top_mlp)
+
+
+class CtrTask:
+    name = "ctr"
+    metric = "ne"
+    higher_is_better = False
+
+    def features(self, cfg: TrainConfig) -> Features:
+        return features_of(cfg)
+
+    def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
+        return build_dense_model(cfg, features)
+
+    def plan_data(self, cfg: TrainConfig) -> DataPlan:
+        return plan_data(cfg)
+
+    def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Any:
+        return open_data(path, skip_bad_lines=skip_bad_lines, examples=examples, seed=seed)
+
+    def loss_sum(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+
+    def running_metric(self) -> RunningNE:
+        return RunningNE()
+
+    def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
+                 stop: int, cfg: TrainConfig) -> dict[str, float]:
+        from shadowsync.train.evaluate import evaluate
+
+        return evaluate(model, tables, plan.eval, start, stop, plan.features.table_rows)
+
+    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
+        teacher = plan.teacher_eval_ne
+        return {"eval_ne": final["ne"], "eval_auc": final["auc"],
+                "eval_logloss": final["logloss"], "calibration": final["calibration"],
+                "eval_examples": final["examples"], "teacher_eval_ne": teacher,
+                "ne_vs_teacher": final["ne"] / teacher if teacher else None}

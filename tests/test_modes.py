@@ -1,0 +1,67 @@
+"""The registry of sync modes: every --sync choice is one entry that knows its runner."""
+
+import argparse
+
+import pytest
+
+from shadowsync.config import TrainConfig, add_config_arguments, load_config
+from shadowsync.errors import UserError
+from shadowsync.runners.build import group_syncs, needs_dense_servers
+from shadowsync.runners.modes import MODES, SYNC_CHOICES
+from shadowsync.train.trainer import build_dense_model, features_of
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    return load_config(p.parse_args(argv))
+
+
+def test_every_choice_is_an_entry_whose_builder_resolves():
+    assert set(SYNC_CHOICES) == set(MODES)
+    for mode in MODES.values():
+        build = mode.build()
+        assert (build is None) == (mode.name == "none")
+        assert build is None or callable(build)
+    assert {m.name for m in MODES.values() if m.lockstep} == {"ddp", "torch-fr-ma", "bsp",
+                                                              "switch"}
+
+
+@pytest.mark.parametrize("sync, need", [("s-easgd", True), ("fr-easgd", True), ("bsp", True),
+                                        ("asp", True), ("switch", True), ("s-bmuf", False),
+                                        ("ddp", False), ("none", False)])
+def test_dense_servers_follow_the_mode(sync, need):
+    cfg = TrainConfig(sync=sync)
+    assert needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg))) is need
+
+
+def test_groups_take_rule_modes_only():
+    model = build_dense_model(TrainConfig(), features_of(TrainConfig()))
+    cfg = TrainConfig(sync="s-bmuf", sync_groups=["bottom=s-easgd"])
+    assert group_syncs(cfg, model) == {"bottom": "s-easgd"}
+    assert needs_dense_servers(cfg, model)
+    with pytest.raises(UserError, match="'bsp' is not a rule"):
+        group_syncs(TrainConfig(sync_groups=["top=bsp"]), model)
+    with pytest.raises(UserError, match="all groups must be background"):
+        group_syncs(TrainConfig(sync="s-ma", sync_groups=["top=fr-ma"]), model)
+    with pytest.raises(UserError, match="cannot be combined with --sync bsp"):
+        group_syncs(TrainConfig(sync="bsp", sync_groups=["top=s-ma"]), model)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sync", "switch", "--switch-plan", "bsp:2"], "--switch-plan: share"),
+    (["--momentum", "1.0"], "--momentum must be in"),
+    (["--sync", "bsp", "--switch-momentum", "flip"], "--switch-momentum: 'flip'"),
+])
+def test_bad_protocol_options_name_the_option(argv, message):
+    with pytest.raises((UserError, SystemExit)) as e:
+        parse(argv)
+    if e.type is UserError:
+        assert message in str(e.value)
+
+
+def test_task_choices_are_the_task_registry():
+    from shadowsync.config import TASK_CHOICES
+    from shadowsync.train.tasks import TASKS
+
+    assert set(TASK_CHOICES) == set(TASKS)

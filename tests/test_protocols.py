@@ -1,0 +1,177 @@
+"""Sync-Switch's server protocols against closed forms, on plain tensors and a DenseServer
+object (no processes): BSP, ASP, staleness, switching, and the policies that drive them."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shadowsync.errors import UserError
+from shadowsync.rules import BulkSynchronous
+from shadowsync.rules.server_update import ServerState, apply_update
+from shadowsync.runners.switch.configure import RAMP_STEPS, step_settings
+from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.transport.servers.dense import DenseServer, Push
+
+
+def bsp(lr, momentum=0.0, phase=0, version=0, reset=False):
+    return Push("bsp", version, phase, lr, momentum, reset)
+
+
+def asp(lr, version, momentum=0.0, phase=0, reset=False):
+    return Push("asp", version, phase, lr, momentum, reset)
+
+
+def test_bsp_rule_returns_the_mean_once_all_have_arrived():
+    rule = BulkSynchronous(3)
+    assert rule.offer(torch.tensor([1.0])) is None
+    assert rule.offer(torch.tensor([2.0])) is None
+    assert torch.equal(rule.offer(torch.tensor([6.0])), torch.tensor([3.0]))
+    assert rule.waiting == 0  # the next step starts empty
+    assert rule.offer(torch.tensor([5.0])) is None
+
+
+def test_bsp_server_holds_every_reply_until_the_nth_gradient():
+    server = DenseServer()
+    w0 = torch.tensor([1.0, -2.0])
+    server.init_trained("w", w0, "sgd", workers=3)
+    grads = [torch.tensor([1.0, 0.0]), torch.tensor([2.0, 3.0]), torch.tensor([0.0, 3.0])]
+    futs = [server.push("w", g, bsp(0.5)) for g in grads[:2]]
+    assert not any(f.done() for f in futs)
+    futs.append(server.push("w", grads[2], bsp(0.5)))
+    expected = w0 - 0.5 * torch.stack(grads).mean(0)
+    for f in futs:
+        reply = f.wait()
+        assert torch.allclose(reply.params, expected) and reply.version == 1
+        assert reply.staleness == 0
+
+
+def test_bsp_with_momentum_matches_heavy_ball_by_hand():
+    server = DenseServer()
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2)
+    lr, m = 0.1, 0.9
+    for g in ([1.0, 3.0], [2.0, 2.0]):  # step means 2 then 2
+        futs = [server.push("w", torch.tensor([x]), bsp(lr, m)) for x in g]
+    # v1 = 2, w1 = -0.2; v2 = 0.9 * 2 + 2 = 3.8, w2 = -0.2 - 0.38
+    assert futs[0].wait().params.item() == pytest.approx(-0.58)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.floats(0.01, 1.0),
+       st.lists(st.floats(-10, 10), min_size=6, max_size=6))
+def test_asp_at_lr_over_n_equals_one_bsp_step(n, lr, values):
+    """Linear scaling: n gradients applied one by one at L / n move the parameters as their
+    mean does in one step at L (plain SGD, the same gradients)."""
+    grads = [torch.tensor([v], dtype=torch.float64) for v in values[:n]]
+    w0 = torch.tensor([0.5], dtype=torch.float64)
+    a = DenseServer()
+    a.init_trained("w", w0, "sgd", workers=n)
+    for i, g in enumerate(grads):
+        a.push("w", g, asp(lr / n, version=i))
+    b = DenseServer()
+    b.init_trained("w", w0, "sgd", workers=n)
+    for g in grads:
+        fut = b.push("w", g, bsp(lr))
+    assert torch.allclose(a.params("w")[0], fut.wait().params)
+    assert a.params("w")[1] == n and b.params("w")[1] == 1
+
+
+def test_asp_staleness_is_versions_applied_in_between():
+    server = DenseServer()
+    server.init_trained("w", torch.zeros(2), "sgd", workers=3)
+    r1 = server.push("w", torch.ones(2), asp(0.1, version=0)).wait()
+    r2 = server.push("w", torch.ones(2), asp(0.1, version=0)).wait()
+    r3 = server.push("w", torch.ones(2), asp(0.1, version=0)).wait()
+    assert [r1.staleness, r2.staleness, r3.staleness] == [0, 1, 2]
+    assert r3.version == 3 and torch.allclose(r3.params, torch.full((2,), -0.3))
+
+
+def test_adagrad_server_step_closed_form():
+    state = ServerState(torch.tensor([1.0, 1.0]))
+    apply_update(state, torch.tensor([2.0, -0.5]), "adagrad", lr=0.1)
+    # s = g^2, w -= lr * g / |g| = lr * sign(g)
+    assert torch.allclose(state.params, torch.tensor([0.9, 1.1]))
+    assert torch.allclose(state.slot, torch.tensor([4.0, 0.25]))
+
+
+def test_switch_keeps_state_and_resets_momentum_only_when_asked():
+    for reset in (False, True):
+        server = DenseServer()
+        server.init_trained("w", torch.tensor([0.0]), "sgd", workers=1)
+        server.push("w", torch.tensor([1.0]), bsp(1.0, momentum=0.5)).wait()  # v = 1, w = -1
+        r = server.push("w", torch.tensor([1.0]),
+                        asp(1.0, version=1, momentum=0.5, phase=1, reset=reset)).wait()
+        # kept: v = 0.5 + 1, w = -2.5; reset: v = 1, w = -2
+        assert r.params.item() == (-2.0 if reset else -2.5)
+        assert r.version == 2  # the version carries over the switch
+        (sw,) = server.switches("w")
+        assert sw["phase"] == 1 and sw["to"] == "asp" and sw["version"] == 1
+        assert sw["server_s"] < 0.01
+
+
+def test_step_settings_scale_lr_and_handle_momentum():
+    s = step_settings("bsp", 0.4, 4, 0.9, "keep", 0, after_switch=False)
+    assert (s.lr, s.momentum, s.reset_momentum) == (0.4, 0.9, False)
+    s = step_settings("asp", 0.4, 4, 0.9, "keep", 0, after_switch=True)
+    assert (s.lr, s.momentum, s.reset_momentum) == (0.1, 0.9, False)
+    assert step_settings("asp", 0.4, 4, 0.9, "keep", 0, True, scale_lr=False).lr == 0.4
+    zero = [step_settings("asp", 0.4, 4, 0.9, "zero", k, True) for k in (0, 1)]
+    assert [z.reset_momentum for z in zero] == [True, False] and zero[1].momentum == 0.9
+    ramp = [step_settings("asp", 0.4, 4, 0.9, "ramp", k, True)
+            for k in (0, RAMP_STEPS // 2, RAMP_STEPS, 5 * RAMP_STEPS)]
+    assert [r.momentum for r in ramp] == pytest.approx([0.0, 0.45, 0.9, 0.9])
+    assert [r.reset_momentum for r in ramp] == [True, False, False, False]
+
+
+def test_plan_phases_and_boundaries():
+    plan = SwitchPlan.parse("bsp:0.1,asp")
+    assert [(p.mode, p.share) for p in plan.phases] == [("bsp", 0.1), ("asp", pytest.approx(0.9))]
+    assert plan.boundaries(200) == [20]
+    assert [plan.phase_at(k, 200) for k in (0, 19, 20, 199)] == [0, 0, 1, 1]
+    three = SwitchPlan.parse("asp:0.25, bsp:0.5, asp:0.25")
+    assert three.boundaries(8) == [2, 6] and three.share_of("asp") == 0.5
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty plan"),
+    ("bsp:0.1,ssp", "'ssp' is not a protocol"),
+    ("bsp,asp:0.5", "only the last phase may omit"),
+    ("bsp:1.5", "must be in"),
+    ("bsp:0.5,asp:0.2", "must add up to 1"),
+    ("bsp:x,asp", "must be in"),
+])
+def test_bad_plans_name_the_option(text, message):
+    with pytest.raises(UserError, match=f"--switch-plan: .*{message}"):
+        SwitchPlan.parse(text)
+
+
+class InProcessClient:
+    """The TrainedTensorClient interface over a DenseServer in this process (no RPC)."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def push(self, grad, push):
+        return self.server.push("dense", grad, push).wait()
+
+
+def test_worker_hook_follows_global_progress_through_a_switch():
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+
+    settings = ProtocolSettings(SwitchPlan.parse("bsp:0.5,asp"), servers=1, numel=1,
+                                optimizer="sgd", lr=1.0, momentum=0.5, momentum_policy="zero",
+                                workers=1, scale_lr=True)
+    hook = ProtocolHook(settings)
+    server = DenseServer()
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1)
+    hook.client, hook.budget = InProcessClient(server), 4
+    param = [torch.zeros(1)]
+    outs = [hook.push(torch.tensor([1.0]), param).item() for _ in range(4)]
+    # BSP: v = 1, w = -1; v = 1.5, w = -2.5. Switch with momentum zeroed: v = 1, w = -3.5;
+    # v = 1.5, w = -5.0
+    assert outs == [-1.0, -2.5, -3.5, -5.0]
+    assert hook.finished()
+    sw = hook.report()["switches"]
+    assert [(s["from"], s["to"], s["step"], s["applied"]) for s in sw] == [("bsp", "asp", 2, 2)]
+    assert sw[0]["cost_s"] >= 0.0
+    assert hook.where() == " under ASP"

@@ -1,0 +1,84 @@
+"""The runner layer without processes: background pace, write-back, the foreground gate."""
+
+import threading
+import time
+
+import torch
+import torch.multiprocessing as mp
+
+from shadowsync.rules import make_rule
+from shadowsync.runners.foreground import StepGate
+from shadowsync.runners.groups import ParamGroup, split_model
+from shadowsync.runners.shadow import Pace
+
+
+def test_fixed_pace_rests_what_is_left_of_the_interval():
+    pace = Pace(0.5, budget=0.03, cores=2)
+    assert pace.rest_after(cpu_s=0.01, wall_s=0.2) == 0.3
+    assert pace.rest_after(cpu_s=0.01, wall_s=0.9) == 0.0
+
+
+def test_auto_pace_keeps_sync_within_its_cpu_budget():
+    pace = Pace(None, budget=0.05, cores=2)  # 0.1 cores
+    # a round costing 10 ms of CPU may run every 100 ms: rest 100 ms minus its own wall time
+    assert abs(pace.rest_after(cpu_s=0.01, wall_s=0.02) - 0.08) < 1e-12
+    # the cost is smoothed: one slow round raises it by a fifth of the difference
+    assert abs(pace.rest_after(cpu_s=0.06, wall_s=0.0) - 0.2) < 1e-12
+
+
+class Fixed:
+    """An Exchange whose mean is given."""
+
+    def __init__(self, mean):
+        self._mean = mean
+
+    def mean(self, local):
+        return self._mean.clone()
+
+
+def test_write_back_delta_keeps_updates_made_during_the_round_overwrite_drops_them():
+    class Racing(Fixed):
+        def __init__(self, mean, param):
+            super().__init__(mean)
+            self.param = param
+
+        def mean(self, local):  # a worker steps while the round is in flight
+            self.param.add_(1.0)
+            return super().mean(local)
+
+    for mode, expected in (("delta", 5.0 + 1.0), ("overwrite", 5.0)):
+        p = torch.tensor([1.0])
+        group = ParamGroup("g", [p], make_rule("ma"), mode)
+        group.sync_round(Racing(torch.tensor([5.0]), p))
+        assert p.item() == expected, mode
+
+
+def test_split_model_by_module_prefix():
+    model = torch.nn.Sequential()
+    model.add_module("bottom", torch.nn.Linear(2, 2))
+    model.add_module("top", torch.nn.Linear(2, 1))
+    groups = split_model(model, {"bottom": "bottom"})
+    assert len(groups["bottom"]) == 2 and len(groups["*"]) == 2
+
+
+def test_gate_holds_workers_until_the_round_is_released():
+    ctx = mp.get_context("spawn")
+    gate = StepGate(ctx, workers=2, every=1)
+    waited = []
+
+    def worker():
+        waited.append(gate.step())
+        gate.finish()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    stop = threading.Event()
+    assert gate.wait_for_round(stop) is False  # both arrived, both still training
+    time.sleep(0.2)
+    assert all(t.is_alive() for t in threads)  # held at the gate
+    gate.release()
+    for t in threads:
+        t.join(timeout=5)
+    assert len(waited) == 2 and min(waited) >= 0.15
+    assert gate.wait_for_round(stop) is True  # nobody left
