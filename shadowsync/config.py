@@ -84,6 +84,10 @@ class TrainConfig:
         None, "dense parameter servers for the EASGD centre and bsp / asp / switch "
         "(default: 1 if the sync needs it)")
     row_split_limit: int = _opt(1_000_000, "tables with more rows are split row-wise over servers")
+    embedding_transport: str = _opt(
+        "auto", "how trainers reach the embedding servers: auto (shared memory on the same "
+        "host, RPC otherwise), rpc (always), unshared (a private local copy per trainer: the "
+        "benchmark ceiling, not shared training)", ("auto", "rpc", "unshared"))
     # synchronization
     sync: str = _opt("s-bmuf", "how trainers synchronize their dense parameters", SYNC_CHOICES)
     sync_groups: list[str] = _opt(
