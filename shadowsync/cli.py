@@ -66,6 +66,13 @@ def _bench_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_embedding(args: argparse.Namespace) -> int:
+    from shadowsync.bench.embedding import run_embedding_bench
+
+    run_embedding_bench(args.out, steps=args.steps, repeats=args.repeats)
+    return 0
+
+
 def _bench_switch(args: argparse.Namespace) -> int:
     from shadowsync.bench.switch import run_switch_bench
 
@@ -126,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--no-slow-net", action="store_true",
                       help="skip the network-namespace hosts part")
     sync.set_defaults(func=_bench_sync)
+    emb = bench.add_parser("embedding", help="where a step's time goes on the embedding path: "
+                           "RPC, shared memory, local tables")
+    emb.add_argument("--out", default="runs/bench-embedding")
+    emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
+    emb.add_argument("--repeats", type=int, default=3)
+    emb.set_defaults(func=_bench_embedding)
     sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
     sw.add_argument("--out", default="runs/bench-switch")
     sw.add_argument("--trainers", type=int, default=4)
