@@ -96,6 +96,9 @@ class TrainConfig:
         "auto", "seconds between background rounds, 0 = back to back, auto = CPU budget")
     sync_budget: float = _opt(0.03, "share of the trainer's cores the auto pace may spend")
     sync_every: int = _opt(50, "worker steps between foreground rounds")
+    sync_dtype: str = _opt(
+        "fp32", "what background and foreground rounds send (bf16: half the bytes; the "
+        "parameters stay fp32)", ("fp32", "bf16"))
     write_back: str = _opt(
         "delta", "apply a round as (result - snapshot) or overwrite", ("delta", "overwrite"))
     block_momentum: float | None = _opt(None, "BMUF block momentum eta (default 1 - 1/trainers)")

@@ -29,6 +29,27 @@ def median_of(runs: list[dict[str, Any]], variant: str, key: str) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def per_repeat(runs: list[dict[str, Any]], variant: str, key: str) -> dict[int, float]:
+    return {r["repeat"]: r[key] for r in runs
+            if r["variant"] == variant and r.get(key) is not None}
+
+
+def ratio_of_medians(runs: list[dict[str, Any]], num: str, den: str | float,
+                     key: str, den_key: str | None = None) -> tuple[float | None, list[float]]:
+    """median(num) / median(den), and the spread: [min, max] of the ratio taken repeat by
+    repeat (variants run interleaved, so repeat r of both ran side by side). `den` may be a
+    constant."""
+    a = per_repeat(runs, num, key)
+    b = ({r: float(den) for r in a} if not isinstance(den, str)
+         else per_repeat(runs, den, den_key or key))
+    common = sorted(set(a) & set(b))
+    if not common or not all(b[r] for r in common):
+        return None, []
+    each = [a[r] / b[r] for r in common]
+    med = statistics.median(a.values()) / statistics.median(b.values())
+    return med, [min(each), max(each)]
+
+
 def write_bench(out: Path, name: str, runs: list[dict[str, Any]], ratios: dict[str, float],
                 extra: dict[str, Any] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
