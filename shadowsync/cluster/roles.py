@@ -138,19 +138,24 @@ def embedding_plan(cfg: TrainConfig) -> Any:
     return ShardingPlan(cfg.embedding_servers, features_of(cfg).table_rows, cfg.row_split_limit)
 
 
-def embedding_client(cfg: TrainConfig, layout: ClusterLayout, endpoint: RpcEndpoint,
-                     plan: Any) -> Any:
-    """The tables a trainer's processes use: the servers' (in place on this host, RPC
-    otherwise), or with --embedding-transport unshared a private local copy per trainer (the
-    ceiling the shared path is measured against; trainers then learn separate embeddings)."""
-    if cfg.embedding_transport == "unshared":
-        from shadowsync.train.local import local_tables
-
-        return local_tables(cfg, plan.features)
+def embedding_client(cfg: TrainConfig, layout: ClusterLayout, endpoint: RpcEndpoint) -> Any:
+    """The client a trainer's processes reach the embedding servers with (in place on this
+    host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
+    copy of the tables instead (the ceiling the shared path is measured against; trainers then
+    learn separate embeddings)."""
+    from shadowsync.embeddings import EmbeddingTables
     from shadowsync.transport.servers.embedding import RemoteEmbeddings
 
-    return RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
-                            rpc_ranks(layout), transport=cfg.embedding_transport)
+    plan = embedding_plan(cfg)
+    private = None
+    if cfg.embedding_transport == "unshared":
+        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.embedding_dim,
+                                      optimizer=cfg.optimizer, lr=cfg.embedding_lr or cfg.lr,
+                                      seed=cfg.seed * 7919 + s).share_memory_()
+                   for s in range(plan.servers)}
+    transport = "rpc" if cfg.embedding_transport == "rpc" else "auto"
+    return RemoteEmbeddings(plan, layout, endpoint, cfg.embedding_dim, rpc_ranks(layout),
+                            transport=transport, private=private)
 
 
 def trainers_here(layout: ClusterLayout) -> int:
@@ -168,7 +173,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
 
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
-    tables = embedding_client(cfg, layout, endpoint, plan)
+    tables = embedding_client(cfg, layout, endpoint)
     runner = build_runner(RunnerContext(
         cfg, model, trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))

@@ -205,13 +205,16 @@ class RemoteEmbeddings:
     server runs on this host (and shares its tables) are read and updated in place through
     shared memory, the others over RPC; `"rpc"` sends every request over RPC. Both run the
     same update on the same rows, so a lone client gets bitwise the same results either way.
+    `private` (per server: tables in this trainer's shared memory) replaces the servers' tables
+    by a private copy, which makes the unshared ceiling the shared path is measured against.
     """
 
     MAX_PENDING_PUSHES = 4  # bound the gradients in flight so a slow server applies back-pressure
     TRANSPORTS = ("auto", "rpc")
 
     def __init__(self, plan: ShardingPlan, layout: ClusterLayout, endpoint: RpcEndpoint,
-                 dim: int, ranks: dict[str, int], transport: str = "auto") -> None:
+                 dim: int, ranks: dict[str, int], transport: str = "auto",
+                 private: dict[int, EmbeddingTables] | None = None) -> None:
         if transport not in self.TRANSPORTS:
             raise ValueError(f"transport must be one of {self.TRANSPORTS}, got {transport!r}")
         self.plan = plan
@@ -225,6 +228,7 @@ class RemoteEmbeddings:
         self._routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._last: _Requests | None = None
         self._shared: dict[int, EmbeddingTables] = {}
+        self._private = private or {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -234,9 +238,10 @@ class RemoteEmbeddings:
     def attach(self, name: str) -> None:
         self.endpoint.join(name, self.ranks[name], self.layout.rpc_world_size)
         self._routing = self.plan.routing()
+        self._shared = dict(self._private)
         for s in range(self.plan.servers):
             server = ClusterLayout.embedding_name(s)
-            if self.transport == "auto":
+            if self.transport == "auto" and s not in self._shared:
                 mapped = _map_shared(rpc.rpc_sync(server, _shared_info))
                 if mapped is not None:
                     self._shared[s] = mapped
