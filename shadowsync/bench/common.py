@@ -12,14 +12,20 @@ from tqdm import tqdm
 
 
 def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
-                desc: str) -> list[dict[str, Any]]:
-    """Run every variant once per repeat, in turn, so machine noise hits all of them alike."""
+                desc: str, log: Path | None = None) -> list[dict[str, Any]]:
+    """Run every variant once per repeat, in turn, so machine noise hits all of them alike.
+    With `log`, each run is also appended to that JSON-lines file as it ends (a long bench
+    that is stopped keeps what it measured)."""
     runs: list[dict[str, Any]] = []
     with tqdm(total=repeats * len(variants), desc=desc, unit="run") as bar:
         for r in range(repeats):
             for name, fn in variants.items():
                 result = fn()
                 runs.append({"variant": name, "repeat": r, **result})
+                if log is not None:
+                    log.parent.mkdir(parents=True, exist_ok=True)
+                    with log.open("a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(runs[-1]) + "\n")
                 bar.update(1)
     return runs
 

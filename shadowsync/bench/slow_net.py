@@ -89,6 +89,8 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int) -> dict[str, Any]:
                   replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype), SLOW_MBIT)
                  for dtype in ("fp32", "bf16")]
     runs: list[dict[str, Any]] = []
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "runs.jsonl").unlink(missing_ok=True)
     with NetnsHosts(3) as hosts:
         # ranks: 0 = embedding server (host 0), 1 and 2 = trainers (hosts 1 and 2)
         for r in range(repeats):
@@ -99,6 +101,8 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int) -> dict[str, Any]:
                              "syncs_per_min": s.get("syncs_per_min"),
                              "sync_bytes_per_round": s.get("sync_bytes_per_round"),
                              "eval_ne": s["eval_ne"]})
+                with (root / "runs.jsonl").open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(runs[-1]) + "\n")
         hosts.set_pair_rate(1, 2, None)
 
     slow = f"@{SLOW_MBIT:g}mbit"

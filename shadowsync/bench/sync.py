@@ -90,6 +90,7 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
     if quality_examples is None:
         quality_examples = 3_000_000 if full else 1_500_000
     root = Path(out)
+    (root / "runs.jsonl").unlink(missing_ok=True)
     base = job(examples)
     plan_data(base)
     last_ma: dict[str, Any] = {}
@@ -125,7 +126,7 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
         for every in FOREGROUND_EVERY:
             name = f"fr-bmuf@{every}steps"
             variants[name] = variant(name, replace(base, sync="fr-bmuf", sync_every=every))
-    runs = interleaved(variants, repeats, "bench sync: throughput")
+    runs = interleaved(variants, repeats, "bench sync: throughput", log=root / "runs.jsonl")
     # Quality needs a full pass of the default job; throughput settles much sooner.
     quality = job(quality_examples)
     plan_data(quality)
@@ -134,7 +135,7 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
     if full:
         q_variants["s-bmuf/overwrite/quality"] = variant(
             "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
-    q_runs = interleaved(q_variants, repeats, "bench sync: quality")
+    q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=root / "runs.jsonl")
     runs += q_runs
     variants.update(q_variants)
     med = {v: {k: median_of(runs, v, k) for k in
