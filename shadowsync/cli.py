@@ -62,7 +62,15 @@ def _bench_sync(args: argparse.Namespace) -> int:
     from shadowsync.bench.sync import run_sync_bench
 
     run_sync_bench(args.out, examples=args.examples, repeats=args.repeats,
-                   slow_net=not args.no_slow_net, quality_examples=args.quality_examples)
+                   slow_net=not args.no_slow_net, quality_examples=args.quality_examples,
+                   full=args.full)
+    return 0
+
+
+def _bench_embedding(args: argparse.Namespace) -> int:
+    from shadowsync.bench.embedding import run_embedding_bench
+
+    run_embedding_bench(args.out, steps=args.steps, repeats=args.repeats)
     return 0
 
 
@@ -120,12 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
     sync = bench.add_parser("sync", help="every --sync side by side; frontier; slow network")
     sync.add_argument("--out", default="runs/bench-sync")
     sync.add_argument("--examples", type=int, default=300_000, help="examples per run")
-    sync.add_argument("--quality-examples", type=int, default=3_000_000,
-                      help="examples per run of the quality comparison")
+    sync.add_argument("--quality-examples", type=int, default=None,
+                      help="examples per run of the quality comparison (default: 1.5M, "
+                      "with --full 3M)")
+    sync.add_argument("--full", action="store_true",
+                      help="the whole frontier: foreground rules, fixed intervals, overwrite")
     sync.add_argument("--repeats", type=int, default=3)
     sync.add_argument("--no-slow-net", action="store_true",
                       help="skip the network-namespace hosts part")
     sync.set_defaults(func=_bench_sync)
+    emb = bench.add_parser("embedding", help="where a step's time goes on the embedding path: "
+                           "RPC, shared memory, local tables")
+    emb.add_argument("--out", default="runs/bench-embedding")
+    emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
+    emb.add_argument("--repeats", type=int, default=3)
+    emb.set_defaults(func=_bench_embedding)
     sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
     sw.add_argument("--out", default="runs/bench-switch")
     sw.add_argument("--trainers", type=int, default=4)

@@ -84,6 +84,10 @@ class TrainConfig:
         None, "dense parameter servers for the EASGD centre and bsp / asp / switch "
         "(default: 1 if the sync needs it)")
     row_split_limit: int = _opt(1_000_000, "tables with more rows are split row-wise over servers")
+    embedding_transport: str = _opt(
+        "auto", "how trainers reach the embedding servers: auto (shared memory on the same "
+        "host, RPC otherwise), rpc (always), unshared (a private local copy per trainer: the "
+        "benchmark ceiling, not shared training)", ("auto", "rpc", "unshared"))
     # synchronization
     sync: str = _opt("s-bmuf", "how trainers synchronize their dense parameters", SYNC_CHOICES)
     sync_groups: list[str] = _opt(
@@ -92,6 +96,9 @@ class TrainConfig:
         "auto", "seconds between background rounds, 0 = back to back, auto = CPU budget")
     sync_budget: float = _opt(0.03, "share of the trainer's cores the auto pace may spend")
     sync_every: int = _opt(50, "worker steps between foreground rounds")
+    sync_dtype: str = _opt(
+        "fp32", "what background and foreground rounds send (bf16: half the bytes; the "
+        "parameters stay fp32)", ("fp32", "bf16"))
     write_back: str = _opt(
         "delta", "apply a round as (result - snapshot) or overwrite", ("delta", "overwrite"))
     block_momentum: float | None = _opt(None, "BMUF block momentum eta (default 1 - 1/trainers)")

@@ -50,6 +50,25 @@ def test_five_consecutive_background_runs_exit_cleanly(tmp_path):
         assert s["sync_blocked_fraction"] == 0.0
     groups = summary(tmp_path / "run3")["sync_settings"]["groups"]
     assert {g: v["rule"] for g, v in groups.items()} == {"bottom": "easgd", "top": "bmuf"}
+    fp32 = summary(tmp_path / "run0")
+    params = sum(g["params"] for g in fp32["sync_settings"]["groups"].values())
+    assert fp32["sync_settings"]["sync_dtype"] == "fp32"
+    assert fp32["sync_bytes_per_round"] == 4 * (params + 1)  # the parameters and a stop flag
+
+
+@pytest.mark.timeout(200)
+def test_bf16_rounds_with_unshared_tables(tmp_path):
+    """bf16 rounds send half the bytes (the first goes in fp32); private tables per trainer
+    still join and leave the job cleanly."""
+    out = tmp_path / "run"
+    res = run_cli(["train", *TINY, "--sync", "s-bmuf", "--sync-dtype", "bf16",
+                   "--embedding-transport", "unshared", "--out", str(out)], timeout=150)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    assert s["sync_settings"]["sync_dtype"] == "bf16" and all(n > 0 for n in s["syncs"])
+    params = sum(g["params"] for g in s["sync_settings"]["groups"].values())
+    assert 2 * (params + 1) < s["sync_bytes_per_round"] < 0.6 * 4 * (params + 1)
 
 
 @pytest.mark.timeout(300)

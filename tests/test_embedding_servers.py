@@ -53,3 +53,65 @@ def test_lookup_and_summed_sparse_sgd_over_rpc():
     expected_steps = torch.tensor([[3, 2, 2], [3, 1, 2], [3, 2, 1]], dtype=torch.float32)
     assert torch.allclose((before - middle)[:, :, 0], LR * expected_steps, atol=1e-6)
     assert torch.allclose((middle - after)[:, :, 0], LR * expected_steps, atol=1e-6)
+
+
+ADAGRAD_PLAN = ShardingPlan(2, (60, 300, 40), row_split_limit=100)
+
+
+def _adagrad_server(index: int, port: int, results) -> None:
+    import os
+
+    serve(ADAGRAD_PLAN, index, 4, "adagrad", 0.1, seed=3, clients=1)
+    from shadowsync.transport.servers import embedding
+
+    paths = list(embedding._SHARED.paths.values()) if embedding._SHARED else []
+    RpcEndpoint("127.0.0.1", port).join(LAYOUT.embedding_name(index), index, 3)
+    RpcEndpoint.leave()
+    # every client attached, so the names are gone before the job ends
+    results.put(("server", index, [p for p in paths if os.path.exists(p)]))
+
+
+def _steps_client(port: int, transport: str, results) -> None:
+    client = RemoteEmbeddings(ADAGRAD_PLAN, LAYOUT, RpcEndpoint("127.0.0.1", port), 4,
+                              {"trainer0": 2}, transport=transport)
+    client.attach("trainer0")
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 40, (16, 3), generator=gen)
+    vectors = client.lookup(ids)
+    seen = [vectors]
+    for _ in range(12):
+        grads = torch.randn(16, 3, 4, generator=gen)
+        nxt = torch.randint(0, 40, (16, 3), generator=gen)
+        vectors = client.update_and_lookup(ids, grads, nxt)
+        seen.append(vectors)
+        ids = nxt
+    client.apply_gradients(ids, torch.randn(16, 3, 4, generator=gen))
+    client.flush()
+    seen.append(client.lookup(torch.arange(40).unsqueeze(1).expand(40, 3).contiguous()))
+    results.put(("client", client.shared_servers, [v.tolist() for v in seen]))
+    client.detach()
+
+
+def _run_steps(transport: str):
+    from shadowsync.cluster.launch import free_port
+
+    port = free_port("127.0.0.1")
+    out = run_spawned([(_adagrad_server, (0, port)), (_adagrad_server, (1, port)),
+                       (_steps_client, (port, transport))], 3, timeout=45)
+    [client] = [r for r in out if r[0] == "client"]
+    left = [p for r in out if r[0] == "server" for p in r[2]]
+    return client[1], [torch.tensor(v) for v in client[2]], left
+
+
+@pytest.mark.timeout(120)
+def test_shared_memory_path_matches_rpc_bitwise():
+    """Servers on this host are reached in place (no RPC); a lone client's lookups and
+    row-wise Adagrad updates are then bitwise those of the RPC path."""
+    rpc_servers, over_rpc, _ = _run_steps("rpc")
+    shm_servers, in_place, left = _run_steps("auto")
+    assert rpc_servers == [] and shm_servers == [0, 1]
+    assert not left, f"shared-memory names left behind: {left}"
+    assert len(over_rpc) == len(in_place) == 14
+    for a, b in zip(over_rpc, in_place):
+        assert torch.equal(a, b)
+    assert not torch.equal(over_rpc[0], over_rpc[-2])  # the updates did move the rows

@@ -12,14 +12,20 @@ from tqdm import tqdm
 
 
 def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
-                desc: str) -> list[dict[str, Any]]:
-    """Run every variant once per repeat, in turn, so machine noise hits all of them alike."""
+                desc: str, log: Path | None = None) -> list[dict[str, Any]]:
+    """Run every variant once per repeat, in turn, so machine noise hits all of them alike.
+    With `log`, each run is also appended to that JSON-lines file as it ends (a long bench
+    that is stopped keeps what it measured)."""
     runs: list[dict[str, Any]] = []
     with tqdm(total=repeats * len(variants), desc=desc, unit="run") as bar:
         for r in range(repeats):
             for name, fn in variants.items():
                 result = fn()
                 runs.append({"variant": name, "repeat": r, **result})
+                if log is not None:
+                    log.parent.mkdir(parents=True, exist_ok=True)
+                    with log.open("a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(runs[-1]) + "\n")
                 bar.update(1)
     return runs
 
@@ -27,6 +33,27 @@ def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
 def median_of(runs: list[dict[str, Any]], variant: str, key: str) -> float:
     values = [r[key] for r in runs if r["variant"] == variant and r.get(key) is not None]
     return statistics.median(values) if values else float("nan")
+
+
+def per_repeat(runs: list[dict[str, Any]], variant: str, key: str) -> dict[int, float]:
+    return {r["repeat"]: r[key] for r in runs
+            if r["variant"] == variant and r.get(key) is not None}
+
+
+def ratio_of_medians(runs: list[dict[str, Any]], num: str, den: str | float,
+                     key: str, den_key: str | None = None) -> tuple[float | None, list[float]]:
+    """median(num) / median(den), and the spread: [min, max] of the ratio taken repeat by
+    repeat (variants run interleaved, so repeat r of both ran side by side). `den` may be a
+    constant."""
+    a = per_repeat(runs, num, key)
+    b = ({r: float(den) for r in a} if not isinstance(den, str)
+         else per_repeat(runs, den, den_key or key))
+    common = sorted(set(a) & set(b))
+    if not common or not all(b[r] for r in common):
+        return None, []
+    each = [a[r] / b[r] for r in common]
+    med = statistics.median(a.values()) / statistics.median(b.values())
+    return med, [min(each), max(each)]
 
 
 def write_bench(out: Path, name: str, runs: list[dict[str, Any]], ratios: dict[str, float],

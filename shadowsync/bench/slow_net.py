@@ -4,7 +4,9 @@ Three network namespaces (the embedding server and each trainer on its own host)
 job with the README's torchrun command line. The path between the two trainer hosts, which
 carries synchronization, is then limited to 50 Mbit/s (htb; this kernel has no netem, so no
 added delay) while the embedding paths stay fast, and the EPS of background BMUF and of DDP
-is compared with the same hosts unlimited.
+is compared with the same hosts unlimited. On the slow link, background BMUF with rounds back
+to back (so the link, not the CPU budget, sets the pace) sends fp32 or bf16 (`--sync-dtype`):
+syncs per minute, bytes per round and eval NE compare the two.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import median_of
+from shadowsync.bench.common import median_of, ratio_of_medians
 from shadowsync.config import TrainConfig, config_to_toml
 
 SLOW_MBIT = 50.0
+RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net",
+          "bf16_syncs_per_min_vs_fp32_slow_net", "s_bmuf_ne_bf16_vs_fp32")
 RDZV_PORT = 29400
 
 
@@ -74,28 +78,45 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int) -> dict[str, Any]:
     reason = netns_unavailable_reason() or shaping_unavailable_reason()
     if reason:
         print(f"bench sync: slow-network part skipped: {reason}")
-        return {"skipped": reason, "ratios": {"background_eps_drop_slow_net": None,
-                                               "ddp_eps_drop_slow_net": None}}
+        return {"skipped": reason, "ratios": dict.fromkeys(RATIOS)}
     cfg = replace(base, dense_servers=0, trainers=2, embedding_servers=1)
+    # (name, config, rate): background BMUF and DDP with and without the limit, and BMUF
+    # rounds back to back (the link is then the limit) sending fp32 or bf16 on the slow link.
+    variants = [(f"{sync}@{'unlimited' if rate is None else f'{rate:g}mbit'}",
+                 replace(cfg, sync=sync), rate)
+                for sync in ("s-bmuf", "ddp") for rate in (None, SLOW_MBIT)]
+    variants += [(f"s-bmuf-{dtype}-back-to-back@{SLOW_MBIT:g}mbit",
+                  replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype), SLOW_MBIT)
+                 for dtype in ("fp32", "bf16")]
     runs: list[dict[str, Any]] = []
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "runs.jsonl").unlink(missing_ok=True)
     with NetnsHosts(3) as hosts:
         # ranks: 0 = embedding server (host 0), 1 and 2 = trainers (hosts 1 and 2)
         for r in range(repeats):
-            for sync in ("s-bmuf", "ddp"):
-                for rate in (None, SLOW_MBIT):
-                    hosts.set_pair_rate(1, 2, rate)
-                    name = f"{sync}@{'unlimited' if rate is None else f'{rate:g}mbit'}"
-                    s = run_on_hosts(hosts, replace(cfg, sync=sync), root / f"{name}-{r}")
-                    runs.append({"variant": name, "repeat": r, "eps": s["train_eps"],
-                                 "syncs_per_min": s.get("syncs_per_min"),
-                                 "eval_ne": s["eval_ne"]})
+            for name, job_cfg, rate in variants:
+                hosts.set_pair_rate(1, 2, rate)
+                s = run_on_hosts(hosts, job_cfg, root / f"{name}-{r}")
+                runs.append({"variant": name, "repeat": r, "eps": s["train_eps"],
+                             "syncs_per_min": s.get("syncs_per_min"),
+                             "sync_bytes_per_round": s.get("sync_bytes_per_round"),
+                             "eval_ne": s["eval_ne"]})
+                with (root / "runs.jsonl").open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(runs[-1]) + "\n")
         hosts.set_pair_rate(1, 2, None)
 
-    def drop(sync: str) -> float:
-        fast = median_of(runs, f"{sync}@unlimited", "eps")
-        slow = median_of(runs, f"{sync}@{SLOW_MBIT:g}mbit", "eps")
-        return 1.0 - slow / fast
-
-    return {"runs": runs, "rate_mbit": SLOW_MBIT,
-            "ratios": {"background_eps_drop_slow_net": drop("s-bmuf"),
-                       "ddp_eps_drop_slow_net": drop("ddp")}}
+    slow = f"@{SLOW_MBIT:g}mbit"
+    ratios: dict[str, Any] = {}
+    spreads: dict[str, list[float]] = {}
+    for sync in ("s-bmuf", "ddp"):
+        kept, spread = ratio_of_medians(runs, f"{sync}{slow}", f"{sync}@unlimited", "eps")
+        name = f"{'background' if sync == 's-bmuf' else sync}_eps_drop_slow_net"
+        ratios[name] = 1.0 - kept if kept is not None else None
+        spreads[name] = [1.0 - x for x in reversed(spread)]
+    fp32, bf16 = (f"s-bmuf-{d}-back-to-back{slow}" for d in ("fp32", "bf16"))
+    for name, key in (("bf16_syncs_per_min_vs_fp32_slow_net", "syncs_per_min"),
+                      ("s_bmuf_ne_bf16_vs_fp32", "eval_ne")):
+        ratios[name], spreads[name] = ratio_of_medians(runs, bf16, fp32, key)
+    bytes_per_round = {v: median_of(runs, v, "sync_bytes_per_round") for v in (fp32, bf16)}
+    return {"runs": runs, "rate_mbit": SLOW_MBIT, "bytes_per_round": bytes_per_round,
+            "ratios": ratios, "spreads": spreads}

@@ -1,11 +1,13 @@
 """`shadowsync bench sync`: the same job under every way of synchronizing.
 
 One job (data, model, examples, seed), run as a local cluster (2 trainers, 1 embedding
-server) under none, s-ma, s-bmuf, s-easgd, their foreground twins, DDP and PyTorch's own
-periodic model averaging (post-local SGD) set to the sync rate s-ma reached; the background
-rules also at several fixed intervals. Variants run interleaved, repeated, and are compared
-by their medians. Optionally the same job across network-namespace hosts, with and without a
-50 Mbit/s limit on the links.
+server) under none, s-ma, s-bmuf, s-easgd, DDP and PyTorch's own periodic model averaging
+(post-local SGD) set to the sync rate s-ma reached, and the default job with its embedding
+servers reached over RPC only and with private unshared tables (the ceiling of the embedding
+path). `--full` adds the foreground twins and the background rules at several fixed
+intervals. Variants run interleaved, repeated, and are compared by their medians; every
+ratio comes with its spread over the repeats and its goal. Optionally the same job across
+network-namespace hosts, with and without a 50 Mbit/s limit on the links.
 """
 
 from __future__ import annotations
@@ -15,12 +17,39 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
+from shadowsync.bench.common import (
+    interleaved,
+    median_of,
+    print_table,
+    ratio_of_medians,
+    write_bench,
+)
 from shadowsync.config import TrainConfig
 
 RULES = ["none", "s-ma", "s-bmuf", "s-easgd", "fr-ma", "fr-bmuf", "fr-easgd", "ddp"]
 INTERVALS = [0.0, 0.05, 0.2, 1.0]
 FOREGROUND_EVERY = [5, 20, 200]
+# The default run: what the ratios need, nothing more (--full adds the whole frontier).
+DEFAULT_RULES = ["none", "s-ma", "s-bmuf", "s-easgd", "ddp"]
+# Every ratio's goal (None: reported, no goal). Kept in bench.json next to the values.
+GOALS: dict[str, str | None] = {
+    "s_ma_vs_none": ">= 0.97",
+    "s_bmuf_vs_none": ">= 0.97",
+    "s_easgd_vs_none": None,
+    "s_bmuf_syncs_per_min": ">= 300",
+    "background_vs_ddp": ">= 2",
+    "background_vs_torch_fr_ma": ">= 1.15",
+    "cluster_vs_local_tables": ">= 0.85",
+    "cluster_vs_local_tables_rpc": None,
+    "s_bmuf_ne_vs_fr_bmuf": "<= 1.0",
+    "s_bmuf_ne_vs_ddp": "<= 1.005",
+    "s_bmuf_ne_vs_teacher": "<= 1.03",
+    "s_bmuf_ne_delta_vs_overwrite": None,
+    "background_eps_drop_slow_net": "<= 0.05",
+    "ddp_eps_drop_slow_net": None,
+    "bf16_syncs_per_min_vs_fp32_slow_net": ">= 1.8",
+    "s_bmuf_ne_bf16_vs_fp32": "<= 1.002",
+}
 
 
 def job(examples: int, **kw: Any) -> TrainConfig:
@@ -50,10 +79,18 @@ def torch_period(ma_run: dict[str, Any], cfg: TrainConfig) -> int:
 
 
 def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
-                   slow_net: bool = True, quality_examples: int = 3_000_000) -> dict[str, Any]:
+                   slow_net: bool = True, quality_examples: int | None = None,
+                   full: bool = False) -> dict[str, Any]:
+    """The default fits a working day on 2 cores: the rules the ratios compare, the default
+    job against the same trainers with unshared local tables (and over RPC only), quality on
+    one pass of the default data. `full` adds the intervals, the foreground frontier and the
+    overwrite write-back, on 3M examples of quality."""
     from shadowsync.train.trainer import plan_data
 
+    if quality_examples is None:
+        quality_examples = 3_000_000 if full else 1_500_000
     root = Path(out)
+    (root / "runs.jsonl").unlink(missing_ok=True)
     base = job(examples)
     plan_data(base)
     last_ma: dict[str, Any] = {}
@@ -61,7 +98,7 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
 
     def variant(name: str, cfg: TrainConfig) -> Any:
         def go() -> dict[str, Any]:
-            r = run_job(cfg, root / "runs" / f"{name}-{next(counter)}")
+            r = run_job(cfg, root / "runs" / f"{name.replace('/', '-')}-{next(counter)}")
             if name == "s-ma":
                 last_ma.update(r)
             return r
@@ -74,65 +111,85 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
         r["period"] = period
         return r
 
-    variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in RULES}
+    rules = RULES if full else DEFAULT_RULES
+    variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in rules}
     variants["torch-fr-ma"] = torch_fr_ma
-    for rule in ("s-ma", "s-bmuf"):
-        for iv in INTERVALS:
-            name = f"{rule}@{iv}s"
-            variants[name] = variant(name, replace(base, sync=rule, sync_interval=str(iv)))
-    for every in FOREGROUND_EVERY:
-        name = f"fr-bmuf@{every}steps"
-        variants[name] = variant(name, replace(base, sync="fr-bmuf", sync_every=every))
-    runs = interleaved(variants, repeats, "bench sync: throughput")
+    # The embedding path: the default job over RPC only, and with private unshared tables.
+    variants["s-bmuf/rpc"] = variant("s-bmuf/rpc", replace(base, embedding_transport="rpc"))
+    variants["s-bmuf/unshared-tables"] = variant(
+        "s-bmuf/unshared-tables", replace(base, embedding_transport="unshared"))
+    if full:
+        for rule in ("s-ma", "s-bmuf"):
+            for iv in INTERVALS:
+                name = f"{rule}@{iv}s"
+                variants[name] = variant(name, replace(base, sync=rule, sync_interval=str(iv)))
+        for every in FOREGROUND_EVERY:
+            name = f"fr-bmuf@{every}steps"
+            variants[name] = variant(name, replace(base, sync="fr-bmuf", sync_every=every))
+    runs = interleaved(variants, repeats, "bench sync: throughput", log=root / "runs.jsonl")
     # Quality needs a full pass of the default job; throughput settles much sooner.
     quality = job(quality_examples)
     plan_data(quality)
     q_variants = {f"{name}/quality": variant(f"{name}-quality", replace(quality, sync=name))
                   for name in ("s-bmuf", "fr-bmuf", "ddp")}
-    q_variants["s-bmuf/overwrite/quality"] = variant(
-        "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
-    q_runs = interleaved(q_variants, repeats, "bench sync: quality")
+    if full:
+        q_variants["s-bmuf/overwrite/quality"] = variant(
+            "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
+    q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=root / "runs.jsonl")
     runs += q_runs
     variants.update(q_variants)
     med = {v: {k: median_of(runs, v, k) for k in
                ("eps", "eval_ne", "syncs_per_min", "sync_blocked_fraction")} for v in variants}
-    background = [v for v in variants if v.startswith("s-") and "/" not in v]
-    best_bg = max(med[v]["eps"] for v in background)
     teacher = next((r["teacher_eval_ne"] for r in q_runs if r.get("teacher_eval_ne")), None)
-
-    def ne(name: str) -> float:
-        return med[f"{name}/quality"]["eval_ne"]
-
-    ratios = {
-        "s_ma_vs_none": med["s-ma"]["eps"] / med["none"]["eps"],
-        "s_bmuf_vs_none": med["s-bmuf"]["eps"] / med["none"]["eps"],
-        "s_easgd_vs_none": med["s-easgd"]["eps"] / med["none"]["eps"],
-        "s_bmuf_syncs_per_min": med["s-bmuf"]["syncs_per_min"],
-        "background_vs_ddp": best_bg / med["ddp"]["eps"],
-        "background_vs_torch_fr_ma": med["s-ma"]["eps"] / med["torch-fr-ma"]["eps"],
-        "s_bmuf_ne_vs_fr_bmuf": ne("s-bmuf") / ne("fr-bmuf"),
-        "s_bmuf_ne_vs_ddp": ne("s-bmuf") / ne("ddp"),
-        "s_bmuf_ne_vs_teacher": ne("s-bmuf") / teacher if teacher else None,
-        "s_bmuf_ne_delta_vs_overwrite": ne("s-bmuf") / ne("s-bmuf/overwrite"),
+    pairs: dict[str, tuple[str, str | float | None, str]] = {
+        "s_ma_vs_none": ("s-ma", "none", "eps"),
+        "s_bmuf_vs_none": ("s-bmuf", "none", "eps"),
+        "s_easgd_vs_none": ("s-easgd", "none", "eps"),
+        "s_bmuf_syncs_per_min": ("s-bmuf", 1.0, "syncs_per_min"),
+        "background_vs_ddp": ("s-ma", "ddp", "eps"),
+        "background_vs_torch_fr_ma": ("s-ma", "torch-fr-ma", "eps"),
+        "cluster_vs_local_tables": ("s-bmuf", "s-bmuf/unshared-tables", "eps"),
+        "cluster_vs_local_tables_rpc": ("s-bmuf/rpc", "s-bmuf/unshared-tables", "eps"),
+        "s_bmuf_ne_vs_fr_bmuf": ("s-bmuf/quality", "fr-bmuf/quality", "eval_ne"),
+        "s_bmuf_ne_vs_ddp": ("s-bmuf/quality", "ddp/quality", "eval_ne"),
+        "s_bmuf_ne_vs_teacher": ("s-bmuf/quality", teacher, "eval_ne"),
+        "s_bmuf_ne_delta_vs_overwrite": ("s-bmuf/quality", "s-bmuf/overwrite/quality"
+                                         if full else None, "eval_ne"),
     }
+    ratios: dict[str, Any] = {}
+    spreads: dict[str, list[float]] = {}
+    for name, (num, den, key) in pairs.items():
+        if den is None:
+            ratios[name] = None  # --full only, or no teacher
+            continue
+        ratios[name], spreads[name] = ratio_of_medians(runs, num, den, key)
     extra: dict[str, Any] = {"examples_per_run": examples, "quality_examples": quality_examples,
-                             "repeats": repeats, "medians": med}
+                             "repeats": repeats, "full": full, "medians": med}
     if slow_net:
         from shadowsync.bench.slow_net import run_slow_net
 
         drops = run_slow_net(root / "slow-net", base, repeats)
         ratios.update(drops.pop("ratios"))
+        spreads.update(drops.pop("spreads", {}))
         extra["slow_net"] = drops
+    extra["ratio_spread"] = spreads
+    extra["goals"] = {k: GOALS.get(k) for k in ratios}
     print_table([[v, m["eps"], m["syncs_per_min"], m["eval_ne"], m["sync_blocked_fraction"]]
                  for v, m in med.items()],
                 ["variant", "EPS", "syncs/min", "eval NE", "blocked"])
     print()
-    print_table([[k, v if v is not None else "n/a"] for k, v in ratios.items()],
-                ["ratio", "value"])
+    print_table([[k, v if v is not None else "n/a",
+                  " - ".join(_fmt_num(x) for x in spreads.get(k, [])) or "",
+                  GOALS.get(k) or ""] for k, v in ratios.items()],
+                ["ratio", "value", "spread (per repeat)", "goal"])
     path = write_bench(root, "sync", runs, ratios, extra)
     plot_sync_bench(root, runs, med)
     print(f"wrote {path}")
-    return {"ratios": ratios, "medians": med}
+    return {"ratios": ratios, "medians": med, "ratio_spread": spreads}
+
+
+def _fmt_num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
 
 
 def plot_sync_bench(root: Path, runs: list[dict[str, Any]], med: dict[str, Any]) -> None:

@@ -110,14 +110,19 @@ def _run_role(cfg: TrainConfig) -> None:
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg)
     if role == "embedding":
-        from shadowsync.transport.servers.embedding import serve
+        from shadowsync.transport.servers.embedding import release, serve
 
         plan = embedding_plan(cfg)
+        # Clients: every trainer and each of its workers attach once.
         serve(plan, index, cfg.embedding_dim, cfg.optimizer, cfg.embedding_lr or cfg.lr,
-              cfg.seed)
+              cfg.seed, share=cfg.embedding_transport == "auto",
+              clients=layout.trainers * (layout.workers + 1))
         log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
-        endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
-        RpcEndpoint.leave()
+        try:
+            endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
+            RpcEndpoint.leave()
+        finally:
+            release()
     elif role == "dense":
         endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
         RpcEndpoint.leave()
@@ -133,6 +138,26 @@ def embedding_plan(cfg: TrainConfig) -> Any:
     return ShardingPlan(cfg.embedding_servers, features_of(cfg).table_rows, cfg.row_split_limit)
 
 
+def embedding_client(cfg: TrainConfig, layout: ClusterLayout, endpoint: RpcEndpoint) -> Any:
+    """The client a trainer's processes reach the embedding servers with (in place on this
+    host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
+    copy of the tables instead (the ceiling the shared path is measured against; trainers then
+    learn separate embeddings)."""
+    from shadowsync.embeddings import EmbeddingTables
+    from shadowsync.transport.servers.embedding import RemoteEmbeddings
+
+    plan = embedding_plan(cfg)
+    private = None
+    if cfg.embedding_transport == "unshared":
+        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.embedding_dim,
+                                      optimizer=cfg.optimizer, lr=cfg.embedding_lr or cfg.lr,
+                                      seed=cfg.seed * 7919 + s).share_memory_()
+                   for s in range(plan.servers)}
+    transport = "rpc" if cfg.embedding_transport == "rpc" else "auto"
+    return RemoteEmbeddings(plan, layout, endpoint, cfg.embedding_dim, rpc_ranks(layout),
+                            transport=transport, private=private)
+
+
 def trainers_here(layout: ClusterLayout) -> int:
     """Trainers launched on this host (they share its cores)."""
     first = int(os.environ["RANK"]) - int(os.environ.get("LOCAL_RANK", 0))
@@ -145,12 +170,10 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     from shadowsync.runners.build import RunnerContext, build_runner
     from shadowsync.train.replica import run_replica
     from shadowsync.train.trainer import build_dense_model, plan_data
-    from shadowsync.transport.servers.embedding import RemoteEmbeddings
 
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
-    tables = RemoteEmbeddings(embedding_plan(cfg), layout, endpoint, cfg.embedding_dim,
-                              rpc_ranks(layout))
+    tables = embedding_client(cfg, layout, endpoint)
     runner = build_runner(RunnerContext(
         cfg, model, trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))

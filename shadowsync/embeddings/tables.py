@@ -46,6 +46,25 @@ class EmbeddingTables:
         self.weight = (torch.rand(total, dim, generator=gen) * 2 - 1) * bounds
         self.state = torch.zeros(total) if self.optimizer is SparseOptimizer.ADAGRAD else None
 
+    @classmethod
+    def from_tensors(cls, rows: list[int], dim: int, optimizer: SparseOptimizer | str, lr: float,
+                     eps: float, weight: torch.Tensor,
+                     state: torch.Tensor | None) -> EmbeddingTables:
+        """Tables over existing weight and optimizer-state tensors (for example another
+        process's, mapped from shared memory): no initialisation, updates land in them."""
+        tables = cls.__new__(cls)
+        tables.rows = list(rows)
+        tables.dim = dim
+        tables.optimizer = SparseOptimizer(optimizer)
+        tables.lr = lr
+        tables.eps = eps
+        tables.offsets = torch.tensor([0] + tables.rows[:-1], dtype=torch.long).cumsum(0)
+        if weight.shape != (sum(tables.rows), dim):
+            raise ValueError(f"weight of shape {tuple(weight.shape)} for {sum(rows)} rows x {dim}")
+        tables.weight = weight
+        tables.state = state if tables.optimizer is SparseOptimizer.ADAGRAD else None
+        return tables
+
     def share_memory_(self) -> EmbeddingTables:
         self.weight.share_memory_()
         if self.state is not None:

@@ -93,6 +93,9 @@ class SyncRunner:
             "syncs": self.rounds,
             "syncs_per_min": 60.0 * self.rounds / elapsed if elapsed > 0 else 0.0,
             "sync_cpu_s": round(self.sync_cpu_s, 3),
+            "sync_bytes_per_round": (self.exchange.bytes_sent / self.all_rounds
+                                     if self.exchange is not None and self.all_rounds
+                                     else None),
         }
 
     def final_metrics(self) -> dict[str, Any]:
@@ -107,7 +110,8 @@ class SyncRunner:
         return {}
 
     def settings(self) -> dict[str, Any]:
-        return {"runner": self.kind, **self.describe(),
+        wire = {"sync_dtype": self.exchange.dtype} if self.exchange is not None else {}
+        return {"runner": self.kind, **self.describe(), **wire,
                 "groups": {g.name: {"rule": g.rule.name, "write_back": g.write_back,
                                     "params": g.numel(), **g.rule.settings()}
                            for g in self.groups}}

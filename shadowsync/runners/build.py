@@ -102,7 +102,7 @@ def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
     family, groups = param_groups(cfg, ctx.model)
     centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
                for g in groups if g.rule.needs_servers}
-    exchange = TrainerExchange(ctx.trainer_group, cfg.trainers, centres)
+    exchange = TrainerExchange(ctx.trainer_group, cfg.trainers, centres, dtype=cfg.sync_dtype)
     if family == "background":
         return BackgroundSync(groups, exchange,
                               Pace(cfg.sync_interval_s(), cfg.sync_budget, ctx.trainer_cores))

@@ -107,6 +107,8 @@ def sync_summary(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str
         "syncs_per_min": sum(per_min) / len(per_min) if per_min else None,
         "syncs_per_min_per_trainer": per_min,
         "syncs": [m.get("syncs") for _, m in everyone],
+        "sync_bytes_per_round": next((m["sync_bytes_per_round"] for _, m in everyone
+                                      if m.get("sync_bytes_per_round") is not None), None),
         "sync_blocked_fraction": None if runner is not None and not runner.measures_blocking
         else (blocked / busy if busy > 0 else 0.0),
         "sync_settings": runner.settings() if runner else {"runner": "none"},

@@ -4,6 +4,13 @@ Shutdown agreement: a background loop on one trainer must never start an AllRedu
 others will not join, or the job hangs at exit. Every round therefore carries a "my workers
 are done" flag inside the reduced buffer, and a loop stops only after a round in which every
 trainer raised it; so all trainers stop after the same round.
+
+Compressed rounds (`dtype="bf16"`): what travels is bfloat16, the parameters stay float32.
+An AllReduce sends this trainer's difference from the last agreed mean (identical on every
+trainer, since all computed it from the same reduced buffer), plus what rounding left out
+of the previous round's difference (error feedback), so rounding errors do not accumulate;
+each buffer's first round goes in float32 to agree on that reference. EASGD's pushes to the
+centre go in bfloat16 too (with the same error feedback); the centre it reads is float32.
 """
 
 from __future__ import annotations
@@ -13,34 +20,76 @@ import torch.distributed as dist
 
 from shadowsync.transport.servers.dense import DenseServerClient
 
+SYNC_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+class Compressor:
+    """float32 -> the wire dtype with error feedback: what a cast drops is added to the next
+    value sent under the same key, so over many rounds nothing is lost."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        self._residual: dict[object, torch.Tensor] = {}
+
+    def encode(self, key: object, value: torch.Tensor) -> torch.Tensor:
+        if self.dtype == torch.float32:
+            return value
+        carry = self._residual.get(key)
+        want = value + carry if carry is not None else value
+        sent = want.to(self.dtype)
+        self._residual[key] = want - sent.float()
+        return sent
+
 
 class TrainerExchange:
     """Implements `shadowsync.rules.Exchange` for one trainer of a job."""
 
     def __init__(self, group: dist.ProcessGroup | None, trainers: int,
-                 centres: dict[str, DenseServerClient] | None = None) -> None:
+                 centres: dict[str, DenseServerClient] | None = None,
+                 dtype: str = "fp32") -> None:
         self.group = group
         self.trainers = trainers
         self.centres = centres or {}
+        self.dtype = dtype
+        self._wire = Compressor(SYNC_DTYPES[dtype])
+        self._reference: dict[int, torch.Tensor] = {}  # last agreed mean, per AllReduce
+        self._calls = 0  # AllReduces so far this round: keys the buffers across trainers
+        self.bytes_sent = 0  # by this trainer, over all rounds
         self._done = False
         self._all_done: bool | None = None
         self._centre: DenseServerClient | None = None
+        self._centre_name: str | None = None
 
     def begin_round(self, done: bool, group_name: str | None = None) -> None:
         self._done = done
         self._all_done = None
+        self._calls = 0
 
     def init_centre(self, group_name: str, value: torch.Tensor) -> None:
         self.centres[group_name].init(value)
 
     def use_centre(self, group_name: str) -> None:
         self._centre = self.centres[group_name]
+        self._centre_name = group_name
 
     def mean(self, local: torch.Tensor) -> torch.Tensor:
-        buf = torch.cat([local.reshape(-1), torch.tensor([1.0 if self._done else 0.0])])
+        key = self._calls
+        self._calls += 1
+        flat = local.reshape(-1)
+        ref = self._reference.get(key)
+        wire = self._wire.dtype if ref is not None else torch.float32
+        payload = self._wire.encode(key, flat - ref) if ref is not None else flat
+        buf = torch.cat([payload, torch.tensor([1.0 if self._done else 0.0], dtype=wire)])
+        self.bytes_sent += buf.numel() * buf.element_size()
         dist.all_reduce(buf, group=self.group)
         self._all_done = round(buf[-1].item()) == self.trainers
-        return (buf[:-1] / self.trainers).view_as(local)
+        mean = buf[:-1].float() / self.trainers
+        if ref is not None:
+            mean += ref
+        if self._wire.dtype != torch.float32:
+            self._reference[key] = mean
+            mean = mean.clone()
+        return mean.view_as(local)
 
     def centre(self) -> torch.Tensor:
         assert self._centre is not None
@@ -48,12 +97,15 @@ class TrainerExchange:
 
     def add_to_centre(self, delta: torch.Tensor) -> None:
         assert self._centre is not None
-        self._centre.add(delta)
+        sent = self._wire.encode(("centre", self._centre_name), delta)
+        self.bytes_sent += sent.numel() * sent.element_size()
+        self._centre.add(sent)
 
     def end_round(self) -> bool:
         """True when every trainer has finished training: this was the last round."""
         if self._all_done is None:  # no AllReduce carried the flag this round (EASGD only)
             flag = torch.tensor([1.0 if self._done else 0.0])
+            self.bytes_sent += flag.element_size()
             dist.all_reduce(flag, group=self.group)
             self._all_done = round(flag.item()) == self.trainers
         return self._all_done

@@ -9,12 +9,18 @@ many RPC threads at once without locks (Hogwild on the server). Embeddings are n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import atexit
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed.rpc as rpc
 
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.transport import shm
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 
@@ -64,58 +70,191 @@ class ShardingPlan:
                 torch.tensor([o < 0 for o in owner]))
 
 
+@dataclass
+class _SharedFiles:
+    """The shared-memory files holding this server's tables, for clients on its host."""
+
+    paths: dict[str, str]  # "weight", and "state" under Adagrad -> file
+    clients_left: int | None  # unlinked once this many clients have attached
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_SHARED: _SharedFiles | None = None
+# Seconds spent applying updates and reading rows in this process (a profile, see bench
+# embedding): on a server for RPC clients, in a client for the shards it maps itself.
+PROFILE = {"apply_s": 0.0, "lookup_s": 0.0, "calls": 0}
+
+
 def serve(plan: ShardingPlan, server: int, dim: int, optimizer: str, lr: float,
-          seed: int) -> None:
-    """Hold this server's pieces; the RPC agent answers requests until shutdown."""
-    global _LOCAL_TABLES
+          seed: int, share: bool = True, clients: int | None = None) -> None:
+    """Hold this server's pieces; the RPC agent answers requests until shutdown.
+
+    With `share`, the weights and optimizer state live in files under /dev/shm so that
+    clients on the same host update them in place (Hogwild, as the server's own RPC threads
+    do) instead of sending them over RPC; the names go once `clients` clients attached (the
+    mappings stay), or when `release()` runs or the process exits.
+    """
+    global _LOCAL_TABLES, _SHARED
     torch.set_num_threads(1)
-    _LOCAL_TABLES = EmbeddingTables(plan.server_pieces(server), dim, optimizer=optimizer, lr=lr,
-                                    seed=seed * 7919 + server)
+    tables = EmbeddingTables(plan.server_pieces(server), dim, optimizer=optimizer, lr=lr,
+                             seed=seed * 7919 + server)
+    if share and shm.available():
+        paths = {"weight": shm.new_path(f"emb{server}-weight")}
+        tables.weight = shm.to_shared_file(tables.weight, paths["weight"])
+        if tables.state is not None:
+            paths["state"] = shm.new_path(f"emb{server}-state")
+            tables.state = shm.to_shared_file(tables.state, paths["state"])
+        _SHARED = _SharedFiles(paths, clients)
+        atexit.register(release)
+    _LOCAL_TABLES = tables
+
+
+def release() -> None:
+    """Remove this server's shared-memory names (idempotent)."""
+    shared = _SHARED
+    if shared is not None:
+        with shared.lock:
+            for path in shared.paths.values():
+                shm.unlink(path)
+
+
+def _server_tables() -> EmbeddingTables:
+    assert _LOCAL_TABLES is not None, "not an embedding server"
+    return _LOCAL_TABLES
+
+
+def _lookup_in(tables: EmbeddingTables, rows: torch.Tensor) -> torch.Tensor:
+    t0 = time.perf_counter()
+    out = tables.lookup_rows(rows)
+    PROFILE["lookup_s"] += time.perf_counter() - t0
+    PROFILE["calls"] += 1
+    return out
+
+
+def _apply_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor) -> None:
+    """`rows` are unique: the client summed the gradients of repeated ids."""
+    t0 = time.perf_counter()
+    tables.apply_rows(rows, grads, unique=True)
+    PROFILE["apply_s"] += time.perf_counter() - t0
+    PROFILE["calls"] += 1
+
+
+def _update_and_lookup_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
+                          lookup_rows: torch.Tensor) -> torch.Tensor:
+    _apply_in(tables, rows, grads)
+    return _lookup_in(tables, lookup_rows)
 
 
 def _lookup(rows: torch.Tensor) -> torch.Tensor:
-    assert _LOCAL_TABLES is not None, "not an embedding server"
-    return _LOCAL_TABLES.lookup_rows(rows)
+    return _lookup_in(_server_tables(), rows)
 
 
 def _apply(rows: torch.Tensor, grads: torch.Tensor) -> None:
-    """`rows` are unique: the client summed the gradients of repeated ids."""
-    assert _LOCAL_TABLES is not None, "not an embedding server"
-    _LOCAL_TABLES.apply_rows(rows, grads, unique=True)
+    _apply_in(_server_tables(), rows, grads)
 
 
 def _update_and_lookup(rows: torch.Tensor, grads: torch.Tensor,
                        lookup_rows: torch.Tensor) -> torch.Tensor:
-    _apply(rows, grads)
-    return _lookup(lookup_rows)
+    return _update_and_lookup_in(_server_tables(), rows, grads, lookup_rows)
+
+
+def _echo(rows: torch.Tensor, grads: torch.Tensor, lookup_rows: torch.Tensor) -> torch.Tensor:
+    """No work, the reply of a lookup's size: what moving the bytes alone costs (profiling)."""
+    return torch.empty(len(lookup_rows), grads.shape[1] if grads.dim() == 2 else 1)
+
+
+def _profile(reset: bool = True) -> dict[str, float]:
+    out = dict(PROFILE)
+    if reset:
+        PROFILE.update(apply_s=0.0, lookup_s=0.0, calls=0)
+    return out
+
+
+def _shared_info() -> dict[str, Any] | None:
+    """How a client on this host maps this server's tables (None when not shared)."""
+    if _SHARED is None:
+        return None
+    t = _server_tables()
+    return {"host": shm.host_id(), "paths": dict(_SHARED.paths), "rows": t.rows, "dim": t.dim,
+            "optimizer": t.optimizer.value, "lr": t.lr, "eps": t.eps}
+
+
+def _attached() -> None:
+    """A client has attached (and mapped the files if it could)."""
+    shared = _SHARED
+    if shared is None or shared.clients_left is None:
+        return
+    with shared.lock:
+        shared.clients_left -= 1
+        done = shared.clients_left <= 0
+    if done:
+        release()
+
+
+_LOCAL_CALLS: dict[str, Callable[..., Any]] = {
+    "lookup": _lookup_in, "apply": _apply_in, "update_and_lookup": _update_and_lookup_in}
+_REMOTE_CALLS: dict[str, Callable[..., Any]] = {
+    "lookup": _lookup, "apply": _apply, "update_and_lookup": _update_and_lookup}
 
 
 class RemoteEmbeddings:
     """The client a trainer and its workers use in place of local `EmbeddingTables`.
 
     Picklable before `attach`: it is built by the trainer and sent to each worker process,
-    which then joins the RPC world under its own name.
+    which then joins the RPC world under its own name. With `transport="auto"`, shards whose
+    server runs on this host (and shares its tables) are read and updated in place through
+    shared memory, the others over RPC; `"rpc"` sends every request over RPC. Both run the
+    same update on the same rows, so a lone client gets bitwise the same results either way.
+    `private` (per server: tables in this trainer's shared memory) replaces the servers' tables
+    by a private copy, which makes the unshared ceiling the shared path is measured against.
     """
 
     MAX_PENDING_PUSHES = 4  # bound the gradients in flight so a slow server applies back-pressure
+    TRANSPORTS = ("auto", "rpc")
 
     def __init__(self, plan: ShardingPlan, layout: ClusterLayout, endpoint: RpcEndpoint,
-                 dim: int, ranks: dict[str, int]) -> None:
+                 dim: int, ranks: dict[str, int], transport: str = "auto",
+                 private: dict[int, EmbeddingTables] | None = None) -> None:
+        if transport not in self.TRANSPORTS:
+            raise ValueError(f"transport must be one of {self.TRANSPORTS}, got {transport!r}")
         self.plan = plan
         self.layout = layout
         self.endpoint = endpoint
         self.dim = dim
         self.ranks = ranks  # RPC rank by the name a process attaches under
+        self.transport = transport
+        self.profile: dict[str, float] | None = None  # seconds per phase, when set to a dict
         self._pending: list[torch.futures.Future] = []
         self._routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._last: _Requests | None = None
+        self._shared: dict[int, EmbeddingTables] = {}
+        self._private = private or {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_pending=[], _last=None, _shared={}, _routing=None)
+        return state
 
     def attach(self, name: str) -> None:
         self.endpoint.join(name, self.ranks[name], self.layout.rpc_world_size)
         self._routing = self.plan.routing()
+        self._shared = dict(self._private)
+        for s in range(self.plan.servers):
+            server = ClusterLayout.embedding_name(s)
+            if self.transport == "auto" and s not in self._shared:
+                mapped = _map_shared(rpc.rpc_sync(server, _shared_info))
+                if mapped is not None:
+                    self._shared[s] = mapped
+            rpc.rpc_sync(server, _attached)
+
+    @property
+    def shared_servers(self) -> list[int]:
+        """Servers this client reaches through shared memory rather than RPC."""
+        return sorted(self._shared)
 
     def detach(self) -> None:
         self.flush()
+        self._shared.clear()
         RpcEndpoint.leave()
 
     def _route(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,37 +272,50 @@ class RemoteEmbeddings:
         repeats many of them (about 3 in 4 here): each distinct row travels once."""
         if self._last is not None and self._last.ids is ids:
             return self._last
-        server, rows = self._route(ids)
-        keys, inverse = torch.unique(server * (1 << 40) + rows, return_inverse=True)
-        key_server = keys >> 40
-        per_server = []
-        for s in range(self.plan.servers):
-            pos = (key_server == s).nonzero().squeeze(1) if self.plan.servers > 1 else None
-            sel = keys if pos is None else keys[pos]
-            if len(sel):
-                per_server.append((s, pos, sel & ((1 << 40) - 1)))
+        with self._timed("route_unique"):
+            server, rows = self._route(ids)
+            keys, inverse = torch.unique(server * (1 << 40) + rows, return_inverse=True)
+            key_server = keys >> 40
+            per_server = []
+            for s in range(self.plan.servers):
+                pos = (key_server == s).nonzero().squeeze(1) if self.plan.servers > 1 else None
+                sel = keys if pos is None else keys[pos]
+                if len(sel):
+                    per_server.append((s, pos, sel & ((1 << 40) - 1)))
         self._last = _Requests(ids, len(keys), inverse, per_server)
         return self._last
 
+    def _call(self, s: int, kind: str, *args: Any) -> torch.futures.Future:
+        """One request to server `s`: in place when its tables are mapped here, else RPC."""
+        local = self._shared.get(s)
+        if local is None:
+            return rpc.rpc_async(ClusterLayout.embedding_name(s), _REMOTE_CALLS[kind], args=args)
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(_LOCAL_CALLS[kind](local, *args))
+        return fut
+
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         req = self._requests(ids)
-        calls = {s: rpc.rpc_async(ClusterLayout.embedding_name(s), _lookup, args=(rows,))
-                 for s, _, rows in req.per_server}
+        calls = {s: self._call(s, "lookup", rows) for s, _, rows in req.per_server}
         return self._gather(req, calls, ids)
 
     def _gather(self, req: _Requests, calls: dict[int, torch.futures.Future],
                 ids: torch.Tensor) -> torch.Tensor:
-        if len(req.per_server) == 1 and req.per_server[0][1] is None:
-            distinct = calls[req.per_server[0][0]].wait()
-        else:
-            distinct = torch.empty(req.distinct, self.dim)
-            for s, pos, _ in req.per_server:
-                distinct.index_copy_(0, pos, calls[s].wait())
-        return distinct.index_select(0, req.inverse).view(*ids.shape, self.dim)
+        with self._timed("wait"):
+            replies = {s: fut.wait() for s, fut in calls.items()}
+        with self._timed("gather"):
+            if len(req.per_server) == 1 and req.per_server[0][1] is None:
+                distinct = replies[req.per_server[0][0]]
+            else:
+                distinct = torch.empty(req.distinct, self.dim)
+                for s, pos, _ in req.per_server:
+                    distinct.index_copy_(0, pos, replies[s])
+            return distinct.index_select(0, req.inverse).view(*ids.shape, self.dim)
 
     def _summed(self, req: _Requests, grads: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(req.distinct, self.dim).index_add_(
-            0, req.inverse, grads.reshape(-1, self.dim).detach())
+        with self._timed("sum_grads"):
+            return torch.zeros(req.distinct, self.dim).index_add_(
+                0, req.inverse, grads.reshape(-1, self.dim).detach())
 
     def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
         """Push asynchronously; waits only when too many pushes are still in flight."""
@@ -183,19 +335,18 @@ class RemoteEmbeddings:
             return None
         nxt = self._requests(next_ids)
         calls = {}
-        for s, _, rows in nxt.per_server:
-            name = ClusterLayout.embedding_name(s)
-            if s in pushes:
-                calls[s] = rpc.rpc_async(name, _update_and_lookup, args=(*pushes.pop(s), rows))
-            else:
-                calls[s] = rpc.rpc_async(name, _lookup, args=(rows,))
-        self._push_async(pushes)  # servers the next batch does not need
+        with self._timed("send"):
+            for s, _, rows in nxt.per_server:
+                if s in pushes:
+                    calls[s] = self._call(s, "update_and_lookup", *pushes.pop(s), rows)
+                else:
+                    calls[s] = self._call(s, "lookup", rows)
+            self._push_async(pushes)  # servers the next batch does not need
         return self._gather(nxt, calls, next_ids)
 
     def _push_async(self, pushes: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
         for s, (rows, part) in pushes.items():
-            self._pending.append(rpc.rpc_async(ClusterLayout.embedding_name(s), _apply,
-                                               args=(rows, part)))
+            self._pending.append(self._call(s, "apply", rows, part))
         while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
             self._pending.pop(0).wait()
 
@@ -203,6 +354,42 @@ class RemoteEmbeddings:
         for fut in self._pending:
             fut.wait()
         self._pending.clear()
+
+    def _timed(self, phase: str) -> Any:
+        return _PhaseTimer(self.profile, phase)
+
+
+class _PhaseTimer:
+    """Adds the seconds of a `with` block to profile[phase] (nothing when profile is None)."""
+
+    __slots__ = ("profile", "phase", "t0")
+
+    def __init__(self, profile: dict[str, float] | None, phase: str) -> None:
+        self.profile, self.phase, self.t0 = profile, phase, 0.0
+
+    def __enter__(self) -> None:
+        if self.profile is not None:
+            self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.profile is not None:
+            self.profile[self.phase] = (self.profile.get(self.phase, 0.0)
+                                        + time.perf_counter() - self.t0)
+
+
+def _map_shared(info: dict[str, Any] | None) -> EmbeddingTables | None:
+    """A server's tables mapped from its shared-memory files, when it runs on this host."""
+    if info is None or info["host"] != shm.host_id():
+        return None
+    rows, dim = info["rows"], info["dim"]
+    try:
+        weight = shm.map_file(info["paths"]["weight"], (sum(rows), dim))
+        state = (shm.map_file(info["paths"]["state"], (sum(rows),))
+                 if "state" in info["paths"] else None)
+    except (OSError, ValueError, RuntimeError):  # names already gone: RPC it is
+        return None
+    return EmbeddingTables.from_tensors(rows, dim, info["optimizer"], info["lr"], info["eps"],
+                                        weight, state)
 
 
 @dataclass

@@ -1,0 +1,61 @@
+"""Tensors in files under /dev/shm that unrelated processes on one host map (no copies).
+
+A process started by the launcher is not a child of another, so `share_memory_()` handles
+cannot reach it; a named file mapped with `torch.from_file(path, shared=True)` can. Whether
+two processes are on the same host is decided by `host_id()`: the host name, the boot and the
+network namespace (emulated hosts in network namespaces share one file system but count as
+different hosts, so they keep talking over the network as real hosts would).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+import torch
+
+SHM_DIR = "/dev/shm"
+
+
+def host_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return f"{socket.gethostname()}:{os.getpid()}"  # unknown: match only this process
+    return f"{socket.gethostname()}:{boot}:{netns}"
+
+
+def available() -> bool:
+    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+
+
+def new_path(label: str) -> str:
+    return os.path.join(SHM_DIR, f"shadowsync-{os.getpid()}-{uuid.uuid4().hex[:8]}-{label}")
+
+
+def to_shared_file(tensor: torch.Tensor, path: str) -> torch.Tensor:
+    """A copy of `tensor` (float32) backed by a new file at `path`."""
+    mapped = map_file(path, tuple(tensor.shape), create=True)
+    mapped.copy_(tensor)
+    return mapped
+
+
+def map_file(path: str, shape: tuple[int, ...], create: bool = False) -> torch.Tensor:
+    """Map the float32 file at `path` as a tensor of `shape`; writes go to every mapper."""
+    n = 1
+    for s in shape:
+        n *= s
+    if not create and os.path.getsize(path) != 4 * n:
+        raise ValueError(f"{path}: {os.path.getsize(path)} bytes, expected {4 * n}")
+    return torch.from_file(path, shared=True, size=n, dtype=torch.float32).view(*shape)
+
+
+def unlink(path: str) -> None:
+    """Remove the name; mappings already made stay valid until their processes let go."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
