@@ -8,6 +8,7 @@ import sys
 import warnings
 
 from shadowsync.errors import UserError
+from shadowsync.train.stop import Interrupted
 
 SUMMARY_KEYS = [
     "examples", "wall_s", "eps", "train_ne", "train_loss", "eval_ne", "eval_accuracy",
@@ -20,6 +21,10 @@ SUMMARY_KEYS = [
 def _train(args: argparse.Namespace) -> int:
     from shadowsync.config import config_to_toml, load_config
 
+    if args.resume and not args.config:  # the checkpoint's options are the base
+        from shadowsync.checkpoint.store import CONFIG, find_checkpoint
+
+        args.config = str(find_checkpoint(args.resume, "--resume") / CONFIG)
     cfg = load_config(args)
     if args.print_config:
         sys.stdout.write(config_to_toml(cfg))
@@ -86,6 +91,16 @@ def _bench_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def interrupted_line(e: Interrupted) -> str:
+    if e.checkpoint is None:
+        return f"stopped by {e}; no checkpoint was saved, nothing to resume"
+    from pathlib import Path
+
+    run = Path(e.checkpoint).parent.parent
+    return (f"stopped by {e}; checkpoint saved in {e.checkpoint}; resume with: "
+            f"shadowsync train --resume {run}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from shadowsync import __version__
     from shadowsync.config import add_config_arguments
@@ -150,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UserError as e:
         print(f"shadowsync: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except Interrupted as e:
+        print(f"shadowsync: {interrupted_line(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("shadowsync: interrupted", file=sys.stderr)

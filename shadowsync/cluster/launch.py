@@ -16,6 +16,7 @@ from typing import Any
 from shadowsync.cluster.roles import ERROR_FILE, layout_of, role_main
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
+from shadowsync.train.stop import Interrupted
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,14 @@ def choose_port(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, port=port)
 
 
+def stop_checkpoint(out: Path) -> str | None:
+    """The newest checkpoint of the run in `out`, if any."""
+    from shadowsync.checkpoint.store import published
+
+    found = published(out)
+    return str(found[-1]) if found else None
+
+
 def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     """Run every role of the job as local processes; returns the summary trainer 0 wrote.
 
@@ -63,9 +72,15 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=0, monitor_interval=0.2,
         start_method="spawn", local_addr=cfg.addr,
     )
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
     try:
         elastic_launch(launch, role_main)(cfg)
+    except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
+        raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
     except Exception as e:  # ChildFailedError and friends: say which role failed and why
         err = out / ERROR_FILE
         if err.exists():

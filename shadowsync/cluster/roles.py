@@ -25,6 +25,8 @@ from shadowsync.transport.rpc import RpcEndpoint
 
 ERROR_FILE = "error.txt"
 COLLECTIVE_TIMEOUT = timedelta(seconds=300)
+# After SIGINT / SIGTERM a process saves, shuts down and is gone within this many seconds.
+STOP_GRACE_S = 9.0
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +82,13 @@ def role_main(cfg: TrainConfig) -> None:
     except ValueError:  # a launcher of the wrong size; _run_role says so
         name = f"rank {rank}"
     setup_logging(cfg.log_level, name)
+    from shadowsync.train.stop import STOP, Interrupted
+
+    STOP.install(grace_s=STOP_GRACE_S)
     try:
         _run_role(cfg)
+    except Interrupted as e:  # the launcher tells the user where the checkpoint is
+        sys.exit(e.exit_code)
     except UserError as e:
         _report_error(cfg, str(e))
         sys.exit(2)
@@ -113,17 +120,37 @@ def _run_role(cfg: TrainConfig) -> None:
         from shadowsync.transport.servers.embedding import serve
 
         plan = embedding_plan(cfg)
-        serve(plan, index, cfg.embedding_dim, cfg.optimizer, cfg.embedding_lr or cfg.lr,
-              cfg.seed)
+        tables = serve(plan, index, cfg.embedding_dim, cfg.optimizer,
+                       cfg.embedding_lr or cfg.lr, cfg.seed)
+        own_shard(cfg, layout.embedding_name(index), tables, f"embedding server {index}")
         log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
         endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
         RpcEndpoint.leave()
     elif role == "dense":
+        from shadowsync.transport.servers.dense import SERVER
+
+        own_shard(cfg, layout.dense_name(index), SERVER, f"dense server {index}", known=False)
         endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
         RpcEndpoint.leave()
     else:
         run_trainer(cfg, layout, index, trainer_group, endpoint)
     dist.destroy_process_group()
+
+
+def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:
+    """Register a server's state for checkpoints and, resuming, load it. `known`: the
+    tensors exist already (else they are created from the checkpoint)."""
+    from shadowsync.checkpoint import shards
+    from shadowsync.checkpoint.store import load_all
+
+    shards.register(shard, "state", part)
+    if not cfg.resume:
+        return
+    if known:
+        shards.load_here(Path(cfg.resume), shard, {"state": part}, what)
+    else:
+        saved = load_all(Path(cfg.resume) / shard, what)
+        part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
 
 
 def embedding_plan(cfg: TrainConfig) -> Any:
@@ -160,4 +187,8 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
         dist.all_gather_object(everyone, item, group=group)
         return everyone
 
-    run_replica(cfg, plan, tables, index=index, model=model, runner=runner, gather=gather)
+    others = ([layout.trainer_name(t) for t in range(1, layout.trainers)]
+              + [layout.embedding_name(i) for i in range(layout.embedding_servers)]
+              + [layout.dense_name(i) for i in range(layout.dense_servers)])
+    run_replica(cfg, plan, tables, index=index, model=model, runner=runner, gather=gather,
+                remote_shards=others)

@@ -22,6 +22,7 @@ from shadowsync.errors import UserError
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
+from shadowsync.train.state import WorkerSlots, examples_in
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -41,6 +42,16 @@ def features_of(cfg: TrainConfig) -> Features:
 def plan_data(cfg: TrainConfig) -> DataPlan:
     """Open (convert, generate) the task's data once and decide train and held-out rows."""
     return task_of(cfg.task).plan_data(cfg)
+
+
+def resumable(cfg: TrainConfig) -> bool:
+    """Whether a run can stop early and resume from a position: each worker reads its shard
+    once and may stop alone. Lockstep modes (every worker takes the same steps) and the
+    protocols (workers run on until a global budget) save only their final model."""
+    from shadowsync.runners.modes import PROTOCOL
+
+    mode = mode_of(cfg.sync)
+    return not mode.lockstep and mode.builder != PROTOCOL
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
@@ -70,7 +81,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
                  model: torch.nn.Module | None = None, sync: Any = None,
-                 log: MetricsLog | None = None, progress: Any = None) -> None:
+                 log: MetricsLog | None = None, progress: Any = None,
+                 slots: WorkerSlots | None = None, checkpointer: Any = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
@@ -84,6 +96,24 @@ class Trainer:
         self.running = self.task.running_metric()  # e.g. NE over recent training examples
         self.stats = TrainerStats()
         self._procs: list[Any] = []
+        self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.workers,
+                                          cfg.optimizer)
+        self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
+        self.stop_event = mp.get_context("spawn").Event() if resumable(cfg) else None
+        self.stop_signal: int | None = None
+        self.stats.examples = self.resumed_examples()
+
+    def resumed_examples(self) -> int:
+        """Examples this trainer's workers had trained when its checkpoint was saved."""
+        return sum(examples_in(k, spec.data.shard, spec.data.num_shards, spec.data.start,
+                               spec.data.stop, spec.batch_size)
+                   for k, spec in zip(self.slots.start_steps(), self.worker_specs(), strict=True))
+
+    def request_stop(self, signum: int) -> None:
+        """From a signal handler: workers stop after their current step (if the mode can)."""
+        self.stop_signal = self.stop_signal or signum
+        if self.stop_event is not None:
+            self.stop_event.set()
 
     def worker_specs(self) -> list[WorkerSpec]:
         cfg, plan = self.cfg, self.plan
@@ -103,8 +133,9 @@ class Trainer:
                 optimizer=cfg.optimizer, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                 report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
+                start_step=start, slots=self.slots, stop=self.stop_event,
             )
-            for w in range(cfg.workers)
+            for w, start in zip(range(cfg.workers), self.slots.start_steps(), strict=True)
         ]
 
     def run(self) -> TrainerStats:
@@ -144,15 +175,19 @@ class Trainer:
         for p in self._procs:
             if p.is_alive():
                 p.terminate()
-                p.join(timeout=10)
+                p.join(timeout=2)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
 
     def _follow(self, messages: Any, procs: list[Any], t0: float) -> None:
         """Consume worker reports until all are done; log metrics and evaluate along the way."""
         cfg, plan = self.cfg, self.plan
         expected = plan.train_stop // cfg.trainers
-        next_log = cfg.log_every
+        start = self.stats.examples  # > 0 in a resumed run
+        next_log = (start // cfg.log_every + 1) * cfg.log_every
         eval_every = max(1, expected // max(1, cfg.eval_points))
-        next_eval = eval_every
+        next_eval = (start // eval_every + 1) * eval_every
         done: set[int] = set()
         while len(done) < len(procs):
             try:
@@ -195,6 +230,8 @@ class Trainer:
                 row[f"eval_{self.task.metric}"] = self.sample_eval()
             if row is not None and self.log is not None:
                 self.log.write(row)
+            if self.checkpointer is not None and self.stop_signal is None:
+                self.checkpointer.maybe_save(s.examples)
 
     def _metrics_row(self, wall: float) -> dict[str, Any]:
         s = self.stats

@@ -65,12 +65,13 @@ class ShardingPlan:
 
 
 def serve(plan: ShardingPlan, server: int, dim: int, optimizer: str, lr: float,
-          seed: int) -> None:
+          seed: int) -> EmbeddingTables:
     """Hold this server's pieces; the RPC agent answers requests until shutdown."""
     global _LOCAL_TABLES
     torch.set_num_threads(1)
     _LOCAL_TABLES = EmbeddingTables(plan.server_pieces(server), dim, optimizer=optimizer, lr=lr,
                                     seed=seed * 7919 + server)
+    return _LOCAL_TABLES
 
 
 def _lookup(rows: torch.Tensor) -> torch.Tensor:
