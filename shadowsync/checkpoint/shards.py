@@ -30,6 +30,8 @@ _COMPONENTS: dict[str, Stateful] = {}
 def register(shard: str, name: str, component: Stateful) -> None:
     """Make `component` part of this process's shard `shard`."""
     global _SHARD
+    import torch.distributed.checkpoint  # noqa: F401  (now, not in the first save: seconds)
+
     if _SHARD is not None and _SHARD != shard:
         _COMPONENTS.clear()
     _SHARD = shard

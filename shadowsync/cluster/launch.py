@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.cluster.roles import ERROR_FILE, layout_of, role_main
+from shadowsync.cluster.entry import process_main
+from shadowsync.cluster.roles import ERROR_FILE, layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.train.stop import Interrupted
@@ -76,9 +77,11 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
 
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+    for name in ("torch.distributed.elastic", "torch.distributed.elastic.agent.server.api",
+                 "torch.distributed.elastic.multiprocessing.api"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
-        elastic_launch(launch, role_main)(cfg)
+        elastic_launch(launch, process_main)(cfg)
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
         raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
     except Exception as e:  # ChildFailedError and friends: say which role failed and why

@@ -25,8 +25,6 @@ from shadowsync.transport.rpc import RpcEndpoint
 
 ERROR_FILE = "error.txt"
 COLLECTIVE_TIMEOUT = timedelta(seconds=300)
-# After SIGINT / SIGTERM a process saves, shuts down and is gone within this many seconds.
-STOP_GRACE_S = 9.0
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +80,16 @@ def role_main(cfg: TrainConfig) -> None:
     except ValueError:  # a launcher of the wrong size; _run_role says so
         name = f"rank {rank}"
     setup_logging(cfg.log_level, name)
+    from shadowsync.cluster.entry import STOP_GRACE_S
     from shadowsync.train.stop import STOP, Interrupted
 
-    STOP.install(grace_s=STOP_GRACE_S)
+    if not STOP.installed:  # started by torchrun through shadowsync.run
+        STOP.install(grace_s=STOP_GRACE_S)
     try:
         _run_role(cfg)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
-        sys.exit(e.exit_code)
+        logging.shutdown()
+        os._exit(e.exit_code)
     except UserError as e:
         _report_error(cfg, str(e))
         sys.exit(2)
@@ -133,8 +134,18 @@ def _run_role(cfg: TrainConfig) -> None:
         endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
         RpcEndpoint.leave()
     else:
-        run_trainer(cfg, layout, index, trainer_group, endpoint)
+        from shadowsync.train.stop import Interrupted
+
+        try:
+            run_trainer(cfg, layout, index, trainer_group, endpoint)
+        except Interrupted:
+            log.debug("stopped; leaving")
+            dist.destroy_process_group()  # an orderly end: the job stopped as asked
+            log.debug("done")
+            raise
+    log.debug("left the RPC world")
     dist.destroy_process_group()
+    log.debug("done")
 
 
 def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:

@@ -73,12 +73,12 @@ class StopRequest:
     def _handle(self, signum: int, frame: Any) -> None:
         first = self.signum is None
         self.signum = self.signum or signum
-        for callback in list(self._subscribers):
-            callback(signum)
         if first and self._grace_s is not None:
             timer = threading.Timer(self._grace_s, os._exit, args=(128 + signum,))
             timer.daemon = True
             timer.start()
+        for callback in list(self._subscribers):
+            callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
 
 
 # One per process.

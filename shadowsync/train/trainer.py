@@ -10,6 +10,8 @@ spine runs a single local trainer and one trainer of a cluster.
 from __future__ import annotations
 
 import queue as queue_mod
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +78,18 @@ class TrainerStats:
         return self.examples / span if span > 0 else 0.0
 
 
+class _EvalAbandoned(Exception):
+    pass
+
+
+def ignore_sigint() -> Any:
+    """Ignore SIGINT in this process; returns the handler to restore (None off the main
+    thread, where handlers cannot change)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Trainer:
     """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
 
@@ -101,6 +115,7 @@ class Trainer:
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
         self.stop_event = mp.get_context("spawn").Event() if resumable(cfg) else None
         self.stop_signal: int | None = None
+        self._evaluating = False
         self.stats.examples = self.resumed_examples()
 
     def resumed_examples(self) -> int:
@@ -110,10 +125,14 @@ class Trainer:
                    for k, spec in zip(self.slots.start_steps(), self.worker_specs(), strict=True))
 
     def request_stop(self, signum: int) -> None:
-        """From a signal handler: workers stop after their current step (if the mode can)."""
+        """From a signal handler: workers stop after their current step (if the mode can).
+        A held-out sample evaluation under way is abandoned (it only feeds the plot)."""
         self.stop_signal = self.stop_signal or signum
         if self.stop_event is not None:
             self.stop_event.set()
+        if self._evaluating:
+            self._evaluating = False
+            raise _EvalAbandoned
 
     def worker_specs(self) -> list[WorkerSpec]:
         cfg, plan = self.cfg, self.plan
@@ -147,8 +166,15 @@ class Trainer:
         self._procs = [ctx.Process(target=worker_main, daemon=True,
                                    args=(spec, self.model, self.tables, messages, ready, hook))
                        for spec in self.worker_specs()]
-        for p in self._procs:
-            p.start()
+        # Workers start with SIGINT ignored (Python then leaves it so): a Ctrl-C reaches the
+        # whole terminal's group, and the trainer alone decides when its workers stop.
+        previous = ignore_sigint()
+        try:
+            for p in self._procs:
+                p.start()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         # Joining RPC waits for every member of the job, the workers just started included.
         self.tables.attach(ClusterLayout.trainer_name(self.index))
         t0 = time.perf_counter()
@@ -246,11 +272,20 @@ class Trainer:
         return row
 
     def sample_eval(self) -> float:
-        """The task's headline metric on a sample of the held-out rows."""
+        """The task's headline metric on a sample of the held-out rows (NaN if a stop
+        request cut it short)."""
         p = self.plan
         stop = min(p.eval_stop, p.eval_start + EVAL_SAMPLE)
-        return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
-                                  self.cfg)[self.task.metric]
+        if self.stop_signal is not None:
+            return float("nan")
+        try:
+            self._evaluating = True
+            return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
+                                      self.cfg)[self.task.metric]
+        except _EvalAbandoned:
+            return float("nan")
+        finally:
+            self._evaluating = False
 
     def final_eval(self) -> dict[str, float]:
         p = self.plan

@@ -1,0 +1,19 @@
+"""The function the launcher starts in every process: it takes over SIGINT and SIGTERM
+first, then runs the process's role. (A signal that arrives while the process is still
+importing torch, before this runs, ends it with Python's default behaviour.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# After SIGINT / SIGTERM a process saves, shuts down and is gone within this many seconds.
+STOP_GRACE_S = 6.0
+
+
+def process_main(cfg: Any) -> None:
+    from shadowsync.train.stop import STOP
+
+    STOP.install(grace_s=STOP_GRACE_S)
+    from shadowsync.cluster.roles import role_main
+
+    role_main(cfg)
