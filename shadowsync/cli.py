@@ -40,6 +40,18 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from shadowsync.checkpoint.evaluate import evaluate_checkpoint
+    from shadowsync.train.report import format_table
+
+    result = evaluate_checkpoint(args.checkpoint, args.data, args.predictions,
+                                 args.skip_bad_lines)
+    keys = ["examples", "ne", "auc", "logloss", "calibration", "accuracy", "checkpoint",
+            "predictions"]
+    print(format_table(result, keys))
+    return 0
+
+
 def _synth(args: argparse.Namespace) -> int:
     from shadowsync.data.synth import write_tsv_dataset
 
@@ -118,6 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--print-config", action="store_true",
                        help="print the options as a TOML file for --config, and exit")
     train.set_defaults(func=_train)
+
+    ev = sub.add_parser(
+        "eval", help="score a checkpoint on data: NE, AUC, calibration (accuracy for digits)",
+        description="Load a checkpoint (a run directory means its newest) and score it.")
+    ev.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="a run directory or one of its checkpoint/step-N directories")
+    ev.add_argument("--data", required=True, metavar="DATA",
+                    help="what train --data takes: every row is scored ('synthetic': the "
+                    "held-out rows of the run's built-in data)")
+    ev.add_argument("--predictions", metavar="OUT.npy", help="also write the predictions")
+    ev.add_argument("--skip-bad-lines", action="store_true")
+    ev.set_defaults(func=_eval)
 
     data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)
     synth = data.add_parser("synth", help="write planted-teacher data in Criteo TSV format")

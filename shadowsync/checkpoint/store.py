@@ -148,8 +148,10 @@ def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
         dcp.save(plain, checkpoint_id=str(directory), no_dist=True)
 
 
-def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str) -> None:
-    """Read `directory` into the tensors of `state` (in place, same shapes), or UserError."""
+def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
+               strict: bool = True) -> None:
+    """Read `directory` into the tensors of `state` (in place, same shapes), or UserError.
+    `strict`: the shard must hold exactly these entries (else: at least these)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -163,7 +165,7 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str) -> No
                         f"({type(e).__name__}: {e})") from None
     saved = meta.state_dict_metadata
     missing = sorted(set(state) - set(saved))
-    extra = sorted(set(saved) - set(state))
+    extra = sorted(set(saved) - set(state)) if strict else []
     if missing or extra:
         raise UserError(f"checkpoint {directory.parent}: {what} was saved by another model or "
                         f"configuration (missing {missing[:3]}, unexpected {extra[:3]})")
