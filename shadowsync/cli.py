@@ -96,6 +96,15 @@ def _bench_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_faults(args: argparse.Namespace) -> int:
+    from shadowsync.bench.faults import run_faults_bench
+
+    if args.examples < 20_000 or args.repeats < 1:
+        raise UserError("--examples must be >= 20000 and --repeats >= 1")
+    run_faults_bench(args.out, examples=args.examples, repeats=args.repeats)
+    return 0
+
+
 def _bench_data(args: argparse.Namespace) -> int:
     from shadowsync.bench.data import run_data_bench
 
@@ -174,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--repeats", type=int, default=3)
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.set_defaults(func=_bench_switch)
+    faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
+                              "next to the same run uninterrupted")
+    faults.add_argument("--out", default="runs/bench-faults")
+    faults.add_argument("--examples", type=int, default=400_000, help="examples per run")
+    faults.add_argument("--repeats", type=int, default=2)
+    faults.set_defaults(func=_bench_faults)
     data_bench = bench.add_parser("data", help="TSV conversion and cache reader speed")
     data_bench.add_argument("--out", default="runs/bench-data")
     data_bench.add_argument("--lines", type=int, default=500_000)

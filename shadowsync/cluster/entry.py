@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 # After SIGINT / SIGTERM a process saves, shuts down and is gone within this many seconds.
-STOP_GRACE_S = 6.0
+STOP_GRACE_S = 8.0
 
 
 def process_main(cfg: Any) -> None:

@@ -150,6 +150,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
     summary.update(resume_summary(cfg))
+    resumed_eps(summary)
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
                    "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,
                    f"eval_{trainer.task.metric}": final[trainer.task.metric]})
@@ -171,6 +172,12 @@ def resume_summary(cfg: TrainConfig) -> dict[str, Any]:
     manifest = read_manifest(Path(cfg.resume), "--resume")
     return {"resumed_from": cfg.resume, "resumed_examples": manifest["examples"],
             "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
+
+
+def resumed_eps(summary: dict[str, Any]) -> None:
+    """In a resumed run, examples per second count only what this run trained."""
+    if summary.get("resumed_examples") is not None and summary.get("wall_s"):
+        summary["eps"] = (summary["examples"] - summary["resumed_examples"]) / summary["wall_s"]
 
 
 def sync_summary(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:
