@@ -9,6 +9,8 @@ manifest). `save_here` runs in that process, called directly or by RPC from trai
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -82,3 +84,30 @@ def load_here(step: Path, shard: str, components: dict[str, Stateful], what: str
         prefix = name + "/"
         comp.load_state_dict({k[len(prefix):]: v for k, v in targets.items()
                               if k.startswith(prefix)})
+
+
+def exit_soon(code: int, delay_s: float = 0.2) -> None:
+    """End this process shortly (after the RPC that asked for it has been answered): the
+    job's final checkpoint is published, so an orderly RPC shutdown would only cost time."""
+    silence_stderr()  # peers closing their connections would each print a warning
+    threading.Timer(delay_s, os._exit, args=(code,)).start()
+
+
+def silence_stderr() -> None:
+    """Point this process's standard error (file descriptor 2, where torch's C++ code writes)
+    at /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def end_job(names: list[str], code: int, timeout_s: float = 5.0) -> None:
+    """Ask the processes called `names` to exit with `code` (a stopped job, saved)."""
+    import torch.distributed.rpc as rpc
+
+    futs = [rpc.rpc_async(n, exit_soon, args=(code,), timeout=timeout_s) for n in names]
+    for fut in futs:
+        try:
+            fut.wait()
+        except Exception:  # noqa: BLE001 - already gone is fine
+            pass

@@ -10,6 +10,16 @@ from typing import Any
 STOP_GRACE_S = 8.0
 
 
+def quiet_resource_tracker() -> None:
+    """A process ended on purpose after a stop leaves its semaphores to multiprocessing's
+    resource tracker (one per job, started by the launcher, shared by every process), which
+    removes them; its warning about them would be noise after the one line a stop prints."""
+    import os
+
+    os.environ.setdefault("PYTHONWARNINGS",
+                          "ignore::UserWarning:multiprocessing.resource_tracker")
+
+
 def process_main(cfg: Any) -> None:
     from shadowsync.train.stop import STOP
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.cluster.entry import process_main
+from shadowsync.cluster.entry import process_main, quiet_resource_tracker
 from shadowsync.cluster.roles import ERROR_FILE, layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
@@ -76,6 +76,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    quiet_resource_tracker()
     # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.
     for name in ("torch.distributed.elastic", "torch.distributed.elastic.agent.server.api",
                  "torch.distributed.elastic.multiprocessing.api"):

@@ -133,7 +133,13 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
         saved = checkpointer.save(final=True, reason="stop" if stopped else "end")
     final = trainer.final_eval() if lead and not stopped else None
     train_metric = trainer.running.value
-    trainer.close()
+    if stopped and lead and remote_shards:
+        # Saved: end every process now rather than through RPC's graceful shutdown (a
+        # barrier over the whole job that took seconds); workers follow their trainer.
+        shards.end_job(remote_shards, 128 + stopped)
+        shards.silence_stderr()
+    else:
+        trainer.close()
     if not lead:
         metrics.close()
         return None

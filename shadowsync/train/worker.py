@@ -231,6 +231,10 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         if spec.slots is not None:
             spec.slots.advance(spec.worker, steps, settled=True)
         queue.put(WorkerDone(spec.trainer, spec.worker, t_start, time.time()))
+        if stopping():  # the job ends on a signal: processes vanish without saying goodbye
+            from shadowsync.checkpoint.shards import silence_stderr
+
+            silence_stderr()
         tables.detach()  # with remote tables: waits until the whole job shuts down
     except TrainingDiverged as e:
         queue.put(WorkerFailed(spec.trainer, spec.worker, str(e)))
