@@ -120,8 +120,6 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
         raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync)} saves only "
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")
-    if manifest.get("final") and manifest.get("reason") == "end":
-        raise UserError(f"--resume {step}: that run finished; nothing left to train")
     saved = config_to_dict(resume_base(step))
     here = config_to_dict(cfg)
     diff = [k for k in SHAPE_OPTIONS if saved.get(k) != here.get(k)]
@@ -129,6 +127,8 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
         k = diff[0]
         raise UserError(f"--resume {step}: checkpoint from another configuration "
                         f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
+    if manifest.get("final") and manifest.get("reason") == "end":
+        raise UserError(f"--resume {step}: that run finished; nothing left to train")
     run = run_of(step)
     out = Path(cfg.out) if cfg.out else run
     if out.resolve() != run.resolve():

@@ -113,10 +113,17 @@ def interrupt(args: list[str], out: Path, sig: int, after: int, timeout: float =
     return subprocess.CompletedProcess(proc.args, proc.returncode, "", err), gone
 
 
-@pytest.mark.timeout(400)
+# 3 in the suite; SHADOWSYNC_CTRL_C_ITERATIONS=20 for the full loop.
+CTRL_C_ITERATIONS = int(os.environ.get("SHADOWSYNC_CTRL_C_ITERATIONS", "3"))
+
+
+@pytest.mark.timeout(120 + 60 * CTRL_C_ITERATIONS)
 def test_ctrl_c_at_random_moments_leaves_a_checkpoint_and_no_process(tmp_path):
+    from shadowsync.checkpoint.evaluate import load_model
+    from shadowsync.checkpoint.store import find_checkpoint
+
     rng = random.Random(8)
-    for i in range(3):
+    for i in range(CTRL_C_ITERATIONS):
         out = tmp_path / f"r{i}"
         after = rng.randrange(2000, 30000)
         res, gone = interrupt([*LOCAL, "--examples", "60000", "--log-every", "1000"], out,
@@ -124,24 +131,25 @@ def test_ctrl_c_at_random_moments_leaves_a_checkpoint_and_no_process(tmp_path):
         line = _one_error_line(res, 130)
         assert gone < 10, (i, gone)
         assert "checkpoint saved in" in line and f"--resume {out}" in line, line
-        ev = run_cli(["eval", "--checkpoint", str(out), "--data", "synthetic"], timeout=60)
-        assert ev.returncode == 0, ev.stderr
+        step = find_checkpoint(out)
+        assert json.loads((step / "manifest.json").read_text())["reason"] in ("stop", "end")
+        load_model(step)  # every tensor of the model and the tables reads back
 
 
 @pytest.mark.timeout(400)
 def test_sigterm_then_resume_trains_every_example_once(tmp_path):
     out = tmp_path / "run"
-    args = [*CLUSTER, "--examples", "100000", "--log-every", "4000"]
-    res, gone = interrupt(args, out, signal.SIGTERM, 12000)
+    args = [*CLUSTER, "--examples", "60000", "--log-every", "4000"]
+    res, gone = interrupt(args, out, signal.SIGTERM, 8000)
     line = _one_error_line(res, 143)
     assert "checkpoint saved in" in line and gone < 10, (line, gone)
     manifest = json.loads(next((out / "checkpoint").glob("step-*/manifest.json")).read_text())
-    assert manifest["reason"] == "stop" and 0 < manifest["examples"] < 100000
+    assert manifest["reason"] == "stop" and 0 < manifest["examples"] < 60000
     done = run_cli(["train", "--resume", str(out)], timeout=200)
     assert done.returncode == 0, done.stderr
     s = summary(out)
     assert s["resumed_examples"] == manifest["examples"]
-    assert s["examples"] == 100000  # nothing skipped, nothing counted twice
+    assert s["examples"] == 60000  # nothing skipped, nothing counted twice
     assert s["examples_trained_twice"] == manifest["examples_trained_twice_on_resume"]
     assert s["eval_ne"] < 0.97  # it learned
 
