@@ -53,10 +53,50 @@ def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
     return RunResult(summary, Path(summary["out"]), cfg)
 
 
+MAX_ROLLBACKS = 3
+
+
 def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """Check every input, then create the output directory, write config.toml and train:
     in this process for one trainer with local tables, else as a local cluster launched
-    like torchrun. Returns the resolved configuration and the summary."""
+    like torchrun. Returns the resolved configuration and the summary.
+
+    With --on-divergence rollback, a run that diverges resumes from its last good
+    checkpoint (never one holding a NaN: those are refused) at half the learning rate, at
+    most MAX_ROLLBACKS times."""
+    from shadowsync.checkpoint.store import published
+
+    rollbacks: list[dict[str, Any]] = []
+    if cfg.out is None and not cfg.resume:
+        cfg = replace(cfg, out=str(default_out_dir()))
+    while True:
+        try:
+            cfg, summary = run_once(cfg)
+            summary["rollbacks"] = rollbacks
+            if rollbacks:
+                from shadowsync.train.report import write_summary
+
+                write_summary(Path(summary["out"]), summary)
+            return cfg, summary
+        except UserError as e:
+            if cfg.on_divergence != "rollback" or "training diverged" not in str(e):
+                raise
+            out = Path(cfg.out) if cfg.out else None
+            good = published(out) if out is not None else []
+            if len(rollbacks) >= MAX_ROLLBACKS or not good:
+                why = "no good checkpoint to go back to" if not good else \
+                    f"still diverging after {MAX_ROLLBACKS} rollbacks"
+                raise UserError(f"{e} ({why})") from None
+            lr = cfg.lr / 2
+            emb_lr = (cfg.embedding_lr or cfg.lr) / 2
+            log.warning("%s; rolling back to %s at --lr %g", e, good[-1], lr)
+            rollbacks.append({"checkpoint": str(good[-1]), "lr": lr, "error": str(e)})
+            cfg = replace(cfg, resume=str(good[-1]), lr=lr, embedding_lr=emb_lr,
+                          inject_nan_at=None)
+
+
+def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+    """One training run of `run` (no rollback)."""
     from shadowsync.cluster.launch import choose_port, launch_local
     from shadowsync.cluster.roles import resolve
     from shadowsync.train.local import train_local
@@ -110,6 +150,7 @@ class _Args:
 def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     """Find the checkpoint of --resume and check it can continue this configuration."""
     from shadowsync.checkpoint.store import find_checkpoint, read_manifest, run_of
+    from shadowsync.cluster.roles import resolve
     from shadowsync.config import config_to_dict
     from shadowsync.train.trainer import resumable
 
@@ -121,7 +162,7 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")
     saved = config_to_dict(resume_base(step))
-    here = config_to_dict(cfg)
+    here = config_to_dict(resolve(cfg))  # as the checkpoint's was (dense servers filled in)
     diff = [k for k in SHAPE_OPTIONS if saved.get(k) != here.get(k)]
     if diff:
         k = diff[0]

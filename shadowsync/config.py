@@ -129,6 +129,12 @@ class TrainConfig:
     resume: str | None = _opt(
         None, "continue the run in this directory (or from this checkpoint/step-N) where its "
         "latest checkpoint left off; its config.toml is the base of the options")
+    on_divergence: str = _opt(
+        "stop", "on a NaN / Inf loss: stop with one line, or roll back to the last good "
+        "checkpoint at half the learning rate (at most 3 times)", ("stop", "rollback"))
+    inject_nan_at: int | None = _opt(
+        None, "testing: poison trainer 0's dense model once the job has trained about N "
+        "examples")
     tensorboard: bool = _opt(False, "also write TensorBoard scalars under OUT/tensorboard "
                              "(pip install 'shadowsync[tensorboard]')")
 

@@ -154,3 +154,20 @@ def test_sigterm_then_resume_trains_every_example_once(tmp_path):
     assert s["eval_ne"] < 0.97  # it learned
 
 
+
+
+@pytest.mark.timeout(200)
+def test_divergence_stops_or_rolls_back_to_the_last_good_checkpoint(tmp_path):
+    args = [*LOCAL, "--examples", "24000", "--checkpoint-every", "5000",
+            "--inject-nan-at", "16000", "--log-every", "4000"]
+    res = run_cli(["train", *args, "--out", str(tmp_path / "stop")], timeout=150)
+    assert "training diverged: loss is nan" in _one_error_line(res)
+    for step in (tmp_path / "stop" / "checkpoint").glob("step-*"):
+        assert int(step.name.removeprefix("step-")) < 16000  # nothing after the NaN is saved
+    res = run_cli(["train", *args, "--on-divergence", "rollback", "--out",
+                   str(tmp_path / "rb")], timeout=150)
+    assert res.returncode == 0, res.stderr
+    s = summary(tmp_path / "rb")
+    assert len(s["rollbacks"]) == 1 and s["rollbacks"][0]["lr"] == pytest.approx(0.025)
+    assert 0 < s["resumed_examples"] < 16000 and s["examples"] == 24000
+    assert s["eval_ne"] < 1.0

@@ -78,9 +78,10 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     quiet_resource_tracker()
     # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.
+    # Its failure reports repeat, with a traceback, what error.txt says in one line.
     for name in ("torch.distributed.elastic", "torch.distributed.elastic.agent.server.api",
-                 "torch.distributed.elastic.multiprocessing.api"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+                 "torch.distributed.elastic.multiprocessing.api", "torch.multiprocessing.spawn"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         elastic_launch(launch, process_main)(cfg)
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint

@@ -80,7 +80,8 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> An
                                cfg.batch_size) for w, k in enumerate(positions))
 
     return Checkpointer(Path(cfg.out or "."), cfg.checkpoint_every, cfg.keep_checkpoints,
-                        config_to_toml(cfg), cfg.trainers, remote,
+                        config_to_toml(replace(cfg, port=None, resume=None)), cfg.trainers,
+                        remote,
                         [r for r in remote if r.startswith("trainer")], examples,
                         resumable(cfg), {"sync": cfg.sync, "task": cfg.task})
 
@@ -102,6 +103,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     shard = ClusterLayout.trainer_name(index)
     for name, part in parts.items():
         shards.register(shard, name, part)
+    resumed = resume_summary(cfg)  # now: the checkpoint may be pruned by the end
     if cfg.resume:
         shards.load_here(Path(cfg.resume), shard, parts, f"trainer {index}")
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.tensorboard and index == 0)
@@ -155,7 +157,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
         summary.update(runner.summarize([m for _, m in everyone]))
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
-    summary.update(resume_summary(cfg))
+    summary.update(resumed)
     resumed_eps(summary)
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
                    "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,

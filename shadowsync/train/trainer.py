@@ -124,6 +124,14 @@ class Trainer:
                                spec.data.stop, spec.batch_size)
                    for k, spec in zip(self.slots.start_steps(), self.worker_specs(), strict=True))
 
+    def poison_step(self, worker: int) -> int | None:
+        """--inject-nan-at N: the step of trainer 0's worker 0 at which the job has trained
+        about N examples (every worker reads at the same pace)."""
+        n = self.cfg.inject_nan_at
+        if n is None or self.index != 0 or worker != 0:
+            return None
+        return n // (self.cfg.trainers * self.cfg.workers * self.cfg.batch_size)
+
     def request_stop(self, signum: int) -> None:
         """From a signal handler: workers stop after their current step (if the mode can).
         A held-out sample evaluation under way is abandoned (it only feeds the plot)."""
@@ -153,6 +161,7 @@ class Trainer:
                 report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
                 start_step=start, slots=self.slots, stop=self.stop_event,
+                poison_at_step=self.poison_step(w),
             )
             for w, start in zip(range(cfg.workers), self.slots.start_steps(), strict=True)
         ]

@@ -56,6 +56,7 @@ class WorkerSpec:
     start_step: int = 0  # steps of this shard already trained (a resumed run)
     slots: Any = None  # WorkerSlots: shared optimizer state and positions, for checkpoints
     stop: Any = None  # an Event: stop after the current step (None: this mode cannot stop early)
+    poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
 
 
 def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -125,6 +126,12 @@ def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int,
                                f"{spec.worker}{where} after {seen} examples; try a lower --lr")
 
 
+def poison(model: torch.nn.Module) -> None:
+    """--inject-nan-at: what a numerical blow-up leaves behind, for tests and benchmarks."""
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+
+
 def endless(one_pass: Any) -> Any:
     """Pass after pass over a worker's shard, for runners that end training themselves."""
     while True:
@@ -188,6 +195,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
                                 now - t_report, blocked, step_s, hook.report())
 
         while batch is not None:
+            if steps == spec.poison_at_step:
+                poison(model)
             dense, ids, labels = batch
             vectors.requires_grad_()
             logits = model(dense, vectors)
