@@ -129,9 +129,6 @@ class TrainConfig:
     resume: str | None = _opt(
         None, "continue the run in this directory (or from this checkpoint/step-N) where its "
         "latest checkpoint left off; its config.toml is the base of the options")
-    max_restarts: int = _opt(
-        3, "after a process of the job dies, restart the job from its last checkpoint up to "
-        "this many times (through the elastic agent; resumable --sync modes only)")
     on_divergence: str = _opt(
         "stop", "on a NaN / Inf loss: stop with one line, or roll back to the last good "
         "checkpoint at half the learning rate (at most 3 times)", ("stop", "rollback"))
@@ -171,8 +168,6 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise UserError(f"--{_flag(name)} must be >= 0, got {v}")
-        if self.max_restarts < 0:
-            raise UserError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         if self.keep_checkpoints < 1:
             raise UserError(f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
         from shadowsync.checkpoint.interval import parse_every

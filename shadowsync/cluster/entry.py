@@ -26,19 +26,4 @@ def process_main(cfg: Any) -> None:
     STOP.install(grace_s=STOP_GRACE_S)
     from shadowsync.cluster.roles import role_main
 
-    role_main(after_restart(cfg))
-
-
-def after_restart(cfg: Any) -> Any:
-    """The elastic agent restarted the job after a process died (--max-restarts): every
-    process starts again from the run's newest checkpoint."""
-    import os
-    from dataclasses import replace
-    from pathlib import Path
-
-    from shadowsync.checkpoint.store import published
-
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0 or not cfg.out:
-        return cfg
-    found = published(Path(cfg.out))
-    return replace(cfg, resume=str(found[-1])) if found else cfg
+    role_main(cfg)

@@ -67,14 +67,10 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     log.info("starting %d processes: %d embedding server(s), %d dense server(s), "
              "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,
              layout.dense_servers, layout.trainers, layout.workers)
-    from shadowsync.train.trainer import resumable
-
-    # A restart resumes from the newest checkpoint, which only resumable modes can.
-    restarts = cfg.max_restarts if resumable(cfg) else 0
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
         run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
-        rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
+        rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=0, monitor_interval=0.2,
         start_method="spawn", local_addr=cfg.addr,
     )
     from torch.distributed.elastic.multiprocessing.api import SignalException

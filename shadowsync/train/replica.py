@@ -10,7 +10,6 @@ trainers' statistics are gathered (a collective, or just this one).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -158,7 +157,6 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
         summary.update(runner.summarize([m for _, m in everyone]))
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
-    summary["restarts"] = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     summary.update(resumed)
     resumed_eps(summary)
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
