@@ -52,9 +52,12 @@ def test_eval_reproduces_the_final_ne_and_writes_predictions(finished_run, tmp_p
 
 
 @pytest.mark.timeout(120)
-def test_bad_checkpoint_inputs_are_one_line_errors(finished_run, tmp_path):
+def test_bad_checkpoint_inputs_are_one_line_errors(finished_run, tmp_path, array_dir):
     res = run_cli(["eval", "--checkpoint", str(tmp_path / "none"), "--data", "synthetic"], 60)
     assert "no such file or directory" in _one_error_line(res)
+    res = run_cli(["eval", "--checkpoint", str(finished_run), "--data", str(array_dir)], 60)
+    assert "5 dense and 3 categorical features, but the checkpoint's model takes 13 and 26" \
+        in _one_error_line(res)
     broken = tmp_path / "broken" / "checkpoint" / "step-1"
     broken.mkdir(parents=True)
     (broken / "manifest.json").write_text("{")

@@ -14,12 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shadowsync.checkpoint.store import (
-    CONFIG,
-    find_checkpoint,
-    load_shard,
-    read_manifest,
-)
+from shadowsync.checkpoint.store import find_checkpoint, load_shard, read_manifest
 from shadowsync.errors import UserError
 
 
@@ -92,7 +87,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
     row of a file or directory, or the held-out rows of the built-in data."""
     from shadowsync.metrics import evaluate_predictions
     from shadowsync.train.evaluate import predict
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.trainer import features_of, plan_data
 
     step = find_checkpoint(path)
     if predictions is not None:
@@ -109,11 +104,11 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
 
         rows = open_data(data, skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
-        want = (model_dense := _num_dense(cfg), len(cfg.table_rows(rows.num_tables)))
-        if (rows.num_dense, rows.num_tables) != want:
+        f = features_of(cfg)
+        if (rows.num_dense, rows.num_tables) != (f.num_dense, f.num_tables):
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
-                            f"{model_dense} and {want[1]}")
+                            f"{f.num_dense} and {f.num_tables}")
     if cfg.task == "digits":
         x = torch.from_numpy(np.asarray(rows.dense[start:stop]))
         y = np.asarray(rows.labels[start:stop]).astype(np.int64)
@@ -130,12 +125,3 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         np.save(predictions, pred)
         result["predictions"] = predictions
     return result
-
-
-def _num_dense(cfg: Any) -> int:
-    from shadowsync.train.trainer import features_of
-
-    return features_of(cfg).num_dense
-
-
-__all__ = ["CONFIG", "evaluate_checkpoint", "load_model"]
