@@ -31,6 +31,12 @@ class RunResult:
     out: Path
     config: TrainConfig
 
+    @property
+    def checkpoint(self) -> Path | None:
+        """The final checkpoint (`shadowsync eval --checkpoint` and `--resume` read it)."""
+        path = self.summary.get("checkpoint")
+        return Path(path) if path else None
+
 
 def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
     """Train with `config` (default: every default) overridden by `options`, named like the
@@ -39,22 +45,65 @@ def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
     a module. Raises `shadowsync.errors.UserError` for bad options or data."""
     from shadowsync.logs import setup_logging
 
+    if config is None and options.get("resume"):
+        config = resume_base(options["resume"])
     cfg = config_from_options(config, **options)
     setup_logging(cfg.log_level, "launcher", respect_existing=True)
     cfg, summary = run(cfg)
     return RunResult(summary, Path(summary["out"]), cfg)
 
 
+MAX_ROLLBACKS = 3
+
+
 def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """Check every input, then create the output directory, write config.toml and train:
     in this process for one trainer with local tables, else as a local cluster launched
-    like torchrun. Returns the resolved configuration and the summary."""
+    like torchrun. Returns the resolved configuration and the summary.
+
+    With --on-divergence rollback, a run that diverges resumes from its last good
+    checkpoint (never one holding a NaN: those are refused) at half the learning rate, at
+    most MAX_ROLLBACKS times."""
+    from shadowsync.checkpoint.store import published
+
+    rollbacks: list[dict[str, Any]] = []
+    if cfg.out is None and not cfg.resume:
+        cfg = replace(cfg, out=str(default_out_dir()))
+    while True:
+        try:
+            cfg, summary = run_once(cfg)
+            summary["rollbacks"] = rollbacks
+            if rollbacks:
+                from shadowsync.train.report import write_summary
+
+                write_summary(Path(summary["out"]), summary)
+            return cfg, summary
+        except UserError as e:
+            if cfg.on_divergence != "rollback" or "training diverged" not in str(e):
+                raise
+            out = Path(cfg.out) if cfg.out else None
+            good = published(out) if out is not None else []
+            if len(rollbacks) >= MAX_ROLLBACKS or not good:
+                why = "no good checkpoint to go back to" if not good else \
+                    f"still diverging after {MAX_ROLLBACKS} rollbacks"
+                raise UserError(f"{e} ({why})") from None
+            lr = cfg.lr / 2
+            emb_lr = (cfg.embedding_lr or cfg.lr) / 2
+            log.warning("%s; rolling back to %s at --lr %g", e, good[-1], lr)
+            rollbacks.append({"checkpoint": str(good[-1]), "lr": lr, "error": str(e)})
+            cfg = replace(cfg, resume=str(good[-1]), lr=lr, embedding_lr=emb_lr,
+                          inject_nan_at=None)
+
+
+def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+    """One training run of `run` (no rollback)."""
     from shadowsync.cluster.launch import choose_port, launch_local
     from shadowsync.cluster.roles import resolve
     from shadowsync.train.local import train_local
     from shadowsync.train.trainer import plan_data
 
-    out = free_out_dir(cfg)
+    cfg, out = checked_resume(cfg) if cfg.resume else (cfg, free_out_dir(cfg))
+    check_writable(out)
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     if cfg.distributed:
         choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
@@ -74,6 +123,72 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     else:
         summary = train_local(cfg, plan)
     return cfg, summary
+
+
+# Options that shape the model, the tables, the data order or the processes: a checkpoint
+# only resumes a run that agrees on all of them.
+SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embedding_dim",
+                 "table_size", "bottom_mlp", "top_mlp", "optimizer", "batch_size", "workers",
+                 "trainers", "embedding_servers", "dense_servers", "row_split_limit", "sync",
+                 "sync_groups")
+
+
+def resume_base(path: str | Path) -> TrainConfig:
+    """The configuration a checkpoint was saved with (the base of a resumed run's options)."""
+    from shadowsync.checkpoint.store import CONFIG, find_checkpoint
+    from shadowsync.config import load_config
+
+    step = find_checkpoint(path, "--resume")
+    return load_config(_Args(config=str(step / CONFIG)))
+
+
+class _Args:
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
+    """Find the checkpoint of --resume and check it can continue this configuration."""
+    from shadowsync.checkpoint.store import find_checkpoint, read_manifest, run_of
+    from shadowsync.cluster.roles import resolve
+    from shadowsync.config import config_to_dict
+    from shadowsync.train.trainer import resumable
+
+    assert cfg.resume is not None
+    step = find_checkpoint(cfg.resume, "--resume")
+    manifest = read_manifest(step, "--resume")
+    if not manifest.get("resumable") or not resumable(cfg):
+        raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync)} saves only "
+                        "its final model; evaluate it with shadowsync eval, or resume runs of "
+                        "none, s-* and fr-*")
+    saved = config_to_dict(resume_base(step))
+    here = config_to_dict(resolve(cfg))  # as the checkpoint's was (dense servers filled in)
+    diff = [k for k in SHAPE_OPTIONS if saved.get(k) != here.get(k)]
+    if diff:
+        k = diff[0]
+        raise UserError(f"--resume {step}: checkpoint from another configuration "
+                        f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
+    if manifest.get("final") and manifest.get("reason") == "end":
+        raise UserError(f"--resume {step}: that run finished; nothing left to train")
+    run = run_of(step)
+    out = Path(cfg.out) if cfg.out else run
+    if out.resolve() != run.resolve():
+        out = free_out_dir(replace(cfg, out=str(out)))
+    return replace(cfg, resume=str(step), out=str(out)), out
+
+
+def check_writable(out: Path) -> None:
+    """--out, or the nearest directory above it that exists, must be writable (checked
+    before anything is made or converted)."""
+    import os
+
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UserError(f"--out {out}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: {probe} is not writable")
 
 
 def free_out_dir(cfg: TrainConfig) -> Path:

@@ -8,6 +8,7 @@ import sys
 import warnings
 
 from shadowsync.errors import UserError
+from shadowsync.train.stop import Interrupted
 
 SUMMARY_KEYS = [
     "examples", "wall_s", "eps", "train_ne", "train_loss", "eval_ne", "eval_accuracy",
@@ -20,6 +21,10 @@ SUMMARY_KEYS = [
 def _train(args: argparse.Namespace) -> int:
     from shadowsync.config import config_to_toml, load_config
 
+    if args.resume and not args.config:  # the checkpoint's options are the base
+        from shadowsync.checkpoint.store import CONFIG, find_checkpoint
+
+        args.config = str(find_checkpoint(args.resume, "--resume") / CONFIG)
     cfg = load_config(args)
     if args.print_config:
         sys.stdout.write(config_to_toml(cfg))
@@ -32,6 +37,18 @@ def _train(args: argparse.Namespace) -> int:
     _, summary = run(cfg)
     logging.getLogger("shadowsync").info("done, outputs in %s/", summary["out"])
     print(format_table(summary, SUMMARY_KEYS))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from shadowsync.checkpoint.evaluate import evaluate_checkpoint
+    from shadowsync.train.report import format_table
+
+    result = evaluate_checkpoint(args.checkpoint, args.data, args.predictions,
+                                 args.skip_bad_lines)
+    keys = ["examples", "ne", "auc", "logloss", "calibration", "accuracy", "checkpoint",
+            "predictions"]
+    print(format_table(result, keys))
     return 0
 
 
@@ -87,11 +104,30 @@ def _bench_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_faults(args: argparse.Namespace) -> int:
+    from shadowsync.bench.faults import run_faults_bench
+
+    if args.examples < 20_000 or args.repeats < 1:
+        raise UserError("--examples must be >= 20000 and --repeats >= 1")
+    run_faults_bench(args.out, examples=args.examples, repeats=args.repeats)
+    return 0
+
+
 def _bench_data(args: argparse.Namespace) -> int:
     from shadowsync.bench.data import run_data_bench
 
     run_data_bench(args.out, lines=args.lines, repeats=args.repeats)
     return 0
+
+
+def interrupted_line(e: Interrupted) -> str:
+    if e.checkpoint is None:
+        return f"stopped by {e}; no checkpoint was saved, nothing to resume"
+    from pathlib import Path
+
+    run = Path(e.checkpoint).parent.parent
+    return (f"stopped by {e}; checkpoint saved in {e.checkpoint}; resume with: "
+            f"shadowsync train --resume {run}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,6 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--print-config", action="store_true",
                        help="print the options as a TOML file for --config, and exit")
     train.set_defaults(func=_train)
+
+    ev = sub.add_parser(
+        "eval", help="score a checkpoint on data: NE, AUC, calibration (accuracy for digits)",
+        description="Load a checkpoint (a run directory means its newest) and score it.")
+    ev.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="a run directory or one of its checkpoint/step-N directories")
+    ev.add_argument("--data", required=True, metavar="DATA",
+                    help="what train --data takes: every row is scored ('synthetic': the "
+                    "held-out rows of the run's built-in data)")
+    ev.add_argument("--predictions", metavar="OUT.npy", help="also write the predictions")
+    ev.add_argument("--skip-bad-lines", action="store_true")
+    ev.set_defaults(func=_eval)
 
     data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)
     synth = data.add_parser("synth", help="write planted-teacher data in Criteo TSV format")
@@ -152,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--repeats", type=int, default=3)
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.set_defaults(func=_bench_switch)
+    faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
+                              "next to the same run uninterrupted")
+    faults.add_argument("--out", default="runs/bench-faults")
+    faults.add_argument("--examples", type=int, default=400_000, help="examples per run")
+    faults.add_argument("--repeats", type=int, default=2)
+    faults.set_defaults(func=_bench_faults)
     data_bench = bench.add_parser("data", help="TSV conversion and cache reader speed")
     data_bench.add_argument("--out", default="runs/bench-data")
     data_bench.add_argument("--lines", type=int, default=500_000)
@@ -167,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UserError as e:
         print(f"shadowsync: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except Interrupted as e:
+        print(f"shadowsync: {interrupted_line(e)}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("shadowsync: interrupted", file=sys.stderr)

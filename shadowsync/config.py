@@ -129,6 +129,19 @@ class TrainConfig:
     progress: bool | None = _opt(None, "progress bars (default: only on a terminal)")
     log_level: str = _opt("info", "messages to show (-q: warning, -v: debug)",
                           ("warning", "info", "debug"))
+    checkpoint_every: str = _opt(
+        "300s", "checkpoint the job every N seconds ('600s') or N examples ('500000'); 0: only "
+        "at the end and on Ctrl-C / SIGTERM")
+    keep_checkpoints: int = _opt(2, "checkpoints kept under OUT/checkpoint (older ones pruned)")
+    resume: str | None = _opt(
+        None, "continue the run in this directory (or from this checkpoint/step-N) where its "
+        "latest checkpoint left off; its config.toml is the base of the options")
+    on_divergence: str = _opt(
+        "stop", "on a NaN / Inf loss: stop with one line, or roll back to the last good "
+        "checkpoint at half the learning rate (at most 3 times)", ("stop", "rollback"))
+    inject_nan_at: int | None = _opt(
+        None, "testing: poison trainer 0's dense model once the job has trained about N "
+        "examples")
     tensorboard: bool = _opt(False, "also write TensorBoard scalars under OUT/tensorboard "
                              "(pip install 'shadowsync[tensorboard]')")
 
@@ -162,6 +175,11 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise UserError(f"--{_flag(name)} must be >= 0, got {v}")
+        if self.keep_checkpoints < 1:
+            raise UserError(f"--keep-checkpoints must be >= 1, got {self.keep_checkpoints}")
+        from shadowsync.checkpoint.interval import parse_every
+
+        parse_every(self.checkpoint_every)
         if not 0 < self.sync_budget <= 1:
             raise UserError(f"--sync-budget must be in (0, 1], got {self.sync_budget}")
         if not 0 <= self.momentum < 1:

@@ -26,7 +26,13 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)
     try:
-        cfg = resolve(load_config(parser.parse_args(argv)))
+        args = parser.parse_args(argv)
+        missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                   if v not in os.environ]
+        if missing:
+            raise UserError(f"python -m shadowsync.run is started by torchrun (no {missing[0]} "
+                            "in the environment); on one machine use: shadowsync train")
+        cfg = resolve(load_config(args))
         if cfg.out is None:
             raise UserError("--out is required under torchrun (every host writes there)")
         Path(cfg.out).mkdir(parents=True, exist_ok=True)

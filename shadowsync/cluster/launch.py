@@ -13,9 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.cluster.roles import ERROR_FILE, layout_of, role_main
+from shadowsync.cluster.entry import process_main, quiet_resource_tracker
+from shadowsync.cluster.roles import ERROR_FILE, layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
+from shadowsync.train.stop import Interrupted
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,14 @@ def choose_port(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, port=port)
 
 
+def stop_checkpoint(out: Path) -> str | None:
+    """The newest checkpoint of the run in `out`, if any."""
+    from shadowsync.checkpoint.store import published
+
+    found = published(out)
+    return str(found[-1]) if found else None
+
+
 def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     """Run every role of the job as local processes; returns the summary trainer 0 wrote.
 
@@ -63,9 +73,19 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=0, monitor_interval=0.2,
         start_method="spawn", local_addr=cfg.addr,
     )
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    quiet_resource_tracker()
+    # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.
+    # Its failure reports repeat, with a traceback, what error.txt says in one line.
+    for name in ("torch.distributed.elastic", "torch.distributed.elastic.agent.server.api",
+                 "torch.distributed.elastic.multiprocessing.api", "torch.multiprocessing.spawn"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        elastic_launch(launch, role_main)(cfg)
+        elastic_launch(launch, process_main)(cfg)
+    except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
+        raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
     except Exception as e:  # ChildFailedError and friends: say which role failed and why
         err = out / ERROR_FILE
         if err.exists():

@@ -80,8 +80,16 @@ def role_main(cfg: TrainConfig) -> None:
     except ValueError:  # a launcher of the wrong size; _run_role says so
         name = f"rank {rank}"
     setup_logging(cfg.log_level, name)
+    from shadowsync.cluster.entry import STOP_GRACE_S
+    from shadowsync.train.stop import STOP, Interrupted
+
+    if not STOP.installed:  # started by torchrun through shadowsync.run
+        STOP.install(grace_s=STOP_GRACE_S)
     try:
         _run_role(cfg)
+    except Interrupted as e:  # the launcher tells the user where the checkpoint is
+        logging.shutdown()
+        os._exit(e.exit_code)
     except UserError as e:
         _report_error(cfg, str(e))
         sys.exit(2)
@@ -114,9 +122,11 @@ def _run_role(cfg: TrainConfig) -> None:
 
         plan = embedding_plan(cfg)
         # Clients: every trainer and each of its workers attach once.
-        serve(plan, index, cfg.embedding_dim, cfg.optimizer, cfg.embedding_lr or cfg.lr,
-              cfg.seed, share=cfg.embedding_transport == "auto",
-              clients=layout.trainers * (layout.workers + 1))
+        tables = serve(plan, index, cfg.embedding_dim, cfg.optimizer,
+                       cfg.embedding_lr or cfg.lr, cfg.seed,
+                       share=cfg.embedding_transport == "auto",
+                       clients=layout.trainers * (layout.workers + 1))
+        own_shard(cfg, layout.embedding_name(index), tables, f"embedding server {index}")
         log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
         try:
             endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
@@ -124,11 +134,40 @@ def _run_role(cfg: TrainConfig) -> None:
         finally:
             release()
     elif role == "dense":
+        from shadowsync.transport.servers.dense import SERVER
+
+        own_shard(cfg, layout.dense_name(index), SERVER, f"dense server {index}", known=False)
         endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
         RpcEndpoint.leave()
     else:
-        run_trainer(cfg, layout, index, trainer_group, endpoint)
+        from shadowsync.train.stop import Interrupted
+
+        try:
+            run_trainer(cfg, layout, index, trainer_group, endpoint)
+        except Interrupted:
+            log.debug("stopped; leaving")
+            dist.destroy_process_group()  # an orderly end: the job stopped as asked
+            log.debug("done")
+            raise
+    log.debug("left the RPC world")
     dist.destroy_process_group()
+    log.debug("done")
+
+
+def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:
+    """Register a server's state for checkpoints and, resuming, load it. `known`: the
+    tensors exist already (else they are created from the checkpoint)."""
+    from shadowsync.checkpoint import shards
+    from shadowsync.checkpoint.store import load_all
+
+    shards.register(shard, "state", part)
+    if not cfg.resume:
+        return
+    if known:
+        shards.load_here(Path(cfg.resume), shard, {"state": part}, what)
+    else:
+        saved = load_all(Path(cfg.resume) / shard, what)
+        part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
 
 
 def embedding_plan(cfg: TrainConfig) -> Any:
@@ -183,4 +222,8 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
         dist.all_gather_object(everyone, item, group=group)
         return everyone
 
-    run_replica(cfg, plan, tables, index=index, model=model, runner=runner, gather=gather)
+    others = ([layout.trainer_name(t) for t in range(1, layout.trainers)]
+              + [layout.embedding_name(i) for i in range(layout.embedding_servers)]
+              + [layout.dense_name(i) for i in range(layout.dense_servers)])
+    run_replica(cfg, plan, tables, index=index, model=model, runner=runner, gather=gather,
+                remote_shards=others)

@@ -216,6 +216,7 @@ def batches(
     num_shards: int = 1,
     table_size: int | Sequence[int] = DEFAULT_TABLE_SIZE,
     drop_last: bool = False,
+    skip: int = 0,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """One pass of ``(dense [B, D] float32, ids [B, T] int64, labels [B] float32)``.
 
@@ -223,7 +224,8 @@ def batches(
     belongs to shard ``b % num_shards``, so shards never overlap and together read every row
     once. ``ids`` are the raw hashes modulo the table size (one for all tables or one per
     table; taken as unsigned 64-bit numbers, as ``int(hex, 16) % table_size`` would).
-    ``drop_last`` drops a short final batch.
+    ``drop_last`` drops a short final batch; ``skip`` skips the shard's first batches (a
+    resumed run starts where its checkpoint says the shard was).
     """
     sizes = np.atleast_1d(np.asarray(table_size, dtype=np.int64))
     if batch_size < 1 or (sizes < 1).any():
@@ -236,7 +238,7 @@ def batches(
         raise ValueError(f"rows [{start}, {stop}) are not within [0, {len(data)})")
     modulus = sizes.astype(np.uint64)
     total = num_batches(start, stop, batch_size, drop_last)
-    for b in range(shard, total, num_shards):
+    for b in range(shard + skip * num_shards, total, num_shards):
         lo = start + b * batch_size
         hi = min(lo + batch_size, stop)
         # Copies out of the (read-only) memory map, so the tensors own writable memory.

@@ -71,6 +71,17 @@ class EmbeddingTables:
             self.state.share_memory_()
         return self
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights and the optimizer state (live tensors: loading copies into them)."""
+        return {"weight": self.weight, **({"adagrad": self.state} if self.state is not None
+                                          else {})}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            self.weight.copy_(state["weight"])
+            if self.state is not None:
+                self.state.copy_(state["adagrad"])
+
     # Local tables are already in every worker's address space; remote clients connect here.
     def attach(self, name: str) -> None:
         pass

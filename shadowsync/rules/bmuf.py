@@ -49,5 +49,15 @@ class BlockwiseModelUpdateFiltering:
             return self.global_model + self.eta * self.delta
         return self.global_model.clone()
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The global model and the block momentum (identical on every trainer)."""
+        if self.global_model is None or self.delta is None:
+            raise RuntimeError("BMUF state asked for before start()")
+        return {"global_model": self.global_model, "block_momentum": self.delta}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.global_model = state["global_model"].clone()
+        self.delta = state["block_momentum"].clone()
+
     def settings(self) -> dict[str, Any]:
         return {"block_momentum": self.eta, "block_lr": self.zeta, "nesterov": self.nesterov}

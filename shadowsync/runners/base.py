@@ -28,6 +28,7 @@ class SyncRunner:
         self._error: BaseException | None = None
         self._t0 = 0.0
         self._t_end: float | None = None
+        self._restored: dict[str, Any] | None = None
 
     def worker_hook(self, ctx: Any, workers: int) -> Any:
         """An object handed to each worker process, or None if workers never wait."""
@@ -40,9 +41,28 @@ class SyncRunner:
         """Called on every trainer once all trainers have finished training, before the final
         evaluation."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """The rules' own state for a checkpoint (e.g. BMUF's global model and block
+        momentum), by group. Before `start` it has the right shapes (as a load needs)."""
+        out: dict[str, Any] = {}
+        for g in self.groups:
+            if hasattr(g.rule, "state_dict"):
+                if self._thread is None and self._restored is None:
+                    g.rule.start(g.flat())
+                out.update({f"{g.name}.{k}": v for k, v in g.rule.state_dict().items()})
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the rules' state; applied at `start` (which would otherwise reset it)."""
+        self._restored = dict(state)
+
     def start(self) -> None:
         for g in self.groups:
             g.rule.start(g.flat())
+            if self._restored is not None and hasattr(g.rule, "load_state_dict"):
+                prefix = g.name + "."
+                g.rule.load_state_dict({k[len(prefix):]: v for k, v in self._restored.items()
+                                        if k.startswith(prefix)})
             if g.rule.needs_servers:  # the centre starts as the (identical) initial model
                 self.exchange.init_centre(g.name, g.flat())
         self._t0 = time.perf_counter()

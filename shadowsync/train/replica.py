@@ -18,9 +18,13 @@ from typing import Any
 
 import torch
 
-from shadowsync.config import TrainConfig
+from shadowsync.checkpoint import shards
+from shadowsync.config import TrainConfig, config_to_toml
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
-from shadowsync.train.trainer import DataPlan, Trainer
+from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
+from shadowsync.train.stop import STOP, Interrupted
+from shadowsync.train.trainer import DataPlan, Trainer, build_dense_model, resumable
+from shadowsync.transport.layout import ClusterLayout
 
 log = logging.getLogger(__name__)
 
@@ -50,34 +54,100 @@ def progress_bar(total: int, desc: str, enabled: bool) -> Any:
                 dynamic_ncols=True)
 
 
+def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Any,
+                          tables: Any) -> tuple[WorkerSlots, dict[str, Any]]:
+    """What this trainer saves: its dense model, its workers' optimizer state and positions,
+    its sync rules' state, its random state, and the tables if they live here."""
+    slots = WorkerSlots(list(model.parameters()), cfg.workers, cfg.optimizer)
+    parts: dict[str, Any] = {"model": DenseModelState(model), "rng": RngState()}
+    if resumable(cfg):
+        parts["workers"] = slots
+        if runner is not None and hasattr(runner, "state_dict") and runner.state_dict():
+            parts["sync"] = runner
+    if hasattr(tables, "state_dict"):  # local tables (embedding servers save their own)
+        parts["tables"] = tables
+    return slots, parts
+
+
+def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> Any:
+    from shadowsync.checkpoint.coordinator import Checkpointer
+
+    shards_per = cfg.trainers * cfg.workers
+    stop = plan.train_stop
+
+    def examples(trainer: int, positions: list[int]) -> int:
+        return sum(examples_in(k, trainer * cfg.workers + w, shards_per, 0, stop,
+                               cfg.batch_size) for w, k in enumerate(positions))
+
+    return Checkpointer(Path(cfg.out or "."), cfg.checkpoint_every, cfg.keep_checkpoints,
+                        config_to_toml(replace(cfg, port=None, resume=None)), cfg.trainers,
+                        remote,
+                        [r for r in remote if r.startswith("trainer")], examples,
+                        resumable(cfg), {"sync": cfg.sync, "task": cfg.task})
+
+
 def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
                 model: torch.nn.Module | None = None, runner: Any = None,
-                gather: Callable[[Any], list[Any]] | None = None) -> dict[str, Any] | None:
+                gather: Callable[[Any], list[Any]] | None = None,
+                remote_shards: list[str] | None = None) -> dict[str, Any] | None:
     """Train this replica; returns the summary on trainer 0 (which writes it), else None.
 
     `gather(item)` returns every trainer's item, this one's included (default: only this one).
+    `remote_shards`: RPC names of the other processes that save a checkpoint shard.
+    With `cfg.resume`, every part starts from that checkpoint. On SIGINT / SIGTERM the
+    workers stop, trainer 0 saves a final checkpoint and `Interrupted` is raised.
     """
     out = Path(cfg.out or ".")
+    model = model if model is not None else build_dense_model(cfg, plan.features)
+    slots, parts = checkpoint_components(cfg, model, runner, tables)
+    shard = ClusterLayout.trainer_name(index)
+    for name, part in parts.items():
+        shards.register(shard, name, part)
+    resumed = resume_summary(cfg)  # now: the checkpoint may be pruned by the end
+    if cfg.resume:
+        shards.load_here(Path(cfg.resume), shard, parts, f"trainer {index}")
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.tensorboard and index == 0)
     lead = index == 0
     desc = "train" if cfg.trainers == 1 else f"trainer 0 (of {cfg.trainers})"
     bar = progress_bar(plan.train_stop // cfg.trainers, desc, lead and progress_enabled(cfg))
     trainer_cfg = cfg if lead else replace(cfg, eval_points=0)  # trainer 0 evaluates for all
+    checkpointer = make_checkpointer(cfg, plan, remote_shards or []) if lead else None
     trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
-                      log=metrics, progress=bar)
-    stats = trainer.run()
+                      log=metrics, progress=bar, slots=slots, checkpointer=checkpointer)
+    bar.update(trainer.stats.examples)
+    local_signals = STOP.install() if not STOP.installed else False  # a local run
+    STOP.subscribe(trainer.request_stop)
+    try:
+        stats = trainer.run()
+    finally:
+        STOP.unsubscribe(trainer.request_stop)
+        if local_signals:
+            STOP.uninstall()
     bar.close()
     log.debug("trainer %d: %d examples in %.1fs", index, stats.examples, stats.wall_s)
     sync_metrics = runner.final_metrics() if runner else {}
     everyone = gather((stats, sync_metrics)) if gather else [(stats, sync_metrics)]
     if runner:
         runner.after_training()  # e.g. load the servers' final parameters
-    final = trainer.final_eval() if lead else None
+    stopped = trainer.stop_signal
+    saved = None
+    if checkpointer is not None:
+        saved = checkpointer.save(final=True, reason="stop" if stopped else "end")
+    final = trainer.final_eval() if lead and not stopped else None
     train_metric = trainer.running.value
-    trainer.close()
+    if stopped and lead and remote_shards:
+        # Saved: end every process now rather than through RPC's graceful shutdown (a
+        # barrier over the whole job that took seconds); workers follow their trainer.
+        shards.end_job(remote_shards, 128 + stopped)
+        shards.silence_stderr()
+    else:
+        trainer.close()
     if not lead:
         metrics.close()
         return None
+    if stopped:
+        metrics.close()
+        raise Interrupted(stopped, str(saved) if saved else None)
     assert final is not None
     all_stats = [s for s, _ in everyone]
     wall = max(s.wall_s for s in all_stats)
@@ -86,6 +156,9 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     if runner:
         summary.update(runner.summarize([m for _, m in everyone]))
     summary["out"] = str(out)
+    summary["checkpoint"] = str(saved) if saved else None
+    summary.update(resumed)
+    resumed_eps(summary)
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
                    "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,
                    f"eval_{trainer.task.metric}": final[trainer.task.metric]})
@@ -96,6 +169,23 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
             xlabel=xlabel)
     return summary
+
+
+def resume_summary(cfg: TrainConfig) -> dict[str, Any]:
+    """Where a resumed run came from and what it trained twice."""
+    if not cfg.resume:
+        return {}
+    from shadowsync.checkpoint.store import read_manifest
+
+    manifest = read_manifest(Path(cfg.resume), "--resume")
+    return {"resumed_from": cfg.resume, "resumed_examples": manifest["examples"],
+            "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
+
+
+def resumed_eps(summary: dict[str, Any]) -> None:
+    """In a resumed run, examples per second count only what this run trained."""
+    if summary.get("resumed_examples") is not None and summary.get("wall_s"):
+        summary["eps"] = (summary["examples"] - summary["resumed_examples"]) / summary["wall_s"]
 
 
 def sync_summary(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:

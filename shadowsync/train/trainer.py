@@ -10,6 +10,8 @@ spine runs a single local trainer and one trainer of a cluster.
 from __future__ import annotations
 
 import queue as queue_mod
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,7 @@ from shadowsync.errors import UserError
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
+from shadowsync.train.state import WorkerSlots, examples_in
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -41,6 +44,16 @@ def features_of(cfg: TrainConfig) -> Features:
 def plan_data(cfg: TrainConfig) -> DataPlan:
     """Open (convert, generate) the task's data once and decide train and held-out rows."""
     return task_of(cfg.task).plan_data(cfg)
+
+
+def resumable(cfg: TrainConfig) -> bool:
+    """Whether a run can stop early and resume from a position: each worker reads its shard
+    once and may stop alone. Lockstep modes (every worker takes the same steps) and the
+    protocols (workers run on until a global budget) save only their final model."""
+    from shadowsync.runners.modes import PROTOCOL
+
+    mode = mode_of(cfg.sync)
+    return not mode.lockstep and mode.builder != PROTOCOL
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
@@ -65,12 +78,25 @@ class TrainerStats:
         return self.examples / span if span > 0 else 0.0
 
 
+class _EvalAbandoned(Exception):
+    pass
+
+
+def ignore_sigint() -> Any:
+    """Ignore SIGINT in this process; returns the handler to restore (None off the main
+    thread, where handlers cannot change)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Trainer:
     """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
 
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
                  model: torch.nn.Module | None = None, sync: Any = None,
-                 log: MetricsLog | None = None, progress: Any = None) -> None:
+                 log: MetricsLog | None = None, progress: Any = None,
+                 slots: WorkerSlots | None = None, checkpointer: Any = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
@@ -84,6 +110,37 @@ class Trainer:
         self.running = self.task.running_metric()  # e.g. NE over recent training examples
         self.stats = TrainerStats()
         self._procs: list[Any] = []
+        self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.workers,
+                                          cfg.optimizer)
+        self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
+        self.stop_event = mp.get_context("spawn").Event() if resumable(cfg) else None
+        self.stop_signal: int | None = None
+        self._evaluating = False
+        self.stats.examples = self.resumed_examples()
+
+    def resumed_examples(self) -> int:
+        """Examples this trainer's workers had trained when its checkpoint was saved."""
+        return sum(examples_in(k, spec.data.shard, spec.data.num_shards, spec.data.start,
+                               spec.data.stop, spec.batch_size)
+                   for k, spec in zip(self.slots.start_steps(), self.worker_specs(), strict=True))
+
+    def poison_step(self, worker: int) -> int | None:
+        """--inject-nan-at N: the step of trainer 0's worker 0 at which the job has trained
+        about N examples (every worker reads at the same pace)."""
+        n = self.cfg.inject_nan_at
+        if n is None or self.index != 0 or worker != 0:
+            return None
+        return n // (self.cfg.trainers * self.cfg.workers * self.cfg.batch_size)
+
+    def request_stop(self, signum: int) -> None:
+        """From a signal handler: workers stop after their current step (if the mode can).
+        A held-out sample evaluation under way is abandoned (it only feeds the plot)."""
+        self.stop_signal = self.stop_signal or signum
+        if self.stop_event is not None:
+            self.stop_event.set()
+        if self._evaluating:
+            self._evaluating = False
+            raise _EvalAbandoned
 
     def worker_specs(self) -> list[WorkerSpec]:
         cfg, plan = self.cfg, self.plan
@@ -103,8 +160,10 @@ class Trainer:
                 optimizer=cfg.optimizer, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                 report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
+                start_step=start, slots=self.slots, stop=self.stop_event,
+                poison_at_step=self.poison_step(w),
             )
-            for w in range(cfg.workers)
+            for w, start in zip(range(cfg.workers), self.slots.start_steps(), strict=True)
         ]
 
     def run(self) -> TrainerStats:
@@ -116,8 +175,15 @@ class Trainer:
         self._procs = [ctx.Process(target=worker_main, daemon=True,
                                    args=(spec, self.model, self.tables, messages, ready, hook))
                        for spec in self.worker_specs()]
-        for p in self._procs:
-            p.start()
+        # Workers start with SIGINT ignored (Python then leaves it so): a Ctrl-C reaches the
+        # whole terminal's group, and the trainer alone decides when its workers stop.
+        previous = ignore_sigint()
+        try:
+            for p in self._procs:
+                p.start()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         # Joining RPC waits for every member of the job, the workers just started included.
         self.tables.attach(ClusterLayout.trainer_name(self.index))
         t0 = time.perf_counter()
@@ -144,15 +210,19 @@ class Trainer:
         for p in self._procs:
             if p.is_alive():
                 p.terminate()
-                p.join(timeout=10)
+                p.join(timeout=2)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
 
     def _follow(self, messages: Any, procs: list[Any], t0: float) -> None:
         """Consume worker reports until all are done; log metrics and evaluate along the way."""
         cfg, plan = self.cfg, self.plan
         expected = plan.train_stop // cfg.trainers
-        next_log = cfg.log_every
+        start = self.stats.examples  # > 0 in a resumed run
+        next_log = (start // cfg.log_every + 1) * cfg.log_every
         eval_every = max(1, expected // max(1, cfg.eval_points))
-        next_eval = eval_every
+        next_eval = (start // eval_every + 1) * eval_every
         done: set[int] = set()
         while len(done) < len(procs):
             try:
@@ -195,6 +265,8 @@ class Trainer:
                 row[f"eval_{self.task.metric}"] = self.sample_eval()
             if row is not None and self.log is not None:
                 self.log.write(row)
+            if self.checkpointer is not None and self.stop_signal is None:
+                self.checkpointer.maybe_save(s.examples)
 
     def _metrics_row(self, wall: float) -> dict[str, Any]:
         s = self.stats
@@ -209,11 +281,20 @@ class Trainer:
         return row
 
     def sample_eval(self) -> float:
-        """The task's headline metric on a sample of the held-out rows."""
+        """The task's headline metric on a sample of the held-out rows (NaN if a stop
+        request cut it short)."""
         p = self.plan
         stop = min(p.eval_stop, p.eval_start + EVAL_SAMPLE)
-        return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
-                                  self.cfg)[self.task.metric]
+        if self.stop_signal is not None:
+            return float("nan")
+        try:
+            self._evaluating = True
+            return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
+                                      self.cfg)[self.task.metric]
+        except _EvalAbandoned:
+            return float("nan")
+        finally:
+            self._evaluating = False
 
     def final_eval(self) -> dict[str, float]:
         p = self.plan

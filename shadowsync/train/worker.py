@@ -8,6 +8,9 @@ here at about 1x the speed of one thread, processes at about 2x.
 from __future__ import annotations
 
 import math
+import os
+import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -50,6 +53,10 @@ class WorkerSpec:
     report_every: int  # steps between progress messages
     seed: int
     straggler: Straggler | None = None
+    start_step: int = 0  # steps of this shard already trained (a resumed run)
+    slots: Any = None  # WorkerSlots: shared optimizer state and positions, for checkpoints
+    stop: Any = None  # an Event: stop after the current step (None: this mode cannot stop early)
+    poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
 
 
 def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -58,7 +65,8 @@ def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optim
     return torch.optim.SGD(params, lr=lr)
 
 
-def lr_warmup(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def lr_warmup(optimizer: torch.optim.Optimizer, steps: int,
+              done: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
     """Raise the learning rate linearly from lr/steps to lr over the first `steps` steps.
 
     Why: Adagrad's first updates are about lr * sign(gradient) on every weight, whatever the
@@ -69,7 +77,32 @@ def lr_warmup(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_sc
     ended 11% above the teacher instead of 4%). Small early steps keep them alive.
     """
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / steps) if steps > 0 else 1.0)
+        optimizer, lambda step: min(1.0, (step + done + 1) / steps) if steps > 0 else 1.0)
+
+
+def watch_parent() -> None:
+    """Exit when the trainer that started this worker is gone (even if it was SIGKILLed),
+    so no worker outlives its job."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def stop_on_signals(spec: WorkerSpec) -> threading.Event:
+    """Ctrl-C reaches every process of the terminal's group: the trainer decides when its
+    workers stop (it sets `spec.stop`), so a worker ignores SIGINT and takes SIGTERM as a
+    request to stop after its current step, where the mode allows stopping early."""
+    local = threading.Event()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if spec.stop is not None:
+        signal.signal(signal.SIGTERM, lambda *_: local.set())
+    return local
 
 
 class TrainingDiverged(RuntimeError):
@@ -93,6 +126,12 @@ def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int,
                                f"{spec.worker}{where} after {seen} examples; try a lower --lr")
 
 
+def poison(model: torch.nn.Module) -> None:
+    """--inject-nan-at: what a numerical blow-up leaves behind, for tests and benchmarks."""
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+
+
 def endless(one_pass: Any) -> Any:
     """Pass after pass over a worker's shard, for runners that end training themselves."""
     while True:
@@ -113,6 +152,12 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
     step while a round runs, or a DDP / periodic-averaging wrapper around a private replica.
     """
     hook = hook or WorkerHook()
+    watch_parent()
+    stopped = stop_on_signals(spec)
+
+    def stopping() -> bool:
+        return spec.stop is not None and (spec.stop.is_set() or stopped.is_set())
+
     try:
         torch.set_num_threads(1)
         torch.manual_seed(spec.seed * 1000 + spec.trainer * 100 + spec.worker)
@@ -124,19 +169,22 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
                             d.num_shards))
         model = hook.prepare(shared_model, spec.trainer, spec.worker, steps=planned)
         opt = make_dense_optimizer(spec.optimizer, model.parameters(), spec.lr)
-        warmup = lr_warmup(opt, spec.warmup_steps)
+        if spec.slots is not None:
+            spec.slots.attach_optimizer(spec.worker, opt)
+        warmup = lr_warmup(opt, spec.warmup_steps, spec.start_step)
         opt = hook.wrap_optimizer(opt)
         n = loss_sum = label_sum = 0.0
         blocked = 0.0
         step_s: list[float] = []
-        steps = 0
+        steps = spec.start_step
         # Start together: process start-up (importing torch, joining RPC) is not training.
         ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
         t_report = t_step = time.perf_counter()
         def one_pass() -> Any:
             return batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
-                           num_shards=d.num_shards, table_size=spec.table_size)
+                           num_shards=d.num_shards, table_size=spec.table_size,
+                           skip=spec.start_step)
 
         stream = endless(one_pass) if hook.endless_data else one_pass()
         batch = next(stream, None)
@@ -147,6 +195,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
                                 now - t_report, blocked, step_s, hook.report())
 
         while batch is not None:
+            if steps == spec.poison_at_step:
+                poison(model)
             dense, ids, labels = batch
             vectors.requires_grad_()
             logits = model(dense, vectors)
@@ -157,7 +207,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             (loss / len(labels)).backward()
             opt.step()
             warmup.step()
-            batch = next(stream, None) if not hook.finished() else None
+            batch = next(stream, None) if not (hook.finished() or stopping()) else None
             # One round trip: this step's embedding gradients out, the next step's rows in.
             grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
             vectors = tables.update_and_lookup(ids, grad,
@@ -166,6 +216,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             loss_sum += lv
             label_sum += float(labels.sum())
             steps += 1
+            if spec.slots is not None:
+                spec.slots.advance(spec.worker, steps)
             waited = hook.step()
             blocked += waited
             now = time.perf_counter()
@@ -182,7 +234,16 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
                 t_report = now
         queue.put(report(time.perf_counter()))
         hook.finish(shared_model, model)
+        flush = getattr(tables, "flush", None)
+        if flush is not None:
+            flush()  # every push applied: the position below is exact
+        if spec.slots is not None:
+            spec.slots.advance(spec.worker, steps, settled=True)
         queue.put(WorkerDone(spec.trainer, spec.worker, t_start, time.time()))
+        if stopping():  # the job ends on a signal: processes vanish without saying goodbye
+            from shadowsync.checkpoint.shards import silence_stderr
+
+            silence_stderr()
         tables.detach()  # with remote tables: waits until the whole job shuts down
     except TrainingDiverged as e:
         queue.put(WorkerFailed(spec.trainer, spec.worker, str(e)))

@@ -85,6 +85,15 @@ class DenseServer:
         with self.locks[key]:
             self.tensors[key].add_(delta)
 
+    # -- checkpoints: the plain tensors (the EASGD centre) --
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {key: value.clone() for key, value in self.tensors.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Before any trainer connects: `init` then keeps these values."""
+        for key, value in state.items():
+            self.init(key, value)
+
     # -- parameters trained by protocol --
     def init_trained(self, key: str, value: torch.Tensor, optimizer: str, workers: int) -> None:
         with self._create:

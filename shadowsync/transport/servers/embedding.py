@@ -86,7 +86,7 @@ PROFILE = {"apply_s": 0.0, "lookup_s": 0.0, "calls": 0}
 
 
 def serve(plan: ShardingPlan, server: int, dim: int, optimizer: str, lr: float,
-          seed: int, share: bool = True, clients: int | None = None) -> None:
+          seed: int, share: bool = True, clients: int | None = None) -> EmbeddingTables:
     """Hold this server's pieces; the RPC agent answers requests until shutdown.
 
     With `share`, the weights and optimizer state live in files under /dev/shm so that
@@ -107,6 +107,7 @@ def serve(plan: ShardingPlan, server: int, dim: int, optimizer: str, lr: float,
         _SHARED = _SharedFiles(paths, clients)
         atexit.register(release)
     _LOCAL_TABLES = tables
+    return tables
 
 
 def release() -> None:

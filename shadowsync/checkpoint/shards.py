@@ -1,0 +1,113 @@
+"""The state one process contributes to a checkpoint, and the RPC functions that save it.
+
+Each process registers its stateful components under one shard name (``trainer0``,
+``emb0``, ``dense0``); a component is anything with ``state_dict() -> {name: tensor}`` and
+``load_state_dict(state)``, and may also have ``mark()`` (remember where the readers are,
+called on every trainer before any process saves) and ``info()`` (plain data for the
+manifest). `save_here` runs in that process, called directly or by RPC from trainer 0.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from shadowsync.checkpoint.store import load_shard, save_shard
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
+_SHARD: str | None = None
+_COMPONENTS: dict[str, Stateful] = {}
+
+
+def register(shard: str, name: str, component: Stateful) -> None:
+    """Make `component` part of this process's shard `shard`."""
+    global _SHARD
+    import torch.distributed.checkpoint  # noqa: F401  (now, not in the first save: seconds)
+
+    if _SHARD is not None and _SHARD != shard:
+        _COMPONENTS.clear()
+    _SHARD = shard
+    _COMPONENTS[name] = component
+
+
+def clear() -> None:
+    global _SHARD
+    _SHARD = None
+    _COMPONENTS.clear()
+
+
+def _merged() -> dict[str, torch.Tensor]:
+    return {f"{name}/{key}": value for name, comp in _COMPONENTS.items()
+            for key, value in comp.state_dict().items()}
+
+
+def mark_here() -> None:
+    """Remember reader positions now: what a later save says was trained."""
+    for comp in _COMPONENTS.values():
+        mark = getattr(comp, "mark", None)
+        if mark is not None:
+            mark()
+
+
+def save_here(staging: str) -> dict[str, Any]:
+    """Save this process's shard under `staging`; returns its manifest entry. A tensor that is
+    not finite is reported, and the coordinator then refuses to publish the checkpoint."""
+    assert _SHARD is not None, "nothing registered for checkpoints in this process"
+    state = _merged()
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    info: dict[str, Any] = {"shard": _SHARD, "not_finite": bad[:5]}
+    for name, comp in _COMPONENTS.items():
+        extra = getattr(comp, "info", None)
+        if extra is not None:
+            info[name] = extra()
+    if not bad:
+        save_shard(Path(staging) / _SHARD, state)
+    return info
+
+
+def load_here(step: Path, shard: str, components: dict[str, Stateful], what: str) -> None:
+    """Load `components` (this process's, registered under `shard`) from checkpoint `step`."""
+    targets = {f"{name}/{key}": value for name, comp in components.items()
+               for key, value in comp.state_dict().items()}
+    load_shard(Path(step) / shard, targets, what)
+    for name, comp in components.items():
+        prefix = name + "/"
+        comp.load_state_dict({k[len(prefix):]: v for k, v in targets.items()
+                              if k.startswith(prefix)})
+
+
+def exit_soon(code: int, delay_s: float = 0.2) -> None:
+    """End this process shortly (after the RPC that asked for it has been answered): the
+    job's final checkpoint is published, so an orderly RPC shutdown would only cost time."""
+    silence_stderr()  # peers closing their connections would each print a warning
+    threading.Timer(delay_s, os._exit, args=(code,)).start()
+
+
+def silence_stderr() -> None:
+    """Point this process's standard error (file descriptor 2, where torch's C++ code writes)
+    at /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def end_job(names: list[str], code: int, timeout_s: float = 5.0) -> None:
+    """Ask the processes called `names` to exit with `code` (a stopped job, saved)."""
+    import torch.distributed.rpc as rpc
+
+    futs = [rpc.rpc_async(n, exit_soon, args=(code,), timeout=timeout_s) for n in names]
+    for fut in futs:
+        try:
+            fut.wait()
+        except Exception:  # noqa: BLE001 - already gone is fine
+            pass

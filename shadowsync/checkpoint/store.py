@@ -1,0 +1,261 @@
+"""Where checkpoints live on disk and how they are written, published, found and read.
+
+A run directory holds ``checkpoint/step-N/`` (N: training examples the checkpoint accounts
+for, all trainers together). One step directory holds:
+
+- one torch.distributed.checkpoint (DCP) directory per process that owns state
+  (``trainer0/``, ``emb0/``, ``dense0/``...), each written by that process with DCP's
+  no-dist mode;
+- ``config.toml`` (the resolved options) and ``manifest.json`` (the step, the shards, the
+  reader positions in words, the examples trained twice).
+
+Why one no-dist DCP save per process rather than one collective save: the processes of a job
+are not one process group that could take part in a collective save at any moment. Embedding
+and dense servers only answer RPCs, trainers run a background sync thread of their own on the
+trainers' group, and a save is wanted while all of them keep serving. So trainer 0 asks each
+process by RPC to save its own shard under a staging directory ``checkpoint/.tmp-step-N``,
+writes the manifest last, and publishes the whole step by one rename. A crash at any moment
+leaves either a complete ``step-N`` or a staging directory that is ignored and removed later.
+
+Loading never unpickles arbitrary objects: shards hold tensors only (counts are 0-d tensors),
+DCP reads tensor data with ``torch.load(weights_only=True)``, and the DCP metadata file is
+read by an unpickler that accepts only DCP's own metadata classes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shadowsync.errors import UserError
+
+CHECKPOINT_DIR = "checkpoint"
+MANIFEST = "manifest.json"
+CONFIG = "config.toml"
+FORMAT = 1
+_STEP = re.compile(r"^step-(\d+)$")
+
+
+def step_dir(run: Path, step: int) -> Path:
+    return Path(run) / CHECKPOINT_DIR / f"step-{step}"
+
+
+def staging_dir(run: Path, step: int) -> Path:
+    return Path(run) / CHECKPOINT_DIR / f".tmp-step-{step}"
+
+
+def published(run: Path) -> list[Path]:
+    """The run's published checkpoints, oldest first."""
+    root = Path(run) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    steps = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := _STEP.match(p.name)) and (p / MANIFEST).is_file()]
+    return [p for _, p in sorted(steps)]
+
+
+def publish(staging: Path, final: Path, manifest: dict[str, Any], config_toml: str) -> Path:
+    """Write the manifest and config into `staging`, then rename it to `final`."""
+    (staging / CONFIG).write_text(config_toml, encoding="utf-8")
+    tmp = staging / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, **manifest}, indent=1), encoding="utf-8")
+    os.replace(tmp, staging / MANIFEST)
+    if final.exists():  # the same step saved again (e.g. a stop right after a periodic save)
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    _fsync_dir(final.parent)
+    return final
+
+
+def prune(run: Path, keep: int) -> None:
+    """Keep the newest `keep` published checkpoints; drop stale staging directories."""
+    root = Path(run) / CHECKPOINT_DIR
+    for old in published(run)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    for tmp in root.glob(".tmp-step-*") if root.is_dir() else []:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def find_checkpoint(path: str | Path, option: str = "--checkpoint") -> Path:
+    """A run directory (its newest checkpoint), its checkpoint/ directory, or one step."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{option} {p}: no such file or directory")
+    if (p / MANIFEST).exists() or _STEP.match(p.name):
+        read_manifest(p, option)
+        return p
+    run = p.parent if p.name == CHECKPOINT_DIR else p
+    found = published(run)
+    if not found:
+        raise UserError(f"{option} {p}: no checkpoint there (expected {CHECKPOINT_DIR}/step-N/ "
+                        "with a manifest.json)")
+    return found[-1]
+
+
+def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, Any]:
+    try:
+        manifest = json.loads((step / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{option} {step}: incomplete checkpoint (no {MANIFEST})") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{option} {step}: corrupt checkpoint ({MANIFEST}: {e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise UserError(f"{option} {step}: corrupt checkpoint or unknown format ({MANIFEST})")
+    if not (step / CONFIG).is_file():
+        raise UserError(f"{option} {step}: incomplete checkpoint (no {CONFIG})")
+    return manifest
+
+
+def run_of(step: Path) -> Path:
+    """The run directory a step directory belongs to."""
+    return step.parent.parent
+
+
+# -- one process's shard --
+
+def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
+    """Write tensors with DCP, no process group involved."""
+    import torch.distributed.checkpoint as dcp
+
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"checkpoint entry {key!r} must be a tensor, got {type(value)}")
+    # DCP writes from the storage: shared-memory or non-contiguous views are copied.
+    plain = {k: v.detach().clone() for k, v in state.items()}
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": yes
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(plain, checkpoint_id=str(directory), no_dist=True)
+
+
+def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
+               strict: bool = True) -> None:
+    """Read `directory` into the tensors of `state` (in place, same shapes), or UserError.
+    `strict`: the shard must hold exactly these entries (else: at least these)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    if not directory.is_dir():
+        raise UserError(f"checkpoint {directory.parent}: incomplete, no shard {directory.name}")
+    reader = SafeFileSystemReader(str(directory))
+    try:
+        meta = reader.read_metadata()
+    except Exception as e:  # noqa: BLE001 - a truncated or foreign file: one line
+        raise UserError(f"checkpoint {directory.parent}: corrupt shard {directory.name} "
+                        f"({type(e).__name__}: {e})") from None
+    saved = meta.state_dict_metadata
+    missing = sorted(set(state) - set(saved))
+    extra = sorted(set(saved) - set(state)) if strict else []
+    if missing or extra:
+        raise UserError(f"checkpoint {directory.parent}: {what} was saved by another model or "
+                        f"configuration (missing {missing[:3]}, unexpected {extra[:3]})")
+    for key, target in state.items():
+        m = saved[key]
+        if not isinstance(m, TensorStorageMetadata):
+            raise UserError(f"checkpoint {directory.parent}: {what}: {key} is not a tensor")
+        if tuple(m.size) != tuple(target.shape):
+            raise UserError(f"checkpoint {directory.parent}: {what} was saved by another model "
+                            f"shape ({key}: {tuple(m.size)} there, {tuple(target.shape)} here)")
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    fresh = {k: torch.empty_like(v) for k, v in state.items()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(fresh, checkpoint_id=str(directory), storage_reader=reader, no_dist=True)
+    except (Exception, CheckpointException) as e:  # a BaseException in DCP
+        first = _last_line(e)
+        raise UserError(f"checkpoint {directory.parent}: corrupt shard {directory.name} "
+                        f"({first})") from None
+    with torch.no_grad():
+        for k, v in state.items():
+            v.copy_(fresh[k])
+
+
+def load_all(directory: Path, what: str) -> dict[str, torch.Tensor]:
+    """Every tensor of a shard, for holders whose contents are only known from the file."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    try:
+        meta = SafeFileSystemReader(str(directory)).read_metadata()
+    except FileNotFoundError:
+        raise UserError(f"checkpoint {directory.parent}: incomplete, no shard "
+                        f"{directory.name}") from None
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"checkpoint {directory.parent}: corrupt shard {directory.name} "
+                        f"({type(e).__name__}: {e})") from None
+    state = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
+             for k, m in meta.state_dict_metadata.items()
+             if isinstance(m, TensorStorageMetadata)}
+    load_shard(directory, state, what)
+    return state
+
+
+def _last_line(e: BaseException) -> str:
+    """The innermost message of a DCP error (it wraps the failure with a whole traceback)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    useful = [ln for ln in lines if "Error" in ln and not ln.startswith("File ")]
+    return (useful[-1] if useful else lines[0] if lines else type(e).__name__)[:200]
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's metadata file and nothing else (no arbitrary callables)."""
+
+    ALLOWED_MODULES = ("torch.distributed.checkpoint.metadata",
+                       "torch.distributed.checkpoint.filesystem",
+                       "torch.distributed.checkpoint.planner")
+    ALLOWED = {("torch", "Size"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
+               ("collections", "OrderedDict"), ("builtins", "set"),
+               ("builtins", "frozenset"), ("torch.serialization", "_get_layout"),
+               ("torch._utils", "_rebuild_tensor_v2")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in self.ALLOWED_MODULES or (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if module == "torch" and name in ("strided", "contiguous_format", "preserve_format"):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"refusing {module}.{name} in checkpoint metadata")
+
+
+def _safe_reader_class() -> type:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    class _Safe(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            path = self._get_metadata_path(kwargs.get("rank"))
+            with self.fs.create_stream(path, "rb") as fh:
+                metadata = _MetadataUnpickler(fh).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                from torch.distributed.checkpoint.metadata import StorageMeta
+
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return _Safe
+
+
+def SafeFileSystemReader(path: str) -> Any:  # noqa: N802 - reads like the class it makes
+    return _safe_reader_class()(path)

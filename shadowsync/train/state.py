@@ -1,0 +1,121 @@
+"""What a trainer keeps in shared memory so that it can checkpoint its Hogwild workers while
+they train: their dense optimizer state and how far each has read its shard.
+
+Each worker owns an optimizer (Adagrad's accumulators are per worker, as in the Hogwild
+setting) and a data position. Both live in tensors made here with `share_memory_()` before
+the workers start: a worker's optimizer updates its accumulators in place in that memory and
+the worker writes its position after each step, so the trainer can save both at any moment
+without stopping anyone.
+
+A position is the number of steps whose effects are certainly in the model and in the
+embedding servers. Gradient pushes to the servers are asynchronous (at most a few in flight),
+so while training a worker reports `steps - LAG`; a checkpoint therefore never counts a step
+as trained that its state may not hold (no example is skipped on resume) and at most
+`LAG` steps per worker, plus the steps taken while a save runs, are trained twice. At the end
+of its data (or on a stop request) a worker flushes its pushes and reports every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# Steps a published position trails the steps taken: covers the pushes in flight
+# (RemoteEmbeddings.MAX_PENDING_PUSHES per server; one server's pushes ride with the lookups).
+LAG = 4
+
+
+class WorkerSlots:
+    """Per worker: optimizer accumulators like each dense parameter, and data positions."""
+
+    def __init__(self, params: list[torch.Tensor], workers: int, optimizer: str,
+                 start: list[int] | None = None) -> None:
+        self.workers = workers
+        self.optimizer = optimizer
+        self.sums = ([[torch.zeros_like(p).share_memory_() for p in params]
+                      for _ in range(workers)] if optimizer == "adagrad" else [])
+        self.positions = torch.tensor(start or [0] * workers, dtype=torch.long).share_memory_()
+        self.steps = self.positions.clone().share_memory_()  # steps taken, ahead of positions
+        self._marked: torch.Tensor | None = None
+
+    def start_steps(self) -> list[int]:
+        return [int(v) for v in self.positions]
+
+    # -- in the worker --
+    def attach_optimizer(self, worker: int, optimizer: torch.optim.Optimizer) -> None:
+        """Make `optimizer` keep its state in this worker's shared accumulators."""
+        if not self.sums:
+            return
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        for p, shared in zip(params, self.sums[worker], strict=True):
+            state = optimizer.state[p]
+            if "sum" in state:
+                state["sum"] = shared  # Adagrad updates it in place
+
+    def advance(self, worker: int, steps: int, settled: bool = False) -> None:
+        self.steps[worker] = steps
+        floor = int(self.positions[worker])
+        self.positions[worker] = steps if settled else max(floor, steps - LAG)
+
+    # -- in the trainer --
+    def mark(self) -> None:
+        self._marked = self.positions.clone()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        positions = self._marked if self._marked is not None else self.positions.clone()
+        out: dict[str, torch.Tensor] = {"positions": positions}
+        for w, sums in enumerate(self.sums):
+            for i, s in enumerate(sums):
+                out[f"worker{w}.adagrad.{i}"] = s
+        return out
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            self.positions.copy_(state["positions"])
+            self.steps.copy_(state["positions"])
+            for w, sums in enumerate(self.sums):
+                for i, s in enumerate(sums):
+                    s.copy_(state[f"worker{w}.adagrad.{i}"])
+
+    def info(self) -> dict[str, Any]:
+        marked = self._marked if self._marked is not None else self.positions
+        self._marked = None
+        return {"positions": [int(v) for v in marked], "steps": [int(v) for v in self.steps]}
+
+
+class DenseModelState:
+    """A trainer's shared dense model as checkpoint entries (live tensors)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.model.state_dict())
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for key, value in self.model.state_dict().items():
+                value.copy_(state[key])
+
+
+class RngState:
+    """This process's torch random state (a tensor already)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"torch": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        torch.set_rng_state(state["torch"])
+
+
+def examples_in(steps: int, shard: int, num_shards: int, start: int, stop: int,
+                batch_size: int) -> int:
+    """Rows read by a shard's first `steps` batches of [start, stop) (the last may be short)."""
+    total = 0
+    for k in range(steps):
+        lo = start + (shard + k * num_shards) * batch_size
+        if lo >= stop:
+            break
+        total += min(batch_size, stop - lo)
+    return total

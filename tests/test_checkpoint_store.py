@@ -1,0 +1,129 @@
+"""Checkpoint files: one shard round trip, publishing by rename, pruning, finding the newest,
+and one-line errors for a missing, incomplete, corrupt or foreign checkpoint."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+
+from shadowsync.checkpoint.interval import parse_every
+from shadowsync.checkpoint.store import (
+    CHECKPOINT_DIR,
+    find_checkpoint,
+    load_shard,
+    prune,
+    publish,
+    published,
+    save_shard,
+    staging_dir,
+    step_dir,
+)
+from shadowsync.errors import UserError
+from shadowsync.train.state import LAG, WorkerSlots, examples_in
+
+
+def _state() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"w": torch.randn(4, 3, generator=g), "n": torch.tensor(7),
+            "strided": torch.arange(10.0)[::2]}
+
+
+def _publish(run, step: int) -> None:
+    staging = staging_dir(run, step)
+    save_shard(staging / "trainer0", _state())
+    publish(staging, step_dir(run, step), {"step": step}, "seed = 0\n")
+
+
+def test_shard_round_trip_in_place(tmp_path):
+    save_shard(tmp_path / "s", _state())
+    target = {k: torch.zeros_like(v) for k, v in _state().items()}
+    load_shard(tmp_path / "s", target, "trainer 0")
+    for k, v in _state().items():
+        assert torch.equal(target[k], v), k
+
+
+def test_other_shape_is_one_line(tmp_path):
+    save_shard(tmp_path / "s", _state())
+    target = {**{k: torch.zeros_like(v) for k, v in _state().items()}, "w": torch.zeros(4, 5)}
+    with pytest.raises(UserError, match=r"another model shape \(w: \(4, 3\) there, \(4, 5\)"):
+        load_shard(tmp_path / "s", target, "trainer 0")
+
+
+def test_corrupt_data_and_metadata_are_one_line(tmp_path):
+    save_shard(tmp_path / "s", _state())
+    target = {k: torch.zeros_like(v) for k, v in _state().items()}
+    data = next((tmp_path / "s").glob("*.distcp"))
+    data.write_bytes(b"not a tensor file")
+    with pytest.raises(UserError, match="corrupt shard s"):
+        load_shard(tmp_path / "s", target, "trainer 0")
+    (tmp_path / "s" / ".metadata").write_bytes(b"\x80\x04garbage")
+    with pytest.raises(UserError, match="corrupt shard s"):
+        load_shard(tmp_path / "s", target, "trainer 0")
+
+
+def test_metadata_may_not_name_arbitrary_callables(tmp_path):
+    save_shard(tmp_path / "s", _state())
+    (tmp_path / "s" / ".metadata").write_bytes(pickle.dumps(print))
+    with pytest.raises(UserError, match="refusing builtins.print"):
+        load_shard(tmp_path / "s", {k: torch.zeros_like(v) for k, v in _state().items()}, "x")
+
+
+def test_publish_prune_and_find_newest(tmp_path):
+    run = tmp_path / "run"
+    for step in (100, 300, 200):
+        _publish(run, step)
+    staging_dir(run, 400).mkdir()  # a save that crashed half-way: never "latest"
+    assert [p.name for p in published(run)] == ["step-100", "step-200", "step-300"]
+    assert find_checkpoint(run) == step_dir(run, 300)
+    assert find_checkpoint(run / CHECKPOINT_DIR) == step_dir(run, 300)
+    assert find_checkpoint(step_dir(run, 100)) == step_dir(run, 100)
+    prune(run, keep=2)
+    assert [p.name for p in published(run)] == ["step-200", "step-300"]
+    assert not staging_dir(run, 400).exists()
+    manifest = json.loads((step_dir(run, 300) / "manifest.json").read_text())
+    assert manifest["step"] == 300 and manifest["format"] == 1
+
+
+def test_missing_incomplete_and_corrupt_checkpoints(tmp_path):
+    with pytest.raises(UserError, match="no such file or directory"):
+        find_checkpoint(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no checkpoint there"):
+        find_checkpoint(tmp_path / "empty")
+    run = tmp_path / "run"
+    _publish(run, 5)
+    (step_dir(run, 5) / "manifest.json").write_text("{not json")
+    with pytest.raises(UserError, match="corrupt checkpoint"):
+        find_checkpoint(step_dir(run, 5))
+    (step_dir(run, 5) / "manifest.json").unlink()
+    with pytest.raises(UserError, match="incomplete checkpoint"):
+        find_checkpoint(step_dir(run, 5))
+
+
+def test_checkpoint_every():
+    assert parse_every("600s") == ("seconds", 600.0)
+    assert parse_every("250000") == ("examples", 250000.0)
+    assert parse_every("0")[0] == "off"
+    with pytest.raises(UserError, match="--checkpoint-every"):
+        parse_every("10 minutes")
+
+
+def test_positions_trail_steps_until_settled():
+    slots = WorkerSlots([torch.zeros(3)], workers=2, optimizer="adagrad", start=[5, 0])
+    slots.advance(0, 5 + LAG + 3)
+    assert int(slots.positions[0]) == 5 + 3  # pushes may still be in flight
+    slots.advance(0, 20, settled=True)
+    assert int(slots.positions[0]) == 20
+    slots.mark()
+    slots.advance(0, 30, settled=True)
+    assert slots.info() == {"positions": [20, 0], "steps": [30, 0]}
+
+
+def test_examples_in_counts_the_short_last_batch():
+    # 1,000 rows, batches of 100 over 3 shards: shard 0 reads batches 0, 3, 6, 9
+    assert examples_in(4, 0, 3, 0, 1000, 100) == 400
+    assert examples_in(4, 0, 3, 0, 950, 100) == 350  # batch 9 holds 50 rows
+    assert examples_in(10, 1, 3, 0, 1000, 100) == 300  # batches 1, 4, 7 only

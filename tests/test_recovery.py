@@ -1,0 +1,183 @@
+"""Checkpoints from real runs: eval reproduces a run's own final NE, a stopped run resumes
+without skipping an example, Ctrl-C / SIGTERM leave a loadable checkpoint and no process,
+and every bad input around checkpoints is a one-line error with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli, session_processes, summary
+
+LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
+         "--table-size", "2000", "--eval-points", "0", "-q"]
+CLUSTER = ["--trainers", "2", "--embedding-servers", "1", "--sync", "s-bmuf", "--no-progress",
+           "--table-size", "2000", "--eval-points", "0", "-q"]
+
+
+def gone_within() -> float:
+    """The issue's 10 s for every process to be gone after Ctrl-C, on a machine that is not
+    overloaded; 20 s where more than two runnable processes share each core (measured here:
+    1.9-5.2 s at a load of 12 on 2 cores for a cluster run, 10.8 s once at 14 for a local one)."""
+    return 10.0 if os.getloadavg()[0] <= 2 * (os.cpu_count() or 1) else 20.0
+
+
+def _one_error_line(res, code: int = 2) -> str:
+    assert res.returncode == code, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    res = run_cli(["train", *LOCAL, "--examples", "20000", "--out", str(out)], timeout=150)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+@pytest.mark.timeout(200)
+def test_eval_reproduces_the_final_ne_and_writes_predictions(finished_run, tmp_path):
+    import numpy as np
+
+    pred = tmp_path / "p.npy"
+    res = run_cli(["eval", "--checkpoint", str(finished_run), "--data", "synthetic",
+                   "--predictions", str(pred)], timeout=60)
+    assert res.returncode == 0, res.stderr
+    ne = float(next(ln.split()[1] for ln in res.stdout.splitlines() if ln.split()[0] == "ne"))
+    assert ne == pytest.approx(summary(finished_run)["eval_ne"], abs=1e-4)
+    assert np.load(pred).shape == (summary(finished_run)["eval_examples"],)
+
+
+@pytest.mark.timeout(120)
+def test_bad_checkpoint_inputs_are_one_line_errors(finished_run, tmp_path, array_dir):
+    res = run_cli(["eval", "--checkpoint", str(tmp_path / "none"), "--data", "synthetic"], 60)
+    assert "no such file or directory" in _one_error_line(res)
+    res = run_cli(["eval", "--checkpoint", str(finished_run), "--data", str(array_dir)], 60)
+    assert "5 dense and 3 categorical features, but the checkpoint's model takes 13 and 26" \
+        in _one_error_line(res)
+    broken = tmp_path / "broken" / "checkpoint" / "step-1"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{")
+    res = run_cli(["eval", "--checkpoint", str(broken), "--data", "synthetic"], 60)
+    assert "corrupt checkpoint" in _one_error_line(res)
+    res = run_cli(["train", "--resume", str(finished_run), "--embedding-dim", "8"], 60)
+    assert "checkpoint from another configuration (embedding-dim 16 there, 8 here)" in \
+        _one_error_line(res)
+    res = run_cli(["train", "--resume", str(finished_run)], 60)
+    assert "that run finished" in _one_error_line(res)
+
+
+@pytest.mark.timeout(120)
+def test_unusable_out_and_bare_run_module_are_one_line_errors(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    res = run_cli(["train", *LOCAL, "--out", str(blocker / "run")], 60)
+    assert "is not a directory" in _one_error_line(res)
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    res = subprocess.run([sys.executable, "-m", "shadowsync.run", "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=60, env=clean)
+    line = _one_error_line(res)
+    assert "started by torchrun" in line and "shadowsync train" in line
+    assert not (tmp_path / "x").exists()
+
+
+def _trained(out: Path) -> int:
+    try:
+        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x]
+    except FileNotFoundError:
+        return 0
+    return max((r["examples"] for r in rows if r.get("trainer") == 0), default=0)
+
+
+def interrupt(args: list[str], out: Path, sig: int, after: int, timeout: float = 150):
+    """Run `shadowsync train`, send `sig` to its whole process group (as a terminal's Ctrl-C
+    does) once trainer 0 logged `after` examples; returns (result, seconds until every
+    process of the run was gone)."""
+    proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *args,
+                             "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None and _trained(out) < after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=30)
+        while session_processes(proc.pid) and time.monotonic() - t0 < 30:
+            time.sleep(0.05)
+        gone = time.monotonic() - t0
+    finally:
+        for pid in session_processes(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err), gone
+
+
+# 3 in the suite; SHADOWSYNC_CTRL_C_ITERATIONS=20 for the issue's full loop.
+CTRL_C_ITERATIONS = int(os.environ.get("SHADOWSYNC_CTRL_C_ITERATIONS", "3"))
+
+
+@pytest.mark.timeout(120 + 60 * CTRL_C_ITERATIONS)
+def test_ctrl_c_at_random_moments_leaves_a_checkpoint_and_no_process(tmp_path):
+    from shadowsync.checkpoint.evaluate import load_model
+    from shadowsync.checkpoint.store import find_checkpoint
+
+    rng = random.Random(8)
+    for i in range(CTRL_C_ITERATIONS):
+        out = tmp_path / f"r{i}"
+        after = rng.randrange(2000, 30000)
+        res, gone = interrupt([*LOCAL, "--examples", "60000", "--log-every", "1000"], out,
+                              signal.SIGINT, after)
+        line = _one_error_line(res, 130)
+        assert gone < gone_within(), (i, gone)
+        assert "checkpoint saved in" in line and f"--resume {out}" in line, line
+        step = find_checkpoint(out)
+        assert json.loads((step / "manifest.json").read_text())["reason"] in ("stop", "end")
+        load_model(step)  # every tensor of the model and the tables reads back
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_then_resume_trains_every_example_once(tmp_path):
+    out = tmp_path / "run"
+    args = [*CLUSTER, "--examples", "60000", "--log-every", "4000"]
+    res, gone = interrupt(args, out, signal.SIGTERM, 8000)
+    line = _one_error_line(res, 143)
+    assert "checkpoint saved in" in line and gone < gone_within(), (line, gone)
+    manifest = json.loads(next((out / "checkpoint").glob("step-*/manifest.json")).read_text())
+    assert manifest["reason"] == "stop" and 0 < manifest["examples"] < 60000
+    done = run_cli(["train", "--resume", str(out)], timeout=200)
+    assert done.returncode == 0, done.stderr
+    s = summary(out)
+    assert s["resumed_examples"] == manifest["examples"]
+    assert s["examples"] == 60000  # nothing skipped, nothing counted twice
+    assert s["examples_trained_twice"] == manifest["examples_trained_twice_on_resume"]
+    assert s["eval_ne"] < 0.97  # it learned
+
+
+
+
+@pytest.mark.timeout(200)
+def test_divergence_stops_or_rolls_back_to_the_last_good_checkpoint(tmp_path):
+    args = [*LOCAL, "--examples", "24000", "--checkpoint-every", "5000",
+            "--inject-nan-at", "16000", "--log-every", "4000"]
+    res = run_cli(["train", *args, "--out", str(tmp_path / "stop")], timeout=150)
+    assert "training diverged: loss is nan" in _one_error_line(res)
+    for step in (tmp_path / "stop" / "checkpoint").glob("step-*"):
+        assert int(step.name.removeprefix("step-")) < 16000  # nothing after the NaN is saved
+    res = run_cli(["train", *args, "--on-divergence", "rollback", "--out",
+                   str(tmp_path / "rb")], timeout=150)
+    assert res.returncode == 0, res.stderr
+    s = summary(tmp_path / "rb")
+    assert len(s["rollbacks"]) == 1 and s["rollbacks"][0]["lr"] == pytest.approx(0.025)
+    assert 0 < s["resumed_examples"] < 16000 and s["examples"] == 24000
+    assert s["eval_ne"] < 1.0
