@@ -71,11 +71,14 @@ def _bench_switch(args: argparse.Namespace) -> int:
 
     if not 0 < args.share < 1:
         raise UserError(f"--share must be in (0, 1), got {args.share}")
+    if args.no_ctr and args.no_digits:
+        raise UserError("bench switch: --no-ctr and --no-digits leave nothing to run")
     if args.trainers < 2 or args.repeats < 1:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
-                     ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers)
+                     ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
+                     digits=not args.no_digits)
     return 0
 
 
@@ -160,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="BSP share of the digits switch plan (the quota of the online policies)")
     sw.add_argument("--repeats", type=int, default=3)
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
+    sw.add_argument("--no-digits", action="store_true", help="ctr only")
     sw.set_defaults(func=_bench_switch)
     switch = sub.add_parser("switch", help="Sync-Switch tools").add_subparsers(
         dest="switch_cmd", required=True)

@@ -229,3 +229,15 @@ def test_search_result_round_trips_and_drives_switch_at_auto(tmp_path):
         sw_search.resolve_share("auto", None, tmp_path)
     with pytest.raises(UserError, match="--switch-at"):
         sw_search.resolve_share("2", None, tmp_path)
+
+
+def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
+    from shadowsync.cli import main
+
+    assert main(["switch", "search"]) == 2
+    assert main(["switch", "search", "--config", str(tmp_path / "none.toml")]) == 2
+    assert main(["bench", "switch", "--no-ctr", "--no-digits"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("shadowsync: error: switch search: --config JOB.toml is required")
+    assert "no such file" in err[1]
+    assert "leave nothing to run" in err[2]

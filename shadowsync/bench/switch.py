@@ -162,18 +162,22 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
 def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
                      ctr_examples: int = 200_000, share: float = DIGITS_SHARE,
                      repeats: int = 3, ctr: bool = True, ctr_trainers: int = 2,
-                     ctr_share: float = CTR_SHARE) -> dict[str, Any]:
+                     ctr_share: float = CTR_SHARE, digits: bool = True) -> dict[str, Any]:
     root = Path(out)
-    results = {"digits": bench_task(root, "digits", digits_job(trainers, digits_examples, share),
-                                    repeats, tuple(VARIANTS))}
-    ratios = ratios_of(results["digits"], "")
+    results: dict[str, Any] = {}
+    ratios: dict[str, float | None] = {}
+    if digits:
+        results["digits"] = bench_task(root, "digits",
+                                       digits_job(trainers, digits_examples, share), repeats,
+                                       tuple(VARIANTS))
+        ratios.update(ratios_of(results["digits"], ""))
     if ctr:
         results["ctr"] = bench_task(root, "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share),
                                     repeats, CTR_VARIANTS)
         ratios.update(ratios_of(results["ctr"], "_ctr"))
     runs = [{"task": task, **r} for task, res in results.items() for r in res["runs"]]
     extra = {"trainers": trainers, "share": share, "repeats": repeats,
-             "digits_lr": DIGITS_LR, "digits_examples": digits_examples,
+             **({"digits_lr": DIGITS_LR, "digits_examples": digits_examples} if digits else {}),
              **({"ctr_examples": ctr_examples, "ctr_trainers": ctr_trainers,
                  "ctr_share": ctr_share} if ctr else {}),
              "medians": {t: r["medians"] for t, r in results.items()},

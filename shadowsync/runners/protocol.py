@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import statistics
 import time
 import warnings
@@ -42,6 +43,7 @@ from shadowsync.runners.switch.search import resolve_share, with_bsp_share
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
+log = logging.getLogger(__name__)
 
 
 def load_flat(vec: torch.Tensor, params: Any) -> None:
@@ -223,7 +225,7 @@ class ProtocolHook(WorkerHook):
         return blocked
 
     def where(self) -> str:
-        return f" under {self.s.plan.phases[self.phase].mode.upper()}"
+        return f" under {self.mode.upper()}"
 
     def report(self) -> dict[str, Any]:
         out = {"staleness": dict(self._staleness), "switches": self._switches,
@@ -283,8 +285,16 @@ class ProtocolRunner(SyncRunner):
         for m in everyone:
             hist.update({int(k): v for k, v in m.get("staleness_hist", {}).items()})
             switches.extend(m.get("switches", []))
+        grouped = group_switches(switches, self.server_switches)
+        for s in grouped:
+            why = f", stragglers {s['stragglers']}" if s["stragglers"] else ""
+            at = time.strftime("%H:%M:%S", time.localtime(s["wall_time"]))
+            log.info("switch %d: %s -> %s at step %d (%s.%03d), cost %.4fs, parameters %s%s",
+                     s["phase"], s["from"].upper(), s["to"].upper(), s["step"], at,
+                     int(s["wall_time"] % 1 * 1000), s["cost_s"],
+                     "identical" if s["params_identical"] else "DIFFER", why)
         return {"staleness": {**staleness_summary(hist), "hist": dict(sorted(hist.items()))},
-                "switches": group_switches(switches, self.server_switches)}
+                "switches": grouped}
 
     def describe(self) -> dict[str, Any]:
         s = self.spec
