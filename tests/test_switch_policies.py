@@ -241,3 +241,31 @@ def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
     assert err[0].startswith("shadowsync: error: switch search: --config JOB.toml is required")
     assert "no such file" in err[1]
     assert "leave nothing to run" in err[2]
+
+
+def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
+        tmp_path, monkeypatch, capsys):
+    """The command's glue, with the training itself stubbed: each point runs the TOML's job
+    as --sync switch with the plan of that share and the seed, and the result lands under
+    the file's stem, ready for --switch-at auto."""
+    import shadowsync.api
+    from shadowsync.cli import main
+
+    ran = []
+
+    def fake_run(cfg):
+        ran.append((cfg.sync, cfg.switch_plan, cfg.seed, cfg.task, cfg.trainers))
+        share = 1.0 if cfg.switch_plan == "bsp" else float(cfg.switch_plan[4:].split(",")[0])
+        return cfg, {"eval_accuracy": 0.98 if share >= 0.25 else 0.90}
+
+    monkeypatch.setattr(shadowsync.api, "run", fake_run)
+    job = tmp_path / "digits-job.toml"
+    job.write_text('task = "digits"\ntrainers = 4\nlr = 0.1\n')
+    store = tmp_path / "store"
+    assert main(["switch", "search", "--config", str(job), "--seeds", "2", "--store",
+                 str(store), "--out", str(tmp_path / "runs")]) == 0
+    assert ran[:3] == [("switch", "bsp", 0, "digits", 4), ("switch", "bsp", 1, "digits", 4),
+                       ("switch", "bsp:0.5,asp", 0, "digits", 4)]
+    assert len(ran) == 2 * 4  # 1, 0.5, 0.25, then 0.125 misses and the search stops
+    assert "chosen BSP share: 0.25" in capsys.readouterr().out
+    assert sw_search.resolve_share("auto", "digits-job", store) == 0.25
