@@ -68,8 +68,7 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     return {"train_s": s["train_s"], "metric": s[f"eval_{metric}"], "examples": s["examples"],
             "curve": curve, "switches": len(switches),
             "switch_cost_s": [w["cost_s"] for w in switches],
-            "params_identical": all(w["params_identical"] for w in switches
-                                    if w["from"] == "bsp"),
+            "params_identical": all(w["params_identical"] for w in switches),
             "staleness_mean": s.get("staleness", {}).get("staleness_mean")}
 
 
