@@ -269,3 +269,36 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
     assert len(ran) == 2 * 4  # 1, 0.5, 0.25, then 0.125 misses and the search stops
     assert "chosen BSP share: 0.25" in capsys.readouterr().out
     assert sw_search.resolve_share("auto", "digits-job", store) == 0.25
+
+
+def test_a_switch_back_to_bsp_holds_until_its_first_step():
+    """Once workers are told to join a BSP step, an ASP gradient still in flight must not
+    flip the decision back to ASP before that step is done, or the joiners would wait for
+    workers told to stay in ASP."""
+
+    class Flipping:  # wants BSP, then ASP again at once, as a flickering detector might
+        stragglers: list = []
+
+        def __init__(self):
+            self.wants = iter(["asp", "bsp", "asp", "asp", "asp"])
+
+        def first_mode(self):
+            return "asp"
+
+        def observe(self, trainer, compute_s):
+            pass
+
+        def decide(self, applied, bsp_applied):
+            return next(self.wants, "asp") if bsp_applied == 0 else "asp"
+
+    server = DenseServer()
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2, schedule=Flipping(),
+                        budget=100)
+    assert server.push("w", torch.tensor([1.0]), push("asp")).wait().mode == "asp"
+    r = server.push("w", torch.tensor([1.0]), push("asp")).wait()
+    assert (r.mode, r.phase) == ("bsp", 1)
+    late = server.push("w", torch.tensor([1.0]), push("asp")).wait()  # was in flight
+    assert (late.mode, late.phase) == ("bsp", 1)  # still BSP: nobody is stranded
+    a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
+    b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
+    assert a.wait().phase == b.wait().phase  # the step completed; both got the same answer

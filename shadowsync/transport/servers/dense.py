@@ -69,6 +69,7 @@ class TrainedTensor:
     phase: int = 0  # the phase whose pushes are being applied (momentum reset on entry)
     mode: str = "bsp"  # the decision: the protocol of the next step, and its phase
     decided_phase: int = 0
+    bsp_at_switch: int = 0  # bsp_applied when the last switch was decided
     waiting: list[torch.futures.Future] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     switches: list[dict[str, Any]] = field(default_factory=list)
@@ -172,11 +173,16 @@ class DenseServer:
 
     @staticmethod
     def _decide(t: TrainedTensor) -> None:
-        """Between steps only: never while a BSP step is half collected."""
+        """Between steps only: never while a BSP step is half collected, and not again after
+        a switch to BSP until its first step is done (a worker already told to join it
+        would otherwise wait for others told to stay in ASP)."""
         if t.schedule is None or t.bsp.waiting or t.done:
+            return
+        if t.mode == "bsp" and t.bsp_applied == t.bsp_at_switch and t.decided_phase > 0:
             return
         mode = t.schedule.decide(t.applied, t.bsp_applied)
         if mode != t.mode:
+            t.bsp_at_switch = t.bsp_applied
             t.switches.append({"phase": t.decided_phase + 1, "from": t.mode, "to": mode,
                                "applied": t.applied, "wall_time": time.time(),
                                "stragglers": t.schedule.stragglers})
