@@ -96,11 +96,38 @@ def _bench_switch(args: argparse.Namespace) -> int:
 
     if not 0 < args.share < 1:
         raise UserError(f"--share must be in (0, 1), got {args.share}")
+    if args.no_ctr and args.no_digits:
+        raise UserError("bench switch: --no-ctr and --no-digits leave nothing to run")
     if args.trainers < 2 or args.repeats < 1:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
-                     ctr=not args.no_ctr)
+                     ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
+                     digits=not args.no_digits)
+    return 0
+
+
+def _switch_search(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from shadowsync.config import load_config
+    from shadowsync.switch_search import run_search
+
+    if not args.config:
+        raise UserError("switch search: --config JOB.toml is required (the recurring job)")
+    if args.seeds < 1 or not 0 < args.min_share <= 0.5 or not args.tolerance >= 0:
+        raise UserError("switch search: needs --seeds >= 1, --min-share in (0, 0.5] and "
+                        "--tolerance >= 0")
+    cfg = load_config(argparse.Namespace(config=args.config))
+    name = args.name or Path(args.config).stem
+    r = run_search(cfg, name, args.tolerance, args.seeds, args.min_share, args.store,
+                   args.out or f"runs/switch-search-{name}")
+    for share in sorted((float(k) for k in r.points), reverse=True):
+        print(f"share {share:<8g} mean {r.metric} {r.mean(share):.4f}  "
+              f"{', '.join(f'{v:.4f}' for v in r.points[f'{share:g}'])}")
+    print(f"chosen BSP share: {r.share:g} (full BSP {r.bsp_mean:.4f}, tolerance "
+          f"{r.tolerance:g}); stored in {args.store}/{name}.json; use it with "
+          f"--switch-at auto --job-name {name}")
     return 0
 
 
@@ -195,10 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="runs/bench-switch")
     sw.add_argument("--trainers", type=int, default=4)
     sw.add_argument("--digits-examples", type=int, default=24_000)
-    sw.add_argument("--ctr-examples", type=int, default=300_000)
-    sw.add_argument("--share", type=float, default=0.25, help="BSP share of the switch plan")
+    sw.add_argument("--ctr-examples", type=int, default=200_000)
+    sw.add_argument("--ctr-trainers", type=int, default=2)
+    sw.add_argument("--share", type=float, default=0.5,
+                    help="BSP share of the digits switch plan (the quota of the online policies)")
     sw.add_argument("--repeats", type=int, default=3)
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
+    sw.add_argument("--no-digits", action="store_true", help="ctr only")
     sw.set_defaults(func=_bench_switch)
     faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
                               "next to the same run uninterrupted")
@@ -206,6 +236,22 @@ def build_parser() -> argparse.ArgumentParser:
     faults.add_argument("--examples", type=int, default=400_000, help="examples per run")
     faults.add_argument("--repeats", type=int, default=2)
     faults.set_defaults(func=_bench_faults)
+    switch = sub.add_parser("switch", help="Sync-Switch tools").add_subparsers(
+        dest="switch_cmd", required=True)
+    ss = switch.add_parser(
+        "search", help="find the smallest BSP share that keeps full BSP's metric",
+        description="Run the job at full BSP, then with the BSP share halving from 50%%, "
+        "SEEDS runs per point; keep the smallest share whose mean final metric is within "
+        "--tolerance of full BSP's (accuracy: absolute; NE: relative). Later runs use it with "
+        "--sync switch --switch-at auto --job-name NAME.")
+    ss.add_argument("--config", metavar="JOB.toml", help="the job (as `train --config` reads)")
+    ss.add_argument("--name", help="name to store the result under (default: the file's stem)")
+    ss.add_argument("--tolerance", type=float, default=0.005)
+    ss.add_argument("--seeds", type=int, default=2, help="runs per point (R)")
+    ss.add_argument("--min-share", type=float, default=1 / 16)
+    ss.add_argument("--store", default="runs/switch-search")
+    ss.add_argument("--out", help="where the runs go (default: runs/switch-search-NAME)")
+    ss.set_defaults(func=_switch_search)
     data_bench = bench.add_parser("data", help="TSV conversion and cache reader speed")
     data_bench.add_argument("--out", default="runs/bench-data")
     data_bench.add_argument("--lines", type=int, default=500_000)

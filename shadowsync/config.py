@@ -115,6 +115,20 @@ class TrainConfig:
     switch_scale_lr: bool = _opt(
         True, "ASP steps use --lr / (trainers x workers): BSP's global batch at --lr becomes "
         "one worker's batch at --lr / n")
+    switch_compensate_momentum: bool = _opt(
+        True, "ASP steps run at momentum max(0, m - (1 - 1/n)): asynchrony adds about 1 - 1/n")
+    switch_policy: str = _opt(
+        "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
+        "one lasts; elastic: only once it lasted --switch-patience s)",
+        ("plan", "greedy", "elastic"))
+    switch_detector: str = _opt(
+        "k=1.5,m=3,window=5", "straggler: window mean step time > k x the others' median for m "
+        "windows of `window` steps")
+    switch_patience: float = _opt(1.0, "seconds a straggler must last before elastic switches")
+    switch_at: str | None = _opt(
+        None, "BSP share of the plan: a number, or 'auto' for what `shadowsync switch search` "
+        "stored under --job-name")
+    job_name: str | None = _opt(None, "name a recurring job's search result is stored under")
     straggler: str | None = _opt(
         None, "slow one trainer down: trainer=ID,slowdown=3,start=S,duration=D (seconds)")
     # network
@@ -192,6 +206,13 @@ class TrainConfig:
             from shadowsync.runners.switch.plan import SwitchPlan
 
             SwitchPlan.parse(self.switch_plan)
+            from shadowsync.runners.switch.detector import DetectorConfig
+
+            DetectorConfig.parse(self.switch_detector)
+            if self.switch_at is not None:
+                from shadowsync.runners.switch.search import resolve_share
+
+                resolve_share(self.switch_at, self.job_name)
         if not 0 < self.elastic_alpha <= 1:
             raise UserError(f"--elastic-alpha must be in (0, 1], got {self.elastic_alpha}")
         self.sync_interval_s()

@@ -31,7 +31,7 @@ def test_switch_in_place_keeps_every_trainer_identical(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_asp_divergence_is_one_clear_line(tmp_path):
-    res = run_cli(["train", *TINY, "--sync", "asp", "--optimizer", "sgd", "--lr", "30",
+    res = run_cli(["train", *TINY, "--sync", "asp", "--optimizer", "sgd", "--lr", "3000",
                    "--warmup-steps", "0", "--out", str(tmp_path / "run")], timeout=180)
     assert res.returncode == 2
     assert res.leftover == []

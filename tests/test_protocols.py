@@ -163,8 +163,10 @@ def test_worker_hook_follows_global_progress_through_a_switch():
                                 workers=1, scale_lr=True)
     hook = ProtocolHook(settings)
     server = DenseServer()
-    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1)
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1,
+                        schedule=settings.schedule(4), budget=4)
     hook.client, hook.budget = InProcessClient(server), 4
+    hook.mode, hook.next_phase = server.mode("dense")
     param = [torch.zeros(1)]
     outs = [hook.push(torch.tensor([1.0]), param).item() for _ in range(4)]
     # BSP: v = 1, w = -1; v = 1.5, w = -2.5. Switch with momentum zeroed: v = 1, w = -3.5;

@@ -20,10 +20,25 @@ from typing import Any
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
 from shadowsync.config import TrainConfig
 
-PROTOCOLS = ("bsp", "asp", "switch")
-DIGITS_LR = 0.1  # the BSP learning rate; ASP and the switch's ASP phase run at lr / trainers
+# Variant -> (--sync, --switch-policy, straggler on). The switch without a straggler follows
+# the offline plan; under the straggler the offline plan and both online policies run.
+VARIANTS: dict[str, tuple[str, str, bool]] = {
+    "bsp": ("bsp", "plan", False), "ddp": ("ddp", "plan", False),
+    "asp": ("asp", "plan", False), "switch": ("switch", "plan", False),
+    "bsp+straggler": ("bsp", "plan", True), "switch+straggler": ("switch", "plan", True),
+    "greedy+straggler": ("switch", "greedy", True),
+    "elastic+straggler": ("switch", "elastic", True),
+}
+CTR_VARIANTS = ("bsp", "asp", "switch", "bsp+straggler", "greedy+straggler")
+# digits: BSP at lr 0.1 with momentum 0.9 (global batch 4 x 32); ASP steps at lr 0.1 / 4 with
+# momentum compensated to 0.15 (`switch.configure`). Chosen where ASP alone ends visibly below
+# BSP and the 50% BSP share matches it (an in-process sweep over 6 seeds: 25% lost about 2.5
+# points, 50% about 0.5).
+DIGITS_LR = 0.1
+DIGITS_SHARE = 0.5
 DIGITS_TARGET = 0.95  # accuracy for time-to-target
 CTR_TARGET_NE = 0.95
+CTR_SHARE = 0.25
 
 
 def digits_job(trainers: int, examples: int, share: float) -> TrainConfig:
@@ -53,8 +68,7 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     return {"train_s": s["train_s"], "metric": s[f"eval_{metric}"], "examples": s["examples"],
             "curve": curve, "switches": len(switches),
             "switch_cost_s": [w["cost_s"] for w in switches],
-            "params_identical": all(w["params_identical"] for w in switches
-                                    if w["from"] == "bsp"),
+            "params_identical": all(w["params_identical"] for w in switches),
             "staleness_mean": s.get("staleness", {}).get("staleness_mean")}
 
 
@@ -65,89 +79,122 @@ def time_to(curve: list[tuple[float, float]], target: float, higher: bool) -> fl
     return None
 
 
-def bench_task(root: Path, task: str, base: TrainConfig, repeats: int) -> dict[str, Any]:
+def spread(runs: list[dict[str, Any]], variant: str, key: str) -> list[float] | None:
+    """[min, max] over the repeats."""
+    values = [r[key] for r in runs if r["variant"] == variant and r.get(key) is not None]
+    return [min(values), max(values)] if values else None
+
+
+def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
+               names: tuple[str, ...]) -> dict[str, Any]:
     metric = "accuracy" if task == "digits" else "ne"
     higher = task == "digits"
     target = DIGITS_TARGET if higher else CTR_TARGET_NE
     counter = iter(range(10**6))
     window: dict[str, str] = {}
 
-    def go(protocol: str, straggler: bool) -> Any:
+    def go(variant: str) -> Any:
+        sync, policy, straggler = VARIANTS[variant]
+
         def run() -> dict[str, Any]:
-            cfg = replace(base, sync=protocol, straggler=window["spec"] if straggler else None)
-            name = f"{protocol}{'-straggler' if straggler else ''}-{next(counter)}"
-            r = run_job(cfg, root / task / name, metric)
-            if protocol == "bsp" and not straggler and "spec" not in window:
+            cfg = replace(base, sync=sync, switch_policy=policy,
+                          straggler=window["spec"] if straggler else None)
+            r = run_job(cfg, root / task / f"{variant.replace('+', '-')}-{next(counter)}",
+                        metric)
+            if variant == "bsp" and "spec" not in window:
                 t = r["train_s"]  # the middle half of the straggler-free BSP run
                 window["spec"] = f"trainer=1,slowdown=3,start={t / 4:.2f},duration={t / 2:.2f}"
             r["time_to_target_s"] = time_to(r["curve"], target, higher)
             return r
         return run
 
-    variants = {p: go(p, False) for p in PROTOCOLS}  # bsp first: it places the window
-    variants.update({f"{p}+straggler": go(p, True) for p in PROTOCOLS})
+    variants = {v: go(v) for v in names}  # bsp first: it places the straggler's window
     runs = interleaved(variants, repeats, f"bench switch: {task}")
-    med = {v: {k: median_of(runs, v, k) for k in ("train_s", "metric", "time_to_target_s")}
-           for v in variants}
+    keys = ("train_s", "metric", "time_to_target_s")
+    med = {v: {k: median_of(runs, v, k) for k in keys} for v in variants}
+    spreads = {v: {k: spread(runs, v, k) for k in keys} for v in variants}
     costs = [c for r in runs for c in r["switch_cost_s"]]
-    return {"runs": runs, "medians": med, "metric": metric, "target": target,
-            "straggler": window.get("spec"),
+    return {"runs": runs, "medians": med, "spreads": spreads, "metric": metric,
+            "target": target, "straggler": window.get("spec"),
             "switch_overhead_s": statistics.mean(costs) if costs else None,
+            "switch_overhead_max_s": max(costs) if costs else None,
+            "switches": {v: median_of(runs, v, "switches") for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
 
 
 def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
+    """Sync-Switch under the straggler is the greedy online policy; the offline plan's and
+    elastic's figures come alongside where they ran."""
     m = res["medians"]
 
+    def base(v: str) -> str:  # what a variant is compared with
+        return "bsp+straggler" if "straggler" in v else "bsp"
+
     def t(v: str) -> float:
-        return m[v]["train_s"]
+        return m[v]["train_s"] / m[base(v)]["train_s"]
 
     def q(v: str) -> float:
-        return m[v]["metric"]
+        b = base(v)
+        if res["metric"] == "accuracy":  # differences in accuracy points
+            return 100.0 * (m[v]["metric"] - m[b]["metric"])
+        return m[v]["metric"] / m[b]["metric"]  # NE ratios (lower is better)
 
-    if res["metric"] == "accuracy":  # differences in accuracy points
-        def d(a: str, b: str) -> float:
-            return 100.0 * (q(a) - q(b))
-        names = ("acc_minus_bsp", d)
-    else:  # NE ratios (lower is better)
-        def d(a: str, b: str) -> float:
-            return q(a) / q(b)
-        names = ("ne_vs_bsp", d)
-    key, f = names
-    return {
-        f"switch_time_vs_bsp{suffix}": t("switch") / t("bsp"),
-        f"switch_{key}{suffix}": f("switch", "bsp"),
-        f"asp_{key}{suffix}": f("asp", "bsp"),
-        f"asp_time_vs_bsp{suffix}": t("asp") / t("bsp"),
-        f"switch_time_vs_bsp_straggler{suffix}": t("switch+straggler") / t("bsp+straggler"),
-        f"switch_{key}_straggler{suffix}": f("switch+straggler", "bsp+straggler"),
-        f"switch_overhead_s{suffix}": res["switch_overhead_s"],
+    key = "acc_minus_bsp" if res["metric"] == "accuracy" else "ne_vs_bsp"
+    out: dict[str, float | None] = {
+        f"switch_time_vs_bsp{suffix}": t("switch"),
+        f"switch_{key}{suffix}": q("switch"),
+        f"asp_{key}{suffix}": q("asp"),
+        f"asp_time_vs_bsp{suffix}": t("asp"),
+        f"switch_time_vs_bsp_straggler{suffix}": t("greedy+straggler"),
+        f"switch_{key}_straggler{suffix}": q("greedy+straggler"),
     }
+    for v, name in (("ddp", "ddp"), ("switch+straggler", "offline"),
+                    ("elastic+straggler", "elastic")):
+        if v in m:
+            out[f"{name}_time_vs_bsp{'_straggler' if 'straggler' in v else ''}{suffix}"] = t(v)
+            if name != "ddp":
+                out[f"{name}_{key}_straggler{suffix}"] = q(v)
+    out[f"switch_overhead_s{suffix}"] = res["switch_overhead_s"]
+    return out
 
 
 def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
-                     ctr_examples: int = 300_000, share: float = 0.25, repeats: int = 3,
-                     ctr: bool = True) -> dict[str, Any]:
+                     ctr_examples: int = 200_000, share: float = DIGITS_SHARE,
+                     repeats: int = 3, ctr: bool = True, ctr_trainers: int = 2,
+                     ctr_share: float = CTR_SHARE, digits: bool = True) -> dict[str, Any]:
     root = Path(out)
-    results = {"digits": bench_task(root, "digits",
-                                    digits_job(trainers, digits_examples, share), repeats)}
-    ratios = ratios_of(results["digits"], "")
+    results: dict[str, Any] = {}
+    ratios: dict[str, float | None] = {}
+    if digits:
+        results["digits"] = bench_task(root, "digits",
+                                       digits_job(trainers, digits_examples, share), repeats,
+                                       tuple(VARIANTS))
+        ratios.update(ratios_of(results["digits"], ""))
     if ctr:
-        results["ctr"] = bench_task(root, "ctr", ctr_job(trainers, ctr_examples, share), repeats)
+        results["ctr"] = bench_task(root, "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share),
+                                    repeats, CTR_VARIANTS)
         ratios.update(ratios_of(results["ctr"], "_ctr"))
     runs = [{"task": task, **r} for task, res in results.items() for r in res["runs"]]
     extra = {"trainers": trainers, "share": share, "repeats": repeats,
-             "digits_lr": DIGITS_LR, "digits_examples": digits_examples,
-             **({"ctr_examples": ctr_examples} if ctr else {}),
+             **({"digits_lr": DIGITS_LR, "digits_examples": digits_examples} if digits else {}),
+             **({"ctr_examples": ctr_examples, "ctr_trainers": ctr_trainers,
+                 "ctr_share": ctr_share} if ctr else {}),
              "medians": {t: r["medians"] for t, r in results.items()},
+             "spreads": {t: r["spreads"] for t, r in results.items()},
+             "switches": {t: r["switches"] for t, r in results.items()},
              "straggler": {t: r["straggler"] for t, r in results.items()},
+             "switch_overhead_max_s": {t: r["switch_overhead_max_s"]
+                                       for t, r in results.items()},
              "params_identical_at_every_switch": all(
                  r["params_identical_at_every_switch"] for r in results.values())}
     for task, res in results.items():
-        print(f"\n{task}: eval {res['metric']} (median of {repeats})")
-        print_table([[v, m["train_s"], m["metric"], m["time_to_target_s"]]
+        print(f"\n{task}: eval {res['metric']}, median [min, max] of {repeats}")
+        print_table([[v, m["train_s"], _range(res["spreads"][v]["train_s"]), m["metric"],
+                      _range(res["spreads"][v]["metric"]), m["time_to_target_s"],
+                      res["switches"][v]]
                      for v, m in res["medians"].items()],
-                    ["variant", "train s", res["metric"], f"s to {res['target']}"])
+                    ["variant", "train s", "range", res["metric"], "range",
+                     f"s to {res['target']}", "switches"])
     print()
     print_table([[k, v if v is not None else "n/a"] for k, v in ratios.items()],
                 ["ratio", "value"])
@@ -157,6 +204,10 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
     return {"ratios": ratios, **extra}
 
 
+def _range(r: list[float] | None) -> str:
+    return "n/a" if r is None else f"{r[0]:.3f}-{r[1]:.3f}"
+
+
 def plot_switch_bench(root: Path, results: dict[str, Any]) -> None:
     import matplotlib
 
@@ -164,12 +215,15 @@ def plot_switch_bench(root: Path, results: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(results), 2, figsize=(12, 4.2 * len(results)), squeeze=False)
-    colors = {"bsp": "tab:blue", "asp": "tab:orange", "switch": "tab:green"}
+    colors = {"bsp": "tab:blue", "ddp": "tab:purple", "asp": "tab:orange",
+              "switch": "tab:green", "greedy": "tab:red", "elastic": "tab:brown"}
     for row, (task, res) in enumerate(results.items()):
         for col, straggler in enumerate((False, True)):
             ax = axes[row][col]
-            for p in PROTOCOLS:
-                v = f"{p}+straggler" if straggler else p
+            for v in res["medians"]:
+                if ("straggler" in v) != straggler:
+                    continue
+                p = v.split("+")[0]
                 first = next((r for r in res["runs"] if r["variant"] == v and r["curve"]), None)
                 if first:
                     ax.plot(*zip(*first["curve"]), "o-", color=colors[p], label=p)

@@ -56,8 +56,8 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
              dense_servers=True, lockstep=True),
     SyncMode("asp", "asynchronous steps on dense parameter servers", PROTOCOL,
              dense_servers=True),
-    SyncMode("switch", "BSP and ASP in turn, by --switch-plan (Sync-Switch)", PROTOCOL,
-             dense_servers=True, lockstep=True),
+    SyncMode("switch", "Sync-Switch: BSP and ASP in turn (--switch-plan, --switch-policy)",
+             PROTOCOL, dense_servers=True, lockstep=True),
 ]}
 
 SYNC_CHOICES = tuple(MODES)

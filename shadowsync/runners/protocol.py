@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import statistics
 import time
 import warnings
 from collections import Counter
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -33,10 +35,15 @@ from torch.nn.utils import parameters_to_vector
 from shadowsync.runners.base import SyncRunner, WorkerHook
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
+from shadowsync.runners.switch.detector import DetectorConfig
+from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
 from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.runners.switch.schedule import Schedule
+from shadowsync.runners.switch.search import resolve_share, with_bsp_share
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
+log = logging.getLogger(__name__)
 
 
 def load_flat(vec: torch.Tensor, params: Any) -> None:
@@ -59,7 +66,10 @@ class ProtocolSettings:
     """What every worker needs to know to push its gradients; picklable."""
 
     def __init__(self, plan: SwitchPlan, servers: int, numel: int, optimizer: str, lr: float,
-                 momentum: float, momentum_policy: str, workers: int, scale_lr: bool) -> None:
+                 momentum: float, momentum_policy: str, workers: int, scale_lr: bool,
+                 compensate: bool = False, policy: str = "plan",
+                 detector: DetectorConfig | None = None,
+                 patience_s: float = DEFAULT_PATIENCE_S) -> None:
         self.plan = plan
         self.servers = servers
         self.numel = numel
@@ -69,6 +79,13 @@ class ProtocolSettings:
         self.momentum_policy = momentum_policy
         self.workers = workers  # every worker of every trainer: n of BSP
         self.scale_lr = scale_lr
+        self.compensate = compensate  # ASP momentum lowered by asynchrony's implicit share
+        self.policy = policy  # plan | greedy | elastic
+        self.detector = detector or DetectorConfig()
+        self.patience_s = patience_s
+
+    def schedule(self, budget: int) -> Schedule:
+        return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s)
 
 
 class ServerStepper:
@@ -95,12 +112,13 @@ class ServerStepper:
 
 
 class ProtocolHook(WorkerHook):
-    """A worker's side of the protocol. Progress is global: the servers count the gradients
-    they have applied, and the plan's phases and the end of training are fractions of the
-    job's budget (every worker's planned steps together). Under BSP every worker gets the
-    same reply, so all of them change phase at the same step; under ASP a fast worker takes
-    more steps than a slow one (its data wraps around), so a straggler does not hold the job
-    back, as in Sync-Switch's ASP."""
+    """A worker's side of the protocol. The dense server holding shard 0 decides which
+    protocol runs (`switch.schedule`: the offline plan from global progress, or an online
+    policy from every trainer's pace) and names it in every reply, so all workers of a BSP
+    step change protocol on the same step. Progress is global: the servers count the
+    gradients they have applied against the job's budget (every worker's planned steps
+    together) and say when it is spent. Under ASP a fast worker takes more steps than a slow
+    one (its data wraps around), so a straggler does not hold the job back."""
 
     endless_data = True
 
@@ -111,17 +129,24 @@ class ProtocolHook(WorkerHook):
         self.applied = 0  # gradients applied on the servers, as of the last reply
         self.version = 0
         self.pushes = 0
-        self.phase = 0
+        self.mode = settings.plan.phases[0].mode  # of the next push, as the servers said
+        self.next_phase = 0
+        self.phase = 0  # of the last push
         self.phase_pushes = 0  # this worker's pushes in the current phase
+        self.done = False
+        self.trainer = 0
         self.location = ""
         self.shared: list[torch.Tensor] | None = None
         self._blocked = 0.0
+        self._last_reply = 0.0
         self._staleness: Counter[int] = Counter()
         self._switches: list[dict[str, Any]] = []
         self._push_s: list[float] = []  # round trips of the current phase
+        self._compute_s: list[float] = []
 
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
         self.budget = steps * self.s.workers
+        self.trainer = trainer
         self.location = f"trainer {trainer} worker {worker}"
         # Worker 0 keeps the trainer's shared copy current, so evaluations during training
         # see what the servers hold.
@@ -129,9 +154,10 @@ class ProtocolHook(WorkerHook):
         replica = copy.deepcopy(model)  # a private replica: one parameter-server worker
         self.client = TrainedTensorClient(KEY, self.s.servers, self.s.numel)
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
-                         self.s.workers)
+                         self.s.workers, self.s.schedule(self.budget), self.budget)
         params, self.version, self.applied = self.client.params()
-        self.phase = self.s.plan.phase_at(self.applied, self.budget)
+        self.mode, self.next_phase = self.client.mode()
+        self.phase = self.next_phase
         load_flat(params, replica.parameters())
         return replica
 
@@ -142,62 +168,72 @@ class ProtocolHook(WorkerHook):
         return ServerStepper(self, optimizer)
 
     def finished(self) -> bool:
-        return self.applied >= self.budget
+        return self.done
 
     def push(self, grad: torch.Tensor, params: list[torch.Tensor],
              lr_scale: float = 1.0) -> torch.Tensor:
         s = self.s
-        phase = s.plan.phase_at(self.applied, self.budget)
-        if phase != self.phase:
-            self._begin_switch(phase, params)
-        mode = s.plan.phases[phase].mode
-        cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
-                            self.phase_pushes, after_switch=phase > 0, scale_lr=s.scale_lr)
         t0 = time.perf_counter()
-        reply = self.client.push(grad, Push(mode, self.version, phase, cfg.lr, cfg.momentum,
-                                            cfg.reset_momentum))
-        took = time.perf_counter() - t0
+        compute = t0 - self._last_reply if self._last_reply else 0.0
+        if self.next_phase != self.phase:
+            self._begin_switch(params)
+        mode = self.mode
+        cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
+                            self.phase_pushes, after_switch=self.phase > 0, scale_lr=s.scale_lr,
+                            compensate=s.compensate)
+        reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
+                                            cfg.reset_momentum, self.trainer, compute))
+        self._last_reply = time.perf_counter()
+        took = self._last_reply - t0
         if self.phase_pushes == 0 and self._switches:
-            self._end_switch(took)
+            self._end_switch(took, reply.params)
         self._push_s.append(took)
+        if compute:
+            self._compute_s.append(compute)
         self._blocked += took
         self._staleness[reply.staleness] += 1
-        self.version, self.applied = reply.version, reply.applied
+        self.version, self.applied, self.done = reply.version, reply.applied, reply.done
+        self.mode, self.next_phase = reply.mode, reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
         self.pushes += 1
         self.phase_pushes += 1
         return reply.params
 
-    def _begin_switch(self, phase: int, params: list[torch.Tensor]) -> None:
-        plan = self.s.plan
+    def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({
-            "phase": phase, "from": plan.phases[self.phase].mode, "to": plan.phases[phase].mode,
-            "step": self.pushes, "applied": self.applied, "wall_time": time.time(),
-            "where": self.location,
+            "phase": self.next_phase, "from": "asp" if self.mode == "bsp" else "bsp",
+            "to": self.mode, "step": self.pushes, "applied": self.applied,
+            "wall_time": time.time(), "where": self.location,
             "params_digest": params_digest(parameters_to_vector(params)),
             "push_s_before": statistics.median(self._push_s) if self._push_s else 0.0,
         })
-        self.phase, self.phase_pushes, self._push_s = phase, 0, []
+        self.phase, self.phase_pushes, self._push_s = self.next_phase, 0, []
 
-    def _end_switch(self, first_push_s: float) -> None:
+    def _end_switch(self, first_push_s: float, params: torch.Tensor) -> None:
         sw = self._switches[-1]
         sw["first_push_s"] = first_push_s
         # What the switch cost this worker: how much longer its first step under the new
-        # protocol waited than a typical step of the old one (BSP -> ASP: nothing).
+        # protocol waited than a typical step of the old one (BSP -> ASP: nothing; ASP -> BSP:
+        # the wait for the slowest worker to join the first BSP step).
         sw["cost_s"] = max(0.0, first_push_s - sw["push_s_before"])
+        if sw["to"] == "bsp":  # the workers agree once the first BSP step is done
+            sw["params_digest"] = params_digest(params)
 
     def step(self) -> float:
         blocked, self._blocked = self._blocked, 0.0
         return blocked
 
     def where(self) -> str:
-        return f" under {self.s.plan.phases[self.phase].mode.upper()}"
+        return f" under {self.mode.upper()}"
 
     def report(self) -> dict[str, Any]:
         out = {"staleness": dict(self._staleness), "switches": self._switches,
-               "pushes": self.pushes}
-        self._staleness, self._switches = Counter(), []
+               "pushes": self.pushes, "compute_s": self._compute_s}
+        self._staleness, self._compute_s = Counter(), []
+        # a switch is reported once its first step is done (cost and digest known)
+        self._switches = [sw for sw in self._switches if "cost_s" not in sw]
+        out["switches"] = [sw for sw in out["switches"] if "cost_s" in sw]
         return out
 
 
@@ -249,14 +285,24 @@ class ProtocolRunner(SyncRunner):
         for m in everyone:
             hist.update({int(k): v for k, v in m.get("staleness_hist", {}).items()})
             switches.extend(m.get("switches", []))
+        grouped = group_switches(switches, self.server_switches)
+        for s in grouped:
+            why = f", stragglers {s['stragglers']}" if s["stragglers"] else ""
+            at = time.strftime("%H:%M:%S", time.localtime(s["wall_time"]))
+            log.info("switch %d: %s -> %s at step %d (%s.%03d), cost %.4fs, parameters %s%s",
+                     s["phase"], s["from"].upper(), s["to"].upper(), s["step"], at,
+                     int(s["wall_time"] % 1 * 1000), s["cost_s"],
+                     "identical" if s["params_identical"] else "DIFFER", why)
         return {"staleness": {**staleness_summary(hist), "hist": dict(sorted(hist.items()))},
-                "switches": group_switches(switches, self.server_switches)}
+                "switches": grouped}
 
     def describe(self) -> dict[str, Any]:
         s = self.spec
         return {"plan": str(s.plan), "optimizer": s.optimizer, "lr": s.lr,
                 "momentum": s.momentum, "switch_momentum": s.momentum_policy,
-                "scale_lr": s.scale_lr, "ps_workers": s.workers, "dense_servers": s.servers}
+                "scale_lr": s.scale_lr, "compensate_momentum": s.compensate,
+                "policy": s.policy, "detector": asdict(s.detector),
+                "patience_s": s.patience_s, "ps_workers": s.workers, "dense_servers": s.servers}
 
 
 def staleness_summary(hist: Counter[int]) -> dict[str, Any]:
@@ -284,7 +330,8 @@ def group_switches(events: list[dict[str, Any]],
             "workers": len(es), "params_identical": len(digests) == 1,
             "params_digests": digests,
             "cost_s": max(e.get("cost_s", 0.0) for e in es) + srv.get("server_s", 0.0),
-            "server_s": srv.get("server_s"),
+            "server_s": srv.get("server_s"), "decided_at": srv.get("wall_time"),
+            "stragglers": srv.get("stragglers", []),
         })
     return out
 
@@ -292,10 +339,19 @@ def group_switches(events: list[dict[str, Any]],
 def protocol_runner(ctx: Any) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
-    plan = SwitchPlan.parse(cfg.switch_plan) if cfg.sync == "switch" \
-        else SwitchPlan.single(cfg.sync)
+    if cfg.sync != "switch":
+        plan = SwitchPlan.single(cfg.sync)
+    elif cfg.switch_at is not None:
+        plan = with_bsp_share(SwitchPlan.parse(cfg.switch_plan),
+                              resolve_share(cfg.switch_at, cfg.job_name))
+    else:
+        plan = SwitchPlan.parse(cfg.switch_plan)
     numel = sum(p.numel() for p in ctx.model.parameters())
     settings = ProtocolSettings(plan, cfg.dense_servers or 0, numel, cfg.optimizer, cfg.lr,
                                 cfg.momentum, cfg.switch_momentum,
-                                cfg.trainers * cfg.workers, cfg.switch_scale_lr)
+                                cfg.trainers * cfg.workers, cfg.switch_scale_lr,
+                                compensate=cfg.switch_compensate_momentum,
+                                policy=cfg.switch_policy if cfg.sync == "switch" else "plan",
+                                detector=DetectorConfig.parse(cfg.switch_detector),
+                                patience_s=cfg.switch_patience)
     return ProtocolRunner(settings, ctx.model, cfg.sync)

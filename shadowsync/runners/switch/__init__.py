@@ -1,3 +1,4 @@
 """Sync-Switch policies (Li, Mangoubi, Xu, Guo, "Sync-Switch: Hybrid Parameter Synchronization
 for Distributed Deep Learning", ICDCS 2021, arXiv 2104.08364): which protocol runs when
-(`plan`), and with what settings once it does (`configure`)."""
+(`plan` offline, `detector` + `greedy` / `elastic` online, decided in `schedule`), with what
+settings once it does (`configure`), and the offline search for the BSP share (`search`)."""

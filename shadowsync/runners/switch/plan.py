@@ -1,10 +1,11 @@
 """Protocol order: which protocol each step of a run uses (`--switch-plan`).
 
-A plan is a sequence of phases, "bsp:0.1,asp" = BSP for the first 10% of every worker's steps,
+A plan is a sequence of phases, "bsp:0.1,asp" = BSP for the first 10% of the job's gradients,
 then ASP. Sync-Switch found BSP first, then ASP, 1.2 to 2.9 accuracy points better than the
 reverse (Li et al., ICDCS 2021, arXiv 2104.08364, protocol policy); any order is accepted.
-Phases are counted in each worker's own steps, and in a plan with a BSP phase every worker
-takes the same number of steps, so all workers enter a BSP phase at the same global step.
+Phases are fractions of the job's budget of gradients, counted on the dense servers, where
+`schedule` turns the plan into each step's protocol; the online policies take the plan's BSP
+share as their BSP quota.
 """
 
 from __future__ import annotations

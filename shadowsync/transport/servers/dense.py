@@ -34,12 +34,14 @@ from shadowsync.transport.layout import ClusterLayout
 class Push:
     """One worker's gradient and how the server should apply it."""
 
-    mode: str  # "bsp" or "asp"
+    mode: str  # "bsp" or "asp": the protocol the server's last reply named
     grad_version: int  # the version of the parameters the gradient was computed on
-    phase: int  # index of the plan phase the worker is in; a higher one starts a switch
+    phase: int  # index of the protocol phase the worker is in; a higher one starts a switch
     lr: float
     momentum: float
     reset_momentum: bool  # at the first push of a new phase: forget the old momentum
+    trainer: int = 0
+    compute_s: float = 0.0  # the worker's time from its previous reply to this push
 
 
 @dataclass
@@ -48,6 +50,9 @@ class Reply:
     version: int
     staleness: int
     applied: int  # gradients applied so far (BSP: n per step), the job's global progress
+    mode: str = "bsp"  # the protocol of the worker's next step
+    phase: int = 0  # and its phase index (one more at every switch)
+    done: bool = False  # the budget is spent: the worker stops
 
 
 @dataclass
@@ -57,11 +62,25 @@ class TrainedTensor:
     state: ServerState
     optimizer: str
     bsp: BulkSynchronous
+    schedule: Any = None  # decides the next protocol (`runners.switch.schedule.Schedule`)
+    budget: int = 0  # gradients the job applies in all; 0: no end known here
     applied: int = 0
-    phase: int = 0
+    bsp_applied: int = 0
+    phase: int = 0  # the phase whose pushes are being applied (momentum reset on entry)
+    mode: str = "bsp"  # the decision: the protocol of the next step, and its phase
+    decided_phase: int = 0
+    bsp_at_switch: int = 0  # bsp_applied when the last switch was decided
     waiting: list[torch.futures.Future] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     switches: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.budget > 0 and self.applied >= self.budget
+
+    def reply(self, staleness: int) -> Reply:
+        return Reply(self.state.params.clone(), self.state.version, staleness, self.applied,
+                     self.mode, self.decided_phase, self.done)
 
 
 class DenseServer:
@@ -95,11 +114,15 @@ class DenseServer:
             self.init(key, value)
 
     # -- parameters trained by protocol --
-    def init_trained(self, key: str, value: torch.Tensor, optimizer: str, workers: int) -> None:
+    def init_trained(self, key: str, value: torch.Tensor, optimizer: str, workers: int,
+                     schedule: Any = None, budget: int = 0) -> None:
         with self._create:
             if key not in self.trained:
-                self.trained[key] = TrainedTensor(ServerState(value.clone()), optimizer,
-                                                  BulkSynchronous(workers))
+                t = TrainedTensor(ServerState(value.clone()), optimizer,
+                                  BulkSynchronous(workers), schedule, budget)
+                if schedule is not None:
+                    t.mode = schedule.first_mode()
+                self.trained[key] = t
 
     def params(self, key: str) -> tuple[torch.Tensor, int, int]:
         """Parameters, version and gradients applied."""
@@ -107,44 +130,85 @@ class DenseServer:
         with t.lock:
             return t.state.params.clone(), t.state.version, t.applied
 
+    def mode(self, key: str) -> tuple[str, int]:
+        """The protocol of the next step and its phase index."""
+        t = self.trained[key]
+        with t.lock:
+            return t.mode, t.decided_phase
+
     def push(self, key: str, grad: torch.Tensor, push: Push) -> torch.futures.Future:
-        """Apply or hold `grad`; the Future completes with a `Reply`."""
+        """Apply or hold `grad`; the Future completes with a `Reply`.
+
+        Once the budget is spent every push, and every BSP push still held, is answered at
+        once with the final parameters: a worker that entered a BSP step nobody else will
+        join (the others saw the end first) is never left waiting."""
         t = self.trained[key]
         fut: torch.futures.Future = torch.futures.Future()
+        release: list[torch.futures.Future] = []
         with t.lock:
+            if t.done:
+                fut.set_result(t.reply(0))
+                return fut
+            if t.schedule is not None:
+                t.schedule.observe(push.trainer, push.compute_s)
             if push.phase > t.phase:
-                self._switch(t, push)
+                self._enter_phase(t, push)
             if push.mode == "asp":
                 staleness = Asynchronous.staleness(t.state.version, push.grad_version)
                 apply_update(t.state, grad, t.optimizer, push.lr, push.momentum)
                 t.applied += 1
-                fut.set_result(Reply(t.state.params.clone(), t.state.version, staleness,
-                                     t.applied))
-                return fut
-            if push.mode != "bsp":
+                self._decide(t)
+                fut.set_result(t.reply(staleness))
+                if t.done:
+                    release, t.waiting = t.waiting, []
+            elif push.mode == "bsp":
+                t.waiting.append(fut)
+                mean = t.bsp.offer(grad)
+                if mean is None:
+                    return fut
+                staleness = t.state.version - push.grad_version
+                apply_update(t.state, mean, t.optimizer, push.lr, push.momentum)
+                t.applied += t.bsp.workers
+                t.bsp_applied += t.bsp.workers
+                self._decide(t)
+                reply = t.reply(staleness)
+                release, t.waiting = t.waiting, []
+            else:
                 raise ValueError(f"unknown protocol {push.mode!r}")
-            t.waiting.append(fut)
-            mean = t.bsp.offer(grad)
-            if mean is None:
-                return fut
-            staleness = t.state.version - push.grad_version
-            apply_update(t.state, mean, t.optimizer, push.lr, push.momentum)
-            t.applied += t.bsp.workers
-            reply = Reply(t.state.params.clone(), t.state.version, staleness, t.applied)
-            waiting, t.waiting = t.waiting, []
-        for f in waiting:
-            f.set_result(reply)
+            final = t.reply(0)
+        for f in release:
+            f.set_result(reply if push.mode == "bsp" else final)
         return fut
 
     @staticmethod
-    def _switch(t: TrainedTensor, push: Push) -> None:
+    def _decide(t: TrainedTensor) -> None:
+        """Between steps only: never while a BSP step is half collected, and not again after
+        a switch to BSP until its first step is done (a worker already told to join it
+        would otherwise wait for others told to stay in ASP)."""
+        if t.schedule is None or t.bsp.waiting or t.done:
+            return
+        if t.mode == "bsp" and t.bsp_applied == t.bsp_at_switch and t.decided_phase > 0:
+            return
+        mode = t.schedule.decide(t.applied, t.bsp_applied)
+        if mode != t.mode:
+            t.bsp_at_switch = t.bsp_applied
+            t.switches.append({"phase": t.decided_phase + 1, "from": t.mode, "to": mode,
+                               "applied": t.applied, "wall_time": time.time(),
+                               "stragglers": t.schedule.stragglers})
+            t.mode, t.decided_phase = mode, t.decided_phase + 1
+
+    @staticmethod
+    def _enter_phase(t: TrainedTensor, push: Push) -> None:
         t0 = time.perf_counter()
         t.phase = push.phase
         if push.reset_momentum:
             reset_momentum(t.state, t.optimizer)
-        t.switches.append({"phase": push.phase, "to": push.mode, "version": t.state.version,
-                           "wall_time": time.time(),
-                           "server_s": time.perf_counter() - t0})
+        server_s = time.perf_counter() - t0
+        entry = next((sw for sw in t.switches if sw["phase"] == push.phase), None)
+        if entry is None:  # decided elsewhere (a shard other than 0, or no schedule)
+            entry = {"phase": push.phase, "to": push.mode, "wall_time": time.time()}
+            t.switches.append(entry)
+        entry.update(version=t.state.version, server_s=server_s)
 
     def switches(self, key: str) -> list[dict[str, Any]]:
         return list(self.trained[key].switches)
@@ -166,8 +230,13 @@ def _add(key: str, delta: torch.Tensor) -> None:
     SERVER.add(key, delta)
 
 
-def _init_trained(key: str, value: torch.Tensor, optimizer: str, workers: int) -> None:
-    SERVER.init_trained(key, value, optimizer, workers)
+def _init_trained(key: str, value: torch.Tensor, optimizer: str, workers: int,
+                  schedule: Any = None, budget: int = 0) -> None:
+    SERVER.init_trained(key, value, optimizer, workers, schedule, budget)
+
+
+def _mode(key: str) -> tuple[str, int]:
+    return SERVER.mode(key)
 
 
 def _params(key: str) -> tuple[torch.Tensor, int, int]:
@@ -231,15 +300,23 @@ class TrainedTensorClient(_Sharded):
         super().__init__(key, servers, "--sync bsp / asp / switch")
         self.numel = numel
 
-    def init(self, value: torch.Tensor, optimizer: str, workers: int) -> None:
-        """Every worker may call it: the first call creates the parameters, the rest agree."""
-        self._call_all(_init_trained, optimizer, workers, value=value)
+    def init(self, value: torch.Tensor, optimizer: str, workers: int, schedule: Any = None,
+             budget: int = 0) -> None:
+        """Every worker may call it: the first call creates the parameters, the rest agree.
+        Only shard 0's `schedule` decides; the others apply what the pushes name."""
+        self._call_all(_init_trained, optimizer, workers, schedule, budget, value=value)
+
+    def mode(self) -> tuple[str, int]:
+        """The protocol of the next step and its phase index (decided on shard 0)."""
+        return rpc.rpc_sync(ClusterLayout.dense_name(0), _mode, args=(self.key,))
 
     def push(self, grad: torch.Tensor, push: Push) -> Reply:
         """Send a gradient; the parameters after it was applied (under BSP: after the step)."""
         replies = self._call_all(_push, push, value=grad)
-        return Reply(torch.cat([r.params for r in replies]), replies[0].version,
-                     max(r.staleness for r in replies), replies[0].applied)
+        first = replies[0]  # shard 0 decides the protocol
+        return Reply(torch.cat([r.params for r in replies]), first.version,
+                     max(r.staleness for r in replies), first.applied, first.mode,
+                     first.phase, any(r.done for r in replies))
 
     def params(self) -> tuple[torch.Tensor, int, int]:
         """The current parameters, their version and the gradients applied (first shard)."""

@@ -1,0 +1,58 @@
+"""Which protocol the job runs next: the one place that decides, on the dense server that
+holds shard 0 of the parameters (it sees every gradient, so it sees every trainer's pace;
+each trainer's runner sees only its own workers).
+
+- `plan` (offline): the phases of `--switch-plan`, from the gradients applied so far;
+- `greedy` / `elastic` (online): the straggler detector (`detector`) and the policy
+  (`greedy`, `elastic`), with the plan's BSP share as the job's BSP quota.
+
+The server asks `decide` only between steps (never while a BSP step is half collected), and
+replies carry the decision, so every worker changes protocol on the same step. The object
+travels to the server by pickle and is driven there; it imports nothing from the server.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
+from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S, Elastic
+from shadowsync.runners.switch.greedy import Greedy
+from shadowsync.runners.switch.plan import SwitchPlan
+
+POLICIES = ("plan", "greedy", "elastic")
+
+
+class Schedule:
+    def __init__(self, plan: SwitchPlan, budget: int, policy: str = "plan",
+                 detector: DetectorConfig | None = None,
+                 patience_s: float = DEFAULT_PATIENCE_S) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown switch policy {policy!r}")
+        self.plan = plan
+        self.budget = budget
+        self.policy_name = policy
+        self.detector = StragglerDetector(detector) if policy != "plan" else None
+        quota = round(plan.share_of("bsp") * budget)
+        self.online: Any = (Greedy(quota) if policy == "greedy"
+                            else Elastic(quota, patience_s) if policy == "elastic" else None)
+
+    def first_mode(self) -> str:
+        return self.decide(0, 0)
+
+    def observe(self, trainer: int, compute_s: float) -> None:
+        """One step's compute time of one of `trainer`'s workers."""
+        if self.detector is not None:
+            self.detector.observe(trainer, compute_s)
+
+    @property
+    def stragglers(self) -> list[int]:
+        return self.detector.stragglers if self.detector is not None else []
+
+    def decide(self, applied: int, bsp_applied: int, now: float | None = None) -> str:
+        """The protocol from now on, after `applied` gradients (`bsp_applied` under BSP)."""
+        if self.online is None:
+            return self.plan.phases[self.plan.phase_at(applied, self.budget)].mode
+        return self.online.mode(bool(self.stragglers), bsp_applied,
+                                time.monotonic() if now is None else now)

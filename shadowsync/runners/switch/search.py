@@ -1,0 +1,142 @@
+"""The offline timing policy of Sync-Switch (Li, Mangoubi, Xu, Guo, ICDCS 2021, arXiv
+2104.08364): for a recurring job, find the smallest BSP share that still reaches full BSP's
+final metric, once, and reuse it (`--switch-at auto`).
+
+The search runs the job at full BSP, then with the BSP share halving from 50% (50, 25, 12.5,
+6.25 ... down to `min_share`), `seeds` runs per point, and keeps the smallest share whose mean
+final metric is within `tolerance` of full BSP's mean (accuracy points as fractions, NE as a
+ratio - 1). It stops at the first share that misses: the metric falls as the share does, so
+the halving goes no further than the job allows. The result is stored as
+`STORE/NAME.json`, with a plot of the metric against the share beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shadowsync.errors import UserError
+from shadowsync.runners.switch.plan import Phase, SwitchPlan
+
+DEFAULT_STORE = "runs/switch-search"
+
+# run(share, seed) -> the run's final metric
+RunFn = Callable[[float, int], float]
+
+
+@dataclass
+class SearchResult:
+    name: str
+    share: float  # the chosen BSP share
+    metric: str
+    higher_is_better: bool
+    tolerance: float
+    bsp_mean: float
+    points: dict[str, list[float]] = field(default_factory=dict)  # share -> metrics
+
+    def mean(self, share: float) -> float:
+        return statistics.fmean(self.points[f"{share:g}"])
+
+
+def shares(min_share: float) -> list[float]:
+    """50%, 25%, 12.5% ... while at least `min_share`."""
+    out, s = [], 0.5
+    while s >= min_share - 1e-12:
+        out.append(s)
+        s /= 2
+    return out
+
+
+def within(value: float, reference: float, tolerance: float, higher_is_better: bool) -> bool:
+    if higher_is_better:
+        return value >= reference - tolerance
+    return value <= reference * (1.0 + tolerance)
+
+
+def search(run: RunFn, name: str, metric: str, higher_is_better: bool, tolerance: float,
+           seeds: int = 2, min_share: float = 1 / 16, progress: Any = None) -> SearchResult:
+    """Find the share. `progress(share)` is called before each point (a progress bar)."""
+    points: dict[str, list[float]] = {}
+
+    def measure(share: float) -> float:
+        if progress is not None:
+            progress(share)
+        points[f"{share:g}"] = [run(share, seed) for seed in range(seeds)]
+        return statistics.fmean(points[f"{share:g}"])
+
+    bsp = measure(1.0)
+    best = 1.0
+    for share in shares(min_share):
+        if not within(measure(share), bsp, tolerance, higher_is_better):
+            break
+        best = share
+    return SearchResult(name, best, metric, higher_is_better, tolerance, bsp, points)
+
+
+def store(result: SearchResult, root: str | Path = DEFAULT_STORE) -> Path:
+    path = Path(root) / f"{result.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    plot(result, path.with_suffix(".png"))
+    return path
+
+
+def load(name: str, root: str | Path = DEFAULT_STORE) -> SearchResult:
+    path = Path(root) / f"{name}.json"
+    if not path.exists():
+        raise UserError(f"--switch-at auto: no search result for job '{name}' ({path}); run "
+                        f"`shadowsync switch search --config JOB.toml --name {name}` first")
+    return SearchResult(**json.loads(path.read_text()))
+
+
+def resolve_share(at: str, job_name: str | None, root: str | Path = DEFAULT_STORE) -> float:
+    """`--switch-at`: a share in (0, 1], or 'auto' for the stored search result."""
+    if at == "auto":
+        if not job_name:
+            raise UserError("--switch-at auto needs --job-name (the name `shadowsync switch "
+                            "search` stored its result under)")
+        return load(job_name, root).share
+    try:
+        share = float(at)
+    except ValueError:
+        share = -1.0
+    if not 0.0 < share <= 1.0:
+        raise UserError(f"--switch-at: expected 'auto' or a BSP share in (0, 1], got {at!r}")
+    return share
+
+
+def with_bsp_share(plan: SwitchPlan, share: float) -> SwitchPlan:
+    """BSP for `share` of the job, then ASP (the plan's order kept if it starts with ASP)."""
+    if share >= 1.0:
+        return SwitchPlan.single("bsp")
+    first, second = ("asp", "bsp") if plan.phases[0].mode == "asp" else ("bsp", "asp")
+    a = share if first == "bsp" else 1.0 - share
+    return SwitchPlan((Phase(first, a), Phase(second, 1.0 - a)))
+
+
+def plot(result: SearchResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = sorted(float(k) for k in result.points)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for x in xs:
+        ys = result.points[f"{x:g}"]
+        ax.plot([x] * len(ys), ys, "o", color="tab:gray", alpha=0.5)
+    ax.plot(xs, [result.mean(x) for x in xs], "o-", color="tab:blue", label="mean")
+    ax.axvline(result.share, color="tab:green", ls="--", label=f"chosen {result.share:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("BSP share of the job")
+    ax.set_ylabel(f"final {result.metric}")
+    ax.set_title(f"switch search: {result.name}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

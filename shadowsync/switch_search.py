@@ -1,0 +1,49 @@
+"""`shadowsync switch search --config job.toml`: Sync-Switch's offline timing search on a real
+job (the policy itself: `shadowsync.runners.switch.search`). Each point is the job run as
+`--sync switch --switch-plan bsp:SHARE,asp` (full BSP at share 1) with seeds 0..R-1; runs are
+kept under OUT/share-S-seed-K."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from shadowsync.config import TrainConfig
+from shadowsync.runners.switch import search
+
+
+def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_share: float,
+               store_root: str, out: str, progress: bool = True) -> search.SearchResult:
+    from tqdm.auto import tqdm
+
+    from shadowsync.api import run
+    from shadowsync.train.tasks import task_of
+
+    task = task_of(cfg.task)
+    metric = task.metric
+    points = 1 + len(search.shares(min_share))
+    bar = tqdm(total=points * seeds, unit="run", desc=f"switch search: {name}",
+               disable=not progress)
+
+    def one(share: float, seed: int) -> float:
+        plan = "bsp" if share >= 1.0 else f"bsp:{share:g},asp"
+        where = Path(out) / f"share-{share:g}-seed-{seed}"
+        if where.exists():
+            shutil.rmtree(where)
+        job = replace(cfg, sync="switch", switch_plan=plan, switch_at=None, seed=seed,
+                      out=str(where), progress=False)
+        _, summary = run(job)
+        bar.update(1)
+        value: Any = summary[f"eval_{metric}"]
+        bar.set_postfix(share=f"{share:g}", **{metric: f"{value:.4f}"})
+        return float(value)
+
+    try:
+        result = search.search(one, name, metric, task.higher_is_better, tolerance, seeds,
+                               min_share)
+    finally:
+        bar.close()
+    search.store(result, store_root)
+    return result

@@ -1,0 +1,304 @@
+"""Sync-Switch's policies on scripted inputs: the straggler detector, greedy and elastic, the
+server's decisions and end of job, the configuration at a switch, and the offline search."""
+
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+from shadowsync.errors import UserError
+from shadowsync.runners.switch import search as sw_search
+from shadowsync.runners.switch.configure import asp_momentum, step_settings
+from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
+from shadowsync.runners.switch.elastic import Elastic
+from shadowsync.runners.switch.greedy import Greedy
+from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.runners.switch.schedule import Schedule
+from shadowsync.transport.servers.dense import DenseServer, Push
+
+
+def feed(det, trainers, times_of, steps):
+    """Round-robin steps; returns the stragglers after each full round."""
+    seen = []
+    for step in range(steps):
+        for t in range(trainers):
+            det.observe(t, times_of(t, step))
+        seen.append(det.stragglers)
+    return seen
+
+
+def test_detector_flags_a_3x_straggler_after_m_windows_and_clears_it():
+    det = StragglerDetector(DetectorConfig(k=1.5, m=3, window=5))
+    slow = range(50, 120)  # trainer 2 is 3x slower for steps 50..119
+    seen = feed(det, 4, lambda t, s: 0.03 if t == 2 and s in slow else 0.01, 200)
+    flagged = [s for s, who in enumerate(seen) if who == [2]]
+    # windows close every 5 steps; the 3rd slow window closes at step 64
+    assert flagged[0] == 64
+    # cleared after 3 windows back at normal speed: the first closes at step 124
+    assert flagged[-1] == 133 and all(w == [] for w in seen[134:])
+    assert all(w in ([], [2]) for w in seen)
+
+
+def test_detector_ignores_noise_and_short_blips():
+    rng = random.Random(0)
+    det = StragglerDetector()  # the defaults: k 1.5, m 3, window 5
+    seen = feed(det, 4, lambda t, s: 0.01 * rng.uniform(0.7, 1.3), 500)
+    assert all(w == [] for w in seen)
+    # a 3x blip lasting 2 windows is not a straggler either
+    det = StragglerDetector()
+    seen = feed(det, 2, lambda t, s: 0.03 if t == 1 and 20 <= s < 30 else 0.01, 100)
+    assert all(w == [] for w in seen)
+
+
+def test_detector_options_parse_and_bad_ones_name_the_option():
+    assert DetectorConfig.parse("k=2,m=4") == DetectorConfig(2.0, 4, 5)
+    with pytest.raises(UserError, match="--switch-detector"):
+        DetectorConfig.parse("k=0.5")
+    with pytest.raises(UserError, match="--switch-detector"):
+        DetectorConfig.parse("speed=3")
+
+
+def test_greedy_runs_asp_while_a_straggler_lasts_then_bsp_until_the_quota():
+    g = Greedy(quota=100)
+    script = [(False, 0, "bsp"), (False, 40, "bsp"), (True, 40, "asp"), (True, 40, "asp"),
+              (False, 40, "bsp"), (False, 99, "bsp"), (False, 100, "asp"), (True, 100, "asp")]
+    assert [g.mode(s, b, 0.0) for s, b, _ in script] == [m for _, _, m in script]
+
+
+def test_elastic_rides_out_short_slowdowns_and_switches_on_a_lasting_one():
+    e = Elastic(quota=100, patience_s=1.0)
+    # a straggler seen at t=10 for 0.5 s: no switch
+    assert [e.mode(s, 10, t) for s, t in [(True, 10.0), (True, 10.5), (False, 10.6)]] == \
+        ["bsp", "bsp", "bsp"]
+    # one that lasts past the patience: ASP from t=21, back to BSP when it clears
+    modes = [e.mode(s, 10, t) for s, t in [(True, 20.0), (True, 20.9), (True, 21.0),
+                                           (True, 25.0), (False, 26.0)]]
+    assert modes == ["bsp", "bsp", "asp", "asp", "bsp"]
+    assert e.mode(False, 100, 30.0) == "asp"  # quota done
+
+
+def scripted_schedule(policy):
+    """A Schedule whose detector sees trainer 1 3x slower for its steps 20..59."""
+    return Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=400, policy=policy,
+                    detector=DetectorConfig(k=1.5, m=2, window=5), patience_s=0.0)
+
+
+@pytest.mark.parametrize("policy", ["greedy", "elastic"])
+def test_online_schedule_on_a_scripted_straggler(policy):
+    s = scripted_schedule(policy)
+    modes = []
+    bsp = 0
+    for step in range(100):
+        for t in range(2):
+            s.observe(t, 0.03 if t == 1 and 20 <= step < 60 else 0.01)
+        mode = s.decide(2 * step, bsp, now=float(step))
+        bsp += 2 if mode == "bsp" else 0
+        modes.append(mode)
+    first_asp = modes.index("asp")
+    assert 25 <= first_asp <= 30  # 2 slow windows of 5 steps
+    back = modes.index("bsp", first_asp)
+    assert 60 <= back <= 70
+    assert s.stragglers == []
+
+
+def test_configuration_at_a_switch_scales_lr_and_compensates_momentum():
+    # BSP at L with n workers -> ASP at L / n; momentum m -> m - (1 - 1/n) under ASP
+    assert step_settings("bsp", 0.4, 4, 0.9, "keep", 0, False, compensate=True).lr == 0.4
+    s = step_settings("asp", 0.4, 4, 0.9, "keep", 0, True, compensate=True)
+    assert s.lr == pytest.approx(0.1) and s.momentum == pytest.approx(0.15)
+    assert step_settings("asp", 0.4, 4, 0.9, "keep", 0, True).momentum == 0.9
+    assert asp_momentum(0.5, 8) == 0.0 and asp_momentum(0.9, 1) == 0.9
+
+
+def push(mode, phase=0, version=0, lr=1.0):
+    return Push(mode, version, phase, lr, 0.0, False)
+
+
+def test_a_bsp_step_nobody_else_joins_is_released_when_the_budget_is_spent():
+    """ASP -> BSP near the end: worker A enters BSP, worker B's ASP gradient spends the
+    budget; A must not wait forever (the job-end deadlock)."""
+    server = DenseServer()
+    plan = SwitchPlan.parse("asp:0.5,bsp")
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2,
+                        schedule=Schedule(plan, budget=4), budget=4)
+    assert server.mode("w") == ("asp", 0)
+    server.push("w", torch.tensor([1.0]), push("asp")).wait()
+    r = server.push("w", torch.tensor([1.0]), push("asp")).wait()
+    assert (r.mode, r.phase, r.done) == ("bsp", 1, False)  # the plan's boundary, 2 of 4
+    held = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
+    assert not held.done()  # waits for the second worker
+    server.push("w", torch.tensor([1.0]), push("asp", phase=0)).wait()  # in flight before
+    r = server.push("w", torch.tensor([1.0]), push("asp", phase=0)).wait()
+    assert r.done and held.done() and held.wait().done
+    late = server.push("w", torch.tensor([5.0]), push("bsp", phase=1)).wait()
+    assert late.done and late.params.item() == r.params.item()  # nothing more applied
+
+
+def test_state_identical_on_every_worker_across_switches_both_ways():
+    """Two workers in threads under the greedy policy with a scripted straggler: BSP -> ASP
+    -> BSP. Every worker holds the same parameters when BSP hands over to ASP and after the
+    first BSP step back; version and momentum carry over."""
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings, params_digest
+
+    class Client:
+        def __init__(self, server):
+            self.server = server
+
+        def push(self, grad, p):
+            # trainer 1 reports 3x step times for its pushes 10..24
+            slow = p.trainer == 1 and 10 <= counts[1] < 25
+            counts[p.trainer] += 1
+            time.sleep(0.001)  # let the other thread in: both push at about the same pace
+            p = Push(p.mode, p.grad_version, p.phase, p.lr, p.momentum, p.reset_momentum,
+                     p.trainer, 0.03 if slow else 0.01)
+            return self.server.push("w", grad, p).wait()
+
+    counts = [0, 0]
+    settings = ProtocolSettings(SwitchPlan.parse("bsp:0.8,asp"), servers=1, numel=3,
+                                optimizer="sgd", lr=0.1, momentum=0.5, momentum_policy="keep",
+                                workers=2, scale_lr=True, compensate=True, policy="greedy",
+                                detector=DetectorConfig(k=1.5, m=2, window=3), patience_s=0.0)
+    budget = 2 * 100
+    server = DenseServer()
+    server.init_trained("w", torch.zeros(3), "sgd", workers=2,
+                        schedule=settings.schedule(budget), budget=budget)
+    hooks = []
+    for t in range(2):
+        h = ProtocolHook(settings)
+        h.client, h.budget, h.trainer = Client(server), budget, t
+        h.mode, h.next_phase = server.mode("w")
+        hooks.append(h)
+
+    def work(h, t):
+        params = [torch.zeros(3)]
+        g = torch.tensor([1.0, -1.0, 0.5]) * (t + 1)
+        while not h.finished():
+            params[0] = h.push(g, params).clone()
+
+    threads = [threading.Thread(target=work, args=(h, t)) for t, h in enumerate(hooks)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=20)
+    assert not any(th.is_alive() for th in threads)
+    events = [e for h in hooks for e in h.report()["switches"]]
+    kinds = sorted({(e["phase"], e["from"], e["to"]) for e in events})
+    assert kinds[:2] == [(1, "bsp", "asp"), (2, "asp", "bsp")]
+    for phase, _, _ in kinds:
+        digests = {e["params_digest"] for e in events if e["phase"] == phase}
+        assert len(digests) == 1, phase  # identical on both workers
+    final, version, applied = server.params("w")
+    assert applied >= budget and version > 0
+    assert params_digest(final) == params_digest(server.params("w")[0])
+
+
+def test_search_picks_the_smallest_share_within_tolerance():
+    """A deterministic metric: accuracy 0.98 at BSP, falling as the share halves; seeds add
+    +-0.001. With tolerance 0.005 the search keeps 0.125 (0.977) and stops at 0.0625."""
+    table = {1.0: 0.98, 0.5: 0.979, 0.25: 0.978, 0.125: 0.977, 0.0625: 0.96, 0.03125: 0.99}
+    calls = []
+
+    def run(share, seed):
+        calls.append((share, seed))
+        return table[share] + (0.001 if seed else -0.001)
+
+    r = sw_search.search(run, "digits-job", "accuracy", True, tolerance=0.005, seeds=2,
+                         min_share=1 / 32)
+    assert r.share == 0.125 and r.bsp_mean == pytest.approx(0.98)
+    assert [s for s, _ in calls[::2]] == [1.0, 0.5, 0.25, 0.125, 0.0625]  # stops at the miss
+    # lower is better (NE): within 1% of BSP's
+    ne = {1.0: 0.80, 0.5: 0.801, 0.25: 0.805, 0.125: 0.85, 0.0625: 0.9}
+    r = sw_search.search(lambda s, _: ne[s], "ctr-job", "ne", False, 0.01, seeds=1)
+    assert r.share == 0.25
+
+
+def test_search_result_round_trips_and_drives_switch_at_auto(tmp_path):
+    r = sw_search.SearchResult("job", 0.125, "accuracy", True, 0.005, 0.98,
+                               {"1": [0.98], "0.5": [0.979], "0.125": [0.977]})
+    path = sw_search.store(r, tmp_path)
+    assert path.exists() and path.with_suffix(".png").exists()
+    assert sw_search.resolve_share("auto", "job", tmp_path) == 0.125
+    plan = sw_search.with_bsp_share(SwitchPlan.parse("bsp:0.1,asp"), 0.125)
+    assert str(plan) == "bsp:0.125,asp:0.875"
+    assert sw_search.resolve_share("0.25", None, tmp_path) == 0.25
+    with pytest.raises(UserError, match="no search result for job 'other'"):
+        sw_search.resolve_share("auto", "other", tmp_path)
+    with pytest.raises(UserError, match="--job-name"):
+        sw_search.resolve_share("auto", None, tmp_path)
+    with pytest.raises(UserError, match="--switch-at"):
+        sw_search.resolve_share("2", None, tmp_path)
+
+
+def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
+    from shadowsync.cli import main
+
+    assert main(["switch", "search"]) == 2
+    assert main(["switch", "search", "--config", str(tmp_path / "none.toml")]) == 2
+    assert main(["bench", "switch", "--no-ctr", "--no-digits"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("shadowsync: error: switch search: --config JOB.toml is required")
+    assert "no such file" in err[1]
+    assert "leave nothing to run" in err[2]
+
+
+def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
+        tmp_path, monkeypatch, capsys):
+    """The command's glue, with the training itself stubbed: each point runs the TOML's job
+    as --sync switch with the plan of that share and the seed, and the result lands under
+    the file's stem, ready for --switch-at auto."""
+    import shadowsync.api
+    from shadowsync.cli import main
+
+    ran = []
+
+    def fake_run(cfg):
+        ran.append((cfg.sync, cfg.switch_plan, cfg.seed, cfg.task, cfg.trainers))
+        share = 1.0 if cfg.switch_plan == "bsp" else float(cfg.switch_plan[4:].split(",")[0])
+        return cfg, {"eval_accuracy": 0.98 if share >= 0.25 else 0.90}
+
+    monkeypatch.setattr(shadowsync.api, "run", fake_run)
+    job = tmp_path / "digits-job.toml"
+    job.write_text('task = "digits"\ntrainers = 4\nlr = 0.1\n')
+    store = tmp_path / "store"
+    assert main(["switch", "search", "--config", str(job), "--seeds", "2", "--store",
+                 str(store), "--out", str(tmp_path / "runs")]) == 0
+    assert ran[:3] == [("switch", "bsp", 0, "digits", 4), ("switch", "bsp", 1, "digits", 4),
+                       ("switch", "bsp:0.5,asp", 0, "digits", 4)]
+    assert len(ran) == 2 * 4  # 1, 0.5, 0.25, then 0.125 misses and the search stops
+    assert "chosen BSP share: 0.25" in capsys.readouterr().out
+    assert sw_search.resolve_share("auto", "digits-job", store) == 0.25
+
+
+def test_a_switch_back_to_bsp_holds_until_its_first_step():
+    """Once workers are told to join a BSP step, an ASP gradient still in flight must not
+    flip the decision back to ASP before that step is done, or the joiners would wait for
+    workers told to stay in ASP."""
+
+    class Flipping:  # wants BSP, then ASP again at once, as a flickering detector might
+        stragglers: list = []
+
+        def __init__(self):
+            self.wants = iter(["asp", "bsp", "asp", "asp", "asp"])
+
+        def first_mode(self):
+            return "asp"
+
+        def observe(self, trainer, compute_s):
+            pass
+
+        def decide(self, applied, bsp_applied):
+            return next(self.wants, "asp") if bsp_applied == 0 else "asp"
+
+    server = DenseServer()
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2, schedule=Flipping(),
+                        budget=100)
+    assert server.push("w", torch.tensor([1.0]), push("asp")).wait().mode == "asp"
+    r = server.push("w", torch.tensor([1.0]), push("asp")).wait()
+    assert (r.mode, r.phase) == ("bsp", 1)
+    late = server.push("w", torch.tensor([1.0]), push("asp")).wait()  # was in flight
+    assert (late.mode, late.phase) == ("bsp", 1)  # still BSP: nobody is stranded
+    a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
+    b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
+    assert a.wait().phase == b.wait().phase  # the step completed; both got the same answer
