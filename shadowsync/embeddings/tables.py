@@ -33,12 +33,7 @@ class EmbeddingTables:
         seed: int = 0,
         eps: float = 1e-8,
     ) -> None:
-        self.rows = list(rows)
-        self.dim = dim
-        self.optimizer = SparseOptimizer(optimizer)
-        self.lr = lr
-        self.eps = eps
-        self.offsets = torch.tensor([0] + self.rows[:-1], dtype=torch.long).cumsum(0)
+        self._set_layout(rows, dim, optimizer, lr, eps)
         total = sum(self.rows)
         gen = torch.Generator().manual_seed(seed)
         # DLRM's initialisation: uniform in +-1/sqrt(rows) of each table.
@@ -53,17 +48,21 @@ class EmbeddingTables:
         """Tables over existing weight and optimizer-state tensors (for example another
         process's, mapped from shared memory): no initialisation, updates land in them."""
         tables = cls.__new__(cls)
-        tables.rows = list(rows)
-        tables.dim = dim
-        tables.optimizer = SparseOptimizer(optimizer)
-        tables.lr = lr
-        tables.eps = eps
-        tables.offsets = torch.tensor([0] + tables.rows[:-1], dtype=torch.long).cumsum(0)
+        tables._set_layout(rows, dim, optimizer, lr, eps)
         if weight.shape != (sum(tables.rows), dim):
             raise ValueError(f"weight of shape {tuple(weight.shape)} for {sum(rows)} rows x {dim}")
         tables.weight = weight
         tables.state = state if tables.optimizer is SparseOptimizer.ADAGRAD else None
         return tables
+
+    def _set_layout(self, rows: list[int], dim: int, optimizer: SparseOptimizer | str,
+                    lr: float, eps: float) -> None:
+        self.rows = list(rows)
+        self.dim = dim
+        self.optimizer = SparseOptimizer(optimizer)
+        self.lr = lr
+        self.eps = eps
+        self.offsets = torch.tensor([0] + self.rows[:-1], dtype=torch.long).cumsum(0)
 
     def share_memory_(self) -> EmbeddingTables:
         self.weight.share_memory_()

@@ -18,6 +18,15 @@ from shadowsync.errors import UserError
 PROTOCOLS = ("bsp", "asp")
 
 
+def parse_share(text: str) -> float | None:
+    """A BSP share in (0, 1] from `text`, or None when it is not one."""
+    try:
+        share = float(text)
+    except ValueError:
+        return None
+    return share if 0.0 < share <= 1.0 else None
+
+
 @dataclass(frozen=True)
 class Phase:
     mode: str
@@ -46,11 +55,8 @@ class SwitchPlan:
                                     f"'{item}' does not")
                 share = 1.0 - sum(p.share for p in phases)
             else:
-                try:
-                    share = float(share_text)
-                except ValueError:
-                    share = -1.0
-                if not 0.0 < share <= 1.0:
+                share = parse_share(share_text)
+                if share is None:
                     raise UserError(f"{option}: share in '{item}' must be in (0, 1]")
             phases.append(Phase(mode, share))
         total = sum(p.share for p in phases)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.errors import UserError
-from shadowsync.runners.switch.plan import Phase, SwitchPlan
+from shadowsync.runners.switch.plan import Phase, SwitchPlan, parse_share
 
 DEFAULT_STORE = "runs/switch-search"
 
@@ -100,11 +100,8 @@ def resolve_share(at: str, job_name: str | None, root: str | Path = DEFAULT_STOR
             raise UserError("--switch-at auto needs --job-name (the name `shadowsync switch "
                             "search` stored its result under)")
         return load(job_name, root).share
-    try:
-        share = float(at)
-    except ValueError:
-        share = -1.0
-    if not 0.0 < share <= 1.0:
+    share = parse_share(at)
+    if share is None:
         raise UserError(f"--switch-at: expected 'auto' or a BSP share in (0, 1], got {at!r}")
     return share
 
