@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from shadowsync.bench.faults import session_pids as session_processes
+
 
 def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -51,19 +53,6 @@ def _kill_session(sid: int, grace_s: float = 5.0) -> list[int]:
         except ProcessLookupError:
             pass
     return left
-
-
-def session_processes(sid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.getsid(int(entry.name)) == sid:
-                pids.append(int(entry.name))
-        except (ProcessLookupError, PermissionError):
-            continue
-    return pids
 
 
 def summary(out: Path) -> dict:
