@@ -269,11 +269,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shadowsync: error: {e}", file=sys.stderr)
         return e.exit_code
     except Interrupted as e:
+        _ignore_more_signals()
         print(f"shadowsync: {interrupted_line(e)}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("shadowsync: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # before the job's processes took over the signals
+        _ignore_more_signals()
+        print("shadowsync: stopped by SIGINT while starting; nothing new was saved",
+              file=sys.stderr)
         return 130
+
+
+def _ignore_more_signals() -> None:
+    """The run is stopped: a second Ctrl-C while this process exits changes nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,17 @@ class Checkpointer:
         self._last_examples = examples_trainer0 * self.trainers
         return self.save(final=False)
 
+    def keep_alive(self) -> None:
+        """A stop is under way: the other processes wait for the final save (each extends
+        its stop watchdog); nothing waits for the answers."""
+        import torch.distributed.rpc as rpc
+
+        for name in self.remote:
+            try:
+                rpc.rpc_async(name, shards.keep_alive, timeout=5)
+            except Exception:  # noqa: BLE001 - a process already gone
+                pass
+
     def save(self, final: bool, reason: str = "") -> Path | None:
         import torch.distributed.rpc as rpc
 

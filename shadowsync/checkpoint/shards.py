@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from shadowsync.checkpoint.store import load_shard, save_shard
+from shadowsync.train.stop import STOP, silence_stderr
 
 
 class Stateful(Protocol):
@@ -51,8 +52,14 @@ def _merged() -> dict[str, torch.Tensor]:
             for key, value in comp.state_dict().items()}
 
 
+def keep_alive() -> None:
+    """Trainer 0 is saving the final checkpoint of a stopped job: wait for it."""
+    STOP.extend()
+
+
 def mark_here() -> None:
     """Remember reader positions now: what a later save says was trained."""
+    STOP.extend()
     for comp in _COMPONENTS.values():
         mark = getattr(comp, "mark", None)
         if mark is not None:
@@ -63,6 +70,7 @@ def save_here(staging: str) -> dict[str, Any]:
     """Save this process's shard under `staging`; returns its manifest entry. A tensor that is
     not finite is reported, and the coordinator then refuses to publish the checkpoint."""
     assert _SHARD is not None, "nothing registered for checkpoints in this process"
+    STOP.extend()
     state = _merged()
     bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
     info: dict[str, Any] = {"shard": _SHARD, "not_finite": bad[:5]}
@@ -93,21 +101,19 @@ def exit_soon(code: int, delay_s: float = 0.2) -> None:
     threading.Timer(delay_s, os._exit, args=(code,)).start()
 
 
-def silence_stderr() -> None:
-    """Point this process's standard error (file descriptor 2, where torch's C++ code writes)
-    at /dev/null."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-
-
-def end_job(names: list[str], code: int, timeout_s: float = 5.0) -> None:
-    """Ask the processes called `names` to exit with `code` (a stopped job, saved)."""
+def end_job(names: list[str], code: int, quiet: list[str] = (), timeout_s: float = 5.0) -> None:
+    """Ask the processes called `names` to exit with `code` (a stopped job, saved). First
+    every process of `names` and `quiet` (the Hogwild workers, which follow their trainer)
+    stops writing to stderr: one leaving would make each of the others print a warning."""
     import torch.distributed.rpc as rpc
 
-    futs = [rpc.rpc_async(n, exit_soon, args=(code,), timeout=timeout_s) for n in names]
-    for fut in futs:
-        try:
-            fut.wait()
-        except Exception:  # noqa: BLE001 - already gone is fine
-            pass
+    def call_all(fn: Any, targets: list[str], *args: Any) -> None:
+        futs = [rpc.rpc_async(n, fn, args=args, timeout=timeout_s) for n in targets]
+        for fut in futs:
+            try:
+                fut.wait()
+            except Exception:  # noqa: BLE001 - already gone is fine
+                pass
+
+    call_all(silence_stderr, [*names, *quiet])
+    call_all(exit_soon, names, code)

@@ -1,13 +1,14 @@
 """The function the launcher starts in every process: it takes over SIGINT and SIGTERM
-first, then runs the process's role. (A signal that arrives while the process is still
-importing torch, before this runs, ends it with Python's default behaviour.)"""
+first (normally already done when the process imported shadowsync: `JOB_PROCESS_ENV`), then
+runs the process's role."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# After SIGINT / SIGTERM a process saves, shuts down and is gone within this many seconds.
-STOP_GRACE_S = 8.0
+from shadowsync.train.stop import JOB_PROCESS_ENV, STOP_GRACE_S
+
+__all__ = ["JOB_PROCESS_ENV", "STOP_GRACE_S", "process_main", "quiet_resource_tracker"]
 
 
 def quiet_resource_tracker() -> None:
@@ -23,7 +24,7 @@ def quiet_resource_tracker() -> None:
 def process_main(cfg: Any) -> None:
     from shadowsync.train.stop import STOP
 
-    STOP.install(grace_s=STOP_GRACE_S)
+    STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)  # done on import, normally
     from shadowsync.cluster.roles import role_main
 
     role_main(cfg)

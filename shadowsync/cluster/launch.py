@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import os
 import socket
 import uuid
 import warnings
@@ -13,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.cluster.entry import process_main, quiet_resource_tracker
+from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main, quiet_resource_tracker
 from shadowsync.cluster.roles import ERROR_FILE, layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
@@ -82,6 +83,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     for name in ("torch.distributed.elastic", "torch.distributed.elastic.agent.server.api",
                  "torch.distributed.elastic.multiprocessing.api", "torch.multiprocessing.spawn"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    os.environ[JOB_PROCESS_ENV] = "1"  # the processes take over signals on import
     try:
         elastic_launch(launch, process_main)(cfg)
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
@@ -91,4 +93,6 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         if err.exists():
             raise UserError(err.read_text(encoding="utf-8").strip().splitlines()[0]) from None
         raise UserError(f"the job failed: {str(e).strip().splitlines()[0]}") from None
+    finally:
+        os.environ.pop(JOB_PROCESS_ENV, None)
     return json.loads((out / "summary.json").read_text(encoding="utf-8"))

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.logs import setup_logging
+from shadowsync.train.stop import STOP, STOP_GRACE_S, Interrupted
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 
@@ -80,11 +81,8 @@ def role_main(cfg: TrainConfig) -> None:
     except ValueError:  # a launcher of the wrong size; _run_role says so
         name = f"rank {rank}"
     setup_logging(cfg.log_level, name)
-    from shadowsync.cluster.entry import STOP_GRACE_S
-    from shadowsync.train.stop import STOP, Interrupted
-
     if not STOP.installed:  # started by torchrun through shadowsync.run
-        STOP.install(grace_s=STOP_GRACE_S)
+        STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
     try:
         _run_role(cfg)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
@@ -130,6 +128,7 @@ def _run_role(cfg: TrainConfig) -> None:
         log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
         try:
             endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
+            STOP.mark_running()
             RpcEndpoint.leave()
         finally:
             release()
@@ -138,10 +137,9 @@ def _run_role(cfg: TrainConfig) -> None:
 
         own_shard(cfg, layout.dense_name(index), SERVER, f"dense server {index}", known=False)
         endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
+        STOP.mark_running()
         RpcEndpoint.leave()
     else:
-        from shadowsync.train.stop import Interrupted
-
         try:
             run_trainer(cfg, layout, index, trainer_group, endpoint)
         except Interrupted:
@@ -225,5 +223,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     others = ([layout.trainer_name(t) for t in range(1, layout.trainers)]
               + [layout.embedding_name(i) for i in range(layout.embedding_servers)]
               + [layout.dense_name(i) for i in range(layout.dense_servers)])
+    workers = [layout.worker_name(t, k) for t in range(layout.trainers)
+               for k in range(layout.workers)]
     run_replica(cfg, plan, tables, index=index, model=model, runner=runner, gather=gather,
-                remote_shards=others)
+                remote_shards=others, followers=workers)

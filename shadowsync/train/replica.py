@@ -22,7 +22,7 @@ from shadowsync.checkpoint import shards
 from shadowsync.config import TrainConfig, config_to_toml
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
-from shadowsync.train.stop import STOP, Interrupted
+from shadowsync.train.stop import STOP, Interrupted, silence_stderr
 from shadowsync.train.trainer import DataPlan, Trainer, build_dense_model, resumable
 from shadowsync.transport.layout import ClusterLayout
 
@@ -89,11 +89,13 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> An
 def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
                 model: torch.nn.Module | None = None, runner: Any = None,
                 gather: Callable[[Any], list[Any]] | None = None,
-                remote_shards: list[str] | None = None) -> dict[str, Any] | None:
+                remote_shards: list[str] | None = None,
+                followers: list[str] | None = None) -> dict[str, Any] | None:
     """Train this replica; returns the summary on trainer 0 (which writes it), else None.
 
     `gather(item)` returns every trainer's item, this one's included (default: only this one).
-    `remote_shards`: RPC names of the other processes that save a checkpoint shard.
+    `remote_shards`: RPC names of the other processes that save a checkpoint shard;
+    `followers`: those of the job's Hogwild workers (told to be quiet when a stop ends the job).
     With `cfg.resume`, every part starts from that checkpoint. On SIGINT / SIGTERM the
     workers stop, trainer 0 saves a final checkpoint and `Interrupted` is raised.
     """
@@ -132,14 +134,14 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     stopped = trainer.stop_signal
     saved = None
     if checkpointer is not None:
-        saved = checkpointer.save(final=True, reason="stop" if stopped else "end")
+        saved = final_save(checkpointer, stopped)
     final = trainer.final_eval() if lead and not stopped else None
     train_metric = trainer.running.value
     if stopped and lead and remote_shards:
         # Saved: end every process now rather than through RPC's graceful shutdown (a
         # barrier over the whole job that took seconds); workers follow their trainer.
-        shards.end_job(remote_shards, 128 + stopped)
-        shards.silence_stderr()
+        shards.end_job(remote_shards, 128 + stopped, quiet=followers or [])
+        silence_stderr()
     else:
         trainer.close()
     if not lead:
@@ -169,6 +171,20 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
             xlabel=xlabel)
     return summary
+
+
+def final_save(checkpointer: Any, stopped: int | None) -> Any:
+    """The run's last checkpoint. After a stop the others wait for it (`keep_alive`), and a
+    failure (a process already gone) means no checkpoint, said in the launcher's one line."""
+    if not stopped:
+        return checkpointer.save(final=True, reason="end")
+    STOP.extend()
+    checkpointer.keep_alive()
+    try:
+        return checkpointer.save(final=True, reason="stop")
+    except Exception as e:  # noqa: BLE001
+        log.debug("no final checkpoint: %s", e)
+        return None
 
 
 def resume_summary(cfg: TrainConfig) -> dict[str, Any]:

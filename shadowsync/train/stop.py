@@ -8,7 +8,14 @@ it keeps answering until the trainers have saved and left.
 A watchdog makes sure a process never outlives the request by more than `grace_s`, even if
 a peer died and the orderly shutdown would wait on it: the launcher gives its processes
 some time after forwarding the signal, and a user who pressed Ctrl-C expects the job gone
-within seconds.
+within seconds. A stop that is making progress (trainer 0 saving the final checkpoint on a
+loaded machine) extends the grace (`extend`, by RPC from trainer 0 to the others), up to
+`HARD_LIMIT_S` after the signal: the launcher kills what is left 30 s after it.
+
+A launched process that is still starting (importing torch, meeting its peers) when the
+signal comes has nothing worth saving and no peers to tell: it ends at once, quietly
+(`exit_while_starting`). Launched processes take over the signals as soon as they import
+shadowsync (`install_in_job_process`), so a Ctrl-C during start-up prints no traceback.
 """
 
 from __future__ import annotations
@@ -16,10 +23,18 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# After SIGINT / SIGTERM a launched process saves, shuts down and is gone within this many
+# seconds, more while its stop makes progress (`StopRequest.extend`), never more than
+# HARD_LIMIT_S.
+STOP_GRACE_S = 8.0
+HARD_LIMIT_S = 25.0
+# Set by the local launcher for the processes it starts: they install `STOP` on import.
+JOB_PROCESS_ENV = "SHADOWSYNC_JOB_PROCESS"
 
 
 class Interrupted(Exception):
@@ -41,25 +56,83 @@ class StopRequest:
         self._subscribers: list[Callable[[int], None]] = []
         self._previous: dict[int, Any] = {}
         self._grace_s: float | None = None
+        self._exit_while_starting = False
+        self.running = False  # this process has met its peers: a stop now saves
+        self._deadline = 0.0
+        self._hard_deadline = 0.0
+        self._lock = threading.RLock()  # the handler may run while the main thread holds it
 
-    def install(self, grace_s: float | None = None) -> bool:
+    def install(self, grace_s: float | None = None, exit_while_starting: bool = False) -> bool:
         """Handle SIGINT and SIGTERM in this process (main thread only). `grace_s`: exit
-        that many seconds after the first signal, whatever is still running."""
+        that many seconds after the first signal, whatever is still running.
+        `exit_while_starting`: a signal before `mark_running` ends the process at once.
+        An ignored SIGINT (a Hogwild worker's) stays ignored."""
         if threading.current_thread() is not threading.main_thread():
             return False
         self._grace_s = grace_s
+        self._exit_while_starting = exit_while_starting
         for sig in SIGNALS:
+            if sig in self._previous:
+                continue
+            if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                continue
             self._previous[sig] = signal.signal(sig, self._handle)
+        if grace_s is not None or exit_while_starting:
+            self._watch_wakeups()
         return True
+
+    def _watch_wakeups(self) -> None:
+        """Python runs a signal handler only when the main thread is back in Python code; a
+        process waiting in C++ (a rendezvous, an RPC barrier) would never see it. The C-level
+        handler also writes the signal's number to a pipe at once: a thread acts on that."""
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+        def watch() -> None:
+            while True:
+                for signum in os.read(read, 64):
+                    if signum in SIGNALS and self._previous:
+                        self._note(signum)
+
+        threading.Thread(target=watch, name="stop-signals", daemon=True).start()
+
+    def mark_running(self) -> None:
+        """From now on a signal stops the process in order (final checkpoint), not at once."""
+        self.running = True
+
+    def extend(self) -> None:
+        """The stop is making progress: push the watchdog's deadline `grace_s` from now."""
+        with self._lock:
+            if self._deadline:
+                self._deadline = min(self._hard_deadline,
+                                     max(self._deadline, time.monotonic() + (self._grace_s or 0)))
+
+    @staticmethod
+    def _exit_now(signum: int) -> None:
+        silence_stderr()  # peers and half-imported modules would only add noise
+        os._exit(128 + signum)
+
+    def _watchdog(self) -> None:
+        while True:
+            with self._lock:
+                left = self._deadline - time.monotonic()
+            if left <= 0:
+                self._exit_now(self.signum or signal.SIGTERM)
+            time.sleep(min(left, 0.5))
 
     @property
     def installed(self) -> bool:
         return bool(self._previous)
 
     def uninstall(self) -> None:
+        """Give the signals back (a Hogwild worker then handles its own)."""
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+        self._exit_while_starting = False
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(-1)
 
     def subscribe(self, callback: Callable[[int], None]) -> None:
         self._subscribers.append(callback)
@@ -70,16 +143,63 @@ class StopRequest:
         if callback in self._subscribers:
             self._subscribers.remove(callback)
 
+    def _note(self, signum: int) -> None:
+        """The first signal: end a process still starting, else arm the watchdog."""
+        with self._lock:
+            first = self.signum is None
+            self.signum = self.signum or signum
+            if self._exit_while_starting and not self.running:
+                self._exit_now(self.signum)
+            if first and self._grace_s is not None:
+                now = time.monotonic()
+                self._deadline, self._hard_deadline = now + self._grace_s, now + HARD_LIMIT_S
+                threading.Thread(target=self._watchdog, name="stop-watchdog",
+                                 daemon=True).start()
+
     def _handle(self, signum: int, frame: Any) -> None:
-        first = self.signum is None
-        self.signum = self.signum or signum
-        if first and self._grace_s is not None:
-            timer = threading.Timer(self._grace_s, os._exit, args=(128 + signum,))
-            timer.daemon = True
-            timer.start()
+        self._note(signum)
         for callback in list(self._subscribers):
             callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
 
 
+def silence_stderr() -> None:
+    """Point this process's standard error (file descriptor 2, where torch's C++ code writes)
+    at /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
 # One per process.
 STOP = StopRequest()
+
+
+def install_in_job_process() -> None:
+    """In a process the local launcher started (its environment says so), take over the
+    signals before anything slow is imported (see the module's docstring), and end with the
+    process that started it."""
+    if os.environ.get(JOB_PROCESS_ENV) and not STOP.installed:
+        STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
+        watch_parent()
+
+
+_WATCHING = False
+
+
+def watch_parent() -> None:
+    """Exit quietly when the process that started this one is gone (even if it was
+    SIGKILLed, or died while this one was still starting), so no process outlives its job."""
+    global _WATCHING
+    if _WATCHING:
+        return
+    _WATCHING = True
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                silence_stderr()
+                os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()

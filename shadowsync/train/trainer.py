@@ -25,6 +25,7 @@ from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.state import WorkerSlots, examples_in
+from shadowsync.train.stop import STOP
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -186,6 +187,7 @@ class Trainer:
                 signal.signal(signal.SIGINT, previous)
         # Joining RPC waits for every member of the job, the workers just started included.
         self.tables.attach(ClusterLayout.trainer_name(self.index))
+        STOP.mark_running()  # the job has met: a stop now ends with a final checkpoint
         t0 = time.perf_counter()
         if self.sync:
             self.sync.start()
@@ -224,7 +226,13 @@ class Trainer:
         eval_every = max(1, expected // max(1, cfg.eval_points))
         next_eval = (start // eval_every + 1) * eval_every
         done: set[int] = set()
+        told = False
         while len(done) < len(procs):
+            if self.stop_signal is not None and not told:
+                told = True  # the others wait for the final checkpoint
+                STOP.extend()
+                if self.checkpointer is not None:
+                    self.checkpointer.keep_alive()
             try:
                 msg = messages.get(timeout=1.0)
             except queue_mod.Empty:

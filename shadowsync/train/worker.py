@@ -8,7 +8,6 @@ here at about 1x the speed of one thread, processes at about 2x.
 from __future__ import annotations
 
 import math
-import os
 import signal
 import threading
 import time
@@ -21,6 +20,7 @@ import torch
 from shadowsync.data.dataset import batches, num_batches
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.train.stop import STOP, watch_parent
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import task_of
 
@@ -80,25 +80,12 @@ def lr_warmup(optimizer: torch.optim.Optimizer, steps: int,
         optimizer, lambda step: min(1.0, (step + done + 1) / steps) if steps > 0 else 1.0)
 
 
-def watch_parent() -> None:
-    """Exit when the trainer that started this worker is gone (even if it was SIGKILLed),
-    so no worker outlives its job."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
-
-
 def stop_on_signals(spec: WorkerSpec) -> threading.Event:
     """Ctrl-C reaches every process of the terminal's group: the trainer decides when its
     workers stop (it sets `spec.stop`), so a worker ignores SIGINT and takes SIGTERM as a
     request to stop after its current step, where the mode allows stopping early."""
     local = threading.Event()
+    STOP.uninstall()  # taken over on import (a job's process); a worker decides here
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.stop is not None:
         signal.signal(signal.SIGTERM, lambda *_: local.set())
@@ -241,7 +228,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             spec.slots.advance(spec.worker, steps, settled=True)
         queue.put(WorkerDone(spec.trainer, spec.worker, t_start, time.time()))
         if stopping():  # the job ends on a signal: processes vanish without saying goodbye
-            from shadowsync.checkpoint.shards import silence_stderr
+            from shadowsync.train.stop import silence_stderr
 
             silence_stderr()
         tables.detach()  # with remote tables: waits until the whole job shuts down
