@@ -16,8 +16,11 @@ after 15 of the straggler's steps while the step-time noise of a shared machine 
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
+
+import torch
 
 from shadowsync.errors import UserError
 
@@ -85,3 +88,24 @@ class StragglerDetector:
     @property
     def stragglers(self) -> list[int]:
         return sorted(i for i, t in self.tracks.items() if t.straggling)
+
+    # -- checkpoints: every trainer's windows, as tensors --
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for i, t in self.tracks.items():
+            latest = float("nan") if t.latest is None else t.latest
+            out[f"track{i}"] = torch.tensor([latest, t.over, t.under, float(t.straggling)],
+                                            dtype=torch.float64)
+            out[f"pending{i}"] = torch.tensor(t.pending, dtype=torch.float64)
+        return out
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.tracks = {}
+        for key, value in state.items():
+            if key.startswith("track"):
+                i = int(key.removeprefix("track"))
+                latest, over, under, straggling = value.tolist()
+                self.tracks[i] = _Track(
+                    [float(x) for x in state.get(f"pending{i}", torch.zeros(0)).tolist()],
+                    None if math.isnan(latest) else latest, int(over), int(under),
+                    bool(straggling))

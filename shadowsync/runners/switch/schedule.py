@@ -50,6 +50,19 @@ class Schedule:
     def stragglers(self) -> list[int]:
         return self.detector.stragglers if self.detector is not None else []
 
+    # -- checkpoints: the detector's windows (the BSP quota used is the server's bsp_applied;
+    # an elastic policy's patience restarts with the run, its clock being this process's) --
+    def state_dict(self) -> dict[str, Any]:
+        if self.detector is None:
+            return {}
+        return {f"detector.{k}": v for k, v in self.detector.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.detector is not None:
+            self.detector.load_state_dict({k.removeprefix("detector."): v
+                                           for k, v in state.items()
+                                           if k.startswith("detector.")})
+
     def decide(self, applied: int, bsp_applied: int, now: float | None = None) -> str:
         """The protocol from now on, after `applied` gradients (`bsp_applied` under BSP)."""
         if self.online is None:

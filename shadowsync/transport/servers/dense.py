@@ -29,6 +29,8 @@ from shadowsync.rules.bsp import BulkSynchronous
 from shadowsync.rules.server_update import ServerState, apply_update, reset_momentum
 from shadowsync.transport.layout import ClusterLayout
 
+TRAINED = "trained/"  # checkpoint keys of parameters trained on the server
+
 
 @dataclass(frozen=True)
 class Push:
@@ -78,6 +80,35 @@ class TrainedTensor:
     def done(self) -> bool:
         return self.budget > 0 and self.applied >= self.budget
 
+    # What a checkpoint keeps: parameters, optimizer state (momentum or Adagrad sums), version,
+    # progress, the protocol decided and its phase, and the schedule's own state. The budget
+    # and the schedule's settings come again from the workers of the resumed run.
+    COUNTERS = ("applied", "bsp_applied", "phase", "decided_phase", "bsp_at_switch")
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        with self.lock:
+            out = {"params": self.state.params.clone(), "slot": self.state.slot.clone(),
+                   "version": torch.tensor(self.state.version),
+                   "asp": torch.tensor(int(self.mode == "asp"))}
+            out.update({name: torch.tensor(getattr(self, name)) for name in self.COUNTERS})
+            if self.schedule is not None:
+                out.update({f"schedule.{k}": v for k, v in self.schedule.state_dict().items()})
+            return out
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        with self.lock:
+            with torch.no_grad():
+                self.state.params.copy_(state["params"])
+                self.state.slot.copy_(state["slot"])
+            self.state.version = int(state["version"])
+            self.mode = "asp" if int(state["asp"]) else "bsp"
+            for name in self.COUNTERS:
+                setattr(self, name, int(state[name]))
+            if self.schedule is not None:
+                self.schedule.load_state_dict({k.removeprefix("schedule."): v
+                                               for k, v in state.items()
+                                               if k.startswith("schedule.")})
+
     def reply(self, staleness: int) -> Reply:
         return Reply(self.state.params.clone(), self.state.version, staleness, self.applied,
                      self.mode, self.decided_phase, self.done)
@@ -89,6 +120,7 @@ class DenseServer:
         self.locks: dict[str, threading.Lock] = {}
         self.trained: dict[str, TrainedTensor] = {}
         self._create = threading.Lock()
+        self._restored: dict[str, dict[str, torch.Tensor]] = {}  # trained, from a checkpoint
 
     # -- plain tensors (the EASGD centre) --
     def init(self, key: str, value: torch.Tensor) -> None:
@@ -104,14 +136,22 @@ class DenseServer:
         with self.locks[key]:
             self.tensors[key].add_(delta)
 
-    # -- checkpoints: the plain tensors (the EASGD centre) --
+    # -- checkpoints: the plain tensors (the EASGD centre) and the trained parameters --
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {key: value.clone() for key, value in self.tensors.items()}
+        out = {key: value.clone() for key, value in self.tensors.items()}
+        for key, t in list(self.trained.items()):
+            out.update({f"{TRAINED}{key}/{k}": v for k, v in t.state_dict().items()})
+        return out
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Before any trainer connects: `init` then keeps these values."""
+        """Before any trainer connects: `init` then keeps these values, and `init_trained`
+        continues from the saved training state."""
         for key, value in state.items():
-            self.init(key, value)
+            if key.startswith(TRAINED):
+                name, _, item = key.removeprefix(TRAINED).partition("/")
+                self._restored.setdefault(name, {})[item] = value
+            else:
+                self.init(key, value)
 
     # -- parameters trained by protocol --
     def init_trained(self, key: str, value: torch.Tensor, optimizer: str, workers: int,
@@ -122,6 +162,8 @@ class DenseServer:
                                   BulkSynchronous(workers), schedule, budget)
                 if schedule is not None:
                     t.mode = schedule.first_mode()
+                if key in self._restored:
+                    t.load_state_dict(self._restored.pop(key))
                 self.trained[key] = t
 
     def params(self, key: str) -> tuple[torch.Tensor, int, int]:
