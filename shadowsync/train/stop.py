@@ -66,7 +66,7 @@ class StopRequest:
         """Handle SIGINT and SIGTERM in this process (main thread only). `grace_s`: exit
         that many seconds after the first signal, whatever is still running.
         `exit_while_starting`: a signal before `mark_running` ends the process at once.
-        An ignored SIGINT (a Hogwild worker's) stays ignored."""
+        With `exit_while_starting`, an ignored SIGINT (a Hogwild worker's) stays ignored."""
         if threading.current_thread() is not threading.main_thread():
             return False
         self._grace_s = grace_s
@@ -74,8 +74,9 @@ class StopRequest:
         for sig in SIGNALS:
             if sig in self._previous:
                 continue
-            if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
-                continue
+            if (sig == signal.SIGINT and exit_while_starting
+                    and signal.getsignal(sig) == signal.SIG_IGN):
+                continue  # a Hogwild worker's: its trainer decides
             self._previous[sig] = signal.signal(sig, self._handle)
         if grace_s is not None or exit_while_starting:
             self._watch_wakeups()
