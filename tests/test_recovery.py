@@ -212,6 +212,37 @@ def test_sigterm_then_resume_trains_every_example_once(tmp_path):
 
 
 
+PROTOCOL = ["--examples", "60600", "--no-progress", "--eval-points", "0", "--table-size", "5000",
+            "--trainers", "2", "--workers", "1", "--embedding-servers", "1", "-q",
+            "--log-every", "2000"]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("mode", ["bsp", "asp", "switch"])
+def test_a_protocol_run_stops_saves_its_servers_and_resumes(tmp_path, mode):
+    """The dense servers' parameters, momentum, version, progress and schedule are in the
+    checkpoint; the resumed run spends exactly the job's gradient budget."""
+    out = tmp_path / "run"
+    args = [*PROTOCOL, "--sync", mode, "--switch-plan", "bsp:0.5,asp"]
+    res, gone = interrupt(args, out, signal.SIGTERM, 4000)
+    line = _one_error_line(res, 143)
+    assert "checkpoint saved in" in line and gone < gone_within(), (line, gone)
+    step = next((out / "checkpoint").glob("step-*"))
+    manifest = json.loads((step / "manifest.json").read_text())
+    assert manifest["reason"] == "stop" and manifest["resumable"]
+    budget = 236  # gradients of 256: 118 whole batches per worker (lockstep)
+    assert 0 < manifest["examples"] < budget * 256
+    done = run_cli(["train", "--resume", str(out)], timeout=200)
+    assert done.returncode == 0, done.stderr
+    s = summary(out)
+    assert s["resumed_examples"] == manifest["examples"]
+    # Under ASP a worker may push once more than its share before it sees the budget spent,
+    # in each of the two legs (2 workers: at most 4 gradients past the budget).
+    extra = 0 if mode == "bsp" else 4
+    assert budget * 256 <= s["examples"] <= (budget + extra) * 256
+    assert s["eval_ne"] < 0.98  # as an uninterrupted run (test_protocol_cluster)
+
+
 @pytest.mark.timeout(200)
 def test_divergence_stops_or_rolls_back_to_the_last_good_checkpoint(tmp_path):
     args = [*LOCAL, "--examples", "24000", "--checkpoint-every", "5000",

@@ -37,6 +37,9 @@ class SyncRunner:
     def observe(self, report: WorkerReport) -> None:
         """Called by the trainer with every report of its workers."""
 
+    def on_stop(self) -> None:
+        """The job was asked to stop (Ctrl-C, SIGTERM): end what only the runner can end."""
+
     def after_training(self) -> None:
         """Called on every trainer once all trainers have finished training, before the final
         evaluation."""
@@ -157,6 +160,11 @@ class WorkerHook:
     def finished(self) -> bool:
         """True when the worker should stop before its data runs out."""
         return False
+
+    def step_taken(self) -> bool:
+        """False when the step just taken did not count (a protocol's push released unapplied
+        by a stop): the worker's position does not advance."""
+        return True
 
     def report(self) -> dict[str, Any]:
         """Counters since the previous call, carried by the next `WorkerReport`."""

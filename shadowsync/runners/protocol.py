@@ -134,6 +134,7 @@ class ProtocolHook(WorkerHook):
         self.phase = 0  # of the last push
         self.phase_pushes = 0  # this worker's pushes in the current phase
         self.done = False
+        self.taken = True  # the last push was applied (not released by a stop)
         self.trainer = 0
         self.location = ""
         self.shared: list[torch.Tensor] | None = None
@@ -170,6 +171,9 @@ class ProtocolHook(WorkerHook):
     def finished(self) -> bool:
         return self.done
 
+    def step_taken(self) -> bool:
+        return self.taken
+
     def push(self, grad: torch.Tensor, params: list[torch.Tensor],
              lr_scale: float = 1.0) -> torch.Tensor:
         s = self.s
@@ -193,6 +197,7 @@ class ProtocolHook(WorkerHook):
         self._blocked += took
         self._staleness[reply.staleness] += 1
         self.version, self.applied, self.done = reply.version, reply.applied, reply.done
+        self.taken = reply.taken
         self.mode, self.next_phase = reply.mode, reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
@@ -265,6 +270,15 @@ class ProtocolRunner(SyncRunner):
     def observe(self, report: WorkerReport) -> None:
         self.staleness.update({int(k): v for k, v in report.sync.get("staleness", {}).items()})
         self.switches.extend(report.sync.get("switches", []))
+
+    def on_stop(self) -> None:
+        """Every worker's next reply says the job is done (a BSP step half collected is
+        released unapplied), so all stop on the same step and the servers hold a state that
+        no worker's position overstates."""
+        try:
+            TrainedTensorClient(KEY, self.spec.servers, self.spec.numel).finish()
+        except Exception as e:  # noqa: BLE001 - a server already gone: the stop goes on
+            log.debug("could not stop the dense servers: %s", e)
 
     def after_training(self) -> None:
         client = TrainedTensorClient(KEY, self.spec.servers, self.spec.numel)

@@ -48,13 +48,21 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
 
 
 def resumable(cfg: TrainConfig) -> bool:
-    """Whether a run can stop early and resume from a position: each worker reads its shard
-    once and may stop alone. Lockstep modes (every worker takes the same steps) and the
-    protocols (workers run on until a global budget) save only their final model."""
+    """Whether a run can stop early and resume from its workers' positions. The protocols
+    (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
+    (`SyncRunner.on_stop`). The worker-group modes (ddp, torch-fr-ma) save only their final
+    model: their workers' collectives cannot stop early."""
+    from shadowsync.runners.modes import WORKER_GROUP
+
+    return mode_of(cfg.sync).builder != WORKER_GROUP
+
+
+def stops_alone(cfg: TrainConfig) -> bool:
+    """Whether each worker may stop after its own current step (not a protocol's, whose
+    servers decide when every worker stops)."""
     from shadowsync.runners.modes import PROTOCOL
 
-    mode = mode_of(cfg.sync)
-    return not mode.lockstep and mode.builder != PROTOCOL
+    return resumable(cfg) and mode_of(cfg.sync).builder != PROTOCOL
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
@@ -114,7 +122,7 @@ class Trainer:
         self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.workers,
                                           cfg.optimizer)
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
-        self.stop_event = mp.get_context("spawn").Event() if resumable(cfg) else None
+        self.stop_event = mp.get_context("spawn").Event() if stops_alone(cfg) else None
         self.stop_signal: int | None = None
         self._evaluating = False
         self.stats.examples = self.resumed_examples()
@@ -233,6 +241,8 @@ class Trainer:
                 STOP.extend()
                 if self.checkpointer is not None:
                     self.checkpointer.keep_alive()
+                if self.sync is not None:
+                    self.sync.on_stop()
             try:
                 msg = messages.get(timeout=1.0)
             except queue_mod.Empty:

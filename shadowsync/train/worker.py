@@ -89,6 +89,8 @@ def stop_on_signals(spec: WorkerSpec) -> threading.Event:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.stop is not None:
         signal.signal(signal.SIGTERM, lambda *_: local.set())
+    else:  # the protocol's servers, or the trainer's end, stop this worker
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return local
 
 
@@ -168,10 +170,15 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
         t_report = t_step = time.perf_counter()
+        # A resumed worker skips the steps its position counts; one whose data wrapped
+        # around (a fast worker under ASP) skips them within the pass it was in.
+        skip = [spec.start_step % planned if hook.endless_data and planned
+                else spec.start_step]
+
         def one_pass() -> Any:
+            first, skip[0] = skip[0], 0
             return batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
-                           num_shards=d.num_shards, table_size=spec.table_size,
-                           skip=spec.start_step)
+                           num_shards=d.num_shards, table_size=spec.table_size, skip=first)
 
         stream = endless(one_pass) if hook.endless_data else one_pass()
         batch = next(stream, None)
@@ -199,6 +206,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
             vectors = tables.update_and_lookup(ids, grad,
                                                batch[1] if batch is not None else None)
+            if not hook.step_taken():  # released unapplied by a stop: not trained
+                continue
             n += len(labels)
             loss_sum += lv
             label_sum += float(labels.sum())

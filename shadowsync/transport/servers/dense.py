@@ -55,6 +55,7 @@ class Reply:
     mode: str = "bsp"  # the protocol of the worker's next step
     phase: int = 0  # and its phase index (one more at every switch)
     done: bool = False  # the budget is spent: the worker stops
+    taken: bool = True  # False: released unapplied by a stop of the job
 
 
 @dataclass
@@ -75,10 +76,11 @@ class TrainedTensor:
     waiting: list[torch.futures.Future] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     switches: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False  # the job was stopped: nothing more is applied
 
     @property
     def done(self) -> bool:
-        return self.budget > 0 and self.applied >= self.budget
+        return self.stopped or (self.budget > 0 and self.applied >= self.budget)
 
     # What a checkpoint keeps: parameters, optimizer state (momentum or Adagrad sums), version,
     # progress, the protocol decided and its phase, and the schedule's own state. The budget
@@ -109,9 +111,9 @@ class TrainedTensor:
                                                for k, v in state.items()
                                                if k.startswith("schedule.")})
 
-    def reply(self, staleness: int) -> Reply:
+    def reply(self, staleness: int, taken: bool = True) -> Reply:
         return Reply(self.state.params.clone(), self.state.version, staleness, self.applied,
-                     self.mode, self.decided_phase, self.done)
+                     self.mode, self.decided_phase, self.done, taken)
 
 
 class DenseServer:
@@ -189,7 +191,7 @@ class DenseServer:
         release: list[torch.futures.Future] = []
         with t.lock:
             if t.done:
-                fut.set_result(t.reply(0))
+                fut.set_result(t.reply(0, taken=not t.stopped))
                 return fut
             if t.schedule is not None:
                 t.schedule.observe(push.trainer, push.compute_s)
@@ -255,6 +257,19 @@ class DenseServer:
     def switches(self, key: str) -> list[dict[str, Any]]:
         return list(self.trained[key].switches)
 
+    def finish(self, key: str) -> None:
+        """Stop the job: every push from now on, and every BSP push held, is answered as
+        done and unapplied."""
+        t = self.trained.get(key)
+        if t is None:
+            return
+        with t.lock:
+            t.stopped = True
+            release, t.waiting = t.waiting, []
+            reply = t.reply(0, taken=False)
+        for f in release:
+            f.set_result(reply)
+
 
 # The server of this process; the RPC functions below run in dense-server processes.
 SERVER = DenseServer()
@@ -287,6 +302,10 @@ def _params(key: str) -> tuple[torch.Tensor, int, int]:
 
 def _switches(key: str) -> list[dict[str, Any]]:
     return SERVER.switches(key)
+
+
+def _finish(key: str) -> None:
+    SERVER.finish(key)
 
 
 @rpc.functions.async_execution
@@ -358,7 +377,8 @@ class TrainedTensorClient(_Sharded):
         first = replies[0]  # shard 0 decides the protocol
         return Reply(torch.cat([r.params for r in replies]), first.version,
                      max(r.staleness for r in replies), first.applied, first.mode,
-                     first.phase, any(r.done for r in replies))
+                     first.phase, any(r.done for r in replies),
+                     all(r.taken for r in replies))
 
     def params(self) -> tuple[torch.Tensor, int, int]:
         """The current parameters, their version and the gradients applied (first shard)."""
@@ -367,3 +387,7 @@ class TrainedTensorClient(_Sharded):
 
     def switches(self) -> list[dict[str, Any]]:
         return self._call_all(_switches)[0]
+
+    def finish(self) -> None:
+        """Stop the job on every server (see `DenseServer.finish`)."""
+        self._call_all(_finish)
