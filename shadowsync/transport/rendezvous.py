@@ -1,0 +1,54 @@
+"""Where the processes of one attempt of a job meet: a TCP store whose keys carry the attempt.
+
+The elastic agent keeps one TCP store for the whole job and gives it to every attempt it
+starts (torch's dynamic rendezvous shares its store server across restart rounds). Process
+groups and RPC write fixed keys into it (`default_pg/...`, `rpc_prefix_0/...`): processes
+restarted after a failure would read the addresses the dead attempt left there and fail
+to connect. So every key of ours lives under `attempt-N/`, N being the agent's restart count
+(`TORCHELASTIC_RESTART_COUNT`), through a rendezvous handler registered under the scheme
+`shadowsync://HOST:PORT?attempt=N&agent_store=0|1`: with the agent's store every process is
+a client; without it rank 0 hosts the store, as torch's own `tcp://` does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlparse
+
+import torch.distributed as dist
+from torch.distributed.rendezvous import register_rendezvous_handler
+
+SCHEME = "shadowsync"
+
+
+def attempt() -> int:
+    """How many times the agent restarted this job before starting this process."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def agent_store() -> bool:
+    """The launcher's agent hosts the job's TCP store (torch's default under torchrun)."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+
+
+def url(addr: str, port: int, attempt: int, agent: bool) -> str:
+    return f"{SCHEME}://{addr}:{port}?attempt={attempt}&agent_store={int(agent)}"
+
+
+def _handler(where: str, timeout: timedelta = timedelta(seconds=300),
+             **_: Any) -> Iterator[tuple[dist.Store, int, int]]:
+    parsed = urlparse(where)
+    query = dict(parse_qsl(parsed.query))
+    rank, world = int(query["rank"]), int(query["world_size"])
+    agent = query.get("agent_store") == "1"
+    store = dist.TCPStore(parsed.hostname or "127.0.0.1", int(parsed.port or 0),
+                          world_size=world, is_master=not agent and rank == 0,
+                          timeout=timeout, multi_tenant=not agent)
+    yield dist.PrefixStore(f"attempt-{query['attempt']}", store), rank, world
+    raise RuntimeError(f"{SCHEME}:// rendezvous happens once per attempt")
+
+
+register_rendezvous_handler(SCHEME, _handler)
