@@ -104,7 +104,10 @@ def role_main(cfg: TrainConfig) -> None:
         os._exit(e.exit_code)
     except UserError as e:
         _report_error(cfg, str(e))
-        if cfg.out and not isinstance(e, PeerLost):
+        if isinstance(e, PeerLost):  # the job is failing: no orderly exit to wait for
+            logging.shutdown()
+            os._exit(2)
+        if cfg.out:
             attempts.refuse_restart(Path(cfg.out))
         sys.exit(2)
     except BaseException as e:

@@ -109,6 +109,11 @@ class Progress:
         if self.enabled:
             _write(self.path, examples)
 
+    def others(self, trainers: int) -> int:
+        """The other trainers' examples in this attempt, as they last noted them."""
+        return sum(_read(self.dir / f"{attempt()}-trainer{t}") for t in range(trainers)
+                   if self.dir / f"{attempt()}-trainer{t}" != self.path)
+
 
 def examples_lost(out: Path, trainers: int) -> int:
     """Examples the failed attempts of this launch trained past where the next one resumed."""

@@ -120,6 +120,10 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     progress(trainer.stats.examples)
     if lead:
         progress.started(resumed.get("resumed_examples") or 0)
+    if checkpointer is not None:
+        checkpointer.resumed_at(resumed.get("resumed_examples") or 0)
+        if progress.enabled:  # every trainer's progress is known: count the job's examples
+            checkpointer.job_examples = lambda mine: mine + progress.others(cfg.trainers)
     bar.update(trainer.stats.examples)
     local_signals = STOP.install() if not STOP.installed else False  # a local run
     STOP.subscribe(trainer.request_stop)
