@@ -89,6 +89,14 @@ def trainer0_progress(out: Path, attempt: int) -> int | None:
         return None
 
 
+def _progress(out: Path, attempt: int, trainer: int) -> int:
+    try:
+        return int((attempts.attempts_dir(out) / f"{attempt}-trainer{trainer}")
+                   .read_text(encoding="ascii"))
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
 class TrainsAgain:
     """True once trainer 0 of `attempt` has had a report from its workers: its count moved
     past the value it started from (where it resumed). `resumed`: only an attempt that
@@ -250,7 +258,13 @@ def nan_scenario(run: Path, examples: int, seed: int, at: int,
     job = Job(["train", "--out", str(run), *job_args(examples, seed), "--inject-nan-at",
                str(at), "--on-divergence", "rollback"])
     # The launcher says it rolls back (one warning line), then launches the job again.
-    wait_until(lambda: any("rolling back" in line for _, line in job.lines), job, timeout)
+    reached = [0]  # the diverged launch's examples, all trainers together
+
+    def rolling_back() -> bool:
+        reached[0] = max(reached[0], sum(_progress(run, 0, t) for t in range(2)))
+        return any("rolling back" in line for _, line in job.lines)
+
+    wait_until(rolling_back, job, timeout)
     rolled = next((t for t, line in job.lines if "rolling back" in line), None)
     training_again = None
     # The launch after the rollback starts its attempts afresh: its attempt 0 resumed > 0.
@@ -264,8 +278,9 @@ def nan_scenario(run: Path, examples: int, seed: int, at: int,
         "nan_at": at, "exit_code": rc,
         "recovered": rc == 0 and bool(back) and s.get("examples") == examples,
         "rollbacks": len(back), "rolled_back_to": went_back_to,
-        # trained again: from the checkpoint it went back to up to the NaN
-        "examples_lost": at - went_back_to if went_back_to is not None else None,
+        # trained again: from the checkpoint it went back to up to where it diverged
+        "examples_lost": max(0, reached[0] - went_back_to) if went_back_to is not None
+        else None,
         "recovery_s": round(training_again - rolled, 2)
         if training_again is not None and rolled is not None else None,
         "summary": s, "stderr_tail": job.stderr_tail(),

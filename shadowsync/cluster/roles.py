@@ -157,6 +157,8 @@ def _run_role(cfg: TrainConfig) -> None:
     trainer_group = dist.new_group(layout.trainer_ranks, timeout=COLLECTIVE_TIMEOUT)
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg)
+    if role != "trainer" and cfg.out:
+        leave_without_trainer0(Path(cfg.out))
     if role == "embedding":
         from shadowsync.transport.servers.embedding import release, serve
 
@@ -192,6 +194,34 @@ def _run_role(cfg: TrainConfig) -> None:
     log.debug("left the RPC world")
     dist.destroy_process_group()
     log.debug("done")
+
+
+def leave_without_trainer0(out: Path) -> None:
+    """After a stop request a server keeps serving until trainer 0 has saved and ends the
+    job. If trainer 0 is gone instead (the launcher stops every process after one died),
+    nobody will: the server leaves as soon as it sees that, not at the end of its grace
+    period, and a restarted attempt can begin. (Processes of one host, launched locally.)"""
+    import threading
+    import time
+
+    from shadowsync.train import attempts
+    from shadowsync.train.stop import STOP
+
+    def on_stop(signum: int) -> None:
+        pid = next((p for a, n, p in attempts.processes(out)
+                    if a == attempts.attempt() and n == "trainer0"), None)
+        if pid is None:
+            return
+
+        def watch() -> None:
+            while attempts.alive(pid):
+                time.sleep(0.1)
+            logging.shutdown()
+            os._exit(128 + signum)
+
+        threading.Thread(target=watch, name="watch-trainer0", daemon=True).start()
+
+    STOP.subscribe(on_stop)
 
 
 def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:

@@ -68,6 +68,15 @@ def processes(out: Path) -> list[tuple[int, str, int]]:
     return [(int(a), n, int(p)) for a, n, p in (ln.split() for ln in lines if ln.strip())]
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` of this host runs (exists and is not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(") ", 1)[1][:1] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 def refuse_restart(out: Path) -> None:
     """A process failed in a way a restart would repeat (bad input, divergence): the
     processes of a restarted attempt end at once, and the launcher reports the error."""
