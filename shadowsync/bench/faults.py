@@ -80,21 +80,13 @@ def trained_examples(out: Path) -> int:
     return max((r.get("examples", 0) for r in rows if r.get("trainer") == 0), default=0)
 
 
-def trainer0_progress(out: Path, attempt: int) -> int | None:
-    """Trainer 0's examples in `attempt` of the run's current launch (None: not started)."""
-    path = attempts.attempts_dir(out) / f"{attempt}-trainer0"
+def progress(out: Path, attempt: int, trainer: int = 0) -> int | None:
+    """A trainer's examples in `attempt` of the run's current launch (None: not started)."""
+    path = attempts.attempts_dir(out) / f"{attempt}-trainer{trainer}"
     try:
         return int(path.read_text(encoding="ascii"))
     except (FileNotFoundError, ValueError):
         return None
-
-
-def _progress(out: Path, attempt: int, trainer: int) -> int:
-    try:
-        return int((attempts.attempts_dir(out) / f"{attempt}-trainer{trainer}")
-                   .read_text(encoding="ascii"))
-    except (FileNotFoundError, ValueError):
-        return 0
 
 
 class TrainsAgain:
@@ -107,7 +99,7 @@ class TrainsAgain:
         self.first: int | None = None
 
     def __call__(self) -> bool:
-        done = trainer0_progress(self.run, self.attempt)
+        done = progress(self.run, self.attempt)
         if done is None:
             return False
         if self.first is None:
@@ -226,7 +218,7 @@ def kill_scenario(run: Path, examples: int, seed: int, victim: str, at: int,
     job = Job(["train", "--out", str(run), *job_args(examples, seed)])
 
     def ready() -> bool:
-        done = trainer0_progress(run, 0)
+        done = progress(run, 0)
         return bool(published(run)) and done is not None and done >= at
 
     wait_until(ready, job, timeout)
@@ -235,8 +227,23 @@ def kill_scenario(run: Path, examples: int, seed: int, victim: str, at: int,
     if job.running() and pids:
         os.kill(pids[0], signal.SIGKILL)
         killed_at = time.monotonic()
+    # Recovery in three parts: the failed attempt's processes gone, the restarted ones
+    # started (noted in the list), training again.
+    marks: dict[str, float] = {}
+    again = TrainsAgain(run, 1)
+
+    def recovered() -> bool:
+        now = time.monotonic()
+        seen = attempts.processes(run)
+        if "old_gone" not in marks and not any(attempts.alive(p) for a, _, p in seen if a == 0):
+            marks["old_gone"] = now
+        if "started" not in marks and sum(1 for a, n, _ in seen if a == 1 and "-" not in n) \
+                >= 3:
+            marks["started"] = now
+        return again()
+
     training_again = None
-    if killed_at is not None and wait_until(TrainsAgain(run, 1), job, timeout):
+    if killed_at is not None and wait_until(recovered, job, timeout):
         training_again = time.monotonic()
     rc = job.wait(timeout)
     s = summary_of(run)
@@ -248,6 +255,7 @@ def kill_scenario(run: Path, examples: int, seed: int, victim: str, at: int,
         "resumed_at_examples": s.get("resumed_examples"),
         "recovery_s": round(training_again - killed_at, 2)
         if training_again is not None and killed_at is not None else None,
+        **{f"{k}_s": round(t - killed_at, 2) for k, t in marks.items() if killed_at},
         "summary": s, "stderr_tail": job.stderr_tail(),
     }
 
@@ -261,7 +269,7 @@ def nan_scenario(run: Path, examples: int, seed: int, at: int,
     reached = [0]  # the diverged launch's examples, all trainers together
 
     def rolling_back() -> bool:
-        reached[0] = max(reached[0], sum(_progress(run, 0, t) for t in range(2)))
+        reached[0] = max(reached[0], sum(progress(run, 0, t) or 0 for t in range(2)))
         return any("rolling back" in line for _, line in job.lines)
 
     wait_until(rolling_back, job, timeout)
@@ -332,7 +340,7 @@ def soak(run: Path, examples: int, seed: int, soak_s: float, eps: float, warmup_
     args[args.index("--examples") + 1] = str(rows - rows // 10)
     args[args.index("--checkpoint-every") + 1] = "300s"  # the default
     job = Job(["train", "--out", str(run), "--data", str(data), *args])
-    wait_until(lambda: (trainer0_progress(run, 0) or 0) > 0, job, timeout)  # training
+    wait_until(lambda: (progress(run, 0) or 0) > 0, job, timeout)  # training
     t_start = time.monotonic()
     samples: list[dict[int, tuple[int, int]]] = []
     times: list[float] = []

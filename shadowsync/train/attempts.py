@@ -9,6 +9,10 @@ restarted attempt notes where it resumed (`N-resumed`). Lost examples are then t
 failed attempts of what their trainers had reached, less where the next attempt resumed.
 The counts trail the workers by at most one report per worker (`WorkerSpec.report_every`
 steps), so `examples_lost` is exact up to that.
+
+The same directory lists the job's processes (`pids`: attempt, name, PID; what the faults
+bench kills) and holds `no-restart` once a process failed in a way a restart would repeat.
+The local launcher makes the directory; without it (torchrun) nothing is noted.
 """
 
 from __future__ import annotations
