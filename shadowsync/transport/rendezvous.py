@@ -6,8 +6,9 @@ groups and RPC write fixed keys into it (`default_pg/...`, `rpc_prefix_0/...`): 
 restarted after a failure would read the addresses the dead attempt left there and fail
 to connect. So every key of ours lives under `attempt-N/`, N being the agent's restart count
 (`TORCHELASTIC_RESTART_COUNT`), through a rendezvous handler registered under the scheme
-`shadowsync://HOST:PORT?attempt=N&agent_store=0|1`: with the agent's store every process is
-a client; without it rank 0 hosts the store, as torch's own `tcp://` does.
+`shadowsync://HOST:PORT?attempt=N`, where every process is a client of the agent's store.
+Without the agent's store (`init_method` / `tcp://`), rank 0 hosts a store of its own, which
+dies with it: a restarted attempt gets a fresh one, and torch's handlers serve as they are.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ def agent_store() -> bool:
 
 
 def url(addr: str, port: int, attempt: int, agent: bool) -> str:
-    return f"{SCHEME}://{addr}:{port}?attempt={attempt}&agent_store={int(agent)}"
+    """The init_method of a process group or of RPC meeting at ADDR:PORT: this attempt's
+    keys of the agent's store, or torch's own `tcp://` (rank 0 hosts) without one."""
+    if not agent:
+        return f"tcp://{addr}:{port}"
+    return f"{SCHEME}://{addr}:{port}?attempt={attempt}"
 
 
 def _handler(where: str, timeout: timedelta = timedelta(seconds=300),
@@ -43,10 +48,8 @@ def _handler(where: str, timeout: timedelta = timedelta(seconds=300),
     parsed = urlparse(where)
     query = dict(parse_qsl(parsed.query))
     rank, world = int(query["rank"]), int(query["world_size"])
-    agent = query.get("agent_store") == "1"
     store = dist.TCPStore(parsed.hostname or "127.0.0.1", int(parsed.port or 0),
-                          world_size=world, is_master=not agent and rank == 0,
-                          timeout=timeout, multi_tenant=not agent)
+                          world_size=world, is_master=False, timeout=timeout)
     yield dist.PrefixStore(f"attempt-{query['attempt']}", store), rank, world
     raise RuntimeError(f"{SCHEME}:// rendezvous happens once per attempt")
 
