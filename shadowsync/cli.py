@@ -132,11 +132,18 @@ def _switch_search(args: argparse.Namespace) -> int:
 
 
 def _bench_faults(args: argparse.Namespace) -> int:
-    from shadowsync.bench.faults import run_faults_bench
+    from shadowsync.bench.faults import SCENARIOS, run_faults_bench
 
-    if args.examples < 20_000 or args.repeats < 1:
-        raise UserError("--examples must be >= 20000 and --repeats >= 1")
-    run_faults_bench(args.out, examples=args.examples, repeats=args.repeats)
+    if args.examples < 20_000 or args.repeats < 1 or args.soak_s < 0:
+        raise UserError("--examples must be >= 20000, --repeats >= 1 and --soak-s >= 0")
+    names = SCENARIOS if args.scenarios == "all" else \
+        tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown:
+        raise UserError(f"--scenarios: unknown {', '.join(unknown)} (choose from "
+                        f"{', '.join(SCENARIOS)})")
+    run_faults_bench(args.out, examples=args.examples, repeats=args.repeats,
+                     scenarios=names, soak_s=args.soak_s)
     return 0
 
 
@@ -231,10 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--no-digits", action="store_true", help="ctr only")
     sw.set_defaults(func=_bench_switch)
     faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
-                              "next to the same run uninterrupted")
+                              "processes killed, a NaN rolled back, each next to the same run "
+                              "uninterrupted; then a memory soak")
     faults.add_argument("--out", default="runs/bench-faults")
-    faults.add_argument("--examples", type=int, default=400_000, help="examples per run")
-    faults.add_argument("--repeats", type=int, default=2)
+    faults.add_argument("--examples", type=int, default=300_000, help="examples per run")
+    faults.add_argument("--repeats", type=int, default=1)
+    faults.add_argument("--scenarios", default="all",
+                        help="comma list of: sigint-resume, sigterm-resume, kill-trainer, "
+                        "kill-worker, kill-embedding-server, nan-rollback (default: all)")
+    faults.add_argument("--soak-s", type=float, default=600.0,
+                        help="seconds of training of the memory soak (0: none)")
     faults.set_defaults(func=_bench_faults)
     switch = sub.add_parser("switch", help="Sync-Switch tools").add_subparsers(
         dest="switch_cmd", required=True)

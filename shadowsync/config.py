@@ -147,6 +147,9 @@ class TrainConfig:
         "300s", "checkpoint the job every N seconds ('600s') or N examples ('500000'); 0: only "
         "at the end and on Ctrl-C / SIGTERM")
     keep_checkpoints: int = _opt(2, "checkpoints kept under OUT/checkpoint (older ones pruned)")
+    max_restarts: int = _opt(
+        3, "when a process of the job dies, restart the job from its newest checkpoint up to "
+        "this many times (through the elastic agent; modes that resume)")
     resume: str | None = _opt(
         None, "continue the run in this directory (or from this checkpoint/step-N) where its "
         "latest checkpoint left off; its config.toml is the base of the options")
@@ -185,7 +188,7 @@ class TrainConfig:
                             "pip install 'shadowsync[tensorboard]'")
         if self.examples is not None and self.examples <= 0:
             raise UserError(f"--examples must be positive, got {self.examples}")
-        for name in ("embedding_servers", "dense_servers", "warmup_steps"):
+        for name in ("embedding_servers", "dense_servers", "warmup_steps", "max_restarts"):
             v = getattr(self, name)
             if v is not None and v < 0:
                 raise UserError(f"--{_flag(name)} must be >= 0, got {v}")

@@ -46,20 +46,27 @@ class Checkpointer:
         self.extra = manifest_extra or {}
         self._last_t = time.monotonic()
         self._last_examples = 0
+        # The job's examples from trainer 0's: given where the others' progress is known,
+        # else trainer 0's times the trainers (trainers do not keep pace exactly).
+        self.job_examples: Callable[[int], int] = lambda mine: mine * trainers
         self._count = 0
         self.latest: Path | None = None
         self.refused = 0  # saves refused because some state was not finite
 
+    def resumed_at(self, examples: int) -> None:
+        """The run resumed from a checkpoint of `examples`: the next one is an interval on."""
+        self._last_examples = examples
+
     def maybe_save(self, examples_trainer0: int) -> Path | None:
-        """Save if the interval has passed (examples: trainer 0's times the trainers)."""
+        """Save if the interval has passed (examples: the job's, see `job_examples`)."""
         if not self.resumable or self.kind == "off":
             return None
         if self.kind == "seconds":
             if time.monotonic() - self._last_t < self.every:
                 return None
-        elif examples_trainer0 * self.trainers - self._last_examples < self.every:
+        elif self.job_examples(examples_trainer0) - self._last_examples < self.every:
             return None
-        self._last_examples = examples_trainer0 * self.trainers
+        self._last_examples = self.job_examples(examples_trainer0)
         return self.save(final=False)
 
     def keep_alive(self) -> None:

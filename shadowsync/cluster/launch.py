@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main, quiet_resource_tracker
-from shadowsync.cluster.roles import ERROR_FILE, layout_of
+from shadowsync.cluster.roles import first_error, layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.train.stop import Interrupted
@@ -68,10 +68,16 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     log.info("starting %d processes: %d embedding server(s), %d dense server(s), "
              "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,
              layout.dense_servers, layout.trainers, layout.workers)
+    from shadowsync.train import attempts
+    from shadowsync.train.trainer import resumable
+
+    # A restarted attempt resumes from the newest checkpoint, which only some modes can.
+    restarts = cfg.max_restarts if resumable(cfg) else 0
+    attempts.reset(out)
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
         run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
-        rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=0, monitor_interval=0.2,
+        rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
         start_method="spawn", local_addr=cfg.addr,
     )
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -89,10 +95,10 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
         raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
     except Exception as e:  # ChildFailedError and friends: say which role failed and why
-        err = out / ERROR_FILE
-        if err.exists():
-            raise UserError(err.read_text(encoding="utf-8").strip().splitlines()[0]) from None
-        raise UserError(f"the job failed: {str(e).strip().splitlines()[0]}") from None
+        line = first_error(out, restarts)
+        raise UserError(line or f"the job failed: {str(e).strip().splitlines()[0]}") from None
     finally:
         os.environ.pop(JOB_PROCESS_ENV, None)
+    if attempts.restart_refused(out):  # a restarted attempt ended at once: report why
+        raise UserError(first_error(out, restarts) or "the job failed")
     return json.loads((out / "summary.json").read_text(encoding="utf-8"))

@@ -18,9 +18,10 @@ import torch
 import torch.distributed as dist
 
 from shadowsync.config import TrainConfig
-from shadowsync.errors import UserError
+from shadowsync.errors import PeerLost, UserError
 from shadowsync.logs import setup_logging
 from shadowsync.train.stop import STOP, STOP_GRACE_S, Interrupted
+from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 
@@ -55,11 +56,9 @@ def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
     default), every process is a client of that store; otherwise RPC rank 0 hosts a store
     of its own on --rpc-port."""
     master_port = int(os.environ["MASTER_PORT"])
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
-        port = master_port
-    else:
-        port = cfg.rpc_port or master_port + 1
-    return RpcEndpoint(os.environ["MASTER_ADDR"], port)
+    agent = rendezvous.agent_store()
+    port = master_port if agent else cfg.rpc_port or master_port + 1
+    return RpcEndpoint(os.environ["MASTER_ADDR"], port, rendezvous.attempt(), agent)
 
 
 def rpc_ranks(layout: ClusterLayout) -> dict[str, int]:
@@ -71,7 +70,14 @@ def rpc_ranks(layout: ClusterLayout) -> dict[str, int]:
 
 
 def role_main(cfg: TrainConfig) -> None:
-    """Entry point of every launched process."""
+    """Entry point of every launched process. In an attempt the launcher restarted after a
+    process died (--max-restarts), it resumes from the run's newest checkpoint, or ends at
+    once if the failure was one a restart would repeat."""
+    from shadowsync.train import attempts
+
+    if attempts.attempt() > 0 and cfg.out and attempts.restart_refused(Path(cfg.out)):
+        return
+    cfg = attempts.after_restart(cfg)
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
@@ -83,6 +89,12 @@ def role_main(cfg: TrainConfig) -> None:
     setup_logging(cfg.log_level, name)
     if not STOP.installed:  # started by torchrun through shadowsync.run
         STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
+    if cfg.out:
+        try:
+            role = "{}{}".format(*layout_of(cfg).role(rank)).replace("embedding", "emb")
+        except ValueError:
+            role = f"rank{rank}"
+        attempts.note_process(role, Path(cfg.out))
     try:
         _run_role(cfg)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
@@ -90,6 +102,11 @@ def role_main(cfg: TrainConfig) -> None:
         os._exit(e.exit_code)
     except UserError as e:
         _report_error(cfg, str(e))
+        if isinstance(e, PeerLost):  # the job is failing: no orderly exit to wait for
+            logging.shutdown()
+            os._exit(2)
+        if cfg.out:
+            attempts.refuse_restart(Path(cfg.out))
         sys.exit(2)
     except BaseException as e:
         last = traceback.format_exc().strip().splitlines()[-1]
@@ -97,9 +114,27 @@ def role_main(cfg: TrainConfig) -> None:
         raise
 
 
+def error_file(out: Path, attempt: int) -> Path:
+    """Where the processes of one attempt of the job write their errors, one line each."""
+    return Path(out) / (ERROR_FILE if attempt == 0 else f"error-restart-{attempt}.txt")
+
+
+def first_error(out: Path, attempts: int) -> str | None:
+    """The first error of the last attempt that wrote one (of attempts 0..`attempts`)."""
+    for k in range(attempts, -1, -1):
+        path = error_file(out, k)
+        if path.exists():
+            lines = path.read_text(encoding="utf-8").strip().splitlines()
+            if lines:
+                return lines[0]
+    return None
+
+
 def _report_error(cfg: TrainConfig, message: str) -> None:
+    from shadowsync.train.attempts import attempt
+
     if cfg.out:
-        with open(Path(cfg.out) / ERROR_FILE, "a", encoding="utf-8") as fh:
+        with open(error_file(Path(cfg.out), attempt()), "a", encoding="utf-8") as fh:
             fh.write(message + "\n")
 
 
@@ -110,11 +145,18 @@ def _run_role(cfg: TrainConfig) -> None:
     if world != layout.world_size:
         raise UserError(f"the launcher started {world} processes but the job needs "
                         f"{layout.world_size} (embedding servers + dense servers + trainers)")
-    dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    # The job's keys of this attempt only: a restarted job meets afresh (see `rendezvous`).
+    dist.init_process_group(
+        "gloo", init_method=rendezvous.url(os.environ["MASTER_ADDR"],
+                                           int(os.environ["MASTER_PORT"]),
+                                           rendezvous.attempt(), rendezvous.agent_store()),
+        rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     # Every rank must take part in creating a group, servers included.
     trainer_group = dist.new_group(layout.trainer_ranks, timeout=COLLECTIVE_TIMEOUT)
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg)
+    if role != "trainer" and cfg.out:
+        leave_without_trainer0(Path(cfg.out))
     if role == "embedding":
         from shadowsync.transport.servers.embedding import release, serve
 
@@ -150,6 +192,34 @@ def _run_role(cfg: TrainConfig) -> None:
     log.debug("left the RPC world")
     dist.destroy_process_group()
     log.debug("done")
+
+
+def leave_without_trainer0(out: Path) -> None:
+    """After a stop request a server keeps serving until trainer 0 has saved and ends the
+    job. If trainer 0 is gone instead (the launcher stops every process after one died),
+    nobody will: the server leaves as soon as it sees that, not at the end of its grace
+    period, and a restarted attempt can begin. (Processes of one host, launched locally.)"""
+    import threading
+    import time
+
+    from shadowsync.train import attempts
+    from shadowsync.train.stop import STOP
+
+    def on_stop(signum: int) -> None:
+        pid = next((p for a, n, p in attempts.processes(out)
+                    if a == attempts.attempt() and n == "trainer0"), None)
+        if pid is None:
+            return
+
+        def watch() -> None:
+            while attempts.alive(pid):
+                time.sleep(0.1)
+            logging.shutdown()
+            os._exit(128 + signum)
+
+        threading.Thread(target=watch, name="watch-trainer0", daemon=True).start()
+
+    STOP.subscribe(on_stop)
 
 
 def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:

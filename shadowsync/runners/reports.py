@@ -39,3 +39,4 @@ class WorkerFailed:
     trainer: int
     worker: int
     message: str  # one line, shown to the user as is
+    diverged: bool = False  # NaN / Inf: a restart would diverge again (a rollback may not)

@@ -20,6 +20,7 @@ import torch
 
 from shadowsync.checkpoint import shards
 from shadowsync.config import TrainConfig, config_to_toml
+from shadowsync.train import attempts
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
 from shadowsync.train.stop import STOP, Interrupted, silence_stderr
@@ -114,8 +115,17 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     bar = progress_bar(plan.train_stop // cfg.trainers, desc, lead and progress_enabled(cfg))
     trainer_cfg = cfg if lead else replace(cfg, eval_points=0)  # trainer 0 evaluates for all
     checkpointer = make_checkpointer(cfg, plan, remote_shards or []) if lead else None
+    progress = attempts.Progress(out, index)
     trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
-                      log=metrics, progress=bar, slots=slots, checkpointer=checkpointer)
+                      log=metrics, progress=bar, slots=slots, checkpointer=checkpointer,
+                      on_examples=progress)
+    progress(trainer.stats.examples)
+    if lead:
+        progress.started(resumed.get("resumed_examples") or 0)
+    if checkpointer is not None:
+        checkpointer.resumed_at(resumed.get("resumed_examples") or 0)
+        if progress.enabled:  # every trainer's progress is known: count the job's examples
+            checkpointer.job_examples = lambda mine: mine + progress.others(cfg.trainers)
     bar.update(trainer.stats.examples)
     local_signals = STOP.install() if not STOP.installed else False  # a local run
     STOP.subscribe(trainer.request_stop)
@@ -159,6 +169,9 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
         summary.update(runner.summarize([m for _, m in everyone]))
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
+    # --max-restarts: attempts the job was restarted, examples trained again because of them
+    summary["restarts"] = attempts.attempt()
+    summary["examples_lost"] = attempts.examples_lost(out, cfg.trainers)
     summary.update(resumed)
     resumed_eps(summary)
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),

@@ -20,7 +20,7 @@ import torch
 import torch.multiprocessing as mp
 
 from shadowsync.config import TrainConfig
-from shadowsync.errors import UserError
+from shadowsync.errors import PeerLost, UserError
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
@@ -105,7 +105,8 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
                  model: torch.nn.Module | None = None, sync: Any = None,
                  log: MetricsLog | None = None, progress: Any = None,
-                 slots: WorkerSlots | None = None, checkpointer: Any = None) -> None:
+                 slots: WorkerSlots | None = None, checkpointer: Any = None,
+                 on_examples: Any = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
@@ -122,6 +123,7 @@ class Trainer:
         self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.workers,
                                           cfg.optimizer)
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
+        self.on_examples = on_examples  # called with the examples trained so far
         self.stop_event = mp.get_context("spawn").Event() if stops_alone(cfg) else None
         self.stop_signal: int | None = None
         self._evaluating = False
@@ -235,6 +237,7 @@ class Trainer:
         next_eval = (start // eval_every + 1) * eval_every
         done: set[int] = set()
         told = False
+        next_check = 0.0
         while len(done) < len(procs):
             if self.stop_signal is not None and not told:
                 told = True  # the others wait for the final checkpoint
@@ -243,17 +246,16 @@ class Trainer:
                     self.checkpointer.keep_alive()
                 if self.sync is not None:
                     self.sync.on_stop()
+            now = time.monotonic()
+            if now >= next_check:  # a worker killed outright sends nothing: look every second
+                next_check = now + 1.0
+                self._check_workers(procs, done)
             try:
                 msg = messages.get(timeout=1.0)
             except queue_mod.Empty:
-                dead = [i for i, p in enumerate(procs)
-                        if not p.is_alive() and i not in done and p.exitcode not in (0, None)]
-                if dead:
-                    raise RuntimeError(f"trainer {self.index}: worker {dead[0]} exited with code "
-                                       f"{procs[dead[0]].exitcode}") from None
                 continue
             if isinstance(msg, WorkerFailed):
-                raise UserError(msg.message)
+                raise (UserError if msg.diverged else PeerLost)(msg.message)
             if isinstance(msg, WorkerDone):
                 done.add(msg.worker)
                 self.stats.train_start = min(self.stats.train_start, msg.train_start)
@@ -262,6 +264,8 @@ class Trainer:
             n = msg.examples
             s = self.stats
             s.examples += n
+            if self.on_examples is not None:
+                self.on_examples(s.examples)
             s.busy_s += msg.busy_s
             s.blocked_s += msg.blocked_s
             self.running.add(n, msg.loss_sum, msg.label_sum)
@@ -285,6 +289,13 @@ class Trainer:
                 self.log.write(row)
             if self.checkpointer is not None and self.stop_signal is None:
                 self.checkpointer.maybe_save(s.examples)
+
+    def _check_workers(self, procs: list[Any], done: set[int]) -> None:
+        dead = [i for i, p in enumerate(procs)
+                if i not in done and not p.is_alive() and p.exitcode not in (0, None)]
+        if dead:
+            raise PeerLost(f"trainer {self.index}: worker {dead[0]} exited with code "
+                           f"{procs[dead[0]].exitcode}")
 
     def _metrics_row(self, wall: float) -> dict[str, Any]:
         s = self.stats

@@ -20,6 +20,7 @@ import torch
 from shadowsync.data.dataset import batches, num_batches
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.train.attempts import note_process
 from shadowsync.train.stop import STOP, watch_parent
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import task_of
@@ -141,6 +142,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
     step while a round runs, or a DDP / periodic-averaging wrapper around a private replica.
     """
     hook = hook or WorkerHook()
+    note_process(f"trainer{spec.trainer}-worker{spec.worker}")
     watch_parent()
     stopped = stop_on_signals(spec)
 
@@ -242,7 +244,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             silence_stderr()
         tables.detach()  # with remote tables: waits until the whole job shuts down
     except TrainingDiverged as e:
-        queue.put(WorkerFailed(spec.trainer, spec.worker, str(e)))
+        queue.put(WorkerFailed(spec.trainer, spec.worker, str(e), diverged=True))
     except Exception as e:  # report any failure to the trainer instead of dying silently
         last = traceback.format_exc().strip().splitlines()[-1]
         queue.put(WorkerFailed(spec.trainer, spec.worker,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch.distributed.rpc as rpc
 
+from shadowsync.transport import rendezvous
+
 RPC_TIMEOUT_S = 120.0
 # Leaving is a barrier over the whole job: the others may still be evaluating or syncing.
 LEAVE_TIMEOUT_S = 3600.0
@@ -14,15 +16,18 @@ LEAVE_TIMEOUT_S = 3600.0
 
 @dataclass(frozen=True)
 class RpcEndpoint:
-    """Where the RPC world meets: a TCP store hosted by RPC rank 0."""
+    """Where the RPC world meets: a TCP store hosted by RPC rank 0, or the launcher's agent
+    (`agent_store`), under the keys of this attempt of the job (see `rendezvous`)."""
 
     addr: str
     port: int
+    attempt: int = 0
+    agent_store: bool = False
 
     def join(self, name: str, rank: int, world_size: int, threads: int = 8) -> None:
         warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
         opts = rpc.TensorPipeRpcBackendOptions(
-            init_method=f"tcp://{self.addr}:{self.port}",
+            init_method=rendezvous.url(self.addr, self.port, self.attempt, self.agent_store),
             num_worker_threads=threads,
             rpc_timeout=RPC_TIMEOUT_S,
             _transports=["uv"],

@@ -1,0 +1,138 @@
+"""The attempts of one launch of a job (--max-restarts) and the examples each one lost.
+
+When a process of the job dies, the elastic agent ends the others and starts the job again
+(attempt 1, 2, ...); every process of a restarted attempt resumes from the run's newest
+published checkpoint. What an attempt had trained past that checkpoint is lost: it is
+trained again. To count it, every trainer notes its examples as its workers report them in
+`OUT/.attempts/N-trainerT` (one small file, replaced in place), and trainer 0 of every
+restarted attempt notes where it resumed (`N-resumed`). Lost examples are then the sum over
+failed attempts of what their trainers had reached, less where the next attempt resumed.
+The counts trail the workers by at most one report per worker (`WorkerSpec.report_every`
+steps), so `examples_lost` is exact up to that.
+
+The same directory lists the job's processes (`pids`: attempt, name, PID; what the faults
+bench kills) and holds `no-restart` once a process failed in a way a restart would repeat.
+The local launcher makes the directory; without it (torchrun) nothing is noted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from shadowsync.config import TrainConfig
+from shadowsync.transport.rendezvous import attempt
+
+ATTEMPTS_DIR = ".attempts"
+REFUSED = "no-restart"
+PIDS = "pids"  # "ATTEMPT NAME PID" a line, for whoever watches or kills the job's processes
+PIDS_ENV = "SHADOWSYNC_PIDS_FILE"
+
+
+def attempts_dir(out: Path) -> Path:
+    return Path(out) / ATTEMPTS_DIR
+
+
+def reset(out: Path) -> None:
+    """A new launch: forget the attempts of earlier launches in this run directory."""
+    shutil.rmtree(attempts_dir(out), ignore_errors=True)
+    attempts_dir(out).mkdir(parents=True, exist_ok=True)
+
+
+def after_restart(cfg: TrainConfig) -> TrainConfig:
+    """In a restarted attempt, `cfg` resuming from the run's newest published checkpoint (or
+    from the start if it has none yet)."""
+    from shadowsync.checkpoint.store import published
+
+    if attempt() == 0 or not cfg.out:
+        return cfg
+    found = published(Path(cfg.out))
+    return replace(cfg, resume=str(found[-1]) if found else None)
+
+
+def note_process(name: str, out: Path | None = None) -> None:
+    """Add this process to the launch's list of processes. `out` (a launched process) also
+    names the list for the children it starts later (Hogwild workers inherit it)."""
+    if out is not None and attempts_dir(out).is_dir():
+        os.environ[PIDS_ENV] = str(attempts_dir(out) / PIDS)
+    path = os.environ.get(PIDS_ENV)
+    if path:
+        with open(path, "a", encoding="ascii") as fh:
+            fh.write(f"{attempt()} {name} {os.getpid()}\n")
+
+
+def processes(out: Path) -> list[tuple[int, str, int]]:
+    """(attempt, name, pid) of every process of the launch that noted itself."""
+    try:
+        lines = (attempts_dir(out) / PIDS).read_text(encoding="ascii").splitlines()
+    except FileNotFoundError:
+        return []
+    return [(int(a), n, int(p)) for a, n, p in (ln.split() for ln in lines if ln.strip())]
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` of this host runs (exists and is not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(") ", 1)[1][:1] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def refuse_restart(out: Path) -> None:
+    """A process failed in a way a restart would repeat (bad input, divergence): the
+    processes of a restarted attempt end at once, and the launcher reports the error."""
+    if attempts_dir(out).is_dir():
+        (attempts_dir(out) / REFUSED).touch()
+
+
+def restart_refused(out: Path) -> bool:
+    return (attempts_dir(out) / REFUSED).exists()
+
+
+def _write(path: Path, value: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(str(value), encoding="ascii")
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> int:
+    try:
+        return int(path.read_text(encoding="ascii"))
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+class Progress:
+    """A trainer's examples in this attempt, for `examples_lost` if the attempt fails."""
+
+    def __init__(self, out: Path, trainer: int) -> None:
+        self.dir = attempts_dir(out)
+        self.enabled = self.dir.is_dir()  # launched by the local launcher, which made it
+        self.path = self.dir / f"{attempt()}-trainer{trainer}"
+
+    def started(self, resumed_examples: int) -> None:
+        """Trainer 0: this attempt resumed at `resumed_examples` (0: from the start)."""
+        if self.enabled:
+            _write(self.dir / f"{attempt()}-resumed", resumed_examples)
+
+    def __call__(self, examples: int) -> None:
+        if self.enabled:
+            _write(self.path, examples)
+
+    def others(self, trainers: int) -> int:
+        """The other trainers' examples in this attempt, as they last noted them."""
+        return sum(_read(self.dir / f"{attempt()}-trainer{t}") for t in range(trainers)
+                   if self.dir / f"{attempt()}-trainer{t}" != self.path)
+
+
+def examples_lost(out: Path, trainers: int) -> int:
+    """Examples the failed attempts of this launch trained past where the next one resumed."""
+    d = attempts_dir(out)
+    lost = 0
+    for k in range(attempt()):
+        reached = sum(_read(d / f"{k}-trainer{t}") for t in range(trainers))
+        lost += max(0, reached - _read(d / f"{k + 1}-resumed"))
+    return lost

@@ -1,0 +1,57 @@
+"""Where the processes of one attempt of a job meet: a TCP store whose keys carry the attempt.
+
+The elastic agent keeps one TCP store for the whole job and gives it to every attempt it
+starts (torch's dynamic rendezvous shares its store server across restart rounds). Process
+groups and RPC write fixed keys into it (`default_pg/...`, `rpc_prefix_0/...`): processes
+restarted after a failure would read the addresses the dead attempt left there and fail
+to connect. So every key of ours lives under `attempt-N/`, N being the agent's restart count
+(`TORCHELASTIC_RESTART_COUNT`), through a rendezvous handler registered under the scheme
+`shadowsync://HOST:PORT?attempt=N`, where every process is a client of the agent's store.
+Without the agent's store (`init_method` / `tcp://`), rank 0 hosts a store of its own, which
+dies with it: a restarted attempt gets a fresh one, and torch's handlers serve as they are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qsl, urlparse
+
+import torch.distributed as dist
+from torch.distributed.rendezvous import register_rendezvous_handler
+
+SCHEME = "shadowsync"
+
+
+def attempt() -> int:
+    """How many times the agent restarted this job before starting this process."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def agent_store() -> bool:
+    """The launcher's agent hosts the job's TCP store (torch's default under torchrun)."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+
+
+def url(addr: str, port: int, attempt: int, agent: bool) -> str:
+    """The init_method of a process group or of RPC meeting at ADDR:PORT: this attempt's
+    keys of the agent's store, or torch's own `tcp://` (rank 0 hosts) without one."""
+    if not agent:
+        return f"tcp://{addr}:{port}"
+    return f"{SCHEME}://{addr}:{port}?attempt={attempt}"
+
+
+def _handler(where: str, timeout: timedelta = timedelta(seconds=300),
+             **_: Any) -> Iterator[tuple[dist.Store, int, int]]:
+    parsed = urlparse(where)
+    query = dict(parse_qsl(parsed.query))
+    rank, world = int(query["rank"]), int(query["world_size"])
+    store = dist.TCPStore(parsed.hostname or "127.0.0.1", int(parsed.port or 0),
+                          world_size=world, is_master=False, timeout=timeout)
+    yield dist.PrefixStore(f"attempt-{query['attempt']}", store), rank, world
+    raise RuntimeError(f"{SCHEME}:// rendezvous happens once per attempt")
+
+
+register_rendezvous_handler(SCHEME, _handler)
