@@ -181,6 +181,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
         t_report = t_step = time.perf_counter()
+        pace = spec.straggler.pace(spec.trainer) if spec.straggler is not None else None
         def one_pass() -> Any:
             return batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
                            num_shards=d.num_shards, table_size=spec.table_size,
@@ -221,9 +222,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             waited = hook.step()
             blocked += waited
             now = time.perf_counter()
-            if spec.straggler is not None:
-                compute = now - t_step - waited
-                spec.straggler.sleep_after_step(spec.trainer, time.time() - t_start, compute)
+            if pace is not None:
+                pace.sleep_after_step(time.time() - t_start, now - t_step - waited)
                 now = time.perf_counter()
             step_s.append(now - t_step)
             t_step = now
