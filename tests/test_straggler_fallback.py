@@ -92,6 +92,8 @@ def test_runner_seeds_the_centre_with_the_average_and_restarts_bmuf_from_it():
     assert runner.moves[0]["stragglers"] == [1]
     # the moving round averaged: local and centre both hold the mean with the other trainer
     assert torch.equal(ex.centre_value, param) and group.rule.name == "easgd"
+    # a checkpoint taken now still has what BMUF loads on resume
+    assert set(runner.state_dict()) == {"dense.global_model", "dense.block_momentum"}
     before = param.clone()
     param.add_(2.0)
     runner.run_round(False)  # EASGD: both move halfway towards each other, sum conserved

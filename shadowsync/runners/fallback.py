@@ -85,6 +85,14 @@ class FallbackSync(BackgroundSync):
             log.info("background sync: %s -> %s at round %d, stragglers %s", move["from"],
                      move["to"], move["round"], move["stragglers"] or "none (cleared)")
 
+    def state_dict(self) -> dict[str, Any]:
+        """The job's rule's state, also while EASGD rounds run (a resumed job starts on the
+        job's rule, so a checkpoint always has what that rule loads)."""
+        if self._thread is None and not self.all_rounds:  # before start: shapes, as base
+            return super().state_dict()
+        return {f"{name}.{k}": v for name, rule in self.primary.items()
+                if hasattr(rule, "state_dict") for k, v in rule.state_dict().items()}
+
     def final_metrics(self) -> dict[str, Any]:
         return {**super().final_metrics(), "sync_moves": self.moves}
 
