@@ -233,8 +233,10 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be a positive number, got {v}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
-                value = getattr(self, f.name)
+            value = getattr(self, f.name)
+            if value is None and f.default is None:  # an option left out
+                continue
+            if choices and value not in choices:
                 raise UserError(f"--{_flag(f.name)}: {value!r} is not one of {', '.join(choices)}")
         return self
 
