@@ -103,7 +103,7 @@ def _bench_switch(args: argparse.Namespace) -> int:
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
                      ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
-                     digits=not args.no_digits)
+                     digits=not args.no_digits, full=args.full)
     return 0
 
 
@@ -229,11 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="runs/bench-switch")
     sw.add_argument("--trainers", type=int, default=4)
     sw.add_argument("--digits-examples", type=int, default=24_000)
-    sw.add_argument("--ctr-examples", type=int, default=200_000)
+    sw.add_argument("--ctr-examples", type=int, default=None,
+                    help="examples per ctr run (default 100k, with --full 200k)")
     sw.add_argument("--ctr-trainers", type=int, default=2)
     sw.add_argument("--share", type=float, default=0.5,
                     help="BSP share of the digits switch plan (the quota of the online policies)")
     sw.add_argument("--repeats", type=int, default=3)
+    sw.add_argument("--full", action="store_true",
+                    help="also DDP, the offline plan and elastic under the straggler on digits, "
+                    "and ctr at 200k examples")
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.add_argument("--no-digits", action="store_true", help="ctr only")
     sw.set_defaults(func=_bench_switch)

@@ -129,6 +129,10 @@ class TrainConfig:
         None, "BSP share of the plan: a number, or 'auto' for what `shadowsync switch search` "
         "stored under --job-name")
     job_name: str | None = _opt(None, "name a recurring job's search result is stored under")
+    straggler_fallback: str | None = _opt(
+        None, "with --sync s-ma or s-bmuf: s-easgd rounds while the straggler detector "
+        "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
+        "clears", ("s-easgd",))
     straggler: str | None = _opt(
         None, "slow one trainer down: trainer=ID,slowdown=3,start=S,duration=D (seconds)")
     # network
@@ -205,6 +209,13 @@ class TrainConfig:
             from shadowsync.train.straggler import Straggler
 
             Straggler.parse(self.straggler, self.trainers)
+        if self.straggler_fallback is not None:
+            if self.sync not in ("s-ma", "s-bmuf") or self.sync_groups:
+                raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
+                                "trainer needed at each round) and no --sync-groups")
+            from shadowsync.runners.switch.detector import DetectorConfig
+
+            DetectorConfig.parse(self.switch_detector)
         if self.sync == "switch":
             from shadowsync.runners.switch.plan import SwitchPlan
 
@@ -225,8 +236,10 @@ class TrainConfig:
                 raise UserError(f"--{_flag(name)} must be a positive number, got {v}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
-                value = getattr(self, f.name)
+            value = getattr(self, f.name)
+            if value is None and f.default is None:  # an option left out
+                continue
+            if choices and value not in choices:
                 raise UserError(f"--{_flag(f.name)}: {value!r} is not one of {', '.join(choices)}")
         return self
 

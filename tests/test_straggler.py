@@ -1,5 +1,7 @@
 """Injected stragglers: parsing and the delay they add."""
 
+import time
+
 import pytest
 
 from shadowsync.errors import UserError
@@ -9,10 +11,23 @@ from shadowsync.train.straggler import Straggler
 def test_delay_applies_to_one_trainer_inside_its_window():
     s = Straggler.parse("trainer=1,slowdown=3,start=2,duration=4", trainers=4)
     assert s == Straggler(1, 3.0, 2.0, 4.0)
-    assert s.delay(1, 3.0, 0.01) == pytest.approx(0.02)  # 3x: two more step times
-    assert s.delay(1, 1.9, 0.01) == 0.0 and s.delay(1, 6.0, 0.01) == 0.0
-    assert s.delay(0, 3.0, 0.01) == 0.0
+    slow, other = s.pace(1), s.pace(0)
+    for t in (0.0, 0.5, 1.0, 1.5):  # before the window: steps of 10 ms (one of 30 ms)
+        assert slow.delay(t, 0.03 if t == 1.0 else 0.01) == 0.0
+    # inside: each step is held to 3x the median step before the window, 30 ms in all
+    assert slow.delay(2.0, 0.01) == pytest.approx(0.02)
+    assert slow.delay(3.0, 0.004) == pytest.approx(0.026)  # its CPU freed: still 30 ms
+    assert slow.delay(4.0, 0.05) == 0.0  # already slower than that
+    assert slow.delay(1.9, 0.01) == 0.0 and slow.delay(6.0, 0.01) == 0.0
+    assert other.delay(1.0, 0.01) == 0.0 and other.delay(3.0, 0.01) == 0.0
     assert Straggler.parse("trainer=0", 1).duration == float("inf")
+
+
+def test_a_window_open_from_the_start_uses_the_first_step_and_sleeps():
+    pace = Straggler.parse("trainer=0,slowdown=2", 1).pace(0)
+    t0 = time.perf_counter()
+    assert pace.sleep_after_step(0.0, 0.02) == pytest.approx(0.02)
+    assert time.perf_counter() - t0 >= 0.02
 
 
 @pytest.mark.parametrize("text, message", [

@@ -4,8 +4,14 @@ straggler (Li, Mangoubi, Xu, Guo, "Sync-Switch", ICDCS 2021, arXiv 2104.08364).
 Every protocol trains the same job for the same total examples (a budget of gradients counted
 on the dense servers). The straggler is one trainer 3x slower for the middle half of the
 run, its window placed from the straggler-free BSP run's training time. Variants run
-interleaved, repeated; medians are compared. Times are training times (first step to last),
-so process start-up, the same for all, is left out.
+interleaved, repeated; medians are compared. Repeat r of every variant runs with seed r (its
+initial weights, data order and, on digits, its held-out images), so the medians are over
+seeds and each repeat is a paired comparison on the same data. Times are training times
+(first step to last), so process start-up, the same for all, is left out.
+
+The default run keeps what the issue's ratios need (digits: bsp, asp, switch, bsp and greedy
+under the straggler; ctr the same at 100k examples); `--full` adds DDP, the offline plan and
+elastic under the straggler, and ctr at 200k examples.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ VARIANTS: dict[str, tuple[str, str, bool]] = {
     "greedy+straggler": ("switch", "greedy", True),
     "elastic+straggler": ("switch", "elastic", True),
 }
-CTR_VARIANTS = ("bsp", "asp", "switch", "bsp+straggler", "greedy+straggler")
+# What the issue's ratios need; the default run. `--full` runs every variant on digits.
+CORE_VARIANTS = ("bsp", "asp", "switch", "bsp+straggler", "greedy+straggler")
+CTR_VARIANTS = CORE_VARIANTS
+CTR_EXAMPLES, CTR_EXAMPLES_FULL = 100_000, 200_000
 # digits: BSP at lr 0.1 with momentum 0.9 (global batch 4 x 32); ASP steps at lr 0.1 / 4 with
 # momentum compensated to 0.15 (`switch.configure`). Chosen where ASP alone ends visibly below
 # BSP and the 50% BSP share matches it (an in-process sweep over 6 seeds: 25% lost about 2.5
@@ -92,15 +101,18 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     target = DIGITS_TARGET if higher else CTR_TARGET_NE
     counter = iter(range(10**6))
     window: dict[str, str] = {}
+    seeds: dict[str, int] = {}
 
     def go(variant: str) -> Any:
         sync, policy, straggler = VARIANTS[variant]
 
         def run() -> dict[str, Any]:
-            cfg = replace(base, sync=sync, switch_policy=policy,
+            seed = seeds[variant] = seeds.get(variant, -1) + 1  # repeat r: seed r
+            cfg = replace(base, sync=sync, switch_policy=policy, seed=base.seed + seed,
                           straggler=window["spec"] if straggler else None)
             r = run_job(cfg, root / task / f"{variant.replace('+', '-')}-{next(counter)}",
                         metric)
+            r["seed"] = cfg.seed
             if variant == "bsp" and "spec" not in window:
                 t = r["train_s"]  # the middle half of the straggler-free BSP run
                 window["spec"] = f"trainer=1,slowdown=3,start={t / 4:.2f},duration={t / 2:.2f}"
@@ -115,6 +127,8 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     spreads = {v: {k: spread(runs, v, k) for k in keys} for v in variants}
     costs = [c for r in runs for c in r["switch_cost_s"]]
     return {"runs": runs, "medians": med, "spreads": spreads, "metric": metric,
+            "paired": {v: paired(runs, v, compared_with(v), metric) for v in variants
+                       if v != compared_with(v)},
             "target": target, "straggler": window.get("spec"),
             "switch_overhead_s": statistics.mean(costs) if costs else None,
             "switch_overhead_max_s": max(costs) if costs else None,
@@ -122,13 +136,33 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
 
 
+def compared_with(variant: str) -> str:
+    return "bsp+straggler" if "straggler" in variant else "bsp"
+
+
+def paired(runs: list[dict[str, Any]], variant: str, base: str,
+           metric: str) -> dict[str, Any]:
+    """Repeat by repeat (same seed, run side by side): the metric's difference (accuracy,
+    points) or ratio (NE) and the time ratio, each as median and [min, max]."""
+    a = {r["repeat"]: r for r in runs if r["variant"] == variant}
+    b = {r["repeat"]: r for r in runs if r["variant"] == base}
+    common = sorted(set(a) & set(b))
+
+    def summary(values: list[float]) -> dict[str, Any]:
+        return {"median": statistics.median(values), "range": [min(values), max(values)],
+                "each": values} if values else {}
+
+    q = [100.0 * (a[r]["metric"] - b[r]["metric"]) if metric == "accuracy"
+         else a[r]["metric"] / b[r]["metric"] for r in common]
+    t = [a[r]["train_s"] / b[r]["train_s"] for r in common if b[r]["train_s"]]
+    return {"vs": base, "metric": summary(q), "time": summary(t)}
+
+
 def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
     """Sync-Switch under the straggler is the greedy online policy; the offline plan's and
     elastic's figures come alongside where they ran."""
     m = res["medians"]
-
-    def base(v: str) -> str:  # what a variant is compared with
-        return "bsp+straggler" if "straggler" in v else "bsp"
+    base = compared_with
 
     def t(v: str) -> float:
         return m[v]["train_s"] / m[base(v)]["train_s"]
@@ -159,28 +193,33 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
 
 
 def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
-                     ctr_examples: int = 200_000, share: float = DIGITS_SHARE,
+                     ctr_examples: int | None = None, share: float = DIGITS_SHARE,
                      repeats: int = 3, ctr: bool = True, ctr_trainers: int = 2,
-                     ctr_share: float = CTR_SHARE, digits: bool = True) -> dict[str, Any]:
+                     ctr_share: float = CTR_SHARE, digits: bool = True,
+                     full: bool = False) -> dict[str, Any]:
     root = Path(out)
+    if ctr_examples is None:
+        ctr_examples = CTR_EXAMPLES_FULL if full else CTR_EXAMPLES
     results: dict[str, Any] = {}
     ratios: dict[str, float | None] = {}
     if digits:
         results["digits"] = bench_task(root, "digits",
                                        digits_job(trainers, digits_examples, share), repeats,
-                                       tuple(VARIANTS))
+                                       tuple(VARIANTS) if full else CORE_VARIANTS)
         ratios.update(ratios_of(results["digits"], ""))
     if ctr:
         results["ctr"] = bench_task(root, "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share),
                                     repeats, CTR_VARIANTS)
         ratios.update(ratios_of(results["ctr"], "_ctr"))
     runs = [{"task": task, **r} for task, res in results.items() for r in res["runs"]]
-    extra = {"trainers": trainers, "share": share, "repeats": repeats,
+    extra = {"trainers": trainers, "share": share, "repeats": repeats, "full": full,
+             "seeds": "repeat r of every variant: seed r",
              **({"digits_lr": DIGITS_LR, "digits_examples": digits_examples} if digits else {}),
              **({"ctr_examples": ctr_examples, "ctr_trainers": ctr_trainers,
                  "ctr_share": ctr_share} if ctr else {}),
              "medians": {t: r["medians"] for t, r in results.items()},
              "spreads": {t: r["spreads"] for t, r in results.items()},
+             "paired": {t: r["paired"] for t, r in results.items()},
              "switches": {t: r["switches"] for t, r in results.items()},
              "straggler": {t: r["straggler"] for t, r in results.items()},
              "switch_overhead_max_s": {t: r["switch_overhead_max_s"]
@@ -195,6 +234,13 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
                      for v, m in res["medians"].items()],
                     ["variant", "train s", "range", res["metric"], "range",
                      f"s to {res['target']}", "switches"])
+        print("paired, repeat by repeat (same seed): median [min, max]")
+        unit = "points" if res["metric"] == "accuracy" else "ratio"
+        print_table([[v, p["vs"], p["metric"].get("median"), _range(p["metric"].get("range")),
+                      p["time"].get("median"), _range(p["time"].get("range"))]
+                     for v, p in res["paired"].items()],
+                    ["variant", "vs", f"{res['metric']} {unit}", "range", "time ratio",
+                     "range"])
     print()
     print_table([[k, v if v is not None else "n/a"] for k, v in ratios.items()],
                 ["ratio", "value"])

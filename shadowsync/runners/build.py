@@ -56,6 +56,8 @@ def group_syncs(cfg: TrainConfig, model: torch.nn.Module) -> dict[str, str]:
 
 def needs_dense_servers(cfg: TrainConfig, model: torch.nn.Module) -> bool:
     names = [cfg.sync, *group_syncs(cfg, model).values()]
+    if cfg.straggler_fallback is not None:
+        names.append(cfg.straggler_fallback)
     return any(mode_of(n).dense_servers for n in names)
 
 
@@ -101,11 +103,15 @@ def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
     cfg = ctx.cfg
     family, groups = param_groups(cfg, ctx.model)
     centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
-               for g in groups if g.rule.needs_servers}
+               for g in groups if g.rule.needs_servers or cfg.straggler_fallback}
     exchange = TrainerExchange(ctx.trainer_group, cfg.trainers, centres, dtype=cfg.sync_dtype)
     if family == "background":
-        return BackgroundSync(groups, exchange,
-                              Pace(cfg.sync_interval_s(), cfg.sync_budget, ctx.trainer_cores))
+        pace = Pace(cfg.sync_interval_s(), cfg.sync_budget, ctx.trainer_cores)
+        if cfg.straggler_fallback is not None:
+            from shadowsync.runners.fallback import fallback_runner
+
+            return fallback_runner(cfg, groups, exchange, pace)
+        return BackgroundSync(groups, exchange, pace)
     if family == "foreground":
         return ForegroundSync(groups, exchange, cfg.sync_every)
     return None

@@ -172,6 +172,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         ready.wait()
         t_start = time.time()  # wall clock, comparable across the trainer's processes
         t_report = t_step = time.perf_counter()
+        pace = spec.straggler.pace(spec.trainer) if spec.straggler is not None else None
         # A resumed worker skips the steps its position counts; one whose data wrapped
         # around (a fast worker under ASP) skips them within the pass it was in.
         skip = [spec.start_step % planned if hook.endless_data and planned
@@ -219,9 +220,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             waited = hook.step()
             blocked += waited
             now = time.perf_counter()
-            if spec.straggler is not None:
-                compute = now - t_step - waited
-                spec.straggler.sleep_after_step(spec.trainer, time.time() - t_start, compute)
+            if pace is not None:
+                pace.sleep_after_step(time.time() - t_start, now - t_step - waited)
                 now = time.perf_counter()
             step_s.append(now - t_step)
             t_step = now

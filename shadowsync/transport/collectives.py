@@ -101,6 +101,23 @@ class TrainerExchange:
         self.bytes_sent += sent.numel() * sent.element_size()
         self._centre.add(sent)
 
+    @property
+    def index(self) -> int:
+        """This trainer's place among the trainers."""
+        return dist.get_rank(group=self.group) if self.trainers > 1 else 0
+
+    def gather(self, values: list[float]) -> list[float]:
+        """Every trainer's `values` (the same number on each), concatenated in trainer order
+        (one small AllReduce)."""
+        if self.trainers == 1:
+            return list(values)
+        n = len(values)
+        buf = torch.zeros(self.trainers * n, dtype=torch.float64)
+        buf[self.index * n:(self.index + 1) * n] = torch.tensor(values, dtype=torch.float64)
+        self.bytes_sent += buf.numel() * buf.element_size()
+        dist.all_reduce(buf, group=self.group)
+        return buf.tolist()
+
     def end_round(self) -> bool:
         """True when every trainer has finished training: this was the last round."""
         if self._all_done is None:  # no AllReduce carried the flag this round (EASGD only)
