@@ -44,6 +44,7 @@ GOALS: dict[str, str | None] = {
     "s_bmuf_syncs_per_min": ">= 300",
     "background_vs_ddp": ">= 2",
     "background_vs_torch_fr_ma": ">= 1.15",
+    "background_vs_torchft": None,
     "cluster_vs_local_tables": ">= 0.85",
     "cluster_vs_local_tables_rpc": None,
     "s_bmuf_ne_vs_fr_bmuf": "<= 1.0",
@@ -94,6 +95,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     of the default data beside the installed peers (TorchRec). `full` adds s-easgd, the
     RPC-only embedding path, the intervals, the foreground frontier and the overwrite
     write-back, on 3M examples of quality."""
+    from shadowsync.bench.peers import missing, runner
     from shadowsync.train.trainer import plan_data
 
     if examples is None:
@@ -125,6 +127,17 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     rules = RULES if full else DEFAULT_RULES
     variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in rules}
     variants["torch-fr-ma"] = torch_fr_ma
+    # torchft's LocalSGD at the same rate, where the peer can run here.
+    reason = missing("torchft")
+    print(f"bench sync: {reason}" if reason else
+          "bench sync: peer torchft (LocalSGD) runs beside s-ma at s-ma's syncs per minute")
+    peer_status = {"torchft": reason or "runs"}
+    if reason is None:
+        def torchft_ma() -> dict[str, Any]:
+            period = torch_period(last_ma, base) if last_ma else base.sync_every
+            return runner("torchft")(replace(base, sync_every=period),
+                                     root / "runs" / f"torchft-ma-{next(counter)}")
+        variants["torchft-ma"] = torchft_ma
     # The embedding path: the default job with private unshared tables (and over RPC only).
     if full:
         variants["s-bmuf/rpc"] = variant("s-bmuf/rpc", replace(base, embedding_transport="rpc"))
@@ -149,6 +162,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
             "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
     peers = peer_variants(quality, root, counter)
     q_variants.update(peers.pop("variants"))
+    peer_status.update(peers["status"])
     q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=root / "runs.jsonl")
     runs += q_runs
     variants.update(q_variants)
@@ -162,6 +176,8 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
         "s_bmuf_syncs_per_min": ("s-bmuf", 1.0, "syncs_per_min"),
         "background_vs_ddp": ("s-ma", "ddp", "eps"),
         "background_vs_torch_fr_ma": ("s-ma", "torch-fr-ma", "eps"),
+        "background_vs_torchft": ("s-ma", "torchft-ma" if "torchft-ma" in variants else None,
+                                  "eps"),
         "cluster_vs_local_tables": ("s-bmuf", "s-bmuf/unshared-tables", "eps"),
         "cluster_vs_local_tables_rpc": ("s-bmuf/rpc", "s-bmuf/unshared-tables", "eps"),
         "s_bmuf_ne_vs_fr_bmuf": ("s-bmuf/quality", "fr-bmuf/quality", "eval_ne"),
@@ -184,7 +200,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
         ratios[name], spreads[name] = ratio_of_medians(runs, num, den, key)
     extra: dict[str, Any] = {"examples_per_run": examples, "quality_examples": quality_examples,
                              "repeats": repeats, "full": full, "medians": med,
-                             "peers": peers["status"]}
+                             "peers": peer_status}
     if slow_net:
         from shadowsync.bench.slow_net import run_slow_net
 

@@ -3,7 +3,8 @@
 Each peer lives in its own module and needs packages of the optional `peers` extra (see the
 README for the install command); `missing(name)` says in one line why a peer cannot run
 here, and the benchmarks skip it with that line. A peer run returns the same keys as one of
-our runs (`eps`, `eval_ne`, `wall_s`, `examples`, ...), so the bench compares them alike.
+our runs (`eps`, `eval_ne`, `wall_s`, `examples`, ...), so the bench compares them alike. A
+peer module may define `unavailable() -> str | None` for needs beyond installed packages.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ PEERS: dict[str, Peer] = {
     "torchrec": Peer("torchrec", "TorchRec 1.8 DistributedModelParallel (fused row-wise "
                      "Adagrad, DDP dense, 2 gloo ranks)", ("torchrec", "fbgemm_gpu"),
                      "torchrec_dmp"),
-    "torchft": Peer("torchft", "torchft LocalSGD of the dense model", ("torchft",),
-                    "torchft_localsgd"),
+    "torchft": Peer("torchft", "torchft LocalSGD of the dense model (--sync torchft-ma) in a "
+                    "private network namespace", ("torchft",), "torchft_localsgd"),
 }
 
 INSTALL_HINT = "install the optional peers as the README's 'Peers' section says"
@@ -42,7 +43,10 @@ def missing(name: str) -> str | None:
     absent = [m for m in peer.needs if importlib.util.find_spec(m) is None]
     if absent:
         return (f"peer {name} skipped: {', '.join(absent)} not installed ({INSTALL_HINT})")
-    return None
+    check = getattr(importlib.import_module(f"shadowsync.bench.peers.{peer.module}"),
+                    "unavailable", None)
+    reason = check() if check is not None else None
+    return f"peer {name} skipped: {reason}" if reason else None
 
 
 def runner(name: str) -> Callable[[TrainConfig, Path], dict[str, Any]]:
