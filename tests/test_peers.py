@@ -60,3 +60,22 @@ def test_torchrec_peer_trains_the_job(tmp_path):
     assert result["plan"] == ["table_wise"]
     assert (tmp_path / "tr" / "summary.json").exists()
     assert multiprocessing.active_children() == []
+
+
+def test_torchft_mode_without_torchft_is_one_clear_error(monkeypatch):
+    from types import SimpleNamespace
+
+    from shadowsync.errors import UserError
+    from shadowsync.runners.torchft_ma import torchft_runner
+
+    _hide(monkeypatch, "torchft")
+    with pytest.raises(UserError, match="--sync torchft-ma needs torchft"):
+        torchft_runner(SimpleNamespace(cfg=job(1000), store=("127.0.0.1", 1)))
+
+
+def test_torchft_peer_needs_a_private_namespace(monkeypatch):
+    from shadowsync.bench.peers import torchft_localsgd
+
+    monkeypatch.setattr(torchft_localsgd.os, "geteuid", lambda: 1000)
+    reason = torchft_localsgd.unavailable()
+    assert reason is not None and "listens on every interface" in reason
