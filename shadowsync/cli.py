@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     hog.set_defaults(func=_bench_hogwild)
     sync = bench.add_parser("sync", help="every --sync side by side; frontier; slow network")
     sync.add_argument("--out", default="runs/bench-sync")
-    sync.add_argument("--examples", type=int, default=300_000, help="examples per run")
+    sync.add_argument("--examples", type=int, default=None,
+                      help="examples per throughput run (default: 150k, with --full 300k)")
     sync.add_argument("--quality-examples", type=int, default=None,
                       help="examples per run of the quality comparison (default: 1.5M, "
                       "with --full 3M)")

@@ -23,8 +23,8 @@ def test_every_choice_is_an_entry_whose_builder_resolves():
         build = mode.build()
         assert (build is None) == (mode.name == "none")
         assert build is None or callable(build)
-    assert {m.name for m in MODES.values() if m.lockstep} == {"ddp", "torch-fr-ma", "bsp",
-                                                              "switch"}
+    assert {m.name for m in MODES.values() if m.lockstep} == {"ddp", "torch-fr-ma", "torchft-ma",
+                                                              "bsp", "switch"}
 
 
 @pytest.mark.parametrize("sync, need", [("s-easgd", True), ("fr-easgd", True), ("bsp", True),

@@ -25,7 +25,7 @@ from shadowsync.bench.common import median_of, ratio_of_medians
 from shadowsync.config import TrainConfig, config_to_toml
 
 SLOW_MBIT = 50.0
-RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net",
+RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net", "background_vs_ddp_slow_net",
           "bf16_syncs_per_min_vs_fp32_slow_net", "s_bmuf_ne_bf16_vs_fp32")
 RDZV_PORT = 29400
 
@@ -68,7 +68,9 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600) 
     return json.loads((out / "summary.json").read_text())
 
 
-def run_slow_net(root: Path, base: TrainConfig, repeats: int) -> dict[str, Any]:
+def run_slow_net(root: Path, base: TrainConfig, repeats: int,
+                 full: bool = False) -> dict[str, Any]:
+    """`full` adds DDP on the unlimited link (for `ddp_eps_drop_slow_net`)."""
     from shadowsync.cluster.netns import (
         NetnsHosts,
         netns_unavailable_reason,
@@ -84,7 +86,8 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int) -> dict[str, Any]:
     # rounds back to back (the link is then the limit) sending fp32 or bf16 on the slow link.
     variants = [(f"{sync}@{'unlimited' if rate is None else f'{rate:g}mbit'}",
                  replace(cfg, sync=sync), rate)
-                for sync in ("s-bmuf", "ddp") for rate in (None, SLOW_MBIT)]
+                for sync in ("s-bmuf", "ddp") for rate in (None, SLOW_MBIT)
+                if full or (sync, rate) != ("ddp", None)]
     variants += [(f"s-bmuf-{dtype}-back-to-back@{SLOW_MBIT:g}mbit",
                   replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype), SLOW_MBIT)
                  for dtype in ("fp32", "bf16")]
@@ -113,6 +116,8 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int) -> dict[str, Any]:
         name = f"{'background' if sync == 's-bmuf' else sync}_eps_drop_slow_net"
         ratios[name] = 1.0 - kept if kept is not None else None
         spreads[name] = [1.0 - x for x in reversed(spread)]
+    ratios["background_vs_ddp_slow_net"], spreads["background_vs_ddp_slow_net"] = \
+        ratio_of_medians(runs, f"s-bmuf{slow}", f"ddp{slow}", "eps")
     fp32, bf16 = (f"s-bmuf-{d}-back-to-back{slow}" for d in ("fp32", "bf16"))
     for name, key in (("bf16_syncs_per_min_vs_fp32_slow_net", "syncs_per_min"),
                       ("s_bmuf_ne_bf16_vs_fp32", "eval_ne")):

@@ -1,13 +1,15 @@
 """`shadowsync bench sync`: the same job under every way of synchronizing.
 
 One job (data, model, examples, seed), run as a local cluster (2 trainers, 1 embedding
-server) under none, s-ma, s-bmuf, s-easgd, DDP and PyTorch's own periodic model averaging
-(post-local SGD) set to the sync rate s-ma reached, and the default job with its embedding
-servers reached over RPC only and with private unshared tables (the ceiling of the embedding
-path). `--full` adds the foreground twins and the background rules at several fixed
-intervals. Variants run interleaved, repeated, and are compared by their medians; every
-ratio comes with its spread over the repeats and its goal. Optionally the same job across
-network-namespace hosts, with and without a 50 Mbit/s limit on the links.
+server) under none, s-ma, s-bmuf, DDP and PyTorch's own periodic model averaging (post-local
+SGD) set to the sync rate s-ma reached, and the default job with private unshared tables
+(the ceiling of the embedding path). Quality on one pass of the default data compares s-bmuf
+with fr-bmuf, DDP and the installed peers of other libraries (TorchRec's
+DistributedModelParallel; `shadowsync.bench.peers`), which run on the same examples.
+`--full` adds s-easgd, the RPC-only embedding path, the foreground twins and the background
+rules at several fixed intervals. Variants run interleaved, repeated, and are compared by
+their medians; every ratio comes with its spread over the repeats and its goal. Optionally
+the same job across network-namespace hosts, with and without a 50 Mbit/s limit on the links.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ from shadowsync.config import TrainConfig
 RULES = ["none", "s-ma", "s-bmuf", "s-easgd", "fr-ma", "fr-bmuf", "fr-easgd", "ddp"]
 INTERVALS = [0.0, 0.05, 0.2, 1.0]
 FOREGROUND_EVERY = [5, 20, 200]
-# The default run: what the ratios need, nothing more (--full adds the whole frontier).
-DEFAULT_RULES = ["none", "s-ma", "s-bmuf", "s-easgd", "ddp"]
+# The default run: what the ratios with goals need, nothing more (--full adds s-easgd, the
+# RPC-only embedding path, the foreground twins and the intervals).
+DEFAULT_RULES = ["none", "s-ma", "s-bmuf", "ddp"]
+# Peers from other libraries (the optional `peers` extra) in the quality part, beside s-bmuf.
+QUALITY_PEERS = ["torchrec"]
 # Every ratio's goal (None: reported, no goal). Kept in bench.json next to the values.
 GOALS: dict[str, str | None] = {
     "s_ma_vs_none": ">= 0.97",
@@ -39,14 +44,18 @@ GOALS: dict[str, str | None] = {
     "s_bmuf_syncs_per_min": ">= 300",
     "background_vs_ddp": ">= 2",
     "background_vs_torch_fr_ma": ">= 1.15",
+    "background_vs_torchft": None,
     "cluster_vs_local_tables": ">= 0.85",
     "cluster_vs_local_tables_rpc": None,
     "s_bmuf_ne_vs_fr_bmuf": "<= 1.0",
     "s_bmuf_ne_vs_ddp": "<= 1.005",
     "s_bmuf_ne_vs_teacher": "<= 1.03",
     "s_bmuf_ne_delta_vs_overwrite": None,
+    "vs_torchrec": ">= 1.5",
+    "ne_vs_torchrec": "<= 1.0",
     "background_eps_drop_slow_net": "<= 0.05",
     "ddp_eps_drop_slow_net": None,
+    "background_vs_ddp_slow_net": ">= 3",
     "bf16_syncs_per_min_vs_fp32_slow_net": ">= 1.8",
     "s_bmuf_ne_bf16_vs_fp32": "<= 1.002",
 }
@@ -78,15 +87,19 @@ def torch_period(ma_run: dict[str, Any], cfg: TrainConfig) -> int:
     return max(1, round(steps_per_min / rate))
 
 
-def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
+def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
                    slow_net: bool = True, quality_examples: int | None = None,
                    full: bool = False) -> dict[str, Any]:
-    """The default fits a working day on 2 cores: the rules the ratios compare, the default
-    job against the same trainers with unshared local tables (and over RPC only), quality on
-    one pass of the default data. `full` adds the intervals, the foreground frontier and the
-    overwrite write-back, on 3M examples of quality."""
+    """The default fits a working day on 2 cores: the rules the ratios with goals compare,
+    the default job against the same trainers with unshared local tables, quality on one pass
+    of the default data beside the installed peers (TorchRec). `full` adds s-easgd, the
+    RPC-only embedding path, the intervals, the foreground frontier and the overwrite
+    write-back, on 3M examples of quality."""
+    from shadowsync.bench.peers import missing, runner
     from shadowsync.train.trainer import plan_data
 
+    if examples is None:
+        examples = 300_000 if full else 150_000
     if quality_examples is None:
         quality_examples = 3_000_000 if full else 1_500_000
     root = Path(out)
@@ -114,8 +127,20 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
     rules = RULES if full else DEFAULT_RULES
     variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in rules}
     variants["torch-fr-ma"] = torch_fr_ma
-    # The embedding path: the default job over RPC only, and with private unshared tables.
-    variants["s-bmuf/rpc"] = variant("s-bmuf/rpc", replace(base, embedding_transport="rpc"))
+    # torchft's LocalSGD at the same rate, where the peer can run here.
+    reason = missing("torchft")
+    print(f"bench sync: {reason}" if reason else
+          "bench sync: peer torchft (LocalSGD) runs beside s-ma at s-ma's syncs per minute")
+    peer_status = {"torchft": reason or "runs"}
+    if reason is None:
+        def torchft_ma() -> dict[str, Any]:
+            period = torch_period(last_ma, base) if last_ma else base.sync_every
+            return runner("torchft")(replace(base, sync_every=period),
+                                     root / "runs" / f"torchft-ma-{next(counter)}")
+        variants["torchft-ma"] = torchft_ma
+    # The embedding path: the default job with private unshared tables (and over RPC only).
+    if full:
+        variants["s-bmuf/rpc"] = variant("s-bmuf/rpc", replace(base, embedding_transport="rpc"))
     variants["s-bmuf/unshared-tables"] = variant(
         "s-bmuf/unshared-tables", replace(base, embedding_transport="unshared"))
     if full:
@@ -135,6 +160,9 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
     if full:
         q_variants["s-bmuf/overwrite/quality"] = variant(
             "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
+    peers = peer_variants(quality, root, counter)
+    q_variants.update(peers.pop("variants"))
+    peer_status.update(peers["status"])
     q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=root / "runs.jsonl")
     runs += q_runs
     variants.update(q_variants)
@@ -148,6 +176,8 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
         "s_bmuf_syncs_per_min": ("s-bmuf", 1.0, "syncs_per_min"),
         "background_vs_ddp": ("s-ma", "ddp", "eps"),
         "background_vs_torch_fr_ma": ("s-ma", "torch-fr-ma", "eps"),
+        "background_vs_torchft": ("s-ma", "torchft-ma" if "torchft-ma" in variants else None,
+                                  "eps"),
         "cluster_vs_local_tables": ("s-bmuf", "s-bmuf/unshared-tables", "eps"),
         "cluster_vs_local_tables_rpc": ("s-bmuf/rpc", "s-bmuf/unshared-tables", "eps"),
         "s_bmuf_ne_vs_fr_bmuf": ("s-bmuf/quality", "fr-bmuf/quality", "eval_ne"),
@@ -155,6 +185,11 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
         "s_bmuf_ne_vs_teacher": ("s-bmuf/quality", teacher, "eval_ne"),
         "s_bmuf_ne_delta_vs_overwrite": ("s-bmuf/quality", "s-bmuf/overwrite/quality"
                                          if full else None, "eval_ne"),
+        # The default job against TorchRec on the same examples (None: peer not installed).
+        "vs_torchrec": ("s-bmuf/quality", "torchrec/quality" if "torchrec/quality"
+                        in q_variants else None, "eps"),
+        "ne_vs_torchrec": ("s-bmuf/quality", "torchrec/quality" if "torchrec/quality"
+                           in q_variants else None, "eval_ne"),
     }
     ratios: dict[str, Any] = {}
     spreads: dict[str, list[float]] = {}
@@ -164,11 +199,12 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
             continue
         ratios[name], spreads[name] = ratio_of_medians(runs, num, den, key)
     extra: dict[str, Any] = {"examples_per_run": examples, "quality_examples": quality_examples,
-                             "repeats": repeats, "full": full, "medians": med}
+                             "repeats": repeats, "full": full, "medians": med,
+                             "peers": peer_status}
     if slow_net:
         from shadowsync.bench.slow_net import run_slow_net
 
-        drops = run_slow_net(root / "slow-net", base, repeats)
+        drops = run_slow_net(root / "slow-net", base, repeats, full=full)
         ratios.update(drops.pop("ratios"))
         spreads.update(drops.pop("spreads", {}))
         extra["slow_net"] = drops
@@ -186,6 +222,28 @@ def run_sync_bench(out: str, examples: int = 300_000, repeats: int = 3,
     plot_sync_bench(root, runs, med)
     print(f"wrote {path}")
     return {"ratios": ratios, "medians": med, "ratio_spread": spreads}
+
+
+def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
+    """The installed peers as quality variants ("NAME/quality"), and each peer's status:
+    "runs", or the one line that says why it is skipped (also printed)."""
+    from shadowsync.bench.peers import missing, runner
+
+    variants: dict[str, Any] = {}
+    status: dict[str, str] = {}
+    for name in QUALITY_PEERS:
+        reason = missing(name)
+        if reason:
+            print(f"bench sync: {reason}")
+            status[name] = reason
+            continue
+        print(f"bench sync: peer {name} runs beside s-bmuf on the quality examples")
+        status[name] = "runs"
+
+        def go(name: str = name) -> dict[str, Any]:
+            return runner(name)(cfg, root / "runs" / f"{name}-quality-{next(counter)}")
+        variants[f"{name}/quality"] = go
+    return {"variants": variants, "status": status}
 
 
 def _fmt_num(v: float) -> str:

@@ -52,6 +52,8 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
     *_rule_modes("fr-", "foreground", "every --sync-every steps, workers waiting"),
     SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True),
     SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True),
+    SyncMode("torchft-ma", "torchft LocalSGD, every --sync-every steps (optional peers extra)",
+             "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True),
     SyncMode("bsp", "bulk-synchronous steps on dense parameter servers", PROTOCOL,
              dense_servers=True, lockstep=True),
     SyncMode("asp", "asynchronous steps on dense parameter servers", PROTOCOL,

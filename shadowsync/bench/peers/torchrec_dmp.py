@@ -1,0 +1,189 @@
+"""TorchRec's way of training the default job, as a peer for the benchmarks.
+
+DistributedModelParallel shards an EmbeddingBagCollection (one table per categorical
+feature, the job's rows and width) over 2 gloo CPU ranks with the planner's plan and
+fbgemm's fused row-wise Adagrad (applied in the backward pass, as TorchRec trains), and wraps
+the dense DLRM (our `DLRMDense`, the same shape) in DDP. TrainPipelineSparseDist overlaps the
+next batch's input distribution with the current step. Each rank reads the same rows our
+trainers read: global batches of the job's batch size, alternating between the ranks; the
+dense optimizer is the job's (Adagrad, same learning rate and warm-up). TorchRec 1.8 offers
+no row-wise sharding on CPU, so the planner places whole tables (table-wise).
+
+Training EPS counts every trained example between the ranks' common start (after a barrier)
+and the last rank's end; eval NE is taken on the job's held-out rows, split over the ranks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shadowsync.config import TrainConfig
+
+WORLD = 2
+EVAL_BATCH = 4096
+
+
+def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
+    """Train `cfg`'s job (data, model shape, examples, batch, learning rates) the TorchRec
+    way on 2 ranks; the same result keys as one of our runs."""
+    from shadowsync.bench.peers.ranks import run_ranks
+    from shadowsync.train.trainer import plan_data
+
+    plan_data(cfg)  # convert or generate the data once, before the ranks open it
+    t0 = time.time()
+    per_rank = run_ranks(_rank, WORLD, (replace(cfg, out=str(out)),))
+    wall = time.time() - t0
+    start = min(r["start"] for r in per_rank)
+    end = max(r["end"] for r in per_rank)
+    examples = sum(r["examples"] for r in per_rank)
+    pred = np.concatenate([r["pred"] for r in per_rank])
+    labels = np.concatenate([r["labels"] for r in per_rank])
+    from shadowsync.metrics import evaluate_predictions
+
+    final = evaluate_predictions(pred, labels)
+    res = {"eps": examples / (end - start), "eval_ne": final["ne"], "syncs_per_min": None,
+           "sync_blocked_fraction": None, "wall_s": wall, "examples": examples,
+           "teacher_eval_ne": per_rank[0]["teacher"], "eval_examples": len(labels),
+           "plan": per_rank[0]["plan"]}
+    out.mkdir(parents=True, exist_ok=True)
+    import json
+
+    (out / "summary.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    return res
+
+
+def _model(cfg: TrainConfig, plan: Any) -> Any:
+    import torch
+    from torch import nn
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+    from shadowsync.train.trainer import build_dense_model
+
+    rows = plan.features.table_rows
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=cfg.embedding_dim,
+                                 num_embeddings=n, feature_names=[f"f{i}"],
+                                 pooling=PoolingType.SUM) for i, n in enumerate(rows)]
+
+    class Train(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+            self.dense = build_dense_model(cfg, plan.features)
+
+        def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            pooled = self.ebc(batch.sparse_features).to_dict()
+            emb = torch.stack([pooled[f"f{i}"] for i in range(len(rows))], dim=1)
+            logits = self.dense(batch.dense_features, emb)
+            loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+            return loss, logits.detach()
+
+    model = Train()
+    apply_optimizer_in_backward(RowWiseAdagrad, model.ebc.parameters(),
+                                {"lr": cfg.embedding_lr or cfg.lr, "eps": 1e-8})
+    return model
+
+
+def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, rank: int,
+             steps: int, pad: bool) -> Any:
+    """`steps` batches of rank `rank` (global batches alternate between the ranks), as
+    TorchRec Batch objects; with `pad`, short or missing batches are padded with row
+    `start` (their predictions are dropped) so both ranks take the same collective steps."""
+    import torch
+    from torchrec.datasets.utils import Batch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    from shadowsync.data.dataset import batches
+
+    num_tables = data.num_tables
+    keys = [f"f{i}" for i in range(num_tables)]
+    it = batches(data, start, stop, batch, shard=rank, num_shards=WORLD,
+                 table_size=cfg.table_rows(num_tables), drop_last=not pad)
+    for _ in range(steps):
+        dense, ids, labels = next(it, (None, None, None))
+        real = 0 if dense is None else len(labels)
+        if pad and real < batch:
+            one = next(batches(data, start, start + 1, 1,
+                               table_size=cfg.table_rows(num_tables)))
+            fill = batch - real
+            parts = [(dense, ids, labels)] if real else []
+            parts.append(tuple(t.expand(fill, *t.shape[1:]).contiguous() for t in one))
+            dense, ids, labels = (torch.cat(p) for p in zip(*parts))
+        kjt = KeyedJaggedTensor.from_lengths_sync(
+            keys=keys, values=ids.t().reshape(-1),
+            lengths=torch.ones(num_tables * len(labels), dtype=torch.int32))
+        yield real, Batch(dense_features=dense, sparse_features=kjt, labels=labels)
+
+
+def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")  # TorchRec's planner and fx tracing are chatty
+    for name in ("torchrec", "torch.fx", "fbgemm_gpu"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import torch
+    import torch.distributed as dist
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+    from torchrec.optim.keyed import KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    from shadowsync.data.dataset import num_batches
+    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.worker import lr_warmup
+
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        plan = plan_data(cfg)
+        device = torch.device("cpu")
+        model = _model(cfg, plan)
+        planner = EmbeddingShardingPlanner(topology=Topology(world_size=world,
+                                                             compute_device="cpu"))
+        sharding = planner.collective_plan(model, pg=dist.GroupMember.WORLD)
+        dmp = DistributedModelParallel(model, device=device, plan=sharding)
+        dense = KeyedOptimizerWrapper(
+            dict(in_backward_optimizer_filter(dmp.named_parameters())),
+            lambda params: torch.optim.Adagrad(params, lr=cfg.lr))
+        warmup = lr_warmup(dense, cfg.warmup_steps)
+        pipeline = TrainPipelineSparseDist(dmp, dense, device, execute_all_batches=True)
+        steps = num_batches(0, plan.train_stop, cfg.batch_size, drop_last=True) // world
+        stream = (b for _, b in _batches(cfg, plan.train, 0, plan.train_stop, cfg.batch_size,
+                                         rank, steps, pad=False))
+        dist.barrier()
+        start = time.time()
+        done = 0
+        for _ in range(steps):
+            pipeline.progress(stream)
+            warmup.step()
+            done += 1
+        end = time.time()
+        dmp = pipeline.detach()  # plain forwards again
+        # Held-out NE: the eval rows split over the ranks, padded to equal steps.
+        dmp.eval()
+        eval_steps = -(-num_batches(plan.eval_start, plan.eval_stop, EVAL_BATCH) // world)
+        pred, labels = [], []
+        with torch.no_grad():
+            for real, b in _batches(cfg, plan.eval, plan.eval_start, plan.eval_stop,
+                                    EVAL_BATCH, rank, eval_steps, pad=True):
+                _, logits = dmp(b)
+                pred.append(torch.sigmoid(logits[:real]).numpy())
+                labels.append(b.labels[:real].numpy())
+        shards = {name: str(s.sharding_type) for p in sharding.plan.values()
+                  for name, s in p.items()}
+        return {"start": start, "end": end, "examples": done * cfg.batch_size,
+                "pred": np.concatenate(pred), "labels": np.concatenate(labels),
+                "teacher": plan.teacher_eval_ne,
+                "plan": sorted(set(shards.values()))}
+    finally:
+        dist.destroy_process_group()

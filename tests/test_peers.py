@@ -1,0 +1,81 @@
+"""Peers of other libraries in the benchmarks: skipped with one clear line when absent, and
+(only where the optional `peers` extra is installed) TorchRec's job trains."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import multiprocessing
+
+import pytest
+
+from shadowsync.bench import peers
+from shadowsync.bench.sync import job, peer_variants
+from shadowsync.train.trainer import plan_data
+
+
+def _hide(monkeypatch, *names: str) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in names else real(name, *a))
+
+
+def test_missing_peer_is_named_with_the_install_hint(monkeypatch):
+    _hide(monkeypatch, "torchrec")
+    line = peers.missing("torchrec")
+    assert line is not None and "\n" not in line
+    assert line.startswith("peer torchrec skipped: torchrec not installed")
+    assert peers.INSTALL_HINT in line
+
+
+def test_bench_skips_a_missing_peer_and_says_so(monkeypatch, tmp_path, capsys):
+    _hide(monkeypatch, "torchrec", "fbgemm_gpu")
+    got = peer_variants(job(1000), tmp_path, iter(range(10)))
+    assert got["variants"] == {}
+    assert got["status"]["torchrec"] == peers.missing("torchrec")
+    assert "bench sync: peer torchrec skipped: torchrec, fbgemm_gpu not installed" \
+        in capsys.readouterr().out
+
+
+def test_installed_peer_becomes_a_quality_variant(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(peers, "missing", lambda name: None)
+    got = peer_variants(job(1000), tmp_path, iter(range(10)))
+    assert list(got["variants"]) == ["torchrec/quality"]
+    assert got["status"] == {"torchrec": "runs"}
+    assert "peer torchrec runs beside s-bmuf" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(peers.missing("torchrec") is not None,
+                    reason="the optional peers extra (torchrec) is not installed")
+def test_torchrec_peer_trains_the_job(tmp_path):
+    # 20k examples of the default data: TorchRec's sharded job learns (NE below the mean
+    # click rate's 1.0), every trained example is counted, whole tables on CPU.
+    result = peers.runner("torchrec")(job(20_000), tmp_path / "tr")
+    assert result["examples"] == 20_000 // 256 // 2 * 2 * 256
+    assert result["eps"] > 0
+    assert math.isfinite(result["eval_ne"]) and result["eval_ne"] < 0.99
+    plan = plan_data(job(20_000))
+    assert result["eval_examples"] == plan.eval_stop - plan.eval_start  # every held-out row
+    assert result["plan"] == ["table_wise"]
+    assert (tmp_path / "tr" / "summary.json").exists()
+    assert multiprocessing.active_children() == []
+
+
+def test_torchft_mode_without_torchft_is_one_clear_error(monkeypatch):
+    from types import SimpleNamespace
+
+    from shadowsync.errors import UserError
+    from shadowsync.runners.torchft_ma import torchft_runner
+
+    _hide(monkeypatch, "torchft")
+    with pytest.raises(UserError, match="--sync torchft-ma needs torchft"):
+        torchft_runner(SimpleNamespace(cfg=job(1000), store=("127.0.0.1", 1)))
+
+
+def test_torchft_peer_needs_a_private_namespace(monkeypatch):
+    from shadowsync.bench.peers import torchft_localsgd
+
+    monkeypatch.setattr(torchft_localsgd.os, "geteuid", lambda: 1000)
+    reason = torchft_localsgd.unavailable()
+    assert reason is not None and "listens on every interface" in reason
