@@ -31,6 +31,9 @@ class SyncMode:
     family: str | None = None  # rule modes of one family share a runner: background/foreground
     dense_servers: bool = False
     lockstep: bool = False
+    # Whether a run can stop early and resume from its workers' positions: not where the
+    # workers' own collectives (a library's worker group) cannot be stopped mid-round.
+    resumable: bool = True
 
     def build(self) -> Callable[..., Any] | None:
         if self.builder is None:
@@ -50,10 +53,12 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
     SyncMode("none", "independent trainers", None),
     *_rule_modes("s-", "background", "in a background thread (ShadowSync)"),
     *_rule_modes("fr-", "foreground", "every --sync-every steps, workers waiting"),
-    SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True),
-    SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True),
+    SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True,
+             resumable=False),
+    SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True,
+             resumable=False),
     SyncMode("torchft-ma", "torchft LocalSGD, every --sync-every steps (optional peers extra)",
-             "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True),
+             "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True, resumable=False),
     SyncMode("bsp", "bulk-synchronous steps on dense parameter servers", PROTOCOL,
              dense_servers=True, lockstep=True),
     SyncMode("asp", "asynchronous steps on dense parameter servers", PROTOCOL,

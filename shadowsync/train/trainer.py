@@ -50,11 +50,9 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
 def resumable(cfg: TrainConfig) -> bool:
     """Whether a run can stop early and resume from its workers' positions. The protocols
     (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
-    (`SyncRunner.on_stop`). The worker-group modes (ddp, torch-fr-ma) save only their final
-    model: their workers' collectives cannot stop early."""
-    from shadowsync.runners.modes import WORKER_GROUP
-
-    return mode_of(cfg.sync).builder != WORKER_GROUP
+    (`SyncRunner.on_stop`). The worker-group modes (ddp, torch-fr-ma, torchft-ma) save only
+    their final model: their workers' collectives cannot stop early."""
+    return mode_of(cfg.sync).resumable
 
 
 def stops_alone(cfg: TrainConfig) -> bool:
