@@ -54,6 +54,12 @@ def stop_checkpoint(out: Path) -> str | None:
     return str(found[-1]) if found else None
 
 
+def _first_words(text: str) -> str:
+    """The first line of an error report that says something (the agent's start with rules)."""
+    return next((ln.strip() for ln in text.splitlines() if any(c.isalnum() for c in ln)),
+                "no reason given")
+
+
 def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     """Run every role of the job as local processes; returns the summary trainer 0 wrote.
 
@@ -96,7 +102,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
     except Exception as e:  # ChildFailedError and friends: say which role failed and why
         line = first_error(out, restarts)
-        raise UserError(line or f"the job failed: {str(e).strip().splitlines()[0]}") from None
+        raise UserError(line or f"the job failed: {_first_words(str(e))}") from None
     finally:
         os.environ.pop(JOB_PROCESS_ENV, None)
     if attempts.restart_refused(out):  # a restarted attempt ended at once: report why
