@@ -111,17 +111,23 @@ def interrupt(args: list[str], out: Path, sig: int, after: int, timeout: float =
         while proc.poll() is None and _trained(out) < after:
             assert time.monotonic() < deadline, f"{after} examples not trained in {timeout}s"
             time.sleep(0.05)
-        t0 = time.monotonic()
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
-        _, err = proc.communicate(timeout=30)
-        while session_processes(proc.pid) and time.monotonic() - t0 < 30:
-            time.sleep(0.05)
-        gone = time.monotonic() - t0
+        return _signal_and_wait(proc, sig)
     finally:
         for pid in session_processes(proc.pid):
             os.kill(pid, signal.SIGKILL)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err), gone
+
+
+def _signal_and_wait(proc: subprocess.Popen, sig: int):
+    """Send `sig` to the run's process group (if it still runs); returns (result, seconds
+    until every process of its session was gone)."""
+    t0 = time.monotonic()
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=30)
+    while session_processes(proc.pid) and time.monotonic() - t0 < 30:
+        time.sleep(0.05)
+    return (subprocess.CompletedProcess(proc.args, proc.returncode, "", err),
+            time.monotonic() - t0)
 
 
 # 2 in the suite; SHADOWSYNC_CTRL_C_ITERATIONS=20 for the issue's full loop.
@@ -177,17 +183,11 @@ def test_ctrl_c_while_a_cluster_starts_is_one_line_and_leaves_no_process(tmp_pat
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             time.sleep(rng.uniform(0.0, 4.0))  # importing torch, joining, spawning workers
-            t0 = time.monotonic()
-            os.killpg(proc.pid, signal.SIGINT)
-            _, err = proc.communicate(timeout=30)
-            while session_processes(proc.pid) and time.monotonic() - t0 < 30:
-                time.sleep(0.05)
-            gone = time.monotonic() - t0
+            res, gone = _signal_and_wait(proc, signal.SIGINT)
         finally:
             for pid in session_processes(proc.pid):
                 os.kill(pid, signal.SIGKILL)
-        line = _one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, "", err),
-                               130)
+        line = _one_error_line(res, 130)
         assert line.startswith("shadowsync: stopped by SIGINT"), line
         assert gone < gone_within(), (i, gone)
 
