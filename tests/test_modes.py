@@ -65,3 +65,21 @@ def test_task_choices_are_the_task_registry():
     from shadowsync.train.tasks import TASKS
 
     assert set(TASK_CHOICES) == set(TASKS)
+
+
+def test_averaging_clock_counts_only_the_calls_that_averaged():
+    import time
+
+    from shadowsync.runners.ddp import AveragingClock
+
+    clock, calls = AveragingClock(), [0]
+
+    def step() -> int:
+        calls[0] += 1
+        time.sleep(0.02 if calls[0] % 3 == 0 else 0.1)  # every third call "averages"
+        return calls[0]
+
+    timed = clock.timed(step, lambda: calls[0] % 3 == 0)
+    assert [timed() for _ in range(6)] == [1, 2, 3, 4, 5, 6]
+    assert 0.04 <= clock.take() < 0.4  # the two averaging calls, not the four others
+    assert clock.take() == 0.0  # taken once

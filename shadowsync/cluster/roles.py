@@ -83,18 +83,14 @@ def role_main(cfg: TrainConfig) -> None:
     rank = int(os.environ.get("RANK", 0))
     try:
         role, index = layout_of(cfg).role(rank)
-        name = f"{role} {index}, rank {rank}"
+        name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
     except ValueError:  # a launcher of the wrong size; _run_role says so
-        name = f"rank {rank}"
+        name, short = f"rank {rank}", f"rank{rank}"
     setup_logging(cfg.log_level, name)
     if not STOP.installed:  # started by torchrun through shadowsync.run
         STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
     if cfg.out:
-        try:
-            role = "{}{}".format(*layout_of(cfg).role(rank)).replace("embedding", "emb")
-        except ValueError:
-            role = f"rank{rank}"
-        attempts.note_process(role, Path(cfg.out))
+        attempts.note_process(short, Path(cfg.out))
     try:
         _run_role(cfg)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
@@ -203,7 +199,6 @@ def leave_without_trainer0(out: Path) -> None:
     import time
 
     from shadowsync.train import attempts
-    from shadowsync.train.stop import STOP
 
     def on_stop(signum: int) -> None:
         pid = next((p for a, n, p in attempts.processes(out)

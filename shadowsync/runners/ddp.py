@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -65,11 +66,36 @@ class DDPHook(WorkerGroupHook):
         return DistributedDataParallel(super().prepare(model, trainer, worker, steps))
 
 
+class AveragingClock:
+    """The seconds a worker spent in the optimizer steps that also averaged the replicas.
+    The libraries' optimizers average inside `step()`, so those calls are the worker's time
+    blocked on sync, which its hook hands to the runner (`WorkerHook.step`)."""
+
+    def __init__(self) -> None:
+        self._blocked = 0.0
+
+    def timed(self, step: Callable[..., Any], averaged: Callable[[], bool]) -> Callable[..., Any]:
+        """`step`, timed on the calls after which `averaged()` says that call averaged."""
+
+        def timed_step(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            out = step(*a, **kw)
+            if averaged():
+                self._blocked += time.perf_counter() - t0
+            return out
+
+        return timed_step
+
+    def take(self) -> float:
+        blocked, self._blocked = self._blocked, 0.0
+        return blocked
+
+
 class TorchPeriodicAveragingHook(WorkerGroupHook):
     def __init__(self, *args: Any, period: int, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.period = period
-        self._blocked = 0.0
+        self.clock = AveragingClock()
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
         from torch.distributed.algorithms.model_averaging.averagers import (
@@ -81,24 +107,13 @@ class TorchPeriodicAveragingHook(WorkerGroupHook):
             optim=optimizer,
             averager=PeriodicModelAverager(period=self.period, warmup_steps=0),
         )
-        hook = self
-        inner_step = opt.step
-
-        def timed_step(*a: Any, **kw: Any) -> Any:
-            # Averaging happens inside step() on every period-th call: time those calls.
-            averaging = opt.averager.step % hook.period == 0
-            t0 = time.perf_counter()
-            out = inner_step(*a, **kw)
-            if averaging:
-                hook._blocked += time.perf_counter() - t0
-            return out
-
-        opt.step = timed_step
+        # The averager counts a step after averaging on it (no warm-up here): the call just
+        # made averaged when the step it counted was a multiple of the period.
+        opt.step = self.clock.timed(opt.step, lambda: (opt.averager.step - 1) % self.period == 0)
         return opt
 
     def step(self) -> float:
-        blocked, self._blocked = self._blocked, 0.0
-        return blocked
+        return self.clock.take()
 
 
 class WorkerGroupRunner(SyncRunner):

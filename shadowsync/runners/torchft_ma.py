@@ -20,7 +20,7 @@ import torch
 
 from shadowsync.errors import UserError
 from shadowsync.runners.base import WorkerHook
-from shadowsync.runners.ddp import WorkerGroupRunner, agent_store
+from shadowsync.runners.ddp import AveragingClock, WorkerGroupRunner, agent_store
 
 LIGHTHOUSE_KEY = "torchft/lighthouse"
 DONE_KEY = "torchft/done"
@@ -33,7 +33,7 @@ class TorchftLocalSGDHook(WorkerHook):
         self.store_port = store_port
         self.replicas = replicas
         self.period = period
-        self._blocked = 0.0
+        self.clock = AveragingClock()
 
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
         from torch.distributed import TCPStore
@@ -66,22 +66,12 @@ class TorchftLocalSGDHook(WorkerHook):
 
         self.local = LocalSGD(self.manager, self.model, optimizer, sync_every=self.period)
         self.local.__enter__()
-        hook, inner_step = self, optimizer.step
-
-        def timed_step(*a: Any, **kw: Any) -> Any:
-            # LocalSGD averages inside step() on every period-th call: time those calls.
-            t0 = time.perf_counter()
-            out = inner_step(*a, **kw)
-            if hook.local._local_step == 0:
-                hook._blocked += time.perf_counter() - t0
-            return out
-
-        optimizer.step = timed_step
+        # LocalSGD averages inside step() on every period-th call and then restarts its count.
+        optimizer.step = self.clock.timed(optimizer.step, lambda: self.local._local_step == 0)
         return optimizer
 
     def step(self) -> float:
-        blocked, self._blocked = self._blocked, 0.0
-        return blocked
+        return self.clock.take()
 
     def finish(self, shared_model: Any, trained: Any) -> None:
         # Every replica took the same steps (lockstep); one last average, then replica
