@@ -47,3 +47,23 @@ def test_soak_pieces_memory_and_repeated_data(tmp_path):
     assert len(labels) == 50_000 and cats.shape == (50_000, 26)
     assert (cats[22_222:44_444] == cats[:22_222]).all()
     assert (labels[44_444:] == labels[:5_556]).all()
+
+
+def test_examples_lost_counts_what_each_failed_attempt_trained_past_the_next_resume(
+        tmp_path, monkeypatch):
+    from shadowsync.train import attempts
+
+    attempts.reset(tmp_path)
+    noted = {0: (0, [30_000, 28_000]), 1: (40_000, [47_000, 45_000]), 2: (80_000, [100, 0])}
+    for attempt, (resumed, trained) in noted.items():
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(attempt))
+        for trainer, examples in enumerate(trained):
+            progress = attempts.Progress(tmp_path, trainer)
+            progress(examples)
+            if trainer == 0:
+                progress.started(resumed)
+        assert progress.others(2) == trained[0]  # trainer 1 sees trainer 0's count
+    # attempt 0 reached 58,000, attempt 1 resumed at 40,000; attempt 1 reached 92,000,
+    # attempt 2 resumed at 80,000
+    assert attempts.examples_lost(tmp_path, 2) == 18_000 + 12_000
+    assert attempts.noted(tmp_path, attempts.resumed_name(3)) is None

@@ -82,11 +82,7 @@ def trained_examples(out: Path) -> int:
 
 def progress(out: Path, attempt: int, trainer: int = 0) -> int | None:
     """A trainer's examples in `attempt` of the run's current launch (None: not started)."""
-    path = attempts.attempts_dir(out) / f"{attempt}-trainer{trainer}"
-    try:
-        return int(path.read_text(encoding="ascii"))
-    except (FileNotFoundError, ValueError):
-        return None
+    return attempts.noted(out, attempts.trained_name(attempt, trainer))
 
 
 class TrainsAgain:
@@ -103,12 +99,8 @@ class TrainsAgain:
         if done is None:
             return False
         if self.first is None:
-            start = attempts.attempts_dir(self.run) / f"{self.attempt}-resumed"
-            try:
-                at = int(start.read_text(encoding="ascii"))
-            except (FileNotFoundError, ValueError):
-                return False
-            if self.resumed and at == 0:
+            at = attempts.noted(self.run, attempts.resumed_name(self.attempt))
+            if at is None or (self.resumed and at == 0):
                 return False
             self.first = done
         return done > self.first

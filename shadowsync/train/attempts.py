@@ -98,25 +98,38 @@ def _write(path: Path, value: int) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path) -> int:
+def trained_name(attempt: int, trainer: int) -> str:
+    """The note of a trainer's examples in one attempt."""
+    return f"{attempt}-trainer{trainer}"
+
+
+def resumed_name(attempt: int) -> str:
+    """The note of where an attempt resumed (0: from the start)."""
+    return f"{attempt}-resumed"
+
+
+def noted(out: Path, name: str) -> int | None:
+    """A count noted for the launch in `out` (`trained_name`, `resumed_name`); None when it
+    has not been noted (yet)."""
     try:
-        return int(path.read_text(encoding="ascii"))
+        return int((attempts_dir(out) / name).read_text(encoding="ascii"))
     except (FileNotFoundError, ValueError):
-        return 0
+        return None
 
 
 class Progress:
     """A trainer's examples in this attempt, for `examples_lost` if the attempt fails."""
 
     def __init__(self, out: Path, trainer: int) -> None:
-        self.dir = attempts_dir(out)
-        self.enabled = self.dir.is_dir()  # launched by the local launcher, which made it
-        self.path = self.dir / f"{attempt()}-trainer{trainer}"
+        self.out = Path(out)
+        self.trainer = trainer
+        self.enabled = attempts_dir(out).is_dir()  # the local launcher made it
+        self.path = attempts_dir(out) / trained_name(attempt(), trainer)
 
     def started(self, resumed_examples: int) -> None:
         """Trainer 0: this attempt resumed at `resumed_examples` (0: from the start)."""
         if self.enabled:
-            _write(self.dir / f"{attempt()}-resumed", resumed_examples)
+            _write(attempts_dir(self.out) / resumed_name(attempt()), resumed_examples)
 
     def __call__(self, examples: int) -> None:
         if self.enabled:
@@ -124,15 +137,14 @@ class Progress:
 
     def others(self, trainers: int) -> int:
         """The other trainers' examples in this attempt, as they last noted them."""
-        return sum(_read(self.dir / f"{attempt()}-trainer{t}") for t in range(trainers)
-                   if self.dir / f"{attempt()}-trainer{t}" != self.path)
+        return sum(noted(self.out, trained_name(attempt(), t)) or 0 for t in range(trainers)
+                   if t != self.trainer)
 
 
 def examples_lost(out: Path, trainers: int) -> int:
     """Examples the failed attempts of this launch trained past where the next one resumed."""
-    d = attempts_dir(out)
     lost = 0
     for k in range(attempt()):
-        reached = sum(_read(d / f"{k}-trainer{t}") for t in range(trainers))
-        lost += max(0, reached - _read(d / f"{k + 1}-resumed"))
+        reached = sum(noted(out, trained_name(k, t)) or 0 for t in range(trainers))
+        lost += max(0, reached - (noted(out, resumed_name(k + 1)) or 0))
     return lost
