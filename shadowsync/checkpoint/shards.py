@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from shadowsync.checkpoint.store import load_shard, save_shard
+from shadowsync.state_dicts import nest, part
 from shadowsync.train.stop import STOP, silence_stderr
 
 
@@ -85,13 +86,12 @@ def save_here(staging: str) -> dict[str, Any]:
 
 def load_here(step: Path, shard: str, components: dict[str, Stateful], what: str) -> None:
     """Load `components` (this process's, registered under `shard`) from checkpoint `step`."""
-    targets = {f"{name}/{key}": value for name, comp in components.items()
-               for key, value in comp.state_dict().items()}
+    targets: dict[str, Any] = {}
+    for name, comp in components.items():
+        targets.update(nest(f"{name}/", comp.state_dict()))
     load_shard(Path(step) / shard, targets, what)
     for name, comp in components.items():
-        prefix = name + "/"
-        comp.load_state_dict({k[len(prefix):]: v for k, v in targets.items()
-                              if k.startswith(prefix)})
+        comp.load_state_dict(part(targets, f"{name}/"))
 
 
 def exit_soon(code: int, delay_s: float = 0.2) -> None:

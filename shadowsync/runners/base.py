@@ -9,6 +9,7 @@ from typing import Any
 
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.reports import WorkerReport
+from shadowsync.state_dicts import nest, part
 from shadowsync.transport.collectives import TrainerExchange
 
 
@@ -52,7 +53,7 @@ class SyncRunner:
             if hasattr(g.rule, "state_dict"):
                 if self._thread is None and self._restored is None:
                     g.rule.start(g.flat())
-                out.update({f"{g.name}.{k}": v for k, v in g.rule.state_dict().items()})
+                out.update(nest(f"{g.name}.", g.rule.state_dict()))
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -63,9 +64,7 @@ class SyncRunner:
         for g in self.groups:
             g.rule.start(g.flat())
             if self._restored is not None and hasattr(g.rule, "load_state_dict"):
-                prefix = g.name + "."
-                g.rule.load_state_dict({k[len(prefix):]: v for k, v in self._restored.items()
-                                        if k.startswith(prefix)})
+                g.rule.load_state_dict(part(self._restored, f"{g.name}."))
             if g.rule.needs_servers:  # the centre starts as the (identical) initial model
                 self.exchange.init_centre(g.name, g.flat())
         self._t0 = time.perf_counter()

@@ -20,6 +20,7 @@ from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S, Elastic
 from shadowsync.runners.switch.greedy import Greedy
 from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.state_dicts import nest, part
 
 POLICIES = ("plan", "greedy", "elastic")
 
@@ -55,13 +56,11 @@ class Schedule:
     def state_dict(self) -> dict[str, Any]:
         if self.detector is None:
             return {}
-        return {f"detector.{k}": v for k, v in self.detector.state_dict().items()}
+        return nest("detector.", self.detector.state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.detector is not None:
-            self.detector.load_state_dict({k.removeprefix("detector."): v
-                                           for k, v in state.items()
-                                           if k.startswith("detector.")})
+            self.detector.load_state_dict(part(state, "detector."))
 
     def decide(self, applied: int, bsp_applied: int, now: float | None = None) -> str:
         """The protocol from now on, after `applied` gradients (`bsp_applied` under BSP)."""

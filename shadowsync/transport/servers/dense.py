@@ -27,6 +27,7 @@ import torch.distributed.rpc as rpc
 from shadowsync.rules.asp import Asynchronous
 from shadowsync.rules.bsp import BulkSynchronous
 from shadowsync.rules.server_update import ServerState, apply_update, reset_momentum
+from shadowsync.state_dicts import nest, part
 from shadowsync.transport.layout import ClusterLayout
 
 TRAINED = "trained/"  # checkpoint keys of parameters trained on the server
@@ -94,7 +95,7 @@ class TrainedTensor:
                    "asp": torch.tensor(int(self.mode == "asp"))}
             out.update({name: torch.tensor(getattr(self, name)) for name in self.COUNTERS})
             if self.schedule is not None:
-                out.update({f"schedule.{k}": v for k, v in self.schedule.state_dict().items()})
+                out.update(nest("schedule.", self.schedule.state_dict()))
             return out
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -107,9 +108,7 @@ class TrainedTensor:
             for name in self.COUNTERS:
                 setattr(self, name, int(state[name]))
             if self.schedule is not None:
-                self.schedule.load_state_dict({k.removeprefix("schedule."): v
-                                               for k, v in state.items()
-                                               if k.startswith("schedule.")})
+                self.schedule.load_state_dict(part(state, "schedule."))
 
     def reply(self, staleness: int, taken: bool = True) -> Reply:
         return Reply(self.state.params.clone(), self.state.version, staleness, self.applied,
@@ -142,7 +141,7 @@ class DenseServer:
     def state_dict(self) -> dict[str, torch.Tensor]:
         out = {key: value.clone() for key, value in self.tensors.items()}
         for key, t in list(self.trained.items()):
-            out.update({f"{TRAINED}{key}/{k}": v for k, v in t.state_dict().items()})
+            out.update(nest(f"{TRAINED}{key}/", t.state_dict()))
         return out
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
