@@ -29,9 +29,8 @@ def test_kill_9_of_a_trainer_restarts_the_job_which_completes(tmp_path):
     # interval and the reports in flight (one per worker, 8,192 examples at batch 256).
     assert 0 <= sc["examples_lost"] <= bench["checkpoint_every_examples"] + 2 * 8192
     assert sc["recovery_s"] > 0
-    # 60,000 examples is a short, noisy job: two clean runs of it differ by up to ~3% in NE
-    # (one CI run measured 0.974 for the restarted one); a restart that lost the model's or
-    # the tables' state ends 10% or more above the clean run.
+    # 60,000 examples is a short, noisy Hogwild job (a CI run measured 0.974 for the
+    # restarted one against its clean run), so the band is wider than the bench's 1%.
     assert sc["eval_ne_vs_clean"][0] == pytest.approx(1.0, abs=0.05)
     run = tmp_path / "kill-trainer-0"
     seen = processes(run)
