@@ -21,9 +21,15 @@ def quiet_resource_tracker() -> None:
                           "ignore::UserWarning:multiprocessing.resource_tracker")
 
 
-def process_main(cfg: Any) -> None:
-    from shadowsync.train.stop import STOP
+def process_main(cfg: Any, environment: dict[str, str] | None = None) -> None:
+    """`environment`: the launcher's, for a process forked from the fork server."""
+    from shadowsync.train.stop import STOP, install_in_job_process
 
+    if environment is not None:
+        from shadowsync.cluster.forkserver import become_job_process
+
+        become_job_process(environment)
+        install_in_job_process()  # the environment says so only now
     STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)  # done on import, normally
     from shadowsync.cluster.roles import role_main
 

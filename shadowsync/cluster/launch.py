@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shadowsync.cluster import forkserver
 from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main, quiet_resource_tracker
 from shadowsync.cluster.roles import first_error, layout_of
 from shadowsync.config import TrainConfig
@@ -84,7 +85,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
         run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
         rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
-        start_method="spawn", local_addr=cfg.addr,
+        start_method="forkserver", local_addr=cfg.addr,
     )
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -95,9 +96,10 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     for name in ("torch.distributed.elastic", "torch.distributed.elastic.agent.server.api",
                  "torch.distributed.elastic.multiprocessing.api", "torch.multiprocessing.spawn"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    forkserver.start()  # before the mark below: the fork server is no process of the job
     os.environ[JOB_PROCESS_ENV] = "1"  # the processes take over signals on import
     try:
-        elastic_launch(launch, process_main)(cfg)
+        elastic_launch(launch, process_main)(cfg, dict(os.environ))
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
         raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
     except Exception as e:  # ChildFailedError and friends: say which role failed and why
