@@ -17,8 +17,10 @@ elastic under the straggler, and ctr at 200k examples.
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import statistics
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -65,16 +67,23 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
 
 
 def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
+    """One run, timed whole (`run_s`: launch to summary) and in training (`train_s`); the
+    difference, `startup_s`, is starting and ending the processes. Its final checkpoint is
+    dropped (a ctr run's holds the 26 tables, about 170 MB, which nothing here reads)."""
     from shadowsync.api import run
 
     if out.exists():
         shutil.rmtree(out)
+    t0 = time.perf_counter()
     _, s = run(replace(cfg, out=str(out)))
+    run_s = time.perf_counter() - t0
+    shutil.rmtree(out / "checkpoint", ignore_errors=True)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
     switches = s.get("switches", [])
-    return {"train_s": s["train_s"], "metric": s[f"eval_{metric}"], "examples": s["examples"],
+    return {"train_s": s["train_s"], "run_s": run_s, "startup_s": run_s - s["train_s"],
+            "metric": s[f"eval_{metric}"], "examples": s["examples"],
             "curve": curve, "switches": len(switches),
             "switch_cost_s": [w["cost_s"] for w in switches],
             "params_identical": all(w["params_identical"] for w in switches),
@@ -134,6 +143,21 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "switch_overhead_max_s": max(costs) if costs else None,
             "switches": {v: median_of(runs, v, "switches") for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
+
+
+def time_split(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a task's share of the bench went: its runs, their total and median whole-run
+    time, and how much of it was training (the rest: starting and ending processes)."""
+    whole, train = [r["run_s"] for r in runs], [r["train_s"] for r in runs]
+    return {"runs": len(runs), "run_s_total": sum(whole), "train_s_total": sum(train),
+            "run_s_median": statistics.median(whole),
+            "startup_s_median": statistics.median(r["startup_s"] for r in runs)}
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and of the finished processes it started (the runs)."""
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 def compared_with(variant: str) -> str:
@@ -198,6 +222,7 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
                      ctr_share: float = CTR_SHARE, digits: bool = True,
                      full: bool = False) -> dict[str, Any]:
     root = Path(out)
+    started, cpu0 = time.perf_counter(), cpu_s()
     if ctr_examples is None:
         ctr_examples = CTR_EXAMPLES_FULL if full else CTR_EXAMPLES
     results: dict[str, Any] = {}
@@ -212,7 +237,9 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
                                     repeats, CTR_VARIANTS)
         ratios.update(ratios_of(results["ctr"], "_ctr"))
     runs = [{"task": task, **r} for task, res in results.items() for r in res["runs"]]
-    extra = {"trainers": trainers, "share": share, "repeats": repeats, "full": full,
+    extra = {"bench_wall_s": time.perf_counter() - started, "bench_cpu_s": cpu_s() - cpu0,
+             "time_split": {t: time_split(res["runs"]) for t, res in results.items()},
+             "trainers": trainers, "share": share, "repeats": repeats, "full": full,
              "seeds": "repeat r of every variant: seed r",
              **({"digits_lr": DIGITS_LR, "digits_examples": digits_examples} if digits else {}),
              **({"ctr_examples": ctr_examples, "ctr_trainers": ctr_trainers,
@@ -244,6 +271,10 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
     print()
     print_table([[k, v if v is not None else "n/a"] for k, v in ratios.items()],
                 ["ratio", "value"])
+    print(f"\nbench: {extra['bench_wall_s'] / 60:.1f} min wall, "
+          f"{extra['bench_cpu_s'] / 60:.1f} CPU-min; per run (median): " + ", ".join(
+              f"{t} {v['run_s_median']:.0f} s of which {v['startup_s_median']:.0f} s starting "
+              f"and ending processes" for t, v in extra["time_split"].items()))
     path = write_bench(root, "switch", runs, ratios, extra)
     plot_switch_bench(root, results)
     print(f"wrote {path}")
