@@ -126,8 +126,8 @@ def _switch_search(args: argparse.Namespace) -> int:
         print(f"share {share:<8g} mean {r.metric} {r.mean(share):.4f}  "
               f"{', '.join(f'{v:.4f}' for v in r.points[f'{share:g}'])}")
     print(f"chosen BSP share: {r.share:g} (full BSP {r.bsp_mean:.4f}, tolerance "
-          f"{r.tolerance:g}); stored in {args.store}/{name}.json; use it with "
-          f"--switch-at auto --job-name {name}")
+          f"{r.tolerance:g}) after {r.wall_s / 60:.1f} min; stored in {args.store}/{name}.json "
+          f"(plot {name}.png beside it); use it with --switch-at auto --job-name {name}")
     return 0
 
 

@@ -269,6 +269,7 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
     assert len(ran) == 2 * 4  # 1, 0.5, 0.25, then 0.125 misses and the search stops
     assert "chosen BSP share: 0.25" in capsys.readouterr().out
     assert sw_search.resolve_share("auto", "digits-job", store) == 0.25
+    assert sw_search.load("digits-job", store).wall_s >= 0  # the search's own time is kept
 
 
 def test_a_switch_back_to_bsp_holds_until_its_first_step():
