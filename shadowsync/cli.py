@@ -100,10 +100,12 @@ def _bench_switch(args: argparse.Namespace) -> int:
         raise UserError("bench switch: --no-ctr and --no-digits leave nothing to run")
     if args.trainers < 2 or args.repeats < 1:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
+    if args.slow_link is not None and not args.slow_link > 0:
+        raise UserError(f"--slow-link must be > 0 (Mbit/s), got {args.slow_link}")
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
                      ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
-                     digits=not args.no_digits, full=args.full)
+                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link)
     return 0
 
 
@@ -241,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "and ctr at 200k examples")
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.add_argument("--no-digits", action="store_true", help="ctr only")
+    sw.add_argument("--slow-link", type=float, metavar="MBIT",
+                    help="also bsp and greedy on digits with every process on its own emulated "
+                    "host and trainer 1's link to the dense server limited to MBIT Mbit/s "
+                    "(network namespaces and tc; needs root)")
     sw.set_defaults(func=_bench_switch)
     faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
                               "processes killed, a NaN rolled back, each next to the same run "

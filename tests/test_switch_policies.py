@@ -237,10 +237,12 @@ def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
     assert main(["switch", "search"]) == 2
     assert main(["switch", "search", "--config", str(tmp_path / "none.toml")]) == 2
     assert main(["bench", "switch", "--no-ctr", "--no-digits"]) == 2
+    assert main(["bench", "switch", "--slow-link", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("shadowsync: error: switch search: --config JOB.toml is required")
     assert "no such file" in err[1]
     assert "leave nothing to run" in err[2]
+    assert "--slow-link must be > 0" in err[3]
 
 
 def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
