@@ -96,7 +96,7 @@ def _bench_switch(args: argparse.Namespace) -> int:
 
     if not 0 < args.share < 1:
         raise UserError(f"--share must be in (0, 1), got {args.share}")
-    if args.no_ctr and args.no_digits:
+    if args.no_ctr and args.no_digits and args.slow_link is None:
         raise UserError("bench switch: --no-ctr and --no-digits leave nothing to run")
     if args.trainers < 2 or args.repeats < 1:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
@@ -246,7 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--slow-link", type=float, metavar="MBIT",
                     help="also bsp and greedy on digits with every process on its own emulated "
                     "host and trainer 1's link to the dense server limited to MBIT Mbit/s "
-                    "(network namespaces and tc; needs root)")
+                    "(network namespaces and tc; needs root); with --no-digits --no-ctr only "
+                    "this part runs")
     sw.set_defaults(func=_bench_switch)
     faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
                               "processes killed, a NaN rolled back, each next to the same run "

@@ -361,7 +361,8 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
               f"{t} {v['run_s_median']:.0f} s of which {v['startup_s_median']:.0f} s starting "
               f"and ending processes" for t, v in extra["time_split"].items()))
     path = write_bench(root, "switch", runs, ratios, extra)
-    plot_switch_bench(root, results)
+    if results:  # not with --slow-link alone
+        plot_switch_bench(root, results)
     print(f"wrote {path}")
     return {"ratios": ratios, **extra}
 
