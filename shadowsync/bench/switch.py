@@ -11,7 +11,8 @@ seeds and each repeat is a paired comparison on the same data. Times are trainin
 
 The default run keeps what the issue's ratios need (digits: bsp, asp, switch, bsp and greedy
 under the straggler; ctr the same at 100k examples); `--full` adds DDP, the offline plan and
-elastic under the straggler, and ctr at 200k examples.
+elastic under the straggler, and ctr at 200k examples. `--slow-link MBIT` adds the straggler
+as a slow network link instead of slow compute (`bench_slow_link`).
 """
 
 from __future__ import annotations
