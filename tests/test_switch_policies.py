@@ -305,3 +305,35 @@ def test_a_switch_back_to_bsp_holds_until_its_first_step():
     a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
     b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
     assert a.wait().phase == b.wait().phase  # the step completed; both got the same answer
+
+
+def test_a_slow_link_is_seen_by_the_servers_under_bsp_and_asp():
+    """A trainer whose compute is as fast as the others' but whose gradients cross a slow
+    link: under BSP it arrives late at every step, under ASP its round trips are long. The
+    detector reads both (its compute alone would hide it), greedy leaves BSP for it."""
+    schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
+                        detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
+    server = DenseServer()
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2, schedule=schedule,
+                        budget=10_000)
+
+    def from_trainer(trainer, mode, compute_s=0.01, wait_s=0.0):
+        return Push(mode, 0, 0, 0.1, 0.0, False, trainer, compute_s, wait_s)
+
+    replies = []
+    for _ in range(4):  # BSP: trainer 1's gradient comes 50 ms after trainer 0's
+        first = server.push("w", torch.tensor([1.0]), from_trainer(0, "bsp"))
+        time.sleep(0.05)
+        replies.append(server.push("w", torch.tensor([1.0]), from_trainer(1, "bsp")).wait())
+        first.wait()
+    assert schedule.stragglers == [1]
+    assert replies[-1].mode == "asp"  # greedy: ASP while the straggler lasts
+
+    schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
+                        detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
+    for _ in range(4):  # ASP: the same compute, trainer 1's round trips 10x longer
+        schedule.observe(0, server._pace(server.trained["w"], from_trainer(0, "asp", 0.01,
+                                                                           0.005)))
+        schedule.observe(1, server._pace(server.trained["w"], from_trainer(1, "asp", 0.01,
+                                                                           0.05)))
+    assert schedule.stragglers == [1]
