@@ -96,14 +96,16 @@ def _bench_switch(args: argparse.Namespace) -> int:
 
     if not 0 < args.share < 1:
         raise UserError(f"--share must be in (0, 1), got {args.share}")
-    if args.no_ctr and args.no_digits:
+    if args.no_ctr and args.no_digits and args.slow_link is None:
         raise UserError("bench switch: --no-ctr and --no-digits leave nothing to run")
     if args.trainers < 2 or args.repeats < 1:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
+    if args.slow_link is not None and not args.slow_link > 0:
+        raise UserError(f"--slow-link must be > 0 (Mbit/s), got {args.slow_link}")
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
                      ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
-                     digits=not args.no_digits, full=args.full)
+                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link)
     return 0
 
 
@@ -126,8 +128,8 @@ def _switch_search(args: argparse.Namespace) -> int:
         print(f"share {share:<8g} mean {r.metric} {r.mean(share):.4f}  "
               f"{', '.join(f'{v:.4f}' for v in r.points[f'{share:g}'])}")
     print(f"chosen BSP share: {r.share:g} (full BSP {r.bsp_mean:.4f}, tolerance "
-          f"{r.tolerance:g}); stored in {args.store}/{name}.json; use it with "
-          f"--switch-at auto --job-name {name}")
+          f"{r.tolerance:g}) after {r.wall_s / 60:.1f} min; stored in {args.store}/{name}.json "
+          f"(plot {name}.png beside it); use it with --switch-at auto --job-name {name}")
     return 0
 
 
@@ -241,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "and ctr at 200k examples")
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.add_argument("--no-digits", action="store_true", help="ctr only")
+    sw.add_argument("--slow-link", type=float, metavar="MBIT",
+                    help="also bsp and greedy on digits with every process on its own emulated "
+                    "host and trainer 1's link to the dense server limited to MBIT Mbit/s "
+                    "(network namespaces and tc; needs root); with --no-digits --no-ctr only "
+                    "this part runs")
     sw.set_defaults(func=_bench_switch)
     faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
                               "processes killed, a NaN rolled back, each next to the same run "

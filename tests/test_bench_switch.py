@@ -3,7 +3,14 @@ variants a default run and a --full run include."""
 
 import pytest
 
-from shadowsync.bench.switch import CORE_VARIANTS, VARIANTS, compared_with, paired, ratios_of
+from shadowsync.bench.switch import (
+    CORE_VARIANTS,
+    VARIANTS,
+    compared_with,
+    paired,
+    ratios_of,
+    time_split,
+)
 
 
 def _run(variant, repeat, metric, train_s):
@@ -35,3 +42,14 @@ def test_the_default_variants_are_enough_for_every_ratio_the_issue_names():
                  "switch_overhead_s"):
         assert ratios[name] is not None
     assert "elastic_time_vs_bsp_straggler" not in ratios  # only with --full
+
+
+def test_time_split_says_how_much_of_the_runs_was_training():
+    runs = [{"run_s": 40.0, "train_s": 10.0, "startup_s": 30.0},
+            {"run_s": 60.0, "train_s": 15.0, "startup_s": 45.0},
+            {"run_s": 50.0, "train_s": 5.0, "startup_s": 45.0}]
+    t = time_split(runs)
+    assert t["runs"] == 3
+    assert t["run_s_total"] == pytest.approx(150.0) and t["train_s_total"] == pytest.approx(30.0)
+    assert t["run_s_median"] == pytest.approx(50.0)
+    assert t["startup_s_median"] == pytest.approx(45.0)

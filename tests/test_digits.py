@@ -1,5 +1,7 @@
 """The digits task: real images, a small CNN, accuracy, through the same spine as CTR."""
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -22,6 +24,22 @@ def test_digits_rows_are_reproducible_and_hold_out_unseen_images():
     assert plan.train.cats.shape == (len(plan.train), 0)
     logits = task.build_model(cfg, plan.features)(torch.from_numpy(plan.train.dense[:5]), None)
     assert logits.shape == (5, 10)
+
+
+def test_digits_images_are_read_through_the_cache(private_cache_root, monkeypatch):
+    """The first open converts scikit-learn's digits; every later one (each process of a
+    run) reads the .npy cache without importing scikit-learn."""
+    from sklearn.datasets import load_digits
+
+    from shadowsync.train.tasks.digits import digits_arrays
+
+    images, labels = load_digits(return_X_y=True)
+    first = digits_arrays()
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # importing it now fails
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    again = digits_arrays()
+    for got in (first, again):
+        assert np.array_equal(got[0], images) and np.array_equal(got[1], labels)
 
 
 @pytest.mark.timeout(120)

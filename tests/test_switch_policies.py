@@ -237,10 +237,12 @@ def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
     assert main(["switch", "search"]) == 2
     assert main(["switch", "search", "--config", str(tmp_path / "none.toml")]) == 2
     assert main(["bench", "switch", "--no-ctr", "--no-digits"]) == 2
+    assert main(["bench", "switch", "--slow-link", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("shadowsync: error: switch search: --config JOB.toml is required")
     assert "no such file" in err[1]
     assert "leave nothing to run" in err[2]
+    assert "--slow-link must be > 0" in err[3]
 
 
 def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
@@ -269,6 +271,7 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
     assert len(ran) == 2 * 4  # 1, 0.5, 0.25, then 0.125 misses and the search stops
     assert "chosen BSP share: 0.25" in capsys.readouterr().out
     assert sw_search.resolve_share("auto", "digits-job", store) == 0.25
+    assert sw_search.load("digits-job", store).wall_s >= 0  # the search's own time is kept
 
 
 def test_a_switch_back_to_bsp_holds_until_its_first_step():
@@ -302,3 +305,35 @@ def test_a_switch_back_to_bsp_holds_until_its_first_step():
     a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
     b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
     assert a.wait().phase == b.wait().phase  # the step completed; both got the same answer
+
+
+def test_a_slow_link_is_seen_by_the_servers_under_bsp_and_asp():
+    """A trainer whose compute is as fast as the others' but whose gradients cross a slow
+    link: under BSP it arrives late at every step, under ASP its round trips are long. The
+    detector reads both (its compute alone would hide it), greedy leaves BSP for it."""
+    schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
+                        detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
+    server = DenseServer()
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2, schedule=schedule,
+                        budget=10_000)
+
+    def from_trainer(trainer, mode, compute_s=0.01, wait_s=0.0):
+        return Push(mode, 0, 0, 0.1, 0.0, False, trainer, compute_s, wait_s)
+
+    replies = []
+    for _ in range(4):  # BSP: trainer 1's gradient comes 50 ms after trainer 0's
+        first = server.push("w", torch.tensor([1.0]), from_trainer(0, "bsp"))
+        time.sleep(0.05)
+        replies.append(server.push("w", torch.tensor([1.0]), from_trainer(1, "bsp")).wait())
+        first.wait()
+    assert schedule.stragglers == [1]
+    assert replies[-1].mode == "asp"  # greedy: ASP while the straggler lasts
+
+    schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
+                        detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
+    for _ in range(4):  # ASP: the same compute, trainer 1's round trips 10x longer
+        schedule.observe(0, server._pace(server.trained["w"], from_trainer(0, "asp", 0.01,
+                                                                           0.005)))
+        schedule.observe(1, server._pace(server.trained["w"], from_trainer(1, "asp", 0.01,
+                                                                           0.05)))
+    assert schedule.stragglers == [1]

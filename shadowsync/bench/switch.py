@@ -11,14 +11,18 @@ seeds and each repeat is a paired comparison on the same data. Times are trainin
 
 The default run keeps what the issue's ratios need (digits: bsp, asp, switch, bsp and greedy
 under the straggler; ctr the same at 100k examples); `--full` adds DDP, the offline plan and
-elastic under the straggler, and ctr at 200k examples.
+elastic under the straggler, and ctr at 200k examples. `--slow-link MBIT` adds the straggler
+as a slow network link instead of slow compute (`bench_slow_link`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
 import statistics
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,8 @@ DIGITS_SHARE = 0.5
 DIGITS_TARGET = 0.95  # accuracy for time-to-target
 CTR_TARGET_NE = 0.95
 CTR_SHARE = 0.25
+# --slow-link: the variants run with every process on its own emulated host.
+LINK_VARIANTS = {"bsp+slow-link": ("bsp", "plan"), "greedy+slow-link": ("switch", "greedy")}
 
 
 def digits_job(trainers: int, examples: int, share: float) -> TrainConfig:
@@ -65,16 +71,23 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
 
 
 def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
+    """One run, timed whole (`run_s`: launch to summary) and in training (`train_s`); the
+    difference, `startup_s`, is starting and ending the processes. Its final checkpoint is
+    dropped (a ctr run's holds the 26 tables, about 170 MB, which nothing here reads)."""
     from shadowsync.api import run
 
     if out.exists():
         shutil.rmtree(out)
+    t0 = time.perf_counter()
     _, s = run(replace(cfg, out=str(out)))
+    run_s = time.perf_counter() - t0
+    shutil.rmtree(out / "checkpoint", ignore_errors=True)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
     switches = s.get("switches", [])
-    return {"train_s": s["train_s"], "metric": s[f"eval_{metric}"], "examples": s["examples"],
+    return {"train_s": s["train_s"], "run_s": run_s, "startup_s": run_s - s["train_s"],
+            "metric": s[f"eval_{metric}"], "examples": s["examples"],
             "curve": curve, "switches": len(switches),
             "switch_cost_s": [w["cost_s"] for w in switches],
             "params_identical": all(w["params_identical"] for w in switches),
@@ -134,6 +147,85 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "switch_overhead_max_s": max(costs) if costs else None,
             "switches": {v: median_of(runs, v, "switches") for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
+
+
+def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
+                    mbit: float) -> dict[str, Any]:
+    """The straggler as a slow link instead of slow compute: every process of the job on its
+    own emulated host (network namespaces, `cluster.netns`, launched by torchrun as in
+    `bench sync`'s slow-network part), and the path between trainer 1's host and the dense
+    server's limited to `mbit` Mbit/s (tc htb) for the whole run, so each of trainer 1's
+    pushes and pulls crosses it slowly. BSP and greedy, interleaved, seed r per repeat."""
+    from shadowsync.bench.slow_net import run_on_hosts
+    from shadowsync.cluster.netns import (
+        NetnsHosts,
+        netns_unavailable_reason,
+        shaping_unavailable_reason,
+    )
+    from shadowsync.cluster.roles import layout_of, resolve
+    from shadowsync.transport.rpc import RPC_CHANNELS_ENV
+
+    reason = netns_unavailable_reason() or shaping_unavailable_reason()
+    if reason:
+        print(f"bench switch: slow-link part skipped: {reason}")
+        return {"skipped": reason}
+    layout = layout_of(resolve(replace(base, sync="bsp")))
+    slow = (layout.embedding_servers, layout.trainer_rank(1))  # dense server 0, trainer 1
+    counter = iter(range(10**6))
+    seeds: dict[str, int] = {}
+
+    def go(variant: str) -> Any:
+        sync, policy = LINK_VARIANTS[variant]
+
+        def run() -> dict[str, Any]:
+            seed = base.seed + seeds.setdefault(variant, 0)  # repeat r: seed r
+            seeds[variant] += 1
+            cfg = resolve(replace(base, sync=sync, switch_policy=policy, seed=seed))
+            out = root / "slow-link" / f"{variant.replace('+', '-')}-{next(counter)}"
+            t0 = time.perf_counter()
+            s = run_on_hosts(hosts, cfg, out)
+            shutil.rmtree(out / "checkpoint", ignore_errors=True)
+            switches = s.get("switches", [])
+            return {"seed": seed, "train_s": s["train_s"], "run_s": time.perf_counter() - t0,
+                    "metric": s["eval_accuracy"], "switches": len(switches),
+                    "switch_cost_s": [w["cost_s"] for w in switches],
+                    "stragglers_seen": sorted({t for w in switches
+                                               for t in w.get("stragglers", [])})}
+        return run
+
+    before = os.environ.get(RPC_CHANNELS_ENV)
+    os.environ[RPC_CHANNELS_ENV] = "basic"  # tensors cross the emulated link (see there)
+    try:
+        with NetnsHosts(layout.world_size) as hosts:
+            hosts.set_pair_rate(*slow, mbit)
+            runs = interleaved({v: go(v) for v in LINK_VARIANTS}, repeats,
+                               f"bench switch: slow link {mbit:g} Mbit/s")
+    finally:
+        if before is None:
+            os.environ.pop(RPC_CHANNELS_ENV, None)
+        else:
+            os.environ[RPC_CHANNELS_ENV] = before
+    keys = ("train_s", "metric")
+    med = {v: {k: median_of(runs, v, k) for k in keys} for v in LINK_VARIANTS}
+    return {"runs": runs, "mbit": mbit, "hosts": layout.world_size, "medians": med,
+            "spreads": {v: {k: spread(runs, v, k) for k in keys} for v in LINK_VARIANTS},
+            "paired": paired(runs, "greedy+slow-link", "bsp+slow-link", "accuracy"),
+            "switches": {v: median_of(runs, v, "switches") for v in LINK_VARIANTS}}
+
+
+def time_split(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a task's share of the bench went: its runs, their total and median whole-run
+    time, and how much of it was training (the rest: starting and ending processes)."""
+    whole, train = [r["run_s"] for r in runs], [r["train_s"] for r in runs]
+    return {"runs": len(runs), "run_s_total": sum(whole), "train_s_total": sum(train),
+            "run_s_median": statistics.median(whole),
+            "startup_s_median": statistics.median(r["startup_s"] for r in runs)}
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and of the finished processes it started (the runs)."""
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 def compared_with(variant: str) -> str:
@@ -196,8 +288,9 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
                      ctr_examples: int | None = None, share: float = DIGITS_SHARE,
                      repeats: int = 3, ctr: bool = True, ctr_trainers: int = 2,
                      ctr_share: float = CTR_SHARE, digits: bool = True,
-                     full: bool = False) -> dict[str, Any]:
+                     full: bool = False, slow_link: float | None = None) -> dict[str, Any]:
     root = Path(out)
+    started, cpu0 = time.perf_counter(), cpu_s()
     if ctr_examples is None:
         ctr_examples = CTR_EXAMPLES_FULL if full else CTR_EXAMPLES
     results: dict[str, Any] = {}
@@ -211,8 +304,21 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
         results["ctr"] = bench_task(root, "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share),
                                     repeats, CTR_VARIANTS)
         ratios.update(ratios_of(results["ctr"], "_ctr"))
+    link = None
+    if slow_link is not None:  # on digits, after the rest
+        link = bench_slow_link(root, digits_job(trainers, digits_examples, share), repeats,
+                               slow_link)
+        if "medians" in link:
+            m = link["medians"]
+            ratios["switch_time_vs_bsp_slow_link"] = (m["greedy+slow-link"]["train_s"]
+                                                      / m["bsp+slow-link"]["train_s"])
+            ratios["switch_acc_minus_bsp_slow_link"] = 100.0 * (
+                m["greedy+slow-link"]["metric"] - m["bsp+slow-link"]["metric"])
     runs = [{"task": task, **r} for task, res in results.items() for r in res["runs"]]
-    extra = {"trainers": trainers, "share": share, "repeats": repeats, "full": full,
+    extra = {**({"slow_link": link} if link is not None else {}),
+             "bench_wall_s": time.perf_counter() - started, "bench_cpu_s": cpu_s() - cpu0,
+             "time_split": {t: time_split(res["runs"]) for t, res in results.items()},
+             "trainers": trainers, "share": share, "repeats": repeats, "full": full,
              "seeds": "repeat r of every variant: seed r",
              **({"digits_lr": DIGITS_LR, "digits_examples": digits_examples} if digits else {}),
              **({"ctr_examples": ctr_examples, "ctr_trainers": ctr_trainers,
@@ -241,11 +347,23 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = 24_000,
                      for v, p in res["paired"].items()],
                     ["variant", "vs", f"{res['metric']} {unit}", "range", "time ratio",
                      "range"])
+    if link is not None and "medians" in link:
+        print(f"\nslow link ({slow_link:g} Mbit/s between trainer 1 and the dense server), "
+              f"digits: median [min, max] of {repeats}")
+        print_table([[v, m["train_s"], _range(link["spreads"][v]["train_s"]), m["metric"],
+                      _range(link["spreads"][v]["metric"]), link["switches"][v]]
+                     for v, m in link["medians"].items()],
+                    ["variant", "train s", "range", "accuracy", "range", "switches"])
     print()
     print_table([[k, v if v is not None else "n/a"] for k, v in ratios.items()],
                 ["ratio", "value"])
+    print(f"\nbench: {extra['bench_wall_s'] / 60:.1f} min wall, "
+          f"{extra['bench_cpu_s'] / 60:.1f} CPU-min; per run (median): " + ", ".join(
+              f"{t} {v['run_s_median']:.0f} s of which {v['startup_s_median']:.0f} s starting "
+              f"and ending processes" for t, v in extra["time_split"].items()))
     path = write_bench(root, "switch", runs, ratios, extra)
-    plot_switch_bench(root, results)
+    if results:  # not with --slow-link alone
+        plot_switch_bench(root, results)
     print(f"wrote {path}")
     return {"ratios": ratios, **extra}
 

@@ -91,3 +91,14 @@ def publish_dir(build: Callable[[Path], None], dest: Path) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def built_once(dest: Path, marker: str, build: Callable[[Path], None]) -> Path:
+    """``dest``, built by ``build(tmp)`` unless its ``marker`` file exists: the first process
+    builds it under the lock, the others wait and then find it (see ``publish_dir``)."""
+    if not (dest / marker).exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with build_lock(dest):
+            if not (dest / marker).exists():
+                publish_dir(build, dest)
+    return dest

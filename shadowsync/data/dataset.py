@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from shadowsync.data import arrays, criteo, synth
-from shadowsync.data.cache import build_lock, cache_root, publish_dir
+from shadowsync.data.cache import built_once, cache_root
 from shadowsync.data.schema import NUM_CAT, NUM_DENSE
 from shadowsync.errors import UserError
 from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
@@ -140,28 +140,21 @@ def synthetic_cache_dir(examples: int, seed: int) -> Path:
 
 
 def _open_synthetic(examples: int, seed: int) -> CtrData:
-    cache = synthetic_cache_dir(examples, seed)
-    meta_file = cache / "meta.json"
-    if not meta_file.exists():
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        with build_lock(cache):
-            if not meta_file.exists():
+    def build(tmp: Path) -> None:
+        data = synth.generate(examples, seed)
+        for name in ("labels", "dense", "cats", "probs"):
+            np.save(tmp / f"{name}.npy", getattr(data, name))
+        meta = {
+            "generator": "shadowsync planted teacher",
+            "version": synth.SYNTH_VERSION,
+            "examples": examples,
+            "seed": seed,
+            "mean_ctr": data.mean_ctr,
+            "teacher_ne": data.teacher_ne(),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
-                def build(tmp: Path) -> None:
-                    data = synth.generate(examples, seed)
-                    for name in ("labels", "dense", "cats", "probs"):
-                        np.save(tmp / f"{name}.npy", getattr(data, name))
-                    meta = {
-                        "generator": "shadowsync planted teacher",
-                        "version": synth.SYNTH_VERSION,
-                        "examples": examples,
-                        "seed": seed,
-                        "mean_ctr": data.mean_ctr,
-                        "teacher_ne": data.teacher_ne(),
-                    }
-                    (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-
-                publish_dir(build, cache)
+    cache = built_once(synthetic_cache_dir(examples, seed), "meta.json", build)
     cached = {n: np.load(cache / f"{n}.npy", mmap_mode="r") for n in ("labels", "dense", "cats")}
     return CtrData(
         cached["labels"],

@@ -140,6 +140,7 @@ class ProtocolHook(WorkerHook):
         self.shared: list[torch.Tensor] | None = None
         self._blocked = 0.0
         self._last_reply = 0.0
+        self._last_took = 0.0  # the previous push's round trip
         self._staleness: Counter[int] = Counter()
         self._switches: list[dict[str, Any]] = []
         self._push_s: list[float] = []  # round trips of the current phase
@@ -186,9 +187,10 @@ class ProtocolHook(WorkerHook):
                             self.phase_pushes, after_switch=self.phase > 0, scale_lr=s.scale_lr,
                             compensate=s.compensate)
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
-                                            cfg.reset_momentum, self.trainer, compute))
+                                            cfg.reset_momentum, self.trainer, compute,
+                                            self._last_took))
         self._last_reply = time.perf_counter()
-        took = self._last_reply - t0
+        took = self._last_took = self._last_reply - t0
         if self.phase_pushes == 0 and self._switches:
             self._end_switch(took, reply.params)
         self._push_s.append(took)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -12,6 +13,10 @@ from shadowsync.transport import rendezvous
 RPC_TIMEOUT_S = 120.0
 # Leaving is a barrier over the whole job: the others may still be evaluating or syncing.
 LEAVE_TIMEOUT_S = 3600.0
+# Comma list of TensorPipe channels (default: TensorPipe's choice). Hosts emulated by network
+# namespaces share one kernel, where the cross-memory-attach channel would move tensors around
+# the emulated network; benchmarks of a slow link set "basic" (tensors over TCP).
+RPC_CHANNELS_ENV = "SHADOWSYNC_RPC_CHANNELS"
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ class RpcEndpoint:
             num_worker_threads=threads,
             rpc_timeout=RPC_TIMEOUT_S,
             _transports=["uv"],
+            **({"_channels": channels.split(",")}
+               if (channels := os.environ.get(RPC_CHANNELS_ENV)) else {}),
         )
         rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=opts)
 

@@ -42,10 +42,11 @@ class Schedule:
     def first_mode(self) -> str:
         return self.decide(0, 0)
 
-    def observe(self, trainer: int, compute_s: float) -> None:
-        """One step's compute time of one of `trainer`'s workers."""
+    def observe(self, trainer: int, step_s: float) -> None:
+        """One step's time of one of `trainer`'s workers (its compute and what a slow link
+        adds, as the server sees them)."""
         if self.detector is not None:
-            self.detector.observe(trainer, compute_s)
+            self.detector.observe(trainer, step_s)
 
     @property
     def stragglers(self) -> list[int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ class SearchResult:
     tolerance: float
     bsp_mean: float
     points: dict[str, list[float]] = field(default_factory=dict)  # share -> metrics
+    wall_s: float | None = None  # what the search took
 
     def mean(self, share: float) -> float:
         return statistics.fmean(self.points[f"{share:g}"])
@@ -68,13 +70,15 @@ def search(run: RunFn, name: str, metric: str, higher_is_better: bool, tolerance
         points[f"{share:g}"] = [run(share, seed) for seed in range(seeds)]
         return statistics.fmean(points[f"{share:g}"])
 
+    started = time.perf_counter()
     bsp = measure(1.0)
     best = 1.0
     for share in shares(min_share):
         if not within(measure(share), bsp, tolerance, higher_is_better):
             break
         best = share
-    return SearchResult(name, best, metric, higher_is_better, tolerance, bsp, points)
+    return SearchResult(name, best, metric, higher_is_better, tolerance, bsp, points,
+                        time.perf_counter() - started)
 
 
 def store(result: SearchResult, root: str | Path = DEFAULT_STORE) -> Path:

@@ -9,17 +9,36 @@ run of E examples is E / 1,497 epochs and every process lays out the same rows.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from shadowsync.data.cache import built_once, cache_root
 from shadowsync.models.digits_cnn import SIDE
 from shadowsync.train.tasks.base import DataPlan, Features
 
 EVAL_IMAGES = 300
 DEFAULT_EXAMPLES = 60_000  # about 40 passes over the training images
+CACHE_VERSION = 1
+
+
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits (images [1797, 64], labels [1797]) through a cache of ``.npy``
+    files: importing scikit-learn costs about a CPU-second, and every process of a run (the
+    launcher, each trainer and each worker) opens the data."""
+
+    def build(tmp: Path) -> None:
+        from sklearn.datasets import load_digits
+
+        images, labels = load_digits(return_X_y=True)
+        np.save(tmp / "images.npy", images)
+        np.save(tmp / "labels.npy", labels)
+
+    cache = built_once(cache_root() / f"digits-v{CACHE_VERSION}", "labels.npy", build)
+    return np.load(cache / "images.npy"), np.load(cache / "labels.npy")
 
 
 class DigitsData:
@@ -31,9 +50,7 @@ class DigitsData:
     num_tables = 0
 
     def __init__(self, examples: int, seed: int) -> None:
-        from sklearn.datasets import load_digits
-
-        images, labels = load_digits(return_X_y=True)
+        images, labels = digits_arrays()
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(labels))
         held, train = order[:EVAL_IMAGES], order[EVAL_IMAGES:]

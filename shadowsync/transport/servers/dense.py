@@ -45,6 +45,7 @@ class Push:
     reset_momentum: bool  # at the first push of a new phase: forget the old momentum
     trainer: int = 0
     compute_s: float = 0.0  # the worker's time from its previous reply to this push
+    wait_s: float = 0.0  # the round trip of its previous push (the network and the server)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class TrainedTensor:
     lock: threading.Lock = field(default_factory=threading.Lock)
     switches: list[dict[str, Any]] = field(default_factory=list)
     stopped: bool = False  # the job was stopped: nothing more is applied
+    step_first: float = 0.0  # when the current BSP step's first gradient arrived
 
     @property
     def done(self) -> bool:
@@ -193,7 +195,7 @@ class DenseServer:
                 fut.set_result(t.reply(0, taken=not t.stopped))
                 return fut
             if t.schedule is not None:
-                t.schedule.observe(push.trainer, push.compute_s)
+                t.schedule.observe(push.trainer, self._pace(t, push))
             if push.phase > t.phase:
                 self._enter_phase(t, push)
             if push.mode == "asp":
@@ -222,6 +224,19 @@ class DenseServer:
         for f in release:
             f.set_result(reply if push.mode == "bsp" else final)
         return fut
+
+    @staticmethod
+    def _pace(t: TrainedTensor, push: Push) -> float:
+        """A worker's step as the job feels it, for the straggler detector: its compute,
+        plus, under ASP, its previous round trip, and under BSP (where every round trip holds
+        the wait for the slowest) how late its gradient came after the step's first. A slow
+        link to this server shows in the second part, slow compute in both."""
+        if push.mode != "bsp":
+            return push.compute_s + push.wait_s
+        now = time.perf_counter()
+        if t.bsp.waiting == 0:  # the step's first gradient
+            t.step_first = now
+        return push.compute_s + (now - t.step_first)
 
     @staticmethod
     def _decide(t: TrainedTensor) -> None:
