@@ -91,6 +91,20 @@ def _bench_embedding(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_scale(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from shadowsync.bench.scale import run_scale_bench
+
+    if args.examples < 10_000:
+        raise UserError(f"--examples must be >= 10000, got {args.examples}")
+    if args.points and not Path(args.points).is_file():
+        raise UserError(f"--points: no such file {args.points}")
+    run_scale_bench(args.out, examples=args.examples, quick=args.quick,
+                    netns=not args.no_netns, points_from=args.points)
+    return 0
+
+
 def _bench_switch(args: argparse.Namespace) -> int:
     from shadowsync.bench.switch import run_switch_bench
 
@@ -226,6 +240,21 @@ def build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
     emb.add_argument("--repeats", type=int, default=3)
     emb.set_defaults(func=_bench_embedding)
+    scale = bench.add_parser(
+        "scale", help="a cost model of EPS and syncs per minute fitted on 1 to 4 trainers, "
+        "checked on held-out runs, predicted to 64 trainers",
+        description="Runs 1 to 4 trainers on this machine (local cluster, and namespace hosts "
+        "with a rate-limited link), fits a small cost model, reports its error on held-out "
+        "runs and predicts EPS and syncs per minute for 1 to 64 trainers per mode and link "
+        "rate (bench.json, scale.png). About 20 minutes on 2 cores; --quick a few.")
+    scale.add_argument("--out", default="runs/bench-scale")
+    scale.add_argument("--examples", type=int, default=80_000, help="examples per run")
+    scale.add_argument("--quick", action="store_true",
+                       help="1 and 2 trainers, no namespace hosts, no embedding bench")
+    scale.add_argument("--no-netns", action="store_true", help="skip the namespace hosts")
+    scale.add_argument("--points", metavar="RUNS.jsonl",
+                       help="refit and predict from an earlier run's runs.jsonl (no new runs)")
+    scale.set_defaults(func=_bench_scale)
     sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
     sw.add_argument("--out", default="runs/bench-switch")
     sw.add_argument("--trainers", type=int, default=4)
