@@ -96,12 +96,12 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
     from shadowsync.bench.scale import run_scale_bench
 
-    if args.examples < 10_000:
-        raise UserError(f"--examples must be >= 10000, got {args.examples}")
+    if args.examples < 5_000 or args.repeats < 1:
+        raise UserError("--examples must be >= 5000 and --repeats >= 1")
     if args.points and not Path(args.points).is_file():
         raise UserError(f"--points: no such file {args.points}")
-    run_scale_bench(args.out, examples=args.examples, quick=args.quick,
-                    netns=not args.no_netns, points_from=args.points)
+    run_scale_bench(args.out, per_trainer=args.examples, repeats=args.repeats,
+                    quick=args.quick, netns=not args.no_netns, points_from=args.points)
     return 0
 
 
@@ -248,7 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
         "runs and predicts EPS and syncs per minute for 1 to 64 trainers per mode and link "
         "rate (bench.json, scale.png). About 20 minutes on 2 cores; --quick a few.")
     scale.add_argument("--out", default="runs/bench-scale")
-    scale.add_argument("--examples", type=int, default=80_000, help="examples per run")
+    scale.add_argument("--examples", type=int, default=40_000,
+                       help="examples per trainer in each run (a run of n trainers trains n "
+                       "times as many)")
+    scale.add_argument("--repeats", type=int, default=2,
+                       help="runs of each job (medians; the plan forwards, then backwards)")
     scale.add_argument("--quick", action="store_true",
                        help="1 and 2 trainers, no namespace hosts, no embedding bench")
     scale.add_argument("--no-netns", action="store_true", help="skip the namespace hosts")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from shadowsync.bench.scale import (
+    FR_EVERY,
     MODES,
     PREDICT_TRAINERS,
     fit,
@@ -21,10 +22,11 @@ TRUE = {"t": 0.012, "rho": 1.3, "dt_rpc": 0.004, "a": 0.004, "c": 0.0015, "gamma
 
 
 def _point(item, cores=2.0):
+    every = FR_EVERY if item.mode.startswith("fr-") else 50
     q = {"name": item.name, "role": item.role, "trainers": item.trainers, "mode": item.mode,
          "rate_mbit": item.rate_mbit, "back_to_back": item.back_to_back,
          "remote_tables": item.rate_mbit is not None, "cores": cores, "batch": 256,
-         "every": 50, "budget": 0.03, "dense_servers": 1, "sync_dtype": item.sync_dtype,
+         "every": every, "budget": 0.03, "dense_servers": 1, "sync_dtype": item.sync_dtype,
          "bytes_per_round": 229_448.0 / (2 if item.sync_dtype == "bf16" else 1)}
     q.update(predict(TRUE, setting_of(q)))
     return q
@@ -63,12 +65,14 @@ def test_bench_json_from_jobs_answered_by_the_closed_form(tmp_path):
                 "sync_bytes_per_round": q["bytes_per_round"]}
 
     emb = {"rpc_ms": 5.0, "shm_ms": 1.0, "dense_step_ms": 8.0}
-    run_scale_bench(str(tmp_path), examples=10_000, local=answer, hosts=answer,
+    run_scale_bench(str(tmp_path), per_trainer=5_000, repeats=2, local=answer, hosts=answer,
                     embedding=lambda root, steps: emb)
     b = json.loads((tmp_path / "bench.json").read_text())
     assert b["bench"] == "scale" and b["goals"]["scale_model_error"] == "<= 0.15"
     assert b["ratios"]["scale_model_error"] == pytest.approx(0.0, abs=0.01)
-    assert {r["role"] for r in b["runs"]} == {"fit", "held_out"}
+    assert {r["role"] for r in b["points"]} == {"fit", "held_out"}
+    assert len(b["runs"]) == 2 * len(b["points"]) == 2 * len(plan())
+    assert all(q["runs"] == 2 for q in b["points"])
     assert b["params"]["dt_rpc"] == pytest.approx(0.004)
     curves = b["predictions"]["dense_servers=1"]
     assert set(curves) == {f"{m}@{r:g}mbit" for m in MODES for r in (50, 1000, 10000)}

@@ -28,8 +28,9 @@ Parameters are fitted with numpy least squares in stages (rho on a grid, the res
 `t`, `rho` from EPS; `a`, `c`, the link coefficient `gamma` (1 if the ring is link-bound)
 from back-to-back AllReduce rounds (60 / syncs per minute) on loopback and on rate-limited
 namespace hosts; `a_e`, `g` from back-to-back EASGD rounds; `c_ma`, `c_ea` from auto-paced
-rounds. Other runs (3 trainers, s-bmuf, fr-ma, a bf16 round, the link-limited foreground job)
-are held out: `ratios.scale_model_error` is the model's mean relative error on them.
+rounds. Other runs (3 trainers, s-bmuf, fr-ma, rounds at another link rate and in bf16, the
+link-limited foreground job) are held out: `ratios.scale_model_error` is the model's mean
+relative error on them. Each job runs `repeats` times; a point is the median of its runs.
 
 Measured with the job's own summary (train EPS, syncs per minute, bytes per round), the
 slow-network bench's namespace hosts, and `bench embedding` for the RPC cost per step.
@@ -48,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from shadowsync.bench.common import print_table, write_bench
+from shadowsync.errors import UserError
 
 MODES = ("none", "s-ma", "s-bmuf", "s-easgd", "fr-ma")
 ALLREDUCE = ("s-ma", "s-bmuf", "fr-ma")
@@ -120,7 +122,10 @@ def setting_of(point: dict[str, Any]) -> Setting:
 
 
 def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
-    return np.linalg.lstsq(np.stack(cols, axis=1), y, rcond=None)[0]
+    """Least squares with every coefficient >= 0 (each is a time or a rate's coefficient)."""
+    from scipy.optimize import nnls
+
+    return nnls(np.stack(cols, axis=1), y)[0]
 
 
 def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
@@ -251,12 +256,12 @@ class Planned:
 def plan(quick: bool = False, netns: bool = True) -> list[Planned]:
     """The default: 1, 2, 4 trainers to fit, 3 held out; s-bmuf and fr-ma held out whole (the
     model prices them with s-ma's rounds); on the namespace hosts, 2 trainers with the link
-    between them at 50 and 200 Mbit/s fit the link term, and a bf16 round and a foreground
-    job on the slow link are held out."""
+    between them at 50 Mbit/s fit the link term, and rounds at 200 Mbit/s, a bf16 round and a
+    foreground job on the slow link are held out."""
     out: list[Planned] = []
     if netns and not quick:
         out += [Planned("s-ma-b2b@50mbit/2", 2, "s-ma", "fit", True, 50.0),
-                Planned("s-ma-b2b@200mbit/2", 2, "s-ma", "fit", True, 200.0),
+                Planned("s-ma-b2b@200mbit/2", 2, "s-ma", "held_out", True, 200.0),
                 Planned("s-ma-b2b-bf16@50mbit/2", 2, "s-ma", "held_out", True, 50.0, "bf16"),
                 Planned("fr-ma@50mbit/2", 2, "fr-ma", "held_out", False, 50.0)]
     sizes = (1, 2) if quick else (1, 2, 3, 4)
@@ -264,28 +269,56 @@ def plan(quick: bool = False, netns: bool = True) -> list[Planned]:
         role = "held_out" if n == 3 or (quick and n == 2) else "fit"
         for mode in ("none", "s-ma", "s-easgd"):
             out.append(Planned(f"{mode}/{n}", n, mode, role))
-        if not quick:
+        if n > 1 and not quick:
             out.append(Planned(f"fr-ma/{n}", n, "fr-ma", "held_out"))
-        if n != 3:
+        if n in (2, 4):  # (one trainer's AllReduce moves nothing)
             out.append(Planned(f"s-ma-b2b/{n}", n, "s-ma", "fit", back_to_back=True))
-            if not quick:
-                out.append(Planned(f"s-easgd-b2b/{n}", n, "s-easgd", "fit", back_to_back=True))
         if n in (2, 4) and not quick:
+            out.append(Planned(f"s-easgd-b2b/{n}", n, "s-easgd", "fit", back_to_back=True))
+        if n == 2 and not quick:
             out.append(Planned(f"s-bmuf/{n}", n, "s-bmuf", "held_out"))
     return out
 
 
-def config_for(base: Any, item: Planned) -> Any:
-    return replace(base, trainers=item.trainers, sync=item.mode,
-                   sync_interval="0" if item.back_to_back else base.sync_interval,
-                   sync_dtype=item.sync_dtype,
-                   dense_servers=None if item.rate_mbit is None else 0).validate()
+# Foreground jobs round every FR_EVERY steps, so that a short run holds enough rounds to
+# count; back-to-back EASGD pulls with alpha EASGD_B2B_ALPHA (at the default 0.5, 4 trainers
+# averaging into the centre back to back diverged; a round's cost does not depend on alpha).
+FR_EVERY = 20
+EASGD_B2B_ALPHA = 0.1
+
+
+def config_for(base: Any, item: Planned, per_trainer: int) -> Any:
+    """Each trainer trains `per_trainer` examples (weak scaling: the same steps per trainer
+    whatever their number)."""
+    cfg = replace(base, trainers=item.trainers, sync=item.mode,
+                  examples=per_trainer * item.trainers,
+                  sync_interval="0" if item.back_to_back else base.sync_interval,
+                  sync_dtype=item.sync_dtype,
+                  dense_servers=None if item.rate_mbit is None else 0)
+    if item.mode.startswith("fr-"):
+        cfg = replace(cfg, sync_every=FR_EVERY)
+    if item.back_to_back and item.mode == "s-easgd":
+        cfg = replace(cfg, elastic_alpha=EASGD_B2B_ALPHA)
+    return cfg.validate()
+
+
+def figures(s: dict[str, Any]) -> dict[str, Any]:
+    """What a point needs from a job's summary.json. Foreground rounds run only while workers
+    train, so their rate is rounds over the training time (`train_s`); a background runner's
+    own `syncs_per_min` counts its rounds over its whole life, which is the right span for it."""
+    syncs = [v for v in s.get("syncs") or [] if v is not None]
+    fg = s.get("sync_settings", {}).get("runner") == "foreground"
+    spm = (60.0 * float(np.mean(syncs)) / s["train_s"] if fg and syncs and s.get("train_s")
+           else s.get("syncs_per_min"))
+    return {"eps": s["train_eps"], "syncs_per_min": spm,
+            "sync_bytes_per_round": s.get("sync_bytes_per_round"), "wall_s": s["wall_s"]}
 
 
 def run_local(cfg: Any, out: Path) -> dict[str, Any]:
     from shadowsync.bench.sync import run_job
 
-    return run_job(cfg, out)
+    run_job(cfg, out)
+    return figures(json.loads((out / "summary.json").read_text()))
 
 
 def run_netns(cfg: Any, out: Path, rate_mbit: float) -> dict[str, Any]:
@@ -296,9 +329,7 @@ def run_netns(cfg: Any, out: Path, rate_mbit: float) -> dict[str, Any]:
 
     with NetnsHosts(cfg.trainers + 1) as hosts:
         hosts.set_pair_rate(1, 2, rate_mbit)
-        s = run_on_hosts(hosts, replace(cfg, embedding_servers=1), out)
-    return {"eps": s["train_eps"], "syncs_per_min": s.get("syncs_per_min"),
-            "sync_bytes_per_round": s.get("sync_bytes_per_round"), "wall_s": s["wall_s"]}
+        return figures(run_on_hosts(hosts, replace(cfg, embedding_servers=1), out))
 
 
 def netns_reason() -> str | None:
@@ -307,39 +338,59 @@ def netns_reason() -> str | None:
     return netns_unavailable_reason() or shaping_unavailable_reason()
 
 
-def measure(root: Path, base: Any, items: list[Planned],
+def measure(root: Path, base: Any, items: list[Planned], per_trainer: int, repeats: int,
             local: Callable[[Any, Path], dict[str, Any]] = run_local,
             hosts: Callable[[Any, Path, float], dict[str, Any]] = run_netns,
             ) -> list[dict[str, Any]]:
-    """Run every planned job once; each point is the model's Setting plus what the job's
-    summary said. Runs are logged to runs.jsonl as they end."""
+    """Run every planned job `repeats` times, the plan forwards then backwards (so a drift
+    in the machine's load hits early and late points alike); each run is the model's Setting
+    plus what the job's summary said, and the machine's load average when it ended. Runs are
+    logged to runs.jsonl as they end; a job that fails costs its run, not the bench."""
     from tqdm import tqdm
 
     cores = float(len(os.sched_getaffinity(0)))
-    points = []
+    runs = []
     (root / "runs.jsonl").unlink(missing_ok=True)
-    for i, item in enumerate(tqdm(items, desc="bench scale", unit="run")):
-        cfg = config_for(base, item)
+    order = [(r, item) for r in range(repeats)
+             for item in (items if r % 2 == 0 else items[::-1])]
+    for i, (rep, item) in enumerate(tqdm(order, desc="bench scale", unit="run")):
+        cfg = config_for(base, item, per_trainer)
         out = root / "runs" / f"{i:02d}-{item.name.replace('/', '-').replace('@', '-')}"
         try:
             r = (local(cfg, out) if item.rate_mbit is None
                  else hosts(cfg, out, item.rate_mbit))
-        except RuntimeError as e:  # one failed job costs its point, not the bench
+        except (RuntimeError, UserError) as e:
             print(f"bench scale: {item.name} failed, left out: {str(e)[-300:]}")
             continue
-        point = {"name": item.name, "role": item.role, "trainers": item.trainers,
-                 "mode": item.mode, "rate_mbit": item.rate_mbit,
-                 "bytes_per_round": r.get("sync_bytes_per_round") or 0.0,
-                 "back_to_back": item.back_to_back, "remote_tables": item.rate_mbit is not None,
-                 "cores": cores, "batch": cfg.batch_size, "every": cfg.sync_every,
-                 "budget": cfg.sync_budget, "dense_servers": cfg.dense_servers or 1,
-                 "sync_dtype": item.sync_dtype, "eps": r["eps"],
-                 "syncs_per_min": r.get("syncs_per_min") if item.mode != "none" else None,
-                 "wall_s": r.get("wall_s")}
-        points.append(point)
+        run = {"name": item.name, "repeat": rep, "role": item.role, "trainers": item.trainers,
+               "mode": item.mode, "rate_mbit": item.rate_mbit,
+               "bytes_per_round": r.get("sync_bytes_per_round") or 0.0,
+               "back_to_back": item.back_to_back, "remote_tables": item.rate_mbit is not None,
+               "cores": cores, "batch": cfg.batch_size, "every": cfg.sync_every,
+               "budget": cfg.sync_budget, "dense_servers": cfg.dense_servers or 1,
+               "sync_dtype": item.sync_dtype, "eps": r["eps"],
+               "syncs_per_min": r.get("syncs_per_min") if item.mode != "none" else None,
+               "wall_s": r.get("wall_s"), "load_avg_1min": os.getloadavg()[0]}
+        runs.append(run)
         root.mkdir(parents=True, exist_ok=True)
         with (root / "runs.jsonl").open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(point) + "\n")
+            fh.write(json.dumps(run) + "\n")
+    return runs
+
+
+def points_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per planned job: its runs' medians of EPS and syncs per minute, and their
+    spread ([min, max])."""
+    points = []
+    for name in dict.fromkeys(r["name"] for r in runs):
+        mine = [r for r in runs if r["name"] == name]
+        q = {k: v for k, v in mine[0].items() if k not in ("repeat", "wall_s", "load_avg_1min")}
+        for key in ("eps", "syncs_per_min"):
+            vals = [r[key] for r in mine if r.get(key)]
+            q[key] = float(np.median(vals)) if vals else None
+            q[f"{key}_spread"] = [min(vals), max(vals)] if vals else None
+        q["runs"] = len(mine)
+        points.append(q)
     return points
 
 
@@ -359,8 +410,8 @@ def read_embedding_cost(path: Path) -> dict[str, float]:
             "dense_step_ms": e["medians"]["dense_step"]["step"]}
 
 
-def run_scale_bench(out: str, examples: int = 80_000, quick: bool = False,
-                    netns: bool = True, embedding_steps: int = 150,
+def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
+                    quick: bool = False, netns: bool = True, embedding_steps: int = 150,
                     points_from: str | None = None,
                     local: Callable[[Any, Path], dict[str, Any]] = run_local,
                     hosts: Callable[[Any, Path, float], dict[str, Any]] = run_netns,
@@ -376,11 +427,10 @@ def run_scale_bench(out: str, examples: int = 80_000, quick: bool = False,
     t0 = time.perf_counter()
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    base = job(examples)
     emb: dict[str, float] | None = None
     if points_from is not None:
         src = Path(points_from)
-        points = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+        runs = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
         emb_file = src.parent / "embedding" / "bench.json"
         emb = read_embedding_cost(emb_file) if emb_file.exists() else None
     else:
@@ -389,16 +439,21 @@ def run_scale_bench(out: str, examples: int = 80_000, quick: bool = False,
             if reason:
                 print(f"bench scale: namespace hosts skipped: {reason}")
                 netns = False
-        plan_data(base)
+        base = job(per_trainer * 4)
+        plan_data(base)  # the data of the largest job, once (smaller jobs read its start)
         if not quick:
             emb = (embedding or embedding_cost)(root, embedding_steps)
-        points = measure(root, base, plan(quick, netns), local, hosts)
-    return analyse(root, points, emb, examples, quick, time.perf_counter() - t0)
+        runs = measure(root, base, plan(quick, netns), per_trainer, repeats, local, hosts)
+    return analyse(root, runs, emb, {"per_trainer_examples": per_trainer, "repeats": repeats,
+                                     "quick": quick, "measure_wall_s": time.perf_counter() - t0})
 
 
-def analyse(root: Path, points: list[dict[str, Any]], emb: dict[str, float] | None,
-            examples: int, quick: bool, measure_s: float) -> dict[str, Any]:
+def analyse(root: Path, runs: list[dict[str, Any]], emb: dict[str, float] | None,
+            info: dict[str, Any]) -> dict[str, Any]:
     """Fit on the points marked "fit", score the held-out ones, predict, write, plot."""
+    from shadowsync.config import TrainConfig
+
+    points = points_of(runs)
     dt_rpc = max(0.0, (emb["rpc_ms"] - emb["shm_ms"]) / 1e3) if emb else 0.0
     fitted = [q for q in points if q["role"] == "fit"]
     held = [q for q in points if q["role"] == "held_out"]
@@ -407,28 +462,37 @@ def analyse(root: Path, points: list[dict[str, Any]], emb: dict[str, float] | No
     error = mean_error(held_rows)
     bytes_fp32 = max((q["bytes_per_round"] for q in points if q["sync_dtype"] == "fp32"),
                      default=0.0)
-    q0 = points[0]
-    cores, batch, every, budget = q0["cores"], q0["batch"], q0["every"], q0["budget"]
-    pred = {f"dense_servers={d}": cluster_predictions(p, bytes_fp32, cores, batch, every,
-                                                      budget, d)
-            for d in (1, 4)}
-    checks = {f"{r:g}mbit": paper_checks(pred["dense_servers=1"], p, r, budget, cores)
-              for r in PREDICT_RATES_MBIT}
-    ratios = {"scale_model_error": error, "scale_model_error_fit_points": mean_error(fit_rows)}
-    extra = {"goals": {"scale_model_error": GOAL, "scale_model_error_fit_points": None},
-             "params": p, "param_units": "seconds (rho: cores)", "embedding_cost_ms": emb,
-             "examples_per_run": examples, "quick": quick, "measure_wall_s": measure_s,
+    default = TrainConfig()  # predictions are for the default job's settings
+    cores = points[0]["cores"]
+    pred = {f"dense_servers={d}": cluster_predictions(
+        p, bytes_fp32, cores, default.batch_size, default.sync_every, default.sync_budget, d)
+        for d in (1, 4)}
+    checks = {f"{r:g}mbit": paper_checks(pred["dense_servers=1"], p, r, default.sync_budget,
+                                         cores) for r in PREDICT_RATES_MBIT}
+    ratios = {"scale_model_error": error,
+              "scale_model_error_eps": mean_error([r for r in held_rows
+                                                   if r["quantity"] == "eps"]),
+              "scale_model_error_syncs_per_min": mean_error(
+                  [r for r in held_rows if r["quantity"] == "syncs_per_min"]),
+              "scale_model_error_fit_points": mean_error(fit_rows)}
+    loads = [r["load_avg_1min"] for r in runs if r.get("load_avg_1min") is not None]
+    extra = {"goals": {k: GOAL if k == "scale_model_error" else None for k in ratios},
+             "points": points, "params": p, "param_units": "seconds (rho: cores)",
+             "embedding_cost_ms": emb, **info,
+             "load_avg_1min": [min(loads), max(loads)] if loads else None,
              "held_out_errors": held_rows, "fit_errors": fit_rows,
              "predictions": pred, "paper_checks": checks,
              "prediction_setting": {"trainers_per_host": 1, "cores_per_host": cores,
-                                    "bytes_per_round": bytes_fp32, "remote_tables": True}}
-    path = write_bench(root, "scale", points, ratios, extra)
+                                    "bytes_per_round": bytes_fp32, "remote_tables": True,
+                                    "sync_every": default.sync_every}}
+    path = write_bench(root, "scale", runs, ratios, extra)
     print_table([[r["name"], r["quantity"], r["measured"], r["predicted"], r["error"]]
                  for r in held_rows], ["held out", "quantity", "measured", "model", "error"])
     print()
     print_table([[k, v] for k, v in p.items()], ["parameter", "value"])
-    shown = "n/a" if error is None else f"{error:.3f}"
-    print(f"\nscale_model_error {shown} (goal {GOAL}); measured in {measure_s:.0f}s")
+    print()
+    print_table([[k, "n/a" if v is None else v] for k, v in ratios.items()], ["ratio", "value"])
+    print(f"(goal scale_model_error {GOAL}); measured in {info['measure_wall_s']:.0f}s")
     plot_scale(root, p, pred["dense_servers=1"], points)
     print(f"wrote {path}")
     return {"ratios": ratios, "params": p, "points": points, "predictions": pred}
