@@ -17,20 +17,22 @@ servers, beta the auto pace's CPU budget, C_h cores of a host, n_h trainers on i
   on the dense servers) takes `T_ea = s * (a_e + n * g / d) + 2 * 8 b / R`: the servers serve
   the n trainers' rounds one after another, `g` seconds of server work per round.
 - Background rounds (s-*) never block the worker; the auto pace rests between them so that
-  a round's CPU (`c_ma`, `c_ea`) stays within beta of the trainer's cores: the period is
+  a round's CPU (`c_ma + c_ma1 (n - 1)`, and `c_ea`, `c_ea1` for EASGD: a ring's CPU grows
+  with its steps; here it also absorbs the contention of n trainers on 2 cores) stays within
+  beta of the trainer's cores: the period is
   `max(T_round, c_round * n_h / (beta * C_h))`, syncs per minute 60 / period, and the rounds
   take the share `u = c_round / period * n_h / C_h` of the CPU from training:
   `EPS = n * B / (s * t) * (1 - u)`.
 - Foreground rounds (fr-ma) block every k steps: a step takes `s * t + T_ar / k`,
   `EPS = n * B / (s * t + T_ar / k)`, syncs per minute `60 / (k * s * t + T_ar)`.
 
-Parameters are fitted with numpy least squares in stages (rho on a grid, the rest linear):
-`t`, `rho` from EPS; `a`, `c`, the link coefficient `gamma` (1 if the ring is link-bound)
-from back-to-back AllReduce rounds (60 / syncs per minute) on loopback and on rate-limited
-namespace hosts; `a_e`, `g` from back-to-back EASGD rounds; `c_ma`, `c_ea` from auto-paced
-rounds. Other runs (3 trainers, s-bmuf, fr-ma, rounds at another link rate and in bf16, the
-link-limited foreground job) are held out: `ratios.scale_model_error` is the model's mean
-relative error on them. Each job runs `repeats` times; a point is the median of its runs.
+Parameters are fitted by least squares in stages (rho on a grid with log t by numpy, the
+rest by non-negative least squares): `t`, `rho` from EPS; `a`, `c`, the link coefficient
+`gamma` (1 if the ring is link-bound) from back-to-back AllReduce rounds (60 / syncs per
+minute) on loopback and on rate-limited namespace hosts; `a_e`, `g` from back-to-back EASGD
+rounds; `c_ma`, `c_ma1`, `c_ea`, `c_ea1` from auto-paced rounds. Other runs (3 trainers,
+s-bmuf, fr-ma, rounds at another link rate and in bf16, the link-limited foreground job) are
+held out: `ratios.scale_model_error` is the model's mean relative error on them. Each job runs `repeats` times; a point is the median of its runs.
 
 Measured with the job's own summary (train EPS, syncs per minute, bytes per round), the
 slow-network bench's namespace hosts, and `bench embedding` for the RPC cost per step.
@@ -56,7 +58,7 @@ ALLREDUCE = ("s-ma", "s-bmuf", "fr-ma")
 PREDICT_TRAINERS = tuple(range(1, 65))
 PREDICT_RATES_MBIT = (50.0, 1000.0, 10000.0)
 GOAL = "<= 0.15"
-PARAMS = ("t", "rho", "dt_rpc", "a", "c", "gamma", "a_e", "g", "c_ma", "c_ea")
+PARAMS = ("t", "rho", "dt_rpc", "a", "c", "gamma", "a_e", "g", "c_ma", "c_ma1", "c_ea", "c_ea1")
 
 
 # ---------------------------------------------------------------- the model (pure)
@@ -100,6 +102,12 @@ def round_s(p: dict[str, float], x: Setting) -> float:
     return s * (p["a"] + p["c"] * (x.trainers - 1)) + p["gamma"] * _link_s(x, ring=True)
 
 
+def pace_cpu_s(p: dict[str, float], x: Setting) -> float:
+    """CPU seconds of one background round, as the auto pace sees it."""
+    key = "c_ea" if x.mode == "s-easgd" else "c_ma"
+    return p[key] + p[f"{key}1"] * (x.trainers - 1)
+
+
 def predict(p: dict[str, float], x: Setting) -> dict[str, float | None]:
     """EPS (all trainers) and syncs per minute (per trainer) of a job in setting x."""
     s, n_h = _share(p, x)
@@ -110,8 +118,8 @@ def predict(p: dict[str, float], x: Setting) -> dict[str, float | None]:
     if x.mode.startswith("fr-"):
         return {"eps": x.trainers * x.batch / (s * t + rnd / x.every),
                 "syncs_per_min": 60.0 / (x.every * s * t + rnd)}
-    cpu = p["c_ea"] if x.mode == "s-easgd" else p["c_ma"]
-    period = rnd if x.back_to_back else max(rnd, cpu * n_h / (x.budget * x.cores))
+    cpu = pace_cpu_s(p, x)
+    period = max(1e-6, rnd if x.back_to_back else max(rnd, cpu * n_h / (x.budget * x.cores)))
     u = min(1.0, cpu / period * n_h / x.cores)
     return {"eps": x.trainers * x.batch / (s * t) * (1.0 - u), "syncs_per_min": 60.0 / period}
 
@@ -173,15 +181,18 @@ def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
         y = np.array([60.0 / q["syncs_per_min"] - p["gamma"] * _link_s(setting_of(q), False)
                       for q in ea])
         p["a_e"], p["g"] = (float(v) for v in _lstsq([s, s * n], y))
-    # Auto-paced rounds: period = c_round * n_h / (beta * C_h) where the pace binds.
+    # Auto-paced rounds: period = c_round * n_h / (beta * C_h) where the pace binds, with
+    # c_round = c + c1 * (n - 1) CPU seconds.
     for mode, key in (("s-ma", "c_ma"), ("s-easgd", "c_ea")):
         pts = [q for q in points if q["mode"] == mode and not q.get("back_to_back")
                and q.get("syncs_per_min")]
         if pts:
             x = np.array([_share(p, setting_of(q))[1] / (q.get("budget", 0.03) * q["cores"])
                           for q in pts])
+            n = np.array([q["trainers"] - 1 for q in pts], dtype=float)
             y = np.array([60.0 / q["syncs_per_min"] for q in pts])
-            p[key] = float(_lstsq([x], y)[0])
+            sol = _lstsq([x, x * n] if n.any() else [x], y)
+            p[key], p[f"{key}1"] = float(sol[0]), float(sol[1]) if n.any() else 0.0
     return p
 
 
@@ -234,9 +245,12 @@ def paper_checks(pred: dict[str, Any], p: dict[str, float], rate: float, budget:
         "linearity": {m: at(m, "eps", last) / (last * at(m, "eps", 1)) for m in MODES},
         "syncs_per_min_1_vs_last": {m: [at(m, "syncs_per_min", 1), at(m, "syncs_per_min", last)]
                                     for m in MODES if m != "none"},
-        # trainers per dense server beyond which its work, not the pace, sets EASGD's rate
-        "easgd_server_bound_trainers_per_server": (
-            None if p["g"] <= 0 else (p["c_ea"] / (budget * cores) - p["a_e"]) / p["g"]),
+        # the fewest trainers (one dense server) at which the server's queue, not the pace,
+        # sets EASGD's rate (None: not up to `last`)
+        "easgd_server_bound_from_trainers": next(
+            (n for n in range(1, last + 1)
+             if round_s(p, Setting(n, "s-easgd", rate, trainers_per_host=1, cores=cores))
+             > pace_cpu_s(p, Setting(n, "s-easgd")) / (budget * cores)), None),
     }
 
 
