@@ -32,7 +32,8 @@ rest by non-negative least squares): `t`, `rho` from EPS; `a`, `c`, the link coe
 minute) on loopback and on rate-limited namespace hosts; `a_e`, `g` from back-to-back EASGD
 rounds; `c_ma`, `c_ma1`, `c_ea`, `c_ea1` from auto-paced rounds. Other runs (3 trainers,
 s-bmuf, fr-ma, rounds at another link rate and in bf16, the link-limited foreground job) are
-held out: `ratios.scale_model_error` is the model's mean relative error on them. Each job runs `repeats` times; a point is the median of its runs.
+held out: `ratios.scale_model_error` is the model's mean relative error on them. Each job
+runs `repeats` times; a point is the median of its runs.
 
 Measured with the job's own summary (train EPS, syncs per minute, bytes per round), the
 slow-network bench's namespace hosts, and `bench embedding` for the RPC cost per step.
