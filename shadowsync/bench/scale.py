@@ -530,8 +530,8 @@ def plot_scale(root: Path, p: dict[str, float], pred: dict[str, Any],
                 continue
             ax.plot(row["trainers"], row[key], styles[float(rate[:-4])], color=colors[mode],
                     label=f"{mode} @ {rate}", lw=1.3)
-        for q in points:  # measured here, on this machine's shared cores
-            if q.get(key):
+        for q in points:  # measured here (auto pace), on this machine's shared cores
+            if q.get(key) and not q["back_to_back"]:
                 ax.scatter(q["trainers"], q[key], marker="x", color=colors[q["mode"]], s=18)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
