@@ -318,13 +318,17 @@ def config_for(base: Any, item: Planned, per_trainer: int) -> Any:
 
 
 def figures(s: dict[str, Any]) -> dict[str, Any]:
-    """What a point needs from a job's summary.json. Foreground rounds run only while workers
-    train, so their rate is rounds over the training time (`train_s`); a background runner's
-    own `syncs_per_min` counts its rounds over its whole life, which is the right span for it."""
-    syncs = [v for v in s.get("syncs") or [] if v is not None]
+    """What a point needs from a job's summary.json. Foreground rounds run only while a
+    trainer trains, so their rate is each trainer's rounds over its own training span
+    (its examples / its EPS); a background runner's own `syncs_per_min` counts its rounds
+    over its whole life, which is the right span for it."""
+    syncs = s.get("syncs") or []
+    eps = s.get("eps_per_trainer") or []
     fg = s.get("sync_settings", {}).get("runner") == "foreground"
-    spm = (60.0 * float(np.mean(syncs)) / s["train_s"] if fg and syncs and s.get("train_s")
-           else s.get("syncs_per_min"))
+    spm = s.get("syncs_per_min")
+    if fg and syncs and len(syncs) == len(eps) and all(v is not None for v in syncs):
+        per_trainer = s["examples"] / len(eps)
+        spm = float(np.mean([60.0 * n * e / per_trainer for n, e in zip(syncs, eps)]))
     return {"eps": s["train_eps"], "syncs_per_min": spm,
             "sync_bytes_per_round": s.get("sync_bytes_per_round"), "wall_s": s["wall_s"]}
 
@@ -410,10 +414,11 @@ def points_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def embedding_cost(root: Path, steps: int) -> dict[str, float]:
-    """Run `bench embedding` (one repeat) into root/embedding."""
+    """Run `bench embedding` (3 repeats, medians: one was seen off by 3x at a high load)
+    into root/embedding."""
     from shadowsync.bench.embedding import run_embedding_bench
 
-    run_embedding_bench(str(root / "embedding"), steps=steps, repeats=1)
+    run_embedding_bench(str(root / "embedding"), steps=steps, repeats=3)
     return read_embedding_cost(root / "embedding" / "bench.json")
 
 
@@ -426,7 +431,7 @@ def read_embedding_cost(path: Path) -> dict[str, float]:
 
 
 def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
-                    quick: bool = False, netns: bool = True, embedding_steps: int = 150,
+                    quick: bool = False, netns: bool = True, embedding_steps: int = 100,
                     points_from: str | None = None,
                     local: Callable[[Any, Path], dict[str, Any]] = run_local,
                     hosts: Callable[[Any, Path, float], dict[str, Any]] = run_netns,
