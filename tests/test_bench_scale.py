@@ -35,7 +35,7 @@ def _point(item, cores=2.0):
 
 def test_fit_on_closed_form_points_recovers_the_parameters():
     points = [_point(i) for i in plan()]
-    p = fit([q for q in points if q["role"] == "fit"], dt_rpc=TRUE["dt_rpc"])
+    p = fit([q for q in points if q["role"] == "fit"])
     for k, v in TRUE.items():
         assert p[k] == pytest.approx(v, rel=0.02, abs=1e-6), k
     for q in points:  # and so predicts the held-out points it never saw
@@ -74,7 +74,8 @@ def test_bench_json_from_jobs_answered_by_the_closed_form(tmp_path):
     assert {r["role"] for r in b["points"]} == {"fit", "held_out"}
     assert len(b["runs"]) == 2 * len(b["points"]) == 2 * len(plan())
     assert all(q["runs"] == 2 for q in b["points"])
-    assert b["params"]["dt_rpc"] == pytest.approx(0.004)
+    assert b["params"]["dt_rpc"] == pytest.approx(0.004)  # from the remote-table point
+    assert b["dt_rpc_from_embedding_bench"] == pytest.approx(0.004)
     curves = b["predictions"]["dense_servers=1"]
     assert set(curves) == {f"{m}@{r:g}mbit" for m in MODES for r in (50, 1000, 10000)}
     assert curves["s-ma@1000mbit"]["trainers"] == list(PREDICT_TRAINERS)

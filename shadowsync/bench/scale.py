@@ -140,7 +140,8 @@ def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
         rho_grid: np.ndarray | None = None) -> dict[str, float]:
     """The parameters from measured points (each a Setting's fields plus `eps` and
-    `syncs_per_min`); only the stages the points allow are fitted, the others stay 0."""
+    `syncs_per_min`); only the stages the points allow are fitted, the others stay 0
+    (`dt_rpc`: the given value where no point has remote tables)."""
     p = dict.fromkeys(PARAMS, 0.0)
     p.update(dt_rpc=dt_rpc, gamma=1.0, rho=1.0)
     # EPS: log(n B / EPS) = log t + log s(rho) (+ -log(1 - beta) for auto-paced background
@@ -194,6 +195,22 @@ def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
             y = np.array([60.0 / q["syncs_per_min"] for q in pts])
             sol = _lstsq([x, x * n] if n.any() else [x], y)
             p[key], p[f"{key}1"] = float(sol[0]), float(sol[1]) if n.any() else 0.0
+    # Remote tables: the embedding RPC cost per step as the jobs on separate hosts saw it:
+    # n B / EPS = s (t + dt) / (1 - u) for none and s-* (u: the rounds' CPU share), and
+    # s (t + dt) + T / k for fr-*, so dt is the gap in n B / EPS to the same setting at
+    # dt = 0, scaled back; the mean over those points.
+    remote = [q for q in points if q.get("remote_tables") and q.get("eps")]
+    if remote:
+        implied = []
+        for q in remote:
+            x = setting_of(q)
+            s, _ = _share(p, x)
+            e0 = predict({**p, "dt_rpc": 0.0}, x)["eps"]
+            assert e0 is not None
+            keep = 1.0 if x.mode.startswith("fr-") else e0 * s * p["t"] / (x.trainers * x.batch)
+            implied.append((x.trainers * x.batch / q["eps"] - x.trainers * x.batch / e0)
+                           * keep / s)
+        p["dt_rpc"] = max(0.0, float(np.mean(implied)))
     return p
 
 
@@ -498,7 +515,7 @@ def analyse(root: Path, runs: list[dict[str, Any]], emb: dict[str, float] | None
     loads = [r["load_avg_1min"] for r in runs if r.get("load_avg_1min") is not None]
     extra = {"goals": {k: GOAL if k == "scale_model_error" else None for k in ratios},
              "points": points, "params": p, "param_units": "seconds (rho: cores)",
-             "embedding_cost_ms": emb, **info,
+             "embedding_cost_ms": emb, "dt_rpc_from_embedding_bench": dt_rpc, **info,
              "load_avg_1min": [min(loads), max(loads)] if loads else None,
              "held_out_errors": held_rows, "fit_errors": fit_rows,
              "predictions": pred, "paper_checks": checks,
