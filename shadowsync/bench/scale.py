@@ -263,6 +263,9 @@ def paper_checks(pred: dict[str, Any], p: dict[str, float], rate: float, budget:
         "linearity": {m: at(m, "eps", last) / (last * at(m, "eps", 1)) for m in MODES},
         "syncs_per_min_1_vs_last": {m: [at(m, "syncs_per_min", 1), at(m, "syncs_per_min", last)]
                                     for m in MODES if m != "none"},
+        # rounds a second one dense server can serve (each trainer's EASGD rate is at most
+        # 60 d / (n g) a minute, however fast the pace)
+        "easgd_server_rounds_per_s": None if p["g"] <= 0 else 1.0 / p["g"],
         # the fewest trainers (one dense server) at which the server's queue, not the pace,
         # sets EASGD's rate (None: not up to `last`)
         "easgd_server_bound_from_trainers": next(
