@@ -19,7 +19,7 @@ from shadowsync.bench.scale import (
 
 TRUE = {"t": 0.012, "rho": 1.3, "dt_rpc": 0.004, "a": 0.004, "c": 0.0015, "gamma": 1.2,
         "a_e": 0.006, "g": 0.002, "c_ma": 0.003, "c_ma1": 0.0005, "c_ea": 0.005,
-        "c_ea1": 0.0002}
+        "c_ea1": 0.0002, "w": 0.3}
 
 
 def _point(item, cores=2.0):
