@@ -254,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--repeats", type=int, default=2,
                        help="runs of each job (medians; the plan forwards, then backwards)")
     scale.add_argument("--quick", action="store_true",
-                       help="1 and 2 trainers, no namespace hosts, no embedding bench")
+                       help="a smoke run: 1 and 2 trainers, no namespace hosts, no embedding "
+                       "bench (2 trainers are held out with nothing to fit contention on)")
     scale.add_argument("--no-netns", action="store_true", help="skip the namespace hosts")
     scale.add_argument("--points", metavar="RUNS.jsonl",
                        help="refit and predict from an earlier run's runs.jsonl (no new runs)")
