@@ -91,6 +91,20 @@ def _bench_embedding(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_scale(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from shadowsync.bench.scale import run_scale_bench
+
+    if args.examples < 5_000 or args.repeats < 1:
+        raise UserError("--examples must be >= 5000 and --repeats >= 1")
+    if args.points and not Path(args.points).is_file():
+        raise UserError(f"--points: no such file {args.points}")
+    run_scale_bench(args.out, per_trainer=args.examples, repeats=args.repeats,
+                    quick=args.quick, netns=not args.no_netns, points_from=args.points)
+    return 0
+
+
 def _bench_switch(args: argparse.Namespace) -> int:
     from shadowsync.bench.switch import run_switch_bench
 
@@ -228,6 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
     emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
     emb.add_argument("--repeats", type=int, default=3)
     emb.set_defaults(func=_bench_embedding)
+    scale = bench.add_parser(
+        "scale", help="a cost model of EPS and syncs per minute fitted on 1 to 4 trainers, "
+        "checked on held-out runs, predicted to 64 trainers",
+        description="Runs 1 to 4 trainers on this machine (local cluster, and namespace hosts "
+        "with a rate-limited link), fits a small cost model, reports its error on held-out "
+        "runs and predicts EPS and syncs per minute for 1 to 64 trainers per mode and link "
+        "rate (bench.json, scale.png). About 20 minutes on 2 cores; --quick a few.")
+    scale.add_argument("--out", default="runs/bench-scale")
+    scale.add_argument("--examples", type=int, default=40_000,
+                       help="examples per trainer in each run (a run of n trainers trains n "
+                       "times as many)")
+    scale.add_argument("--repeats", type=int, default=2,
+                       help="runs of each job (medians; the plan forwards, then backwards)")
+    scale.add_argument("--quick", action="store_true",
+                       help="a smoke run: 1 and 2 trainers, no namespace hosts, no embedding "
+                       "bench (2 trainers are held out with nothing to fit contention on)")
+    scale.add_argument("--no-netns", action="store_true", help="skip the namespace hosts")
+    scale.add_argument("--points", metavar="RUNS.jsonl",
+                       help="refit and predict from an earlier run's runs.jsonl (no new runs)")
+    scale.set_defaults(func=_bench_scale)
     sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
     sw.add_argument("--out", default="runs/bench-switch")
     sw.add_argument("--trainers", type=int, default=4)

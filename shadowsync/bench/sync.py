@@ -77,6 +77,7 @@ def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
         "eps": s["train_eps"], "eval_ne": s["eval_ne"], "syncs_per_min": s["syncs_per_min"],
         "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],
         "teacher_eval_ne": s["teacher_eval_ne"], "examples": s["examples"],
+        "sync_bytes_per_round": s.get("sync_bytes_per_round"),
     }
 
 
