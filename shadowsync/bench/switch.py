@@ -223,9 +223,13 @@ def time_split(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cpu_s() -> float:
-    """CPU seconds of this process and of the finished processes it started (the runs)."""
-    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
-               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    """CPU seconds of this process and of the finished processes it started (the runs),
+    those forked by the fork server included."""
+    from shadowsync.cluster import forkserver
+
+    return forkserver.cpu_s() + sum(
+        resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 def compared_with(variant: str) -> str:

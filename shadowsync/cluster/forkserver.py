@@ -57,3 +57,21 @@ def become_job_process(launcher: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(launcher)
     os.environ.update(agent)
+
+
+def cpu_s() -> float:
+    """CPU seconds of the fork server and of the job processes it forked that have ended.
+    They are its children, not the launcher's, so the launcher's own account of its
+    finished children (`RUSAGE_CHILDREN`) leaves them out while the server runs."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # from the state field on: utime, stime, cutime, cstime are the 12th to 15th
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
