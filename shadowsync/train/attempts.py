@@ -81,6 +81,26 @@ def alive(pid: int) -> bool:
         return False
 
 
+class PeerWatch:
+    """Which process of this attempt is gone, from the launch's list of processes (those of
+    this host: a process on another host is the elastic agent's to notice). Only while the
+    job trains: no process of a job ends before every trainer has finished its data."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out)
+        self.me = os.getpid()
+
+    @classmethod
+    def of_launch(cls, out: Path) -> PeerWatch | None:
+        """One for a process the local launcher started (it lists its processes), else None."""
+        return cls(out) if os.environ.get(PIDS_ENV) and attempts_dir(out).is_dir() else None
+
+    def __call__(self) -> str | None:
+        mine = attempt()
+        return next((name for a, name, pid in processes(self.out)
+                     if a == mine and pid != self.me and not alive(pid)), None)
+
+
 def refuse_restart(out: Path) -> None:
     """A process failed in a way a restart would repeat (bad input, divergence): the
     processes of a restarted attempt end at once, and the launcher reports the error."""

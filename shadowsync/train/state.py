@@ -37,6 +37,10 @@ class WorkerSlots:
                       for _ in range(workers)] if optimizer == "adagrad" else [])
         self.positions = torch.tensor(start or [0] * workers, dtype=torch.long).share_memory_()
         self.steps = self.positions.clone().share_memory_()  # steps taken, ahead of positions
+        # Where workers train private replicas (ddp, torch-fr-ma): the newest step whose dense
+        # update the shared model holds (a replica copied back); positions never pass it.
+        # -1: the workers train the shared model itself.
+        self.held = torch.tensor([-1], dtype=torch.long).share_memory_()
         self._marked: torch.Tensor | None = None
 
     def start_steps(self) -> list[int]:
@@ -56,7 +60,18 @@ class WorkerSlots:
     def advance(self, worker: int, steps: int, settled: bool = False) -> None:
         self.steps[worker] = steps
         floor = int(self.positions[worker])
-        self.positions[worker] = steps if settled else max(floor, steps - LAG)
+        if settled:
+            self.positions[worker] = steps
+            return
+        held = int(self.held[0])
+        ahead = steps - LAG if held < 0 else min(steps - LAG, held)
+        self.positions[worker] = max(floor, ahead)
+
+    def align(self, position: int) -> None:
+        """Every worker at `position` (workers in lockstep resume at one step)."""
+        with torch.no_grad():
+            self.positions.fill_(position)
+            self.steps.fill_(position)
 
     # -- in the trainer --
     def mark(self) -> None:
