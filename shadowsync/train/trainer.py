@@ -60,12 +60,10 @@ def resumable(cfg: TrainConfig) -> bool:
 
 
 def resumes_aligned(cfg: TrainConfig) -> bool:
-    """Whether every worker of the job must resume at one step: the worker-group modes,
-    whose workers' collectives run in lockstep (a checkpoint taken while they train may find
-    them a step apart)."""
-    from shadowsync.runners.modes import WORKER_GROUP
-
-    return mode_of(cfg.sync).builder == WORKER_GROUP
+    """Whether every worker of the job resumes at one step: the lockstep modes (a checkpoint
+    taken while they train may find their workers a step apart; a DDP worker group must take
+    equal steps, a BSP step needs one gradient from each worker)."""
+    return mode_of(cfg.sync).lockstep
 
 
 def stops_alone(cfg: TrainConfig) -> bool:
