@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.transport.rendezvous import attempt
 
 
 class WorkerGroupHook(WorkerHook):
@@ -191,8 +192,6 @@ def worker_group_runner(ctx: Any) -> WorkerGroupRunner:
     """The builder of the `ddp` and `torch-fr-ma` modes."""
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    from shadowsync.transport.rendezvous import attempt
-
     # The store outlives a restart (--max-restarts): each attempt's workers meet afresh.
     args = (addr, port, f"workers/{cfg.sync}/attempt-{attempt()}", cfg.trainers, cfg.workers)
     if cfg.sync == "ddp":

@@ -137,6 +137,7 @@ class Trainer:
         self.stop_event = mp.get_context("spawn").Event() if stops_alone(cfg) else None
         self.stop_signal: int | None = None
         self._evaluating = False
+        self._slices: list[Any] | None = None  # each worker's rows (`_examples_at`)
         self.stats.examples = self.resumed_examples()
 
     def resumed_examples(self) -> int:
@@ -150,9 +151,10 @@ class Trainer:
         return max(self.stats.examples, self._examples_at([int(k) for k in self.slots.steps]))
 
     def _examples_at(self, steps: list[int]) -> int:
-        return sum(examples_in(k, spec.data.shard, spec.data.num_shards, spec.data.start,
-                               spec.data.stop, spec.batch_size)
-                   for k, spec in zip(steps, self.worker_specs(), strict=True))
+        if self._slices is None:
+            self._slices = [spec.data for spec in self.worker_specs()]
+        return sum(examples_in(k, d.shard, d.num_shards, d.start, d.stop, self.cfg.batch_size)
+                   for k, d in zip(steps, self._slices, strict=True))
 
     def _note_progress(self) -> None:
         if self.on_examples is not None:
