@@ -27,7 +27,7 @@ def test_kill_9_of_a_trainer_restarts_the_job_which_completes(tmp_path):
     assert sc["name"] == "kill-trainer" and sc["recovered"]
     # Lost: what the failed attempt trained past the checkpoint it went back to, at most an
     # interval (saves start early enough; the survivors stop as soon as the trainer is gone).
-    assert 0 < sc["examples_lost"] <= bench["checkpoint_every_examples"]
+    assert 0 <= sc["examples_lost"] <= bench["checkpoint_every_examples"]
     assert sc["recovery_s"] > 0
     # 60,000 examples is a short, noisy Hogwild job (a CI run measured 0.974 for the
     # restarted one against its clean run), so the band is wider than the bench's 1%.
