@@ -84,13 +84,15 @@ class Checkpointer:
 
     def ahead(self, job: int) -> float:
         """The job's examples `job` now, plus what it trains in a save and LEAD_S more at its
-        recent pace."""
+        recent pace (at most half an interval)."""
         now = time.monotonic()
         self._pace = [(t, n) for t, n in self._pace if now - t <= PACE_WINDOW_S]
         self._pace.append((now, job))
         (t0, n0), (t1, n1) = self._pace[0], self._pace[-1]
         pace = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
-        return job + pace * (self._save_s + LEAD_S)
+        # At most half an interval ahead: an interval shorter than a save is not kept anyway,
+        # and saves back to back would only slow the job.
+        return job + min(pace * (self._save_s + LEAD_S), self.every / 2)
 
     def keep_alive(self) -> None:
         """A stop is under way: the other processes wait for the final save (each extends
@@ -126,7 +128,8 @@ class Checkpointer:
         if bad:
             shutil.rmtree(staging, ignore_errors=True)
             self.refused += 1
-            log.warning("checkpoint not saved: not finite in %s", bad)
+            # Not a warning: the divergence that follows says it in its one line.
+            log.info("checkpoint not saved: not finite in %s", bad)
             return None
         trained, twice, positions = 0, 0, {}
         workers_of = {i["shard"]: i["workers"] for i in infos if i.get("workers") is not None}

@@ -100,13 +100,16 @@ class WorkerSlots:
 
 
 class DenseModelState:
-    """A trainer's shared dense model as checkpoint entries (live tensors)."""
+    """A trainer's shared dense model as checkpoint entries: a copy taken at once (Hogwild
+    workers train on while a save writes it; the dense model is small), so what is checked
+    for NaN is what is written."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return dict(self.model.state_dict())
+        with torch.no_grad():
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
