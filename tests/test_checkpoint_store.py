@@ -4,7 +4,9 @@ and one-line errors for a missing, incomplete, corrupt or foreign checkpoint."""
 from __future__ import annotations
 
 import json
+import math
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,6 +122,43 @@ def test_positions_trail_steps_until_settled():
     slots.mark()
     slots.advance(0, 30, settled=True)
     assert slots.info() == {"positions": [20, 0], "steps": [30, 0]}
+
+
+def test_positions_never_pass_the_step_the_shared_model_holds():
+    """Workers of private replicas (ddp, torch-fr-ma): the shared model holds the replica of
+    some step; a position never claims more. Lockstep workers resume at one step."""
+    slots = WorkerSlots([torch.zeros(3)], workers=2, optimizer="sgd")
+    slots.held[0] = 10
+    slots.advance(1, 30)
+    assert int(slots.positions[1]) == 10
+    slots.held[0] = 40
+    slots.advance(1, 31)
+    assert int(slots.positions[1]) == 31 - LAG
+    slots.align(12)
+    assert slots.start_steps() == [12, 12] and slots.steps.tolist() == [12, 12]
+
+
+def test_a_save_starts_early_enough_to_be_published_within_the_interval(monkeypatch):
+    """--checkpoint-every N: a save starts when the job, at its recent pace, will be N past
+    the last checkpoint by the time this save (as long as the last) and a failure's stop
+    (LEAD_S) are over."""
+    from shadowsync.checkpoint import coordinator
+
+    clock = [100.0]
+    monkeypatch.setattr(coordinator.time, "monotonic", lambda: clock[0])
+    ck = coordinator.Checkpointer(Path("."), "60000", 2, "", 2, [], [], lambda t, p: 0, True)
+    saves = []
+    monkeypatch.setattr(ck, "save", lambda final: saves.append(clock[0]))
+    ck.resumed_at(0)
+    ck._save_s = 0.5
+    for k in range(100):  # 10,000 job examples a second, a tick every 0.1 s
+        clock[0] = 100.0 + k / 10
+        ck.maybe_save(k * 500)  # trainer 0's (job's: twice)
+        if saves:
+            break
+    # due when 10,000 * k / 10 + 10,000 * (0.5 + LEAD_S) >= 60,000
+    due = (60_000 - 10_000 * (0.5 + coordinator.LEAD_S)) / 1_000
+    assert saves == [pytest.approx(100.0 + math.ceil(due - 1e-9) / 10)]
 
 
 def test_examples_in_counts_the_short_last_batch():

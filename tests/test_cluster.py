@@ -72,7 +72,8 @@ def test_bf16_rounds_with_unshared_tables(tmp_path):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("sync", ["fr-bmuf", "ddp", "torch-fr-ma"])
+# torch-fr-ma runs to its end in test_recovery (stopped, then resumed)
+@pytest.mark.parametrize("sync", ["fr-bmuf", "ddp"])
 def test_blocking_baselines_run_and_report(tmp_path, sync):
     out = tmp_path / "run"
     res = run_cli(["train", *TINY, "--sync", sync, "--sync-every", "10", "--out", str(out)],

@@ -25,8 +25,9 @@ def test_kill_9_of_a_trainer_restarts_the_job_which_completes(tmp_path):
     assert killed["restarts"] == 1 and killed["recovered"], killed
     (sc,) = bench["scenarios"]
     assert sc["name"] == "kill-trainer" and sc["recovered"]
-    # Lost: what the failed attempt trained past the checkpoint it went back to, at most an
-    # interval and the reports in flight (one per worker, 8,192 examples at batch 256).
+    # Lost: what the failed attempt trained past the checkpoint it went back to. The bench's
+    # job keeps it within an interval; this one's interval (12,000) is under half a second of
+    # training, less than a save and the survivors' stop take: allow 16,384 more.
     assert 0 <= sc["examples_lost"] <= bench["checkpoint_every_examples"] + 2 * 8192
     assert sc["recovery_s"] > 0
     # 60,000 examples is a short, noisy Hogwild job (a CI run measured 0.974 for the

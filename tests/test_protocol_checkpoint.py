@@ -59,3 +59,23 @@ def test_a_dense_server_restored_from_its_checkpoint_continues_exactly():
                                                                 y.phase)
         modes.add(ra[0].mode)
     assert modes == {"bsp", "asp"}  # the greedy policy switched on the restored server too
+
+
+def test_a_resumed_server_counts_progress_from_the_workers_positions():
+    """A checkpoint taken while training may hold a few pushes past the workers' positions;
+    they are pushed again after a resume, so progress (and BSP's share) rewinds to them."""
+    a = new_server()
+    for k in range(10):  # BSP steps of two workers: 20 gradients applied
+        step(a, k)
+    saved = {key: value.clone() for key, value in a.state_dict().items()}
+    b = DenseServer()
+    b.load_state_dict(saved)
+    b.rewind(2 * 7)  # the positions said 7 steps each
+    b.init_trained("w", torch.zeros(3), "sgd", workers=2, schedule=schedule(), budget=400)
+    assert (b.trained["w"].applied, b.trained["w"].bsp_applied) == (14, 14)
+    assert torch.equal(b.params("w")[0], a.params("w")[0])  # the state itself is kept
+    c = DenseServer()
+    c.load_state_dict(saved)
+    c.rewind(30)  # never forward
+    c.init_trained("w", torch.zeros(3), "sgd", workers=2, schedule=schedule(), budget=400)
+    assert c.trained["w"].applied == 20

@@ -243,6 +243,36 @@ def test_a_protocol_run_stops_saves_its_servers_and_resumes(tmp_path, mode):
     assert s["eval_ne"] < 0.98  # as an uninterrupted run (test_protocol_cluster)
 
 
+# torch-fr-ma in the suite (it covers DDP's per-step case: the same hook with a period of 1);
+# SHADOWSYNC_WORKER_GROUP_MODES=ddp,torch-fr-ma for both.
+WORKER_GROUP_MODES = os.environ.get("SHADOWSYNC_WORKER_GROUP_MODES", "torch-fr-ma").split(",")
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("mode", WORKER_GROUP_MODES)
+def test_a_worker_group_run_stops_at_one_step_and_resumes(tmp_path, mode):
+    """DDP and post-local SGD workers agree on the step they stop at; the checkpoint holds
+    the replicas' dense model and every worker resumes at that step (lockstep), so the
+    resumed run trains exactly the job's batches."""
+    out = tmp_path / "run"
+    args = [*PROTOCOL, "--sync", mode, "--sync-every", "4"]
+    res, gone = interrupt(args, out, signal.SIGTERM, 4000)
+    line = _one_error_line(res, 143)
+    assert "checkpoint saved in" in line and gone < gone_within(), (line, gone)
+    manifest = json.loads(next((out / "checkpoint").glob("step-*/manifest.json")).read_text())
+    assert manifest["reason"] == "stop" and manifest["resumable"]
+    budget = 236  # batches of 256: 118 whole batches per worker (lockstep)
+    steps = manifest["aligned_at"]
+    assert 0 < steps < budget // 2 and manifest["examples"] == 2 * steps * 256
+    assert all(p == [steps] for p in manifest["positions"].values())
+    done = run_cli(["train", "--resume", str(out)], timeout=200)
+    assert done.returncode == 0, done.stderr
+    s = summary(out)
+    assert s["resumed_examples"] == manifest["examples"]
+    assert s["examples"] == budget * 256  # nothing skipped, nothing counted twice
+    assert s["eval_ne"] < 0.98  # it learned
+
+
 @pytest.mark.timeout(200)
 def test_divergence_stops_or_rolls_back_to_the_last_good_checkpoint(tmp_path):
     args = [*LOCAL, "--examples", "24000", "--checkpoint-every", "5000",

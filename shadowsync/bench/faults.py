@@ -4,10 +4,11 @@ Each scenario drives the command line as a user would, `shadowsync train` in its
 group:
 - `sigint-resume`, `sigterm-resume`: the signal to the whole group (what a terminal's Ctrl-C
   does) at a random point, then `shadowsync train --resume RUN`;
-- `kill-trainer`, `kill-worker`, `kill-embedding-server`: `kill -9` of one process of the
-  job (trainer 1, trainer 0's first Hogwild worker, embedding server 0; found in the run's
-  list of processes) at a random point after the first checkpoint; the job restarts itself
-  from its newest checkpoint (--max-restarts) and must finish;
+- `kill-trainer`, `kill-worker`, `kill-embedding-server`, `kill-dense-server`: `kill -9` of
+  one process of the job (trainer 1, trainer 0's first Hogwild worker, embedding server 0,
+  dense server 0 of a `bsp` job; found in the run's list of processes) at a random point
+  after the first checkpoint; the job restarts itself from its newest checkpoint
+  (--max-restarts) and must finish;
 - `nan-rollback`: a NaN injected at a random point (`--inject-nan-at N`) with
   `--on-divergence rollback`: the job goes back to its last good checkpoint and finishes.
 
@@ -43,16 +44,19 @@ from shadowsync.train import attempts
 
 SIGNALS = {"sigint-resume": signal.SIGINT, "sigterm-resume": signal.SIGTERM}
 KILLS = {"kill-trainer": "trainer1", "kill-worker": "trainer0-worker0",
-         "kill-embedding-server": "emb0"}
+         "kill-embedding-server": "emb0", "kill-dense-server": "dense0"}
 SCENARIOS = (*SIGNALS, *KILLS, "nan-rollback")
+# The job of a scenario that needs another than the default (with its own clean run): the
+# default s-bmuf has no dense server to kill; bsp's holds the dense model itself.
+SYNC = {"kill-dense-server": "bsp"}
 
 
-def job_args(examples: int, seed: int) -> list[str]:
-    """The job every scenario runs: 2 trainers, 1 embedding server, s-bmuf (the defaults),
-    checkpointed five times over the run."""
+def job_args(examples: int, seed: int, sync: str | None = None) -> list[str]:
+    """The job every scenario runs: 2 trainers, 1 embedding server, s-bmuf (the defaults)
+    unless `sync`, checkpointed five times over the run."""
     return ["--examples", str(examples), "--table-size", "5000", "--seed", str(seed),
             "--log-every", "5000", "--checkpoint-every", str(checkpoint_interval(examples)),
-            "--eval-points", "0", "--no-progress", "-q"]
+            "--eval-points", "0", "--no-progress", "-q", *(["--sync", sync] if sync else [])]
 
 
 def checkpoint_interval(examples: int) -> int:
@@ -204,10 +208,12 @@ def signal_scenario(run: Path, examples: int, seed: int, sig: int, at: int,
 
 
 def kill_scenario(run: Path, examples: int, seed: int, victim: str, at: int,
-                  timeout: float) -> dict[str, Any]:
+                  timeout: float, sync: str | None = None,
+                  expected: int | None = None) -> dict[str, Any]:
     """kill -9 the process named `victim` once a checkpoint is published and trainer 0 has
-    passed `at` examples; the job should restart itself from the checkpoint and finish."""
-    job = Job(["train", "--out", str(run), *job_args(examples, seed)])
+    passed `at` examples; the job should restart itself from the checkpoint and finish
+    (train `expected` examples, as its clean run did; default `examples`)."""
+    job = Job(["train", "--out", str(run), *job_args(examples, seed, sync)])
 
     def ready() -> bool:
         done = progress(run, 0)
@@ -229,8 +235,9 @@ def kill_scenario(run: Path, examples: int, seed: int, victim: str, at: int,
         seen = attempts.processes(run)
         if "old_gone" not in marks and not any(attempts.alive(p) for a, _, p in seen if a == 0):
             marks["old_gone"] = now
+        launched = sum(1 for a, n, _ in seen if a == 0 and "-" not in n)  # not workers
         if "started" not in marks and sum(1 for a, n, _ in seen if a == 1 and "-" not in n) \
-                >= 3:
+                >= launched:
             marks["started"] = now
         return again()
 
@@ -242,7 +249,7 @@ def kill_scenario(run: Path, examples: int, seed: int, victim: str, at: int,
     return {
         "victim": victim, "killed": killed_at is not None, "exit_code": rc,
         "recovered": rc == 0 and killed_at is not None and s.get("restarts", 0) >= 1
-        and s.get("examples") == examples,
+        and s.get("examples") == (expected or examples),
         "restarts": s.get("restarts"), "examples_lost": s.get("examples_lost"),
         "resumed_at_examples": s.get("resumed_examples"),
         "recovery_s": round(training_again - killed_at, 2)
@@ -386,12 +393,16 @@ def run_faults_bench(out: Path, examples: int = 300_000, repeats: int = 1, seed:
     runs: list[dict[str, Any]] = []
     per_trainer = examples // 2  # trainer 0's share of the data (2 trainers)
     for r in range(repeats):
-        clean_dir = out / f"clean-{r}"
-        finish(["train", "--out", str(clean_dir), *job_args(examples, r)], timeout)
-        clean = summary_of(clean_dir)
-        runs.append({"name": "clean", "repeat": r, "eval_ne": clean["eval_ne"],
-                     "wall_s": clean["wall_s"], "eps": clean["eps"]})
+        cleans: dict[str | None, dict[str, Any]] = {}
+        for sync in dict.fromkeys(SYNC.get(name) for name in scenarios):
+            clean_dir = out / (f"clean-{sync}-{r}" if sync else f"clean-{r}")
+            finish(["train", "--out", str(clean_dir), *job_args(examples, r, sync)], timeout)
+            cleans[sync] = summary_of(clean_dir)
+            runs.append({"name": f"clean-{sync}" if sync else "clean", "repeat": r,
+                         "eval_ne": cleans[sync]["eval_ne"], "wall_s": cleans[sync]["wall_s"],
+                         "eps": cleans[sync]["eps"]})
         for name in scenarios:
+            clean = cleans[SYNC.get(name)]
             run_dir = out / f"{name}-{r}"
             frac = rng.uniform(0.3, 0.7)
             if name in SIGNALS:
@@ -399,7 +410,8 @@ def run_faults_bench(out: Path, examples: int = 300_000, repeats: int = 1, seed:
                                       int(per_trainer * frac), timeout)
             elif name in KILLS:
                 res = kill_scenario(run_dir, examples, r, KILLS[name],
-                                    int(per_trainer * frac), timeout)
+                                    int(per_trainer * frac), timeout, SYNC.get(name),
+                                    clean["examples"])
             else:
                 res = nan_scenario(run_dir, examples, r, int(examples * frac), timeout)
             s = res.pop("summary")
@@ -408,7 +420,7 @@ def run_faults_bench(out: Path, examples: int = 300_000, repeats: int = 1, seed:
                          "eval_ne_vs_clean": ne / clean["eval_ne"] if ne else None})
     soaked = None
     if soak_s > 0:
-        eps = min(x["eps"] for x in runs if x["name"] == "clean")
+        eps = min(x["eps"] for x in runs if x["name"].startswith("clean"))
         soaked = soak(out / "soak", examples, 0, soak_s, eps,
                       warmup_s=min(120.0, soak_s / 5), timeout=timeout)
     scenarios_out = []

@@ -25,15 +25,25 @@ from shadowsync.checkpoint.store import CHECKPOINT_DIR, prune, publish, step_dir
 log = logging.getLogger(__name__)
 
 SAVE_TIMEOUT_S = 120.0
+# An examples interval is a promise: one failure loses at most that many examples. A save
+# therefore starts early enough to be published before the job is an interval past the last
+# one: ahead by what the job trains while it saves (the last save's time) and while a failure
+# is being noticed and the survivors stop (this long).
+LEAD_S = 0.5
+PACE_WINDOW_S = 2.0  # the job's pace over this much recent time
+
+
 class Checkpointer:
     """Saves the job from trainer 0. `remote`: RPC names of the other processes that own a
     shard (trainers, embedding and dense servers); trainer 0's own shard is saved in-process.
-    `examples(trainer, positions)`: rows the given per-worker step counts have read."""
+    `examples(trainer, positions)`: rows the given per-worker step counts have read.
+    `aligned`: the workers run in lockstep and must all resume at one step, the smallest
+    position of the job (the manifest's `aligned_at`; what is past it is trained again)."""
 
     def __init__(self, run: Path, every: str, keep: int, config_toml: str,
                  trainers: int, remote: list[str], remote_trainers: list[str],
                  examples: Callable[[int, list[int]], int], resumable: bool,
-                 manifest_extra: dict[str, Any] | None = None) -> None:
+                 manifest_extra: dict[str, Any] | None = None, aligned: bool = False) -> None:
         self.run = Path(run)
         self.kind, self.every = parse_every(every)
         self.keep = keep
@@ -44,8 +54,11 @@ class Checkpointer:
         self.examples = examples
         self.resumable = resumable
         self.extra = manifest_extra or {}
+        self.aligned = aligned
         self._last_t = time.monotonic()
-        self._last_examples = 0
+        self._last_examples = 0  # what the newest checkpoint holds (the job's examples)
+        self._save_s = 0.0  # how long the last save took
+        self._pace: list[tuple[float, int]] = []  # (time, job's examples), recent
         # The job's examples from trainer 0's: given where the others' progress is known,
         # else trainer 0's times the trainers (trainers do not keep pace exactly).
         self.job_examples: Callable[[int], int] = lambda mine: mine * trainers
@@ -58,16 +71,28 @@ class Checkpointer:
         self._last_examples = examples
 
     def maybe_save(self, examples_trainer0: int) -> Path | None:
-        """Save if the interval has passed (examples: the job's, see `job_examples`)."""
+        """Save if the interval is (about to be) over (examples: the job's, see
+        `job_examples`; called often, every tick of trainer 0)."""
         if not self.resumable or self.kind == "off":
             return None
         if self.kind == "seconds":
             if time.monotonic() - self._last_t < self.every:
                 return None
-        elif self.job_examples(examples_trainer0) - self._last_examples < self.every:
+        elif self.ahead(self.job_examples(examples_trainer0)) - self._last_examples < self.every:
             return None
-        self._last_examples = self.job_examples(examples_trainer0)
         return self.save(final=False)
+
+    def ahead(self, job: int) -> float:
+        """The job's examples `job` now, plus what it trains in a save and LEAD_S more at its
+        recent pace (at most half an interval)."""
+        now = time.monotonic()
+        self._pace = [(t, n) for t, n in self._pace if now - t <= PACE_WINDOW_S]
+        self._pace.append((now, job))
+        (t0, n0), (t1, n1) = self._pace[0], self._pace[-1]
+        pace = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+        # At most half an interval ahead: an interval shorter than a save is not kept anyway,
+        # and saves back to back would only slow the job.
+        return job + min(pace * (self._save_s + LEAD_S), self.every / 2)
 
     def keep_alive(self) -> None:
         """A stop is under way: the other processes wait for the final save (each extends
@@ -103,27 +128,32 @@ class Checkpointer:
         if bad:
             shutil.rmtree(staging, ignore_errors=True)
             self.refused += 1
-            log.warning("checkpoint not saved: not finite in %s", bad)
+            # Not a warning: the divergence that follows says it in its one line.
+            log.info("checkpoint not saved: not finite in %s", bad)
             return None
         trained, twice, positions = 0, 0, {}
-        for info in infos:
-            workers = info.get("workers")
-            if workers is None:
-                continue
-            t = int(info["shard"].removeprefix("trainer"))
-            positions[info["shard"]] = workers["positions"]
+        workers_of = {i["shard"]: i["workers"] for i in infos if i.get("workers") is not None}
+        aligned_at = min((p for w in workers_of.values() for p in w["positions"]),
+                         default=None) if self.aligned else None
+        for shard, workers in workers_of.items():
+            t = int(shard.removeprefix("trainer"))
+            if aligned_at is not None:
+                workers = {**workers, "positions": [aligned_at] * len(workers["positions"])}
+            positions[shard] = workers["positions"]
             done = self.examples(t, workers["positions"])
             trained += done
             twice += max(0, self.examples(t, workers["steps"]) - done)
         manifest = {
             "step": trained, "examples": trained, "final": final, "reason": reason,
             "resumable": self.resumable, "positions": positions,
-            "examples_trained_twice_on_resume": twice,
+            "examples_trained_twice_on_resume": twice, "aligned_at": aligned_at,
             "shards": sorted(i["shard"] for i in infos), "time": time.time(),
             "save_s": round(time.perf_counter() - t0, 3), **self.extra,
         }
         path = publish(staging, step_dir(self.run, trained), manifest, self.config_toml)
         prune(self.run, self.keep)
         self.latest = path
+        self._last_examples = trained
+        self._save_s = time.perf_counter() - t0
         log.info("checkpoint %s (%d examples, %.1fs)", path, trained, manifest["save_s"])
         return path

@@ -73,7 +73,12 @@ def save_here(staging: str) -> dict[str, Any]:
     assert _SHARD is not None, "nothing registered for checkpoints in this process"
     STOP.extend()
     state = _merged()
-    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+
+    def not_finite() -> list[str]:
+        return [k for k, v in state.items()
+                if v.is_floating_point() and not bool(v.isfinite().all())]
+
+    bad = not_finite()
     info: dict[str, Any] = {"shard": _SHARD, "not_finite": bad[:5]}
     for name, comp in _COMPONENTS.items():
         extra = getattr(comp, "info", None)
@@ -81,6 +86,9 @@ def save_here(staging: str) -> dict[str, Any]:
             info[name] = extra()
     if not bad:
         save_shard(Path(staging) / _SHARD, state)
+        # The tensors are live (Hogwild workers train on while they are written): a NaN that
+        # came during the write may be in the files, and stays in the tensors. Look again.
+        info["not_finite"] = not_finite()[:5]
     return info
 
 

@@ -174,6 +174,13 @@ def _run_role(cfg: TrainConfig) -> None:
         from shadowsync.transport.servers.dense import SERVER
 
         own_shard(cfg, layout.dense_name(index), SERVER, f"dense server {index}", known=False)
+        if cfg.resume:
+            from shadowsync.checkpoint.store import read_manifest
+
+            # A checkpoint taken while training holds pushes past the workers' positions,
+            # which the resumed workers push again: count them once.
+            positions = read_manifest(Path(cfg.resume), "--resume").get("positions") or {}
+            SERVER.rewind(sum(sum(p) for p in positions.values()))
         endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
         STOP.mark_running()
         RpcEndpoint.leave()

@@ -150,6 +150,15 @@ class WorkerHook:
     def wrap_optimizer(self, optimizer: Any) -> Any:
         return optimizer
 
+    def attach_slots(self, slots: Any, start_step: int) -> None:
+        """Before training: the trainer's shared slots (a hook whose worker trains a private
+        replica says there which step the shared model holds) and the step it resumes at."""
+
+    def agree_stop(self, requested: bool) -> bool:
+        """After each optimizer step: whether to stop now, given whether this worker was asked
+        to (workers whose collectives run in lockstep must agree on the step)."""
+        return requested
+
     endless_data = False  # True: the worker's data wraps around until `finished()`
 
     def step(self) -> float:

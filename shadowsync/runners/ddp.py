@@ -10,6 +10,13 @@
 Embeddings stay where they are (tables or servers); only the dense part is replicated here.
 Worker processes are not launcher ranks, so they form their own gloo group through the job's
 TCP store.
+
+Checkpoints: after every step on which the replicas are identical (every DDP step, every
+averaging step of post-local SGD), worker 0 of each trainer copies its replica into the
+trainer's shared model and says so in the shared slots; the workers' positions never pass
+that step, so a checkpoint holds the dense model of the steps it counts. The workers' Adagrad
+state lives in the slots already. A stop is agreed by all workers (one small AllReduce on
+some of those steps), so every worker stops, and resumes, at the same step.
 """
 
 from __future__ import annotations
@@ -25,10 +32,14 @@ import torch
 import torch.distributed as dist
 
 from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.transport.rendezvous import attempt
 
 
 class WorkerGroupHook(WorkerHook):
     """Puts every worker of every trainer in one process group, each with a private model."""
+
+    period = 1  # the replicas are identical after every step (DDP)
+    STOP_EVERY = 8  # look for a stop request on every 8th of those steps at least
 
     def __init__(self, store_addr: str, store_port: int, prefix: str, trainers: int,
                  workers: int) -> None:
@@ -37,6 +48,8 @@ class WorkerGroupHook(WorkerHook):
         self.prefix = prefix
         self.trainers = trainers
         self.workers = workers
+        self.slots: Any = None
+        self.steps = 0
 
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
         store = dist.TCPStore(self.store_addr, self.store_port, is_master=False,
@@ -45,7 +58,38 @@ class WorkerGroupHook(WorkerHook):
                                 rank=trainer * self.workers + worker,
                                 world_size=self.trainers * self.workers)
         self.rank = dist.get_rank()
-        return copy.deepcopy(model)  # a private replica: no Hogwild sharing under DDP
+        self.shared = model
+        self.replica = copy.deepcopy(model)  # a private replica: no Hogwild sharing under DDP
+        return self.replica
+
+    def attach_slots(self, slots: Any, start_step: int) -> None:
+        self.slots, self.steps = slots, start_step
+        if self.rank % self.workers == 0:
+            slots.held[0] = start_step
+
+    def identical_after(self, step: int) -> bool:
+        """Whether every replica is the same after the job's step `step` (1-based)."""
+        return (step - 1) % self.period == 0
+
+    def agree_stop(self, requested: bool) -> bool:
+        step = self.steps + 1  # the step just taken (`step` counts it next)
+        every = max(1, self.STOP_EVERY // self.period)
+        if not self.identical_after(step) or ((step - 1) // self.period) % every:
+            return False
+        flag = torch.tensor([1.0 if requested else 0.0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def step(self) -> float:
+        self.steps += 1
+        if (self.slots is not None and self.rank % self.workers == 0
+                and self.identical_after(self.steps)):
+            with torch.no_grad():
+                for dst, src in zip(self.shared.parameters(), self.replica.parameters(),
+                                    strict=True):
+                    dst.copy_(src)
+            self.slots.held[0] = self.steps
+        return 0.0
 
     def finish(self, shared_model: Any, trained: Any) -> None:
         # Replicas are identical (DDP) or averaged on the last period; rank 0 of each trainer
@@ -107,12 +151,15 @@ class TorchPeriodicAveragingHook(WorkerGroupHook):
             optim=optimizer,
             averager=PeriodicModelAverager(period=self.period, warmup_steps=0),
         )
+        # A resumed worker averages on the same steps as one that never stopped.
+        opt.averager.step = self.steps
         # The averager counts a step after averaging on it (no warm-up here): the call just
         # made averaged when the step it counted was a multiple of the period.
         opt.step = self.clock.timed(opt.step, lambda: (opt.averager.step - 1) % self.period == 0)
         return opt
 
     def step(self) -> float:
+        super().step()
         return self.clock.take()
 
 
@@ -145,7 +192,8 @@ def worker_group_runner(ctx: Any) -> WorkerGroupRunner:
     """The builder of the `ddp` and `torch-fr-ma` modes."""
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    args = (addr, port, f"workers/{cfg.sync}", cfg.trainers, cfg.workers)
+    # The store outlives a restart (--max-restarts): each attempt's workers meet afresh.
+    args = (addr, port, f"workers/{cfg.sync}/attempt-{attempt()}", cfg.trainers, cfg.workers)
     if cfg.sync == "ddp":
         runner = WorkerGroupRunner(DDPHook(*args), "ddp")
         runner.measures_blocking = False  # DDP waits inside backward(), not separable

@@ -32,7 +32,7 @@ class SyncMode:
     dense_servers: bool = False
     lockstep: bool = False
     # Whether a run can stop early and resume from its workers' positions: not where the
-    # workers' own collectives (a library's worker group) cannot be stopped mid-round.
+    # workers' own collectives (torchft's replica groups) are not stopped at an agreed step.
     resumable: bool = True
 
     def build(self) -> Callable[..., Any] | None:
@@ -53,10 +53,8 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
     SyncMode("none", "independent trainers", None),
     *_rule_modes("s-", "background", "in a background thread (ShadowSync)"),
     *_rule_modes("fr-", "foreground", "every --sync-every steps, workers waiting"),
-    SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True,
-             resumable=False),
-    SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True,
-             resumable=False),
+    SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True),
+    SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True),
     SyncMode("torchft-ma", "torchft LocalSGD, every --sync-every steps (optional peers extra)",
              "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True, resumable=False),
     SyncMode("bsp", "bulk-synchronous steps on dense parameter servers", PROTOCOL,

@@ -3,16 +3,17 @@
 When a process of the job dies, the elastic agent ends the others and starts the job again
 (attempt 1, 2, ...); every process of a restarted attempt resumes from the run's newest
 published checkpoint. What an attempt had trained past that checkpoint is lost: it is
-trained again. To count it, every trainer notes its examples as its workers report them in
-`OUT/.attempts/N-trainerT` (one small file, replaced in place), and trainer 0 of every
-restarted attempt notes where it resumed (`N-resumed`). Lost examples are then the sum over
-failed attempts of what their trainers had reached, less where the next attempt resumed.
-The counts trail the workers by at most one report per worker (`WorkerSpec.report_every`
-steps), so `examples_lost` is exact up to that.
+trained again. To count it, every trainer notes its examples, from its workers' shared
+step counts, in `OUT/.attempts/N-trainerT` (one small file, replaced in place) every
+`trainer.TICK_S` and once more when its workers have stopped, and trainer 0 of every
+restarted attempt notes where it resumed (`N-resumed`). Lost examples are then the sum
+over failed attempts of what their trainers had reached, less where the next attempt
+resumed: exact to the step, except for what a killed trainer trained in its last tick.
 
 The same directory lists the job's processes (`pids`: attempt, name, PID; what the faults
-bench kills) and holds `no-restart` once a process failed in a way a restart would repeat.
-The local launcher makes the directory; without it (torchrun) nothing is noted.
+bench kills, and what each trainer watches: `PeerWatch`) and holds `no-restart` once a
+process failed in a way a restart would repeat. The local launcher makes the directory;
+without it (torchrun) nothing is noted.
 """
 
 from __future__ import annotations
@@ -79,6 +80,26 @@ def alive(pid: int) -> bool:
             return fh.read().rsplit(") ", 1)[1][:1] != "Z"
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
+
+
+class PeerWatch:
+    """Which process of this attempt is gone, from the launch's list of processes (those of
+    this host: a process on another host is the elastic agent's to notice). Only while the
+    job trains: no process of a job ends before every trainer has finished its data."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out)
+        self.me = os.getpid()
+
+    @classmethod
+    def of_launch(cls, out: Path) -> PeerWatch | None:
+        """One for a process the local launcher started (it lists its processes), else None."""
+        return cls(out) if os.environ.get(PIDS_ENV) and attempts_dir(out).is_dir() else None
+
+    def __call__(self) -> str | None:
+        mine = attempt()
+        return next((name for a, name, pid in processes(self.out)
+                     if a == mine and pid != self.me and not alive(pid)), None)
 
 
 def refuse_restart(out: Path) -> None:

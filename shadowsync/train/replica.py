@@ -24,7 +24,13 @@ from shadowsync.train import attempts
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
 from shadowsync.train.stop import STOP, Interrupted, silence_stderr
-from shadowsync.train.trainer import DataPlan, Trainer, build_dense_model, resumable
+from shadowsync.train.trainer import (
+    DataPlan,
+    Trainer,
+    build_dense_model,
+    resumable,
+    resumes_aligned,
+)
 from shadowsync.transport.layout import ClusterLayout
 
 log = logging.getLogger(__name__)
@@ -84,7 +90,8 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> An
                         config_to_toml(replace(cfg, port=None, resume=None)), cfg.trainers,
                         remote,
                         [r for r in remote if r.startswith("trainer")], examples,
-                        resumable(cfg), {"sync": cfg.sync, "task": cfg.task})
+                        resumable(cfg), {"sync": cfg.sync, "task": cfg.task},
+                        aligned=resumes_aligned(cfg))
 
 
 def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
@@ -109,6 +116,8 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     resumed = resume_summary(cfg)  # now: the checkpoint may be pruned by the end
     if cfg.resume:
         shards.load_here(Path(cfg.resume), shard, parts, f"trainer {index}")
+        if resumes_aligned(cfg) and resumed.get("aligned_at") is not None:
+            slots.align(resumed["aligned_at"])
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.tensorboard and index == 0)
     lead = index == 0
     desc = "train" if cfg.trainers == 1 else f"trainer 0 (of {cfg.trainers})"
@@ -118,7 +127,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     progress = attempts.Progress(out, index)
     trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
                       log=metrics, progress=bar, slots=slots, checkpointer=checkpointer,
-                      on_examples=progress)
+                      on_examples=progress, lost_peer=attempts.PeerWatch.of_launch(out))
     progress(trainer.stats.examples)
     if lead:
         progress.started(resumed.get("resumed_examples") or 0)
@@ -207,8 +216,11 @@ def resume_summary(cfg: TrainConfig) -> dict[str, Any]:
     from shadowsync.checkpoint.store import read_manifest
 
     manifest = read_manifest(Path(cfg.resume), "--resume")
-    return {"resumed_from": cfg.resume, "resumed_examples": manifest["examples"],
-            "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
+    out = {"resumed_from": cfg.resume, "resumed_examples": manifest["examples"],
+           "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
+    if manifest.get("aligned_at") is not None:  # where every worker resumes (lockstep modes)
+        out["aligned_at"] = manifest["aligned_at"]
+    return out
 
 
 def resumed_eps(summary: dict[str, Any]) -> None:

@@ -37,6 +37,10 @@ class WorkerSlots:
                       for _ in range(workers)] if optimizer == "adagrad" else [])
         self.positions = torch.tensor(start or [0] * workers, dtype=torch.long).share_memory_()
         self.steps = self.positions.clone().share_memory_()  # steps taken, ahead of positions
+        # Where workers train private replicas (ddp, torch-fr-ma): the newest step whose dense
+        # update the shared model holds (a replica copied back); positions never pass it.
+        # -1: the workers train the shared model itself.
+        self.held = torch.tensor([-1], dtype=torch.long).share_memory_()
         self._marked: torch.Tensor | None = None
 
     def start_steps(self) -> list[int]:
@@ -56,7 +60,18 @@ class WorkerSlots:
     def advance(self, worker: int, steps: int, settled: bool = False) -> None:
         self.steps[worker] = steps
         floor = int(self.positions[worker])
-        self.positions[worker] = steps if settled else max(floor, steps - LAG)
+        if settled:
+            self.positions[worker] = steps
+            return
+        held = int(self.held[0])
+        ahead = steps - LAG if held < 0 else min(steps - LAG, held)
+        self.positions[worker] = max(floor, ahead)
+
+    def align(self, position: int) -> None:
+        """Every worker at `position` (workers in lockstep resume at one step)."""
+        with torch.no_grad():
+            self.positions.fill_(position)
+            self.steps.fill_(position)
 
     # -- in the trainer --
     def mark(self) -> None:
@@ -85,13 +100,16 @@ class WorkerSlots:
 
 
 class DenseModelState:
-    """A trainer's shared dense model as checkpoint entries (live tensors)."""
+    """A trainer's shared dense model as checkpoint entries: a copy taken at once (Hogwild
+    workers train on while a save writes it; the dense model is small), so what is checked
+    for NaN is what is written."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return dict(self.model.state_dict())
+        with torch.no_grad():
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
@@ -111,11 +129,13 @@ class RngState:
 
 def examples_in(steps: int, shard: int, num_shards: int, start: int, stop: int,
                 batch_size: int) -> int:
-    """Rows read by a shard's first `steps` batches of [start, stop) (the last may be short)."""
-    total = 0
-    for k in range(steps):
-        lo = start + (shard + k * num_shards) * batch_size
-        if lo >= stop:
-            break
-        total += min(batch_size, stop - lo)
-    return total
+    """Rows read by a shard's first `steps` batches of [start, stop) (the last may be short).
+    Batch k of the shard starts at start + (shard + k * num_shards) * batch_size. In closed
+    form: trainers count their examples with it every tick."""
+    stride = num_shards * batch_size
+    first = start + shard * batch_size
+    if steps <= 0 or first >= stop:
+        return 0
+    batches = min(steps, -(-(stop - first) // stride))  # those that start before `stop`
+    last = first + (batches - 1) * stride
+    return (batches - 1) * batch_size + min(batch_size, stop - last)

@@ -32,6 +32,10 @@ from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
 from shadowsync.transport.layout import ClusterLayout
 
 EVAL_SAMPLE = 20_000
+# How often a trainer looks at its processes and peers, notes its progress and (trainer 0)
+# decides on a checkpoint, whatever its workers report: a dead peer is seen, and a checkpoint
+# is taken, within about this long.
+TICK_S = 0.1
 # DataPlan and Features live with the tasks; callers have always found them here.
 __all__ = ["DataPlan", "Features", "Trainer", "TrainerStats", "build_dense_model", "features_of",
            "plan_data"]
@@ -50,9 +54,16 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
 def resumable(cfg: TrainConfig) -> bool:
     """Whether a run can stop early and resume from its workers' positions. The protocols
     (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
-    (`SyncRunner.on_stop`). The worker-group modes (ddp, torch-fr-ma, torchft-ma) save only
-    their final model: their workers' collectives cannot stop early."""
+    (`SyncRunner.on_stop`); ddp and torch-fr-ma stop at a step their workers agree on
+    (`WorkerGroupHook.agree_stop`). torchft-ma saves only its final model."""
     return mode_of(cfg.sync).resumable
+
+
+def resumes_aligned(cfg: TrainConfig) -> bool:
+    """Whether every worker of the job resumes at one step: the lockstep modes (a checkpoint
+    taken while they train may find their workers a step apart; a DDP worker group must take
+    equal steps, a BSP step needs one gradient from each worker)."""
+    return mode_of(cfg.sync).lockstep
 
 
 def stops_alone(cfg: TrainConfig) -> bool:
@@ -104,7 +115,7 @@ class Trainer:
                  model: torch.nn.Module | None = None, sync: Any = None,
                  log: MetricsLog | None = None, progress: Any = None,
                  slots: WorkerSlots | None = None, checkpointer: Any = None,
-                 on_examples: Any = None) -> None:
+                 on_examples: Any = None, lost_peer: Any = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
@@ -122,16 +133,32 @@ class Trainer:
                                           cfg.optimizer)
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
         self.on_examples = on_examples  # called with the examples trained so far
+        self.lost_peer = lost_peer  # () -> name of a process of the job that is gone, or None
         self.stop_event = mp.get_context("spawn").Event() if stops_alone(cfg) else None
         self.stop_signal: int | None = None
         self._evaluating = False
+        self._slices: list[Any] | None = None  # each worker's rows (`_examples_at`)
         self.stats.examples = self.resumed_examples()
 
     def resumed_examples(self) -> int:
         """Examples this trainer's workers had trained when its checkpoint was saved."""
-        return sum(examples_in(k, spec.data.shard, spec.data.num_shards, spec.data.start,
-                               spec.data.stop, spec.batch_size)
-                   for k, spec in zip(self.slots.start_steps(), self.worker_specs(), strict=True))
+        return self._examples_at(self.slots.start_steps())
+
+    def trained_now(self) -> int:
+        """Examples this trainer's workers have trained, to the step (their shared step
+        counts; the reports, which trail by up to `report_every` steps, where they say more:
+        a worker whose data wraps around)."""
+        return max(self.stats.examples, self._examples_at([int(k) for k in self.slots.steps]))
+
+    def _examples_at(self, steps: list[int]) -> int:
+        if self._slices is None:
+            self._slices = [spec.data for spec in self.worker_specs()]
+        return sum(examples_in(k, d.shard, d.num_shards, d.start, d.stop, self.cfg.batch_size)
+                   for k, d in zip(steps, self._slices, strict=True))
+
+    def _note_progress(self) -> None:
+        if self.on_examples is not None:
+            self.on_examples(self.trained_now())
 
     def poison_step(self, worker: int) -> int | None:
         """--inject-nan-at N: the step of trainer 0's worker 0 at which the job has trained
@@ -201,9 +228,13 @@ class Trainer:
             self.sync.start()
         try:
             self._follow(messages, self._procs, t0)
-        except BaseException:
-            self._terminate()
+        except BaseException as e:
+            # A lost peer fails the attempt: what the workers would train now is lost anyway.
+            self._terminate(at_once=isinstance(e, PeerLost))
+            # What this attempt trained, to the step, now that no worker trains any more.
+            self._note_progress()
             raise
+        self._note_progress()
         if self.sync:
             self.sync.stop()
         self.stats.wall_s = time.perf_counter() - t0
@@ -216,8 +247,11 @@ class Trainer:
             p.join(timeout=30)
         self._terminate()
 
-    def _terminate(self) -> None:
+    def _terminate(self, at_once: bool = False) -> None:
         for p in self._procs:
+            if p.is_alive() and at_once:
+                p.kill()
+                p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=2)
@@ -235,7 +269,7 @@ class Trainer:
         next_eval = (start // eval_every + 1) * eval_every
         done: set[int] = set()
         told = False
-        next_check = 0.0
+        next_tick = 0.0
         while len(done) < len(procs):
             if self.stop_signal is not None and not told:
                 told = True  # the others wait for the final checkpoint
@@ -245,11 +279,11 @@ class Trainer:
                 if self.sync is not None:
                     self.sync.on_stop()
             now = time.monotonic()
-            if now >= next_check:  # a worker killed outright sends nothing: look every second
-                next_check = now + 1.0
-                self._check_workers(procs, done)
+            if now >= next_tick:  # not on reports: a worker killed outright sends nothing
+                next_tick = now + TICK_S
+                self._tick(procs, done)
             try:
-                msg = messages.get(timeout=1.0)
+                msg = messages.get(timeout=TICK_S)
             except queue_mod.Empty:
                 continue
             if isinstance(msg, WorkerFailed):
@@ -262,8 +296,6 @@ class Trainer:
             n = msg.examples
             s = self.stats
             s.examples += n
-            if self.on_examples is not None:
-                self.on_examples(s.examples)
             s.busy_s += msg.busy_s
             s.blocked_s += msg.blocked_s
             self.running.add(n, msg.loss_sum, msg.label_sum)
@@ -285,8 +317,21 @@ class Trainer:
                 row[f"eval_{self.task.metric}"] = self.sample_eval()
             if row is not None and self.log is not None:
                 self.log.write(row)
-            if self.checkpointer is not None and self.stop_signal is None:
-                self.checkpointer.maybe_save(s.examples)
+
+    def _tick(self, procs: list[Any], done: set[int]) -> None:
+        """Every TICK_S while training: stop on a dead worker or peer, note progress, and
+        (trainer 0) checkpoint when due."""
+        self._check_workers(procs, done)
+        if self.stop_signal is None and STOP.signum is None and self.lost_peer is not None:
+            # A process of the job died: what this attempt trains from now on is lost (the
+            # job restarts from its last checkpoint), so stop now rather than when the
+            # launcher ends this process.
+            gone = self.lost_peer()
+            if gone is not None:
+                raise PeerLost(f"trainer {self.index}: {gone} is gone")
+        self._note_progress()
+        if self.checkpointer is not None and self.stop_signal is None:
+            self.checkpointer.maybe_save(self.trained_now())
 
     def _check_workers(self, procs: list[Any], done: set[int]) -> None:
         dead = [i for i, p in enumerate(procs)

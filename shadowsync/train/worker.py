@@ -162,6 +162,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         opt = make_dense_optimizer(spec.optimizer, model.parameters(), spec.lr)
         if spec.slots is not None:
             spec.slots.attach_optimizer(spec.worker, opt)
+            hook.attach_slots(spec.slots, spec.start_step)
         warmup = lr_warmup(opt, spec.warmup_steps, spec.start_step)
         opt = hook.wrap_optimizer(opt)
         n = loss_sum = label_sum = 0.0
@@ -204,7 +205,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             (loss / len(labels)).backward()
             opt.step()
             warmup.step()
-            batch = next(stream, None) if not (hook.finished() or stopping()) else None
+            stop = hook.agree_stop(stopping())  # every step: lockstep hooks count the calls
+            batch = next(stream, None) if not (hook.finished() or stop) else None
             # One round trip: this step's embedding gradients out, the next step's rows in.
             grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
             vectors = tables.update_and_lookup(ids, grad,

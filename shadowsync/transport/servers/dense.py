@@ -156,6 +156,19 @@ class DenseServer:
             else:
                 self.init(key, value)
 
+    def rewind(self, gradients: int) -> None:
+        """Resuming (before any trainer connects): the job's workers had taken `gradients`
+        steps in all at the checkpoint, which may have been saved with a few more of their
+        pushes applied (a save while training; positions trail by `state.LAG` steps). Those
+        are pushed again: count progress from `gradients`, so the job still applies exactly
+        its budget (and a BSP phase its share)."""
+        for state in self._restored.values():
+            extra = int(state["applied"]) - gradients
+            if extra > 0:
+                state["applied"] = torch.tensor(gradients)
+                if not int(state["asp"]):
+                    state["bsp_applied"] = torch.tensor(max(0, int(state["bsp_applied"]) - extra))
+
     # -- parameters trained by protocol --
     def init_trained(self, key: str, value: torch.Tensor, optimizer: str, workers: int,
                      schedule: Any = None, budget: int = 0) -> None:
