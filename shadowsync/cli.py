@@ -291,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     faults.add_argument("--repeats", type=int, default=1)
     faults.add_argument("--scenarios", default="all",
                         help="comma list of: sigint-resume, sigterm-resume, kill-trainer, "
-                        "kill-worker, kill-embedding-server, nan-rollback (default: all)")
+                        "kill-worker, kill-embedding-server, kill-dense-server, nan-rollback "
+                        "(default: all)")
     faults.add_argument("--soak-s", type=float, default=600.0,
                         help="seconds of training of the memory soak (0: none)")
     faults.set_defaults(func=_bench_faults)

@@ -20,11 +20,13 @@ shadowsync (`install_in_job_process`), so a Ctrl-C during start-up prints no tra
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -149,6 +151,11 @@ class StopRequest:
         with self._lock:
             first = self.signum is None
             self.signum = self.signum or signum
+            if first and self._exit_while_starting:
+                # A job's process: the launcher says in one line how the job ended; what
+                # the processes would print while they go (peers gone, connections closed)
+                # is only an echo of it.
+                silence_stderr()
             if self._exit_while_starting and not self.running:
                 self._exit_now(self.signum)
             if first and self._grace_s is not None:
@@ -169,6 +176,20 @@ def silence_stderr() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
+
+
+@contextlib.contextmanager
+def stderr_silenced() -> Iterator[None]:
+    """Standard error (file descriptor 2) at /dev/null inside, as it was after."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    silence_stderr()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # One per process.
@@ -195,6 +216,21 @@ def watch_parent() -> None:
         return
     _WATCHING = True
     parent = os.getppid()
+    report = sys.excepthook
+
+    def quiet_if_orphaned(kind: Any, value: Any, traceback: Any) -> None:
+        """An error that ends this process just as its parent goes (one stopped while this
+        one was starting leaves it half-built objects) is an echo of that end: no report.
+        Any other error is reported as usual, a second late."""
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            if os.getppid() != parent:
+                silence_stderr()
+                os._exit(1)
+            time.sleep(0.05)
+        report(kind, value, traceback)
+
+    sys.excepthook = quiet_if_orphaned
 
     def watch() -> None:
         while True:

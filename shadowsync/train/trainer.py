@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import queue as queue_mod
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -98,14 +97,6 @@ class TrainerStats:
 
 class _EvalAbandoned(Exception):
     pass
-
-
-def ignore_sigint() -> Any:
-    """Ignore SIGINT in this process; returns the handler to restore (None off the main
-    thread, where handlers cannot change)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class Trainer:
@@ -211,26 +202,29 @@ class Trainer:
         self._procs = [ctx.Process(target=worker_main, daemon=True,
                                    args=(spec, self.model, self.tables, messages, ready, hook))
                        for spec in self.worker_specs()]
-        # Workers start with SIGINT ignored (Python then leaves it so): a Ctrl-C reaches the
+        # Workers start with SIGINT blocked, which they then ignore: a Ctrl-C reaches the
         # whole terminal's group, and the trainer alone decides when its workers stop.
-        previous = ignore_sigint()
+        # Blocked in this thread only, so the trainer itself still takes a Ctrl-C that comes
+        # while it starts them (ignoring it here lost it, and left the job waiting).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             for p in self._procs:
                 p.start()
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        # Joining RPC waits for every member of the job, the workers just started included.
-        self.tables.attach(ClusterLayout.trainer_name(self.index))
-        STOP.mark_running()  # the job has met: a stop now ends with a final checkpoint
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         t0 = time.perf_counter()
-        if self.sync:
-            self.sync.start()
         try:
+            # Joining RPC waits for every member of the job, the workers just started
+            # included; if the job ends meanwhile, the workers go before this process does.
+            self.tables.attach(ClusterLayout.trainer_name(self.index))
+            STOP.mark_running()  # the job has met: a stop now ends with a final checkpoint
+            t0 = time.perf_counter()
+            if self.sync:
+                self.sync.start()
             self._follow(messages, self._procs, t0)
         except BaseException as e:
             # A lost peer fails the attempt: what the workers would train now is lost anyway.
-            self._terminate(at_once=isinstance(e, PeerLost))
+            self._terminate(at_once=isinstance(e, PeerLost) or not STOP.running)
             # What this attempt trained, to the step, now that no worker trains any more.
             self._note_progress()
             raise

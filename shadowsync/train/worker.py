@@ -21,7 +21,7 @@ from shadowsync.data.dataset import batches, num_batches
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
 from shadowsync.train.attempts import note_process
-from shadowsync.train.stop import STOP, watch_parent
+from shadowsync.train.stop import STOP, stderr_silenced, watch_parent
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import task_of
 
@@ -152,7 +152,11 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
     try:
         torch.set_num_threads(1)
         torch.manual_seed(spec.seed * 1000 + spec.trainer * 100 + spec.worker)
-        tables.attach(f"trainer{spec.trainer}-worker{spec.worker}")
+        # While the job meets, a Ctrl-C ends its other processes at once, and TensorPipe here
+        # would log each connection they close; a real failure to join still reaches the
+        # trainer, as WorkerFailed.
+        with stderr_silenced():
+            tables.attach(f"trainer{spec.trainer}-worker{spec.worker}")
         d = spec.data
         task = task_of(d.task)
         data = task.open_data(d.path, d.examples, d.seed, d.skip_bad_lines)
