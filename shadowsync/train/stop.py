@@ -216,21 +216,6 @@ def watch_parent() -> None:
         return
     _WATCHING = True
     parent = os.getppid()
-    report = sys.excepthook
-
-    def quiet_if_orphaned(kind: Any, value: Any, traceback: Any) -> None:
-        """An error that ends this process just as its parent goes (one stopped while this
-        one was starting leaves it half-built objects) is an echo of that end: no report.
-        Any other error is reported as usual, a second late."""
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            if os.getppid() != parent:
-                silence_stderr()
-                os._exit(1)
-            time.sleep(0.05)
-        report(kind, value, traceback)
-
-    sys.excepthook = quiet_if_orphaned
 
     def watch() -> None:
         while True:

@@ -212,7 +212,6 @@ class Trainer:
                 p.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        t0 = time.perf_counter()
         try:
             # Joining RPC waits for every member of the job, the workers just started
             # included; if the job ends meanwhile, the workers go before this process does.
