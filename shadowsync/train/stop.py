@@ -81,24 +81,8 @@ class StopRequest:
                 continue  # a Hogwild worker's: its trainer decides
             self._previous[sig] = signal.signal(sig, self._handle)
         if grace_s is not None or exit_while_starting:
-            self._watch_wakeups()
+            watch_signals(lambda signum: self._note(signum) if self._previous else None)
         return True
-
-    def _watch_wakeups(self) -> None:
-        """Python runs a signal handler only when the main thread is back in Python code; a
-        process waiting in C++ (a rendezvous, an RPC barrier) would never see it. The C-level
-        handler also writes the signal's number to a pipe at once: a thread acts on that."""
-        read, write = os.pipe()
-        os.set_blocking(write, False)
-        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-
-        def watch() -> None:
-            while True:
-                for signum in os.read(read, 64):
-                    if signum in SIGNALS and self._previous:
-                        self._note(signum)
-
-        threading.Thread(target=watch, name="stop-signals", daemon=True).start()
 
     def mark_running(self) -> None:
         """From now on a signal stops the process in order (final checkpoint), not at once."""
@@ -170,12 +154,37 @@ class StopRequest:
             callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
 
 
+def watch_signals(on_signal: Callable[[int], None]) -> None:
+    """Call `on_signal` (in a thread) as soon as SIGINT or SIGTERM arrives. Python runs a
+    signal handler only when the main thread is back in Python code; a process waiting in C++
+    (a rendezvous, an RPC barrier) would never see it. The C-level handler also writes the
+    signal's number to a pipe at once: a thread acts on that. (Main thread only; the signals
+    need Python handlers, which may do nothing.)"""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            for signum in os.read(read, 64):
+                if signum in SIGNALS:
+                    on_signal(signum)
+
+    threading.Thread(target=watch, name="stop-signals", daemon=True).start()
+
+
+# Where a job's processes write their standard error once it is silenced (to see what a stop
+# did: run with -v and this set to a file); /dev/null if unset.
+QUIET_STDERR_ENV = "SHADOWSYNC_QUIET_STDERR_TO"
+
+
 def silence_stderr() -> None:
     """Point this process's standard error (file descriptor 2, where torch's C++ code writes)
-    at /dev/null."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
+    at /dev/null (or the file `SHADOWSYNC_QUIET_STDERR_TO` names, appending)."""
+    target = os.open(os.environ.get(QUIET_STDERR_ENV) or os.devnull,
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(target, 2)
+    os.close(target)
 
 
 @contextlib.contextmanager

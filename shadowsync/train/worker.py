@@ -21,7 +21,14 @@ from shadowsync.data.dataset import batches, num_batches
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
 from shadowsync.train.attempts import note_process
-from shadowsync.train.stop import STOP, stderr_silenced, watch_parent
+from shadowsync.train.stop import (
+    SIGNALS,
+    STOP,
+    silence_stderr,
+    stderr_silenced,
+    watch_parent,
+    watch_signals,
+)
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import task_of
 
@@ -83,15 +90,26 @@ def lr_warmup(optimizer: torch.optim.Optimizer, steps: int,
 
 def stop_on_signals(spec: WorkerSpec) -> threading.Event:
     """Ctrl-C reaches every process of the terminal's group: the trainer decides when its
-    workers stop (it sets `spec.stop`), so a worker ignores SIGINT and takes SIGTERM as a
-    request to stop after its current step, where the mode allows stopping early."""
+    workers stop (it sets `spec.stop`), so SIGINT does not stop a worker, and SIGTERM asks it
+    to stop after its current step, where the mode allows stopping early (else the protocol's
+    servers, or the trainer's end, stop it).
+
+    Either signal means the job is ending, and the launcher says how in one line: from then
+    on the worker writes nothing to stderr, at once (not when its main thread is next in
+    Python), since its peers leaving would make TensorPipe log each closed connection."""
     local = threading.Event()
     STOP.uninstall()  # taken over on import (a job's process); a worker decides here
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if spec.stop is not None:
-        signal.signal(signal.SIGTERM, lambda *_: local.set())
-    else:  # the protocol's servers, or the trainer's end, stop this worker
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def on_signal(signum: int) -> None:
+        silence_stderr()
+        if signum == signal.SIGTERM and spec.stop is not None:
+            local.set()
+
+    for sig in SIGNALS:
+        signal.signal(sig, lambda *_: None)  # acted on by `watch_signals`' thread
+    watch_signals(on_signal)
+    # Started with SIGINT blocked (see `Trainer.run`): a Ctrl-C from now on only quiets it.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return local
 
 
@@ -245,8 +263,6 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             spec.slots.advance(spec.worker, steps, settled=True)
         queue.put(WorkerDone(spec.trainer, spec.worker, t_start, time.time()))
         if stopping():  # the job ends on a signal: processes vanish without saying goodbye
-            from shadowsync.train.stop import silence_stderr
-
             silence_stderr()
         tables.detach()  # with remote tables: waits until the whole job shuts down
     except TrainingDiverged as e:
