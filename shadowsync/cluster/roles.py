@@ -151,8 +151,8 @@ def _run_role(cfg: TrainConfig) -> None:
     trainer_group = dist.new_group(layout.trainer_ranks, timeout=COLLECTIVE_TIMEOUT)
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg)
-    if role != "trainer" and cfg.out:
-        leave_without_trainer0(Path(cfg.out))
+    if cfg.out and (role, index) != ("trainer", 0):
+        follow_trainer0(Path(cfg.out))
     if role == "embedding":
         from shadowsync.transport.servers.embedding import release, serve
 
@@ -197,11 +197,14 @@ def _run_role(cfg: TrainConfig) -> None:
     log.debug("done")
 
 
-def leave_without_trainer0(out: Path) -> None:
-    """After a stop request a server keeps serving until trainer 0 has saved and ends the
-    job. If trainer 0 is gone instead (the launcher stops every process after one died),
-    nobody will: the server leaves as soon as it sees that, not at the end of its grace
-    period, and a restarted attempt can begin. (Processes of one host, launched locally.)"""
+def follow_trainer0(out: Path) -> None:
+    """After a stop request every process but trainer 0 waits for trainer 0, which saves the
+    final checkpoint and then ends the job: the process stays while trainer 0 runs (however
+    long a loaded machine makes the save, up to the stop's hard limit; its short grace would
+    have ended it mid-save) and leaves as soon as trainer 0 is gone. If trainer 0 died instead
+    (the launcher stops every process after one died), nobody will end the job: leaving at
+    once lets a restarted attempt begin. (Processes of one host, launched locally; elsewhere
+    trainer 0 extends the grace by RPC as its stop makes progress.)"""
     import threading
     import time
 
@@ -215,13 +218,14 @@ def leave_without_trainer0(out: Path) -> None:
 
         def watch() -> None:
             while attempts.alive(pid):
+                STOP.extend()
                 time.sleep(0.1)
             logging.shutdown()
             os._exit(128 + signum)
 
-        threading.Thread(target=watch, name="watch-trainer0", daemon=True).start()
+        threading.Thread(target=watch, name="follow-trainer0", daemon=True).start()
 
-    STOP.subscribe(on_stop)
+    STOP.on_first_signal(on_stop)
 
 
 def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:

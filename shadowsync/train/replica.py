@@ -146,6 +146,9 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
             STOP.uninstall()
     bar.close()
     log.debug("trainer %d: %d examples in %.1fs", index, stats.examples, stats.wall_s)
+    if trainer.stop_signal and checkpointer is not None:  # its workers and sync have stopped
+        STOP.extend()
+        checkpointer.keep_alive()
     sync_metrics = runner.final_metrics() if runner else {}
     everyone = gather((stats, sync_metrics)) if gather else [(stats, sync_metrics)]
     if runner:

@@ -56,6 +56,7 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._subscribers: list[Callable[[int], None]] = []
+        self._at_first_signal: list[Callable[[int], None]] = []
         self._previous: dict[int, Any] = {}
         self._grace_s: float | None = None
         self._exit_while_starting = False
@@ -105,6 +106,10 @@ class StopRequest:
             with self._lock:
                 left = self._deadline - time.monotonic()
             if left <= 0:
+                if os.environ.get(QUIET_STDERR_ENV):  # where the stop was stuck
+                    import faulthandler
+
+                    faulthandler.dump_traceback(all_threads=True)
                 self._exit_now(self.signum or signal.SIGTERM)
             time.sleep(min(left, 0.5))
 
@@ -122,9 +127,21 @@ class StopRequest:
             signal.set_wakeup_fd(-1)
 
     def subscribe(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(signum)` in the main thread on each signal (it may raise into the
+        code the signal interrupted), or now if one came already."""
         self._subscribers.append(callback)
         if self.signum is not None:
             callback(self.signum)
+
+    def on_first_signal(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(signum)` once, as soon as the first signal comes, in whatever thread
+        notes it first: unlike `subscribe`, also while the main thread waits in C++ (an RPC
+        shutdown), where a Python handler would not run. It must return quickly."""
+        with self._lock:
+            if self.signum is None:
+                self._at_first_signal.append(callback)
+                return
+        callback(self.signum)
 
     def unsubscribe(self, callback: Callable[[int], None]) -> None:
         if callback in self._subscribers:
@@ -147,6 +164,9 @@ class StopRequest:
                 self._deadline, self._hard_deadline = now + self._grace_s, now + HARD_LIMIT_S
                 threading.Thread(target=self._watchdog, name="stop-watchdog",
                                  daemon=True).start()
+            if first:
+                for callback in self._at_first_signal:
+                    callback(self.signum)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self._note(signum)
