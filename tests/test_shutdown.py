@@ -1,6 +1,9 @@
 """Shutdown agreement: background loops on trainers that finish at very different times all
 stop after the same round, and the job exits instead of hanging in a half-joined AllReduce."""
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -39,3 +42,46 @@ def test_uneven_stop_agrees_on_the_last_round():
     assert len(rounds) == 1, got  # every trainer ran exactly the same rounds
     assert rounds.pop() > 10  # the early finishers kept syncing until the last one stopped
     assert {v for _, _, v in got} == {1.0}  # MA of 0, 1, 2 on the last round
+
+
+_FOLLOWER = """
+import ctypes, os, signal, sys
+from pathlib import Path
+from shadowsync.train.stop import STOP
+from shadowsync.cluster.roles import follow_trainer0
+STOP.install(grace_s=1.0, exit_while_starting=True)
+STOP.mark_running()
+follow_trainer0(Path(sys.argv[1]))
+os.kill(os.getpid(), signal.SIGTERM)
+libc = ctypes.CDLL(None)
+while True:  # in C, as a server waiting in an RPC shutdown: no Python handler runs here
+    libc.sleep(10)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_after_a_stop_a_process_stays_while_trainer0_saves_and_leaves_when_it_is_gone(tmp_path):
+    """Past its own 1 s grace while trainer 0 lives (a save on a loaded machine), then gone
+    within a second of trainer 0, with SIGTERM's exit code."""
+    from shadowsync.train.attempts import PIDS, attempts_dir
+
+    trainer0 = subprocess.Popen(["sleep", "30"])
+    follower = None
+    try:
+        attempts_dir(tmp_path).mkdir(parents=True)
+        (attempts_dir(tmp_path) / PIDS).write_text(f"0 trainer0 {trainer0.pid}\n")
+        follower = subprocess.Popen([sys.executable, "-c", _FOLLOWER, str(tmp_path)],
+                                    env={k: v for k, v in os.environ.items()
+                                         if not k.startswith("SHADOWSYNC_")})
+        time.sleep(4.0)
+        assert follower.poll() is None, "left while trainer 0 was still saving"
+        trainer0.kill()
+        trainer0.wait()
+        t0 = time.monotonic()
+        assert follower.wait(timeout=10) == 143
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        for p in (trainer0, follower):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()

@@ -79,3 +79,10 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3f}"
     return str(v)
+
+
+def torch_period(ma_run: dict[str, Any], cfg: Any) -> int:
+    """Steps between PyTorch averaging rounds that match s-ma's syncs per minute."""
+    steps_per_min = ma_run["eps"] / cfg.trainers / cfg.workers / cfg.batch_size * 60
+    rate = ma_run.get("syncs_per_min") or 1.0
+    return max(1, round(steps_per_min / rate))

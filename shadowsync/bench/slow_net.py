@@ -4,9 +4,12 @@ Three network namespaces (the embedding server and each trainer on its own host)
 job with the README's torchrun command line. The path between the two trainer hosts, which
 carries synchronization, is then limited to 50 Mbit/s (htb; this kernel has no netem, so no
 added delay) while the embedding paths stay fast, and the EPS of background BMUF and of DDP
-is compared with the same hosts unlimited. On the slow link, background BMUF with rounds back
-to back (so the link, not the CPU budget, sets the pace) sends fp32 or bf16 (`--sync-dtype`):
-syncs per minute, bytes per round and eval NE compare the two.
+is compared with the same hosts unlimited. On the slow link, background MA is also run beside
+PyTorch's post-local SGD averaging (`torch-fr-ma`) set to the syncs per minute that s-ma
+reached on that link in the same repeat, the peer the issue compares on a real network; and
+background BMUF with rounds back to back (so the link, not the CPU budget, sets the pace) sends
+fp32 or bf16 (`--sync-dtype`): syncs per minute, bytes per round and eval NE compare the two.
+`full` adds a 1 Gbit/s link for s-ma, torch-fr-ma and DDP.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import median_of, ratio_of_medians
+from shadowsync.bench.common import median_of, ratio_of_medians, torch_period
 from shadowsync.config import TrainConfig, config_to_toml
 
 SLOW_MBIT = 50.0
+GIGABIT_MBIT = 1000.0
 RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net", "background_vs_ddp_slow_net",
-          "bf16_syncs_per_min_vs_fp32_slow_net", "s_bmuf_ne_bf16_vs_fp32")
+          "background_vs_torch_fr_ma_slow_net", "background_vs_torch_fr_ma_1gbit",
+          "background_vs_ddp_1gbit", "bf16_syncs_per_min_vs_fp32_slow_net",
+          "s_bmuf_ne_bf16_vs_fp32")
 RDZV_PORT = 29400
 
 
@@ -82,13 +88,27 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int,
         print(f"bench sync: slow-network part skipped: {reason}")
         return {"skipped": reason, "ratios": dict.fromkeys(RATIOS)}
     cfg = replace(base, dense_servers=0, trainers=2, embedding_servers=1)
-    # (name, config, rate): background BMUF and DDP with and without the limit, and BMUF
-    # rounds back to back (the link is then the limit) sending fp32 or bf16 on the slow link.
-    variants = [(f"{sync}@{'unlimited' if rate is None else f'{rate:g}mbit'}",
-                 replace(cfg, sync=sync), rate)
-                for sync in ("s-bmuf", "ddp") for rate in (None, SLOW_MBIT)
-                if full or (sync, rate) != ("ddp", None)]
-    variants += [(f"s-bmuf-{dtype}-back-to-back@{SLOW_MBIT:g}mbit",
+
+    def at(rate: float | None) -> str:
+        return "@unlimited" if rate is None else f"@{rate:g}mbit"
+
+    # (name, config, rate): background BMUF and DDP with and without the limit, s-ma beside
+    # torch-fr-ma at s-ma's rate on the same link, and BMUF rounds back to back (the link is
+    # then the limit) sending fp32 or bf16 on the slow link. A config may be a function of the
+    # runs of this repeat so far (torch-fr-ma's period comes from s-ma's rate).
+    variants: list[tuple[str, Any, float | None]] = [
+        (f"{sync}{at(rate)}", replace(cfg, sync=sync), rate)
+        for sync in ("s-bmuf", "ddp") for rate in (None, SLOW_MBIT)
+        if full or (sync, rate) != ("ddp", None)]
+    for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
+        if rate != SLOW_MBIT:
+            variants.append((f"ddp{at(rate)}", replace(cfg, sync="ddp"), rate))
+        variants.append((f"s-ma{at(rate)}", replace(cfg, sync="s-ma"), rate))
+
+        def fr_ma(done: dict[str, dict[str, Any]], ma: str = f"s-ma{at(rate)}") -> TrainConfig:
+            return replace(cfg, sync="torch-fr-ma", sync_every=torch_period(done[ma], cfg))
+        variants.append((f"torch-fr-ma{at(rate)}", fr_ma, rate))
+    variants += [(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
                   replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype), SLOW_MBIT)
                  for dtype in ("fp32", "bf16")]
     runs: list[dict[str, Any]] = []
@@ -97,18 +117,22 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int,
     with NetnsHosts(3) as hosts:
         # ranks: 0 = embedding server (host 0), 1 and 2 = trainers (hosts 1 and 2)
         for r in range(repeats):
+            done: dict[str, dict[str, Any]] = {}
             for name, job_cfg, rate in variants:
+                if callable(job_cfg):
+                    job_cfg = job_cfg(done)
                 hosts.set_pair_rate(1, 2, rate)
                 s = run_on_hosts(hosts, job_cfg, root / f"{name}-{r}")
+                done[name] = {"eps": s["train_eps"], "syncs_per_min": s.get("syncs_per_min")}
                 runs.append({"variant": name, "repeat": r, "eps": s["train_eps"],
                              "syncs_per_min": s.get("syncs_per_min"),
                              "sync_bytes_per_round": s.get("sync_bytes_per_round"),
-                             "eval_ne": s["eval_ne"]})
+                             "eval_ne": s["eval_ne"], "sync_every": job_cfg.sync_every})
                 with (root / "runs.jsonl").open("a", encoding="utf-8") as fh:
                     fh.write(json.dumps(runs[-1]) + "\n")
         hosts.set_pair_rate(1, 2, None)
 
-    slow = f"@{SLOW_MBIT:g}mbit"
+    slow = at(SLOW_MBIT)
     ratios: dict[str, Any] = {}
     spreads: dict[str, list[float]] = {}
     for sync in ("s-bmuf", "ddp"):
@@ -118,6 +142,13 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int,
         spreads[name] = [1.0 - x for x in reversed(spread)]
     ratios["background_vs_ddp_slow_net"], spreads["background_vs_ddp_slow_net"] = \
         ratio_of_medians(runs, f"s-bmuf{slow}", f"ddp{slow}", "eps")
+    for suffix, rate in (("slow_net", SLOW_MBIT), ("1gbit", GIGABIT_MBIT)):
+        for name, num, den in ((f"background_vs_torch_fr_ma_{suffix}", "s-ma", "torch-fr-ma"),
+                               (f"background_vs_ddp_{suffix}", "s-ma", "ddp")):
+            if name == "background_vs_ddp_slow_net":
+                continue  # s-bmuf's, above
+            ratios[name], spreads[name] = ratio_of_medians(
+                runs, f"{num}{at(rate)}", f"{den}{at(rate)}", "eps")
     fp32, bf16 = (f"s-bmuf-{d}-back-to-back{slow}" for d in ("fp32", "bf16"))
     for name, key in (("bf16_syncs_per_min_vs_fp32_slow_net", "syncs_per_min"),
                       ("s_bmuf_ne_bf16_vs_fp32", "eval_ne")):

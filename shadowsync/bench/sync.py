@@ -24,6 +24,7 @@ from shadowsync.bench.common import (
     median_of,
     print_table,
     ratio_of_medians,
+    torch_period,
     write_bench,
 )
 from shadowsync.config import TrainConfig
@@ -56,6 +57,9 @@ GOALS: dict[str, str | None] = {
     "background_eps_drop_slow_net": "<= 0.05",
     "ddp_eps_drop_slow_net": None,
     "background_vs_ddp_slow_net": ">= 3",
+    "background_vs_torch_fr_ma_slow_net": ">= 1.5",
+    "background_vs_torch_fr_ma_1gbit": None,
+    "background_vs_ddp_1gbit": None,
     "bf16_syncs_per_min_vs_fp32_slow_net": ">= 1.8",
     "s_bmuf_ne_bf16_vs_fp32": "<= 1.002",
 }
@@ -79,13 +83,6 @@ def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
         "teacher_eval_ne": s["teacher_eval_ne"], "examples": s["examples"],
         "sync_bytes_per_round": s.get("sync_bytes_per_round"),
     }
-
-
-def torch_period(ma_run: dict[str, Any], cfg: TrainConfig) -> int:
-    """Steps between PyTorch averaging rounds that match s-ma's syncs per minute."""
-    steps_per_min = ma_run["eps"] / cfg.trainers / cfg.workers / cfg.batch_size * 60
-    rate = ma_run.get("syncs_per_min") or 1.0
-    return max(1, round(steps_per_min / rate))
 
 
 def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
