@@ -192,6 +192,43 @@ def test_ctrl_c_while_a_cluster_starts_is_one_line_and_leaves_no_process(tmp_pat
         assert gone < gone_within(), (i, gone)
 
 
+def _spawned_workers(session: int) -> list[int]:
+    """The run's Hogwild workers that exist (started by spawn, maybe still unpickling)."""
+    found = []
+    for pid in session_processes(session):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.timeout(60 + 50 * CTRL_C_ITERATIONS)
+def test_ctrl_c_as_a_worker_is_spawned_is_one_line_and_leaves_no_process(tmp_path):
+    """The first instant of a Hogwild worker, before it can act on a signal: its trainer
+    kills it as it ends (an orphaned worker printed a traceback and held the pipes open)."""
+    rng = random.Random(81)
+    for i in range(CTRL_C_ITERATIONS):
+        proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *CLUSTER,
+                                 "--examples", "20000", "--out", str(tmp_path / f"r{i}")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not _spawned_workers(proc.pid) and proc.poll() is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0.0, 0.1))
+            res, gone = _signal_and_wait(proc, signal.SIGINT)
+        finally:
+            for pid in session_processes(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+        line = _one_error_line(res, 130)
+        assert line.startswith("shadowsync: stopped by SIGINT"), line
+        assert gone < gone_within(), (i, gone)
+
+
 @pytest.mark.timeout(400)
 def test_sigterm_then_resume_trains_every_example_once(tmp_path):
     out = tmp_path / "run"

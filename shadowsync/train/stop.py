@@ -57,6 +57,8 @@ class StopRequest:
         self.signum: int | None = None
         self._subscribers: list[Callable[[int], None]] = []
         self._at_first_signal: list[Callable[[int], None]] = []
+        self._start_gate = threading.Lock()
+        self._children: list[int] = []
         self._previous: dict[int, Any] = {}
         self._grace_s: float | None = None
         self._exit_while_starting = False
@@ -96,9 +98,22 @@ class StopRequest:
                 self._deadline = min(self._hard_deadline,
                                      max(self._deadline, time.monotonic() + (self._grace_s or 0)))
 
-    @staticmethod
-    def _exit_now(signum: int) -> None:
+    @contextlib.contextmanager
+    def starting_children(self) -> Iterator[Callable[[int], None]]:
+        """Around starting child processes; call the value with each one's PID. A process that
+        ends at once (a stop while it starts, or its watchdog) first waits until they are
+        started, then kills them: a child killed while it unpickles its arguments prints
+        nothing, while one whose parent vanished at that moment printed a traceback."""
+        with self._start_gate:
+            yield self._children.append
+
+    def _exit_now(self, signum: int) -> None:
         silence_stderr()  # peers and half-imported modules would only add noise
+        # Not forever: the main thread may be waiting for the lock this thread holds.
+        self._start_gate.acquire(timeout=5.0)
+        for pid in self._children:
+            if _child_of_this_process(pid):
+                os.kill(pid, signal.SIGKILL)
         os._exit(128 + signum)
 
     def _watchdog(self) -> None:
@@ -172,6 +187,14 @@ class StopRequest:
         self._note(signum)
         for callback in list(self._subscribers):
             callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
+
+
+def _child_of_this_process(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return int(fh.read().rsplit(") ", 1)[1].split()[1]) == os.getpid()
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def watch_signals(on_signal: Callable[[int], None]) -> None:

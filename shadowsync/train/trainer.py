@@ -208,8 +208,10 @@ class Trainer:
         # while it starts them (ignoring it here lost it, and left the job waiting).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            for p in self._procs:
-                p.start()
+            with STOP.starting_children() as adopt:
+                for p in self._procs:
+                    p.start()
+                    adopt(p.pid)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
