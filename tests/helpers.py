@@ -15,18 +15,25 @@ import torch
 
 from shadowsync.bench.faults import session_pids as session_processes
 
+# Runs a command in a network namespace of its own with loopback only (needs root): for
+# torchft, whose manager listens on every interface.
+PRIVATE_NET = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+
 
 def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+            env: dict[str, str] | None = None,
+            prefix: list[str] = ()) -> subprocess.CompletedProcess:
     """`python -m shadowsync.cli ARGS` in its own session; on timeout kill that session."""
-    return run_python(["-m", "shadowsync.cli", *args], timeout, cwd, env)
+    return run_python(["-m", "shadowsync.cli", *args], timeout, cwd, env, prefix)
 
 
 def run_python(args: list[str], timeout: float, cwd: Path | None = None,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python ARGS` in its own session; on timeout kill that session. The result's
-    `leftover` lists the processes that outlived it (and were killed)."""
-    proc = subprocess.Popen([sys.executable, *args], cwd=cwd,
+               env: dict[str, str] | None = None,
+               prefix: list[str] = ()) -> subprocess.CompletedProcess:
+    """`python ARGS` (after `prefix`, such as PRIVATE_NET) in its own session; on timeout
+    kill that session. The result's `leftover` lists the processes that outlived it (and were
+    killed)."""
+    proc = subprocess.Popen([*prefix, sys.executable, *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, env={**os.environ, **(env or {})})
     try:

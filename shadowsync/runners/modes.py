@@ -31,8 +31,8 @@ class SyncMode:
     family: str | None = None  # rule modes of one family share a runner: background/foreground
     dense_servers: bool = False
     lockstep: bool = False
-    # Whether a run can stop early and resume from its workers' positions: not where the
-    # workers' own collectives (torchft's replica groups) are not stopped at an agreed step.
+    # Whether a run can stop early and resume from its workers' positions (every mode now;
+    # a mode whose workers could not agree on the step they stop at would say False).
     resumable: bool = True
 
     def build(self) -> Callable[..., Any] | None:
@@ -56,7 +56,7 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
     SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True),
     SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True),
     SyncMode("torchft-ma", "torchft LocalSGD, every --sync-every steps (optional peers extra)",
-             "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True, resumable=False),
+             "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True),
     SyncMode("bsp", "bulk-synchronous steps on dense parameter servers", PROTOCOL,
              dense_servers=True, lockstep=True),
     SyncMode("asp", "asynchronous steps on dense parameter servers", PROTOCOL,

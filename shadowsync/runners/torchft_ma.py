@@ -7,38 +7,54 @@ trainer 0 hosts on the job's address). Embeddings stay where they are. Needs the
 `peers` extra (torchft). torchft 0.2's per-replica manager server listens on every interface
 (`[::]`, not configurable), so the bench runs this mode only inside a private network
 namespace that has nothing but loopback.
+
+Checkpoints, stops and restarts work as for `torch-fr-ma` (`WorkerGroupHook`): the replicas
+are identical after every averaging step, worker 0 of each trainer copies its replica into the
+shared model there, and a stop is agreed on those steps through a small gloo group of the
+workers beside torchft's own (torchft's collectives belong to its quorum steps). A resumed
+replica restarts LocalSGD's count where it was, so it averages on the same steps as one that
+never stopped; torchft's quorum and its step number start afresh, which changes nothing the
+training depends on.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from datetime import timedelta
 from typing import Any
 
-import torch
-
 from shadowsync.errors import UserError
-from shadowsync.runners.base import WorkerHook
-from shadowsync.runners.ddp import AveragingClock, WorkerGroupRunner, agent_store
+from shadowsync.runners.ddp import AveragingClock, WorkerGroupHook, WorkerGroupRunner, agent_store
+from shadowsync.transport.rendezvous import attempt
 
-LIGHTHOUSE_KEY = "torchft/lighthouse"
-DONE_KEY = "torchft/done"
 TIMEOUT = timedelta(seconds=120)
 
 
-class TorchftLocalSGDHook(WorkerHook):
-    def __init__(self, store_addr: str, store_port: int, replicas: int, period: int) -> None:
-        self.store_addr = store_addr
-        self.store_port = store_port
-        self.replicas = replicas
+class TorchftLocalSGDHook(WorkerGroupHook):
+    def __init__(self, store_addr: str, store_port: int, prefix: str, trainers: int,
+                 workers: int, period: int) -> None:
+        super().__init__(store_addr, store_port, prefix, trainers, workers)
+        self.replicas = trainers * workers
         self.period = period
         self.clock = AveragingClock()
 
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+        import logging
+        import os
+        import re
+        import warnings
+
+        # torchft logs every quorum step (its Rust side at INFO: a user's RUST_LOG wins) and
+        # warns that this CPU build has no NCCL flight recorder.
+        os.environ.setdefault("RUST_LOG", "error")
+        logging.getLogger("torchft").setLevel(logging.ERROR)
+        # LocalSGD and the averaging clock wrap `optimizer.step` after the warm-up schedule
+        # was made; the schedule still steps after it, as it should.
+        warnings.filterwarnings("ignore", message=re.escape("Seems like `optimizer.step()`"))
         from torch.distributed import TCPStore
         from torchft import Manager, ProcessGroupGloo
 
+        replica = super().prepare(model, trainer, worker, steps)
         self.job_store = TCPStore(self.store_addr, self.store_port, is_master=False,
                                   timeout=TIMEOUT)
         self.lighthouse = None
@@ -47,30 +63,40 @@ class TorchftLocalSGDHook(WorkerHook):
 
             self.lighthouse = LighthouseServer(bind=f"{self.store_addr}:0",
                                                min_replicas=self.replicas)
-            self.job_store.set(LIGHTHOUSE_KEY, self.lighthouse.address())
-        lighthouse = self.job_store.get(LIGHTHOUSE_KEY).decode()
+            self.job_store.set(self._key("lighthouse"), self.lighthouse.address())
+        lighthouse = self.job_store.get(self._key("lighthouse")).decode()
         # The replica group's own store (one rank), on the job's address.
         self.group_store = TCPStore(self.store_addr, 0, is_master=True, wait_for_workers=False)
-        self.model = copy.deepcopy(model)  # a private replica, averaged by LocalSGD
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=TIMEOUT), min_replica_size=self.replicas,
-            load_state_dict=self.model.load_state_dict, state_dict=self.model.state_dict,
+            load_state_dict=replica.load_state_dict, state_dict=replica.state_dict,
             store_addr=self.store_addr, store_port=self.group_store.port,
             lighthouse_addr=lighthouse, replica_id=f"trainer{trainer}-worker{worker}",
             rank=0, world_size=1, hostname=self.store_addr, timeout=TIMEOUT,
-            quorum_timeout=TIMEOUT)
-        return self.model
+            quorum_timeout=TIMEOUT,
+            # Every replica starts from one model (built from the job's seed, or loaded from
+            # one checkpoint): fetching a primary's copy at step 0 would copy equal values.
+            init_sync=False)
+        return replica
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/torchft/{name}"  # an attempt's own (the store outlives it)
+
+    def identical_after(self, step: int) -> bool:
+        # LocalSGD averages inside every period-th step() and then restarts its count.
+        return step % self.period == 0
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
         from torchft.local_sgd import LocalSGD
 
-        self.local = LocalSGD(self.manager, self.model, optimizer, sync_every=self.period)
+        self.local = LocalSGD(self.manager, self.replica, optimizer, sync_every=self.period)
         self.local.__enter__()
-        # LocalSGD averages inside step() on every period-th call and then restarts its count.
+        self.local._local_step = self.steps % self.period  # a resumed worker: where it was
         optimizer.step = self.clock.timed(optimizer.step, lambda: self.local._local_step == 0)
         return optimizer
 
     def step(self) -> float:
+        super().step()
         return self.clock.take()
 
     def finish(self, shared_model: Any, trained: Any) -> None:
@@ -78,15 +104,13 @@ class TorchftLocalSGDHook(WorkerHook):
         # (trainer, 0) hands its copy back for evaluation.
         self.local.sync()
         self.local.__exit__(None, None, None)
-        with torch.no_grad():
-            for dst, src in zip(shared_model.parameters(), self.model.parameters()):
-                dst.copy_(src)
+        super().finish(shared_model, trained)
         self.manager.shutdown(wait=False)
-        self.job_store.add(DONE_KEY, 1)
+        done = self._key("done")
+        self.job_store.add(done, 1)
         if self.lighthouse is not None:
             deadline = time.monotonic() + TIMEOUT.total_seconds()
-            while (self.job_store.add(DONE_KEY, 0) < self.replicas
-                   and time.monotonic() < deadline):
+            while self.job_store.add(done, 0) < self.replicas and time.monotonic() < deadline:
                 time.sleep(0.05)
             self.lighthouse.shutdown()
 
@@ -100,5 +124,6 @@ def torchft_runner(ctx: Any) -> WorkerGroupRunner:
                         "README's 'Peers' section)")
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    hook = TorchftLocalSGDHook(addr, port, cfg.trainers * cfg.workers, cfg.sync_every)
-    return WorkerGroupRunner(hook, "torchft-ma")  # type: ignore[arg-type]
+    hook = TorchftLocalSGDHook(addr, port, f"workers/{cfg.sync}/attempt-{attempt()}",
+                               cfg.trainers, cfg.workers, cfg.sync_every)
+    return WorkerGroupRunner(hook, "torchft-ma")

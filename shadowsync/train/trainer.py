@@ -53,8 +53,8 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
 def resumable(cfg: TrainConfig) -> bool:
     """Whether a run can stop early and resume from its workers' positions. The protocols
     (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
-    (`SyncRunner.on_stop`); ddp and torch-fr-ma stop at a step their workers agree on
-    (`WorkerGroupHook.agree_stop`). torchft-ma saves only its final model."""
+    (`SyncRunner.on_stop`); ddp, torch-fr-ma and torchft-ma stop at a step their workers
+    agree on (`WorkerGroupHook.agree_stop`)."""
     return mode_of(cfg.sync).resumable
 
 
