@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -159,62 +160,34 @@ def test_ctrl_c_at_random_moments_leaves_a_checkpoint_and_no_process(tmp_path):
         load_model(step)  # every tensor of the model and the tables reads back
 
 
-def _importing_torch(session: int) -> list[int]:
-    """The run's processes other than the launcher that have begun to load torch."""
+def _processes_where(session: int, test: Callable[[int], bool]) -> list[int]:
     found = []
     for pid in session_processes(session):
         try:
-            if pid != session and "libtorch" in Path(f"/proc/{pid}/maps").read_text():
+            if test(pid):
                 found.append(pid)
-        except OSError:
+        except OSError:  # gone meanwhile
             pass
     return found
 
 
-@pytest.mark.timeout(60 + 60 * CTRL_C_ITERATIONS)
-def test_ctrl_c_while_a_cluster_starts_is_one_line_and_leaves_no_process(tmp_path):
-    """Processes still importing torch or meeting their peers end at once, quietly. (Not in
-    the first instant of a process's interpreter start, before it can run any code of ours:
-    the moments drawn start once the job's 3 processes are importing torch.)"""
-    rng = random.Random(80)
-    for i in range(CTRL_C_ITERATIONS):
-        out = tmp_path / f"r{i}"
-        proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *CLUSTER,
-                                 "--examples", "20000", "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while len(_importing_torch(proc.pid)) < 3 and proc.poll() is None:
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            time.sleep(rng.uniform(0.0, 4.0))  # importing torch, joining, spawning workers
-            res, gone = _signal_and_wait(proc, signal.SIGINT)
-        finally:
-            for pid in session_processes(proc.pid):
-                os.kill(pid, signal.SIGKILL)
-        line = _one_error_line(res, 130)
-        assert line.startswith("shadowsync: stopped by SIGINT"), line
-        assert gone < gone_within(), (i, gone)
+def _importing_torch(session: int) -> list[int]:
+    """The run's processes other than the launcher that have begun to load torch."""
+    return _processes_where(session, lambda pid: pid != session and "libtorch" in
+                            Path(f"/proc/{pid}/maps").read_text())
 
 
 def _spawned_workers(session: int) -> list[int]:
     """The run's Hogwild workers that exist (started by spawn, maybe still unpickling)."""
-    found = []
-    for pid in session_processes(session):
-        try:
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-        except OSError:
-            pass
-    return found
+    return _processes_where(session, lambda pid: b"spawn_main" in
+                            Path(f"/proc/{pid}/cmdline").read_bytes())
 
 
-@pytest.mark.timeout(60 + 50 * CTRL_C_ITERATIONS)
-def test_ctrl_c_as_a_worker_is_spawned_is_one_line_and_leaves_no_process(tmp_path):
-    """The first instant of a Hogwild worker, before it can act on a signal: its trainer
-    kills it as it ends (an orphaned worker printed a traceback and held the pipes open)."""
-    rng = random.Random(81)
+def _ctrl_c_while_starting(tmp_path: Path, seed: int, started: Callable[[int], bool],
+                           wait_s: float) -> None:
+    """Ctrl-C cluster runs once `started(session)`, after a random wait of up to `wait_s`:
+    each ends with one line and exit code 130, and leaves no process."""
+    rng = random.Random(seed)
     for i in range(CTRL_C_ITERATIONS):
         proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *CLUSTER,
                                  "--examples", "20000", "--out", str(tmp_path / f"r{i}")],
@@ -222,10 +195,10 @@ def test_ctrl_c_as_a_worker_is_spawned_is_one_line_and_leaves_no_process(tmp_pat
                                 start_new_session=True)
         try:
             deadline = time.monotonic() + 60
-            while not _spawned_workers(proc.pid) and proc.poll() is None:
+            while not started(proc.pid) and proc.poll() is None:
                 assert time.monotonic() < deadline
                 time.sleep(0.002)
-            time.sleep(rng.uniform(0.0, 0.1))
+            time.sleep(rng.uniform(0.0, wait_s))
             res, gone = _signal_and_wait(proc, signal.SIGINT)
         finally:
             for pid in session_processes(proc.pid):
@@ -233,6 +206,21 @@ def test_ctrl_c_as_a_worker_is_spawned_is_one_line_and_leaves_no_process(tmp_pat
         line = _one_error_line(res, 130)
         assert line.startswith("shadowsync: stopped by SIGINT"), line
         assert gone < gone_within(), (i, gone)
+
+
+@pytest.mark.timeout(60 + 60 * CTRL_C_ITERATIONS)
+def test_ctrl_c_while_a_cluster_starts_is_one_line_and_leaves_no_process(tmp_path):
+    """Processes still importing torch or meeting their peers end at once, quietly. The
+    moments drawn start once the job's 3 processes are importing torch, and span importing
+    torch, joining and spawning workers."""
+    _ctrl_c_while_starting(tmp_path, 80, lambda s: len(_importing_torch(s)) >= 3, 4.0)
+
+
+@pytest.mark.timeout(60 + 50 * CTRL_C_ITERATIONS)
+def test_ctrl_c_as_a_worker_is_spawned_is_one_line_and_leaves_no_process(tmp_path):
+    """The first instant of a Hogwild worker, before it can act on a signal: its trainer
+    kills it as it ends (an orphaned worker printed a traceback and held the pipes open)."""
+    _ctrl_c_while_starting(tmp_path, 81, lambda s: bool(_spawned_workers(s)), 0.1)
 
 
 @pytest.mark.timeout(400)
