@@ -24,6 +24,8 @@ import multiprocessing
 import os
 import signal
 
+from shadowsync.procfs import stat_fields
+
 SERVER_ENV = "SHADOWSYNC_FORK_SERVER"
 
 # The environment this module was imported in; in the fork server (which imports it first
@@ -68,10 +70,8 @@ def cpu_s() -> float:
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     if pid is None:
         return 0.0
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    fields = stat_fields(pid)
+    if fields is None:
         return 0.0
     # from the state field on: utime, stime, cutime, cstime are the 12th to 15th
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")

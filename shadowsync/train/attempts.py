@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from shadowsync.config import TrainConfig
+from shadowsync.procfs import stat_fields
 from shadowsync.transport.rendezvous import attempt
 
 ATTEMPTS_DIR = ".attempts"
@@ -75,11 +76,8 @@ def processes(out: Path) -> list[tuple[int, str, int]]:
 
 def alive(pid: int) -> bool:
     """Whether process `pid` of this host runs (exists and is not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(") ", 1)[1][:1] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 class PeerWatch:

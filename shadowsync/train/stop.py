@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from shadowsync.procfs import stat_fields
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # After SIGINT / SIGTERM a launched process saves, shuts down and is gone within this many
 # seconds, more while its stop makes progress (`StopRequest.extend`), never more than
@@ -112,7 +114,8 @@ class StopRequest:
         # Not forever: the main thread may be waiting for the lock this thread holds.
         self._start_gate.acquire(timeout=5.0)
         for pid in self._children:
-            if _child_of_this_process(pid):
+            fields = stat_fields(pid)
+            if fields and fields[1] == str(os.getpid()):  # still ours (not a reused PID)
                 os.kill(pid, signal.SIGKILL)
         os._exit(128 + signum)
 
@@ -187,14 +190,6 @@ class StopRequest:
         self._note(signum)
         for callback in list(self._subscribers):
             callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
-
-
-def _child_of_this_process(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return int(fh.read().rsplit(") ", 1)[1].split()[1]) == os.getpid()
-    except (OSError, IndexError, ValueError):
-        return False
 
 
 def watch_signals(on_signal: Callable[[int], None]) -> None:
