@@ -192,14 +192,19 @@ def worker_group_runner(ctx: Any) -> WorkerGroupRunner:
     """The builder of the `ddp` and `torch-fr-ma` modes."""
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    # The store outlives a restart (--max-restarts): each attempt's workers meet afresh.
-    args = (addr, port, f"workers/{cfg.sync}/attempt-{attempt()}", cfg.trainers, cfg.workers)
+    args = (addr, port, group_prefix(cfg.sync), cfg.trainers, cfg.workers)
     if cfg.sync == "ddp":
         runner = WorkerGroupRunner(DDPHook(*args), "ddp")
         runner.measures_blocking = False  # DDP waits inside backward(), not separable
         return runner
     return WorkerGroupRunner(TorchPeriodicAveragingHook(*args, period=cfg.sync_every),
                              "torch-fr-ma")
+
+
+def group_prefix(mode: str) -> str:
+    """The job-store keys of one attempt's worker group: the store outlives a restart
+    (--max-restarts), and each attempt's workers meet afresh."""
+    return f"workers/{mode}/attempt-{attempt()}"
 
 
 def agent_store() -> tuple[str, int]:

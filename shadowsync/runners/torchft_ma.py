@@ -24,8 +24,13 @@ from datetime import timedelta
 from typing import Any
 
 from shadowsync.errors import UserError
-from shadowsync.runners.ddp import AveragingClock, WorkerGroupHook, WorkerGroupRunner, agent_store
-from shadowsync.transport.rendezvous import attempt
+from shadowsync.runners.ddp import (
+    AveragingClock,
+    WorkerGroupHook,
+    WorkerGroupRunner,
+    agent_store,
+    group_prefix,
+)
 
 TIMEOUT = timedelta(seconds=120)
 
@@ -34,7 +39,6 @@ class TorchftLocalSGDHook(WorkerGroupHook):
     def __init__(self, store_addr: str, store_port: int, prefix: str, trainers: int,
                  workers: int, period: int) -> None:
         super().__init__(store_addr, store_port, prefix, trainers, workers)
-        self.replicas = trainers * workers
         self.period = period
         self.clock = AveragingClock()
 
@@ -78,6 +82,10 @@ class TorchftLocalSGDHook(WorkerGroupHook):
             # one checkpoint): fetching a primary's copy at step 0 would copy equal values.
             init_sync=False)
         return replica
+
+    @property
+    def replicas(self) -> int:
+        return self.trainers * self.workers  # one replica group per worker
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/torchft/{name}"  # an attempt's own (the store outlives it)
@@ -124,6 +132,6 @@ def torchft_runner(ctx: Any) -> WorkerGroupRunner:
                         "README's 'Peers' section)")
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    hook = TorchftLocalSGDHook(addr, port, f"workers/{cfg.sync}/attempt-{attempt()}",
-                               cfg.trainers, cfg.workers, cfg.sync_every)
+    hook = TorchftLocalSGDHook(addr, port, group_prefix(cfg.sync), cfg.trainers, cfg.workers,
+                               cfg.sync_every)
     return WorkerGroupRunner(hook, "torchft-ma")

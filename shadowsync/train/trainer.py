@@ -202,8 +202,9 @@ class Trainer:
         self._procs = [ctx.Process(target=worker_main, daemon=True,
                                    args=(spec, self.model, self.tables, messages, ready, hook))
                        for spec in self.worker_specs()]
-        # Workers start with SIGINT blocked, which they then ignore: a Ctrl-C reaches the
-        # whole terminal's group, and the trainer alone decides when its workers stop.
+        # Workers start with SIGINT blocked (until they can act on it, and then it only quiets
+        # them): a Ctrl-C reaches the whole terminal's group, and the trainer alone decides
+        # when its workers stop.
         # Blocked in this thread only, so the trainer itself still takes a Ctrl-C that comes
         # while it starts them (ignoring it here lost it, and left the job waiting).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

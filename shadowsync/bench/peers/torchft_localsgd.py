@@ -43,7 +43,7 @@ def run(cfg: TrainConfig, out: Path, timeout: float = 1800) -> dict[str, Any]:
     argv = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
             sys.executable, "-m", "shadowsync.cli", "train", "-q", "--config", str(config),
             "--out", str(out)]
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "RUST_LOG": "error"}
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}  # the mode itself quiets torchft's logs
     p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"torchft-ma job exited {p.returncode}: {p.stderr.strip()[-800:]}")
