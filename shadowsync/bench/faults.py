@@ -367,8 +367,8 @@ def soak(run: Path, examples: int, seed: int, soak_s: float, eps: float, warmup_
     # The end: the last sample in which every process of the warm-up still ran (a job that
     # finished its data before the soak's time was up has none in its final samples).
     warm = samples[warm_index] if warm_index is not None else {}
-    live = [i for i in range(len(samples)) if warm_index is not None and i > warm_index
-            and warm and all(p in samples[i] for p in warm)]
+    live = [i for i in range(warm_index + 1, len(samples))
+            if all(p in samples[i] for p in warm)] if warm else []
     if not live:
         return {"soak_s": round(trained_s, 1), "exit_code": rc, "rss_growth": None,
                 "rows": rows, "note": "too short to compare warm-up with the end"}
