@@ -95,10 +95,11 @@ class Checkpointer:
         return job + min(pace * (self._save_s + LEAD_S), self.every / 2)
 
     def keep_alive(self) -> None:
-        """A stop is under way: the other processes wait for the final save (each extends
-        its stop watchdog); nothing waits for the answers."""
+        """A stop is under way and making progress: this process and the others wait for the
+        final save (each extends its stop watchdog); nothing waits for the answers."""
         import torch.distributed.rpc as rpc
 
+        shards.keep_alive()
         for name in self.remote:
             try:
                 rpc.rpc_async(name, shards.keep_alive, timeout=5)

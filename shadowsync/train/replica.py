@@ -147,7 +147,6 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     bar.close()
     log.debug("trainer %d: %d examples in %.1fs", index, stats.examples, stats.wall_s)
     if trainer.stop_signal and checkpointer is not None:  # its workers and sync have stopped
-        STOP.extend()
         checkpointer.keep_alive()
     sync_metrics = runner.final_metrics() if runner else {}
     everyone = gather((stats, sync_metrics)) if gather else [(stats, sync_metrics)]
@@ -203,7 +202,6 @@ def final_save(checkpointer: Any, stopped: int | None) -> Any:
     failure (a process already gone) means no checkpoint, said in the launcher's one line."""
     if not stopped:
         return checkpointer.save(final=True, reason="end")
-    STOP.extend()
     checkpointer.keep_alive()
     try:
         return checkpointer.save(final=True, reason="stop")

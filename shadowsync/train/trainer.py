@@ -269,9 +269,10 @@ class Trainer:
         while len(done) < len(procs):
             if self.stop_signal is not None and not told:
                 told = True  # the others wait for the final checkpoint
-                STOP.extend()
                 if self.checkpointer is not None:
-                    self.checkpointer.keep_alive()
+                    self.checkpointer.keep_alive()  # this process's watchdog too
+                else:
+                    STOP.extend()
                 if self.sync is not None:
                     self.sync.on_stop()
             now = time.monotonic()
