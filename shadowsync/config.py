@@ -134,7 +134,8 @@ class TrainConfig:
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
         "clears", ("s-easgd",))
     straggler: str | None = _opt(
-        None, "slow one trainer down: trainer=ID,slowdown=3,start=S,duration=D (seconds)")
+        None, "slow one trainer down: trainer=ID,slowdown=3,start=S,duration=D (seconds, or "
+        "shares of the job's examples: start=25%,duration=50%)")
     # network
     addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")

@@ -30,7 +30,21 @@ def test_a_window_open_from_the_start_uses_the_first_step_and_sleeps():
     assert time.perf_counter() - t0 >= 0.02
 
 
+def test_a_window_in_shares_of_the_job_follows_progress_not_the_clock():
+    s = Straggler.parse("trainer=1,slowdown=3,start=25%,duration=50%", trainers=2)
+    assert s == Straggler(1, 3.0, 0.25, 0.5, of_job=True)
+    assert s.at(since_start_s=100.0, progress=0.3) == 0.3
+    assert Straggler.parse("trainer=1,start=2", 2).at(100.0, 0.3) == 100.0
+    slow = s.pace(1)
+    assert slow.delay(s.at(0.0, 0.1), 0.01) == 0.0
+    assert slow.delay(s.at(99.0, 0.24), 0.01) == 0.0  # late on the clock, early in the job
+    assert slow.delay(s.at(0.5, 0.25), 0.01) == pytest.approx(0.02)
+    assert slow.delay(s.at(0.6, 0.749), 0.01) == pytest.approx(0.02)
+    assert slow.delay(s.at(0.7, 0.75), 0.01) == 0.0
+
+
 @pytest.mark.parametrize("text, message", [
+    ("trainer=0,start=25%,duration=3", "both be seconds or both shares"),
     ("trainer=5", r"trainer=5 is not in \[0, 2\)"),
     ("speed=3", "must be KEY=VALUE"),
     ("trainer=0,slowdown=fast", "not a number"),

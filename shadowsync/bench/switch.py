@@ -3,7 +3,8 @@ straggler (Li, Mangoubi, Xu, Guo, "Sync-Switch", ICDCS 2021, arXiv 2104.08364).
 
 Every protocol trains the same job for the same total examples (a budget of gradients counted
 on the dense servers). The straggler is one trainer 3x slower for the middle half of the
-run, its window placed from the straggler-free BSP run's training time. Variants run
+run: from a quarter of the job's examples to three quarters (`STRAGGLER`), so every protocol
+meets it over the same work whatever its pace. Variants run
 interleaved, repeated; medians are compared. Repeat r of every variant runs with seed r (its
 initial weights, data order and, on digits, its held-out images), so the medians are over
 seeds and each repeat is a paired comparison on the same data. Times are training times
@@ -52,6 +53,7 @@ DIGITS_SHARE = 0.5
 DIGITS_TARGET = 0.95  # accuracy for time-to-target
 CTR_TARGET_NE = 0.95
 CTR_SHARE = 0.25
+STRAGGLER = "trainer=1,slowdown=3,start=25%,duration=50%"
 # --slow-link: the variants run with every process on its own emulated host.
 LINK_VARIANTS = {"bsp+slow-link": ("bsp", "plan"), "greedy+slow-link": ("switch", "greedy")}
 
@@ -85,13 +87,19 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
-    switches = s.get("switches", [])
     return {"train_s": s["train_s"], "run_s": run_s, "startup_s": run_s - s["train_s"],
-            "metric": s[f"eval_{metric}"], "examples": s["examples"],
-            "curve": curve, "switches": len(switches),
-            "switch_cost_s": [w["cost_s"] for w in switches],
+            "metric": s[f"eval_{metric}"], "examples": s["examples"], "curve": curve,
+            **switch_fields(s), "staleness_mean": s.get("staleness", {}).get("staleness_mean")}
+
+
+def switch_fields(summary: dict[str, Any]) -> dict[str, Any]:
+    """What a run's summary says of its switches: how many, their costs, at which steps,
+    whether parameters were identical across each, and the stragglers an online policy saw."""
+    switches = summary.get("switches", [])
+    return {"switches": len(switches), "switch_cost_s": [w["cost_s"] for w in switches],
+            "switch_steps": [w.get("step") for w in switches],
             "params_identical": all(w["params_identical"] for w in switches),
-            "staleness_mean": s.get("staleness", {}).get("staleness_mean")}
+            "stragglers_seen": sorted({t for w in switches for t in w.get("stragglers", [])})}
 
 
 def time_to(curve: list[tuple[float, float]], target: float, higher: bool) -> float | None:
@@ -113,7 +121,6 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     higher = task == "digits"
     target = DIGITS_TARGET if higher else CTR_TARGET_NE
     counter = iter(range(10**6))
-    window: dict[str, str] = {}
     seeds: dict[str, int] = {}
 
     def go(variant: str) -> Any:
@@ -122,18 +129,15 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
         def run() -> dict[str, Any]:
             seed = seeds[variant] = seeds.get(variant, -1) + 1  # repeat r: seed r
             cfg = replace(base, sync=sync, switch_policy=policy, seed=base.seed + seed,
-                          straggler=window["spec"] if straggler else None)
+                          straggler=STRAGGLER if straggler else None)
             r = run_job(cfg, root / task / f"{variant.replace('+', '-')}-{next(counter)}",
                         metric)
             r["seed"] = cfg.seed
-            if variant == "bsp" and "spec" not in window:
-                t = r["train_s"]  # the middle half of the straggler-free BSP run
-                window["spec"] = f"trainer=1,slowdown=3,start={t / 4:.2f},duration={t / 2:.2f}"
             r["time_to_target_s"] = time_to(r["curve"], target, higher)
             return r
         return run
 
-    variants = {v: go(v) for v in names}  # bsp first: it places the straggler's window
+    variants = {v: go(v) for v in names}
     runs = interleaved(variants, repeats, f"bench switch: {task}")
     keys = ("train_s", "metric", "time_to_target_s")
     med = {v: {k: median_of(runs, v, k) for k in keys} for v in variants}
@@ -142,7 +146,7 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     return {"runs": runs, "medians": med, "spreads": spreads, "metric": metric,
             "paired": {v: paired(runs, v, compared_with(v), metric) for v in variants
                        if v != compared_with(v)},
-            "target": target, "straggler": window.get("spec"),
+            "target": target, "straggler": STRAGGLER,
             "switch_overhead_s": statistics.mean(costs) if costs else None,
             "switch_overhead_max_s": max(costs) if costs else None,
             "switches": {v: median_of(runs, v, "switches") for v in variants},
@@ -185,12 +189,8 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
             t0 = time.perf_counter()
             s = run_on_hosts(hosts, cfg, out)
             shutil.rmtree(out / "checkpoint", ignore_errors=True)
-            switches = s.get("switches", [])
             return {"seed": seed, "train_s": s["train_s"], "run_s": time.perf_counter() - t0,
-                    "metric": s["eval_accuracy"], "switches": len(switches),
-                    "switch_cost_s": [w["cost_s"] for w in switches],
-                    "stragglers_seen": sorted({t for w in switches
-                                               for t in w.get("stragglers", [])})}
+                    "metric": s["eval_accuracy"], **switch_fields(s)}
         return run
 
     before = os.environ.get(RPC_CHANNELS_ENV)

@@ -174,6 +174,11 @@ class WorkerHook:
         by a stop): the worker's position does not advance."""
         return True
 
+    def progress(self, own: float) -> float:
+        """The fraction of the job done, given this worker's own (its steps against its
+        planned steps); a hook that hears the job's count says that instead."""
+        return own
+
     def report(self) -> dict[str, Any]:
         """Counters since the previous call, carried by the next `WorkerReport`."""
         return {}

@@ -175,6 +175,9 @@ class ProtocolHook(WorkerHook):
     def step_taken(self) -> bool:
         return self.taken
 
+    def progress(self, own: float) -> float:
+        return self.applied / self.budget if self.budget else own  # the servers' count
+
     def push(self, grad: torch.Tensor, params: list[torch.Tensor],
              lr_scale: float = 1.0) -> torch.Tensor:
         s = self.s

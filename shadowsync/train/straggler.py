@@ -3,6 +3,13 @@ duration=D` makes every worker of one trainer take `slowdown` times its own norm
 from S to S + D seconds after training started. This is the transient compute straggler of
 Sync-Switch's online policies (Li et al., ICDCS 2021, arXiv 2104.08364).
 
+With `start=25%,duration=50%` the window is a share of the job instead: it opens when a
+quarter of the job's examples are trained and closes at three quarters, whatever the clock
+says, so every protocol meets the straggler over the same stretch of work ("the middle half
+of the run") however fast it gets there. Progress is the job's (under bsp, asp and switch
+the gradients the dense servers have applied against the budget, the same for every
+trainer), else the worker's own steps against its planned steps.
+
 A step's time here is its compute: from the worker's last synchronization to its next one,
 not the time it waited on synchronization (that is the other trainers' pace, not its own).
 The normal step time is the median of the worker's steps before the window opens, frozen
@@ -29,8 +36,9 @@ REFERENCE_STEPS = 20  # the last steps before the window that set the normal ste
 class Straggler:
     trainer: int
     slowdown: float
-    start: float  # seconds after the first step
+    start: float  # seconds after the first step, or a fraction of the job with `of_job`
     duration: float
+    of_job: bool = False  # start and duration are fractions of the job's examples
 
     @staticmethod
     def parse(text: str, trainers: int) -> Straggler:
@@ -41,10 +49,18 @@ class Straggler:
                 raise UserError(f"--straggler: '{item}' must be KEY=VALUE with KEY one of "
                                 f"{', '.join(FIELDS)}")
             values[key.strip()] = value.strip()
+        window = [values.get("start"), values.get("duration")]
+        shares = [v is not None and v.endswith("%") for v in window]
+        if any(shares) and not all(v is None or v.endswith("%") for v in window):
+            raise UserError("--straggler: start and duration must both be seconds or both "
+                            "shares of the job (25%)")
+        of_job = any(shares)
         try:
+            start, duration = (float(v.removesuffix("%")) / (100.0 if of_job else 1.0)
+                               if v is not None else default
+                               for v, default in zip(window, (0.0, float("inf"))))
             s = Straggler(int(values.get("trainer", "0")), float(values.get("slowdown", "3")),
-                          float(values.get("start", "0")),
-                          float(values.get("duration", "inf")))
+                          start, duration, of_job)
         except ValueError:
             raise UserError(f"--straggler: '{text}' has a value that is not a number") from None
         if not 0 <= s.trainer < trainers:
@@ -53,8 +69,12 @@ class Straggler:
             raise UserError("--straggler: needs slowdown >= 1, start >= 0 and duration > 0")
         return s
 
-    def active(self, trainer: int, since_start_s: float) -> bool:
-        return trainer == self.trainer and self.start <= since_start_s < self.start + self.duration
+    def at(self, since_start_s: float, progress: float) -> float:
+        """Where the job is on the window's scale: seconds, or the fraction of the job."""
+        return progress if self.of_job else since_start_s
+
+    def active(self, trainer: int, at: float) -> bool:
+        return trainer == self.trainer and self.start <= at < self.start + self.duration
 
     def pace(self, trainer: int) -> StragglerPace:
         """One worker's injection state (each worker keeps its own reference)."""
@@ -68,11 +88,12 @@ class StragglerPace:
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=REFERENCE_STEPS))
     reference_s: float | None = None  # the normal step time, frozen when the window opens
 
-    def delay(self, since_start_s: float, compute_s: float) -> float:
-        """Seconds to sleep after a step whose compute took `compute_s`."""
+    def delay(self, at: float, compute_s: float) -> float:
+        """Seconds to sleep after a step whose compute took `compute_s`; `at`: where the job
+        is on the window's scale (`Straggler.at`)."""
         if self.trainer != self.spec.trainer:
             return 0.0
-        if not self.spec.active(self.trainer, since_start_s):
+        if not self.spec.active(self.trainer, at):
             if self.reference_s is None:
                 self.recent.append(compute_s)
             return 0.0
@@ -80,8 +101,8 @@ class StragglerPace:
             self.reference_s = statistics.median(self.recent) if self.recent else compute_s
         return max(0.0, self.spec.slowdown * self.reference_s - compute_s)
 
-    def sleep_after_step(self, since_start_s: float, compute_s: float) -> float:
-        d = self.delay(since_start_s, compute_s)
+    def sleep_after_step(self, at: float, compute_s: float) -> float:
+        d = self.delay(at, compute_s)
         if d > 0:
             time.sleep(d)
         return d

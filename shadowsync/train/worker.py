@@ -245,7 +245,9 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             blocked += waited
             now = time.perf_counter()
             if pace is not None:
-                pace.sleep_after_step(time.time() - t_start, now - t_step - waited)
+                at = spec.straggler.at(time.time() - t_start,
+                                       hook.progress(steps / planned if planned else 1.0))
+                pace.sleep_after_step(at, now - t_step - waited)
                 now = time.perf_counter()
             step_s.append(now - t_step)
             t_step = now
