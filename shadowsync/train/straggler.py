@@ -10,13 +10,16 @@ of the run") however fast it gets there. Progress is the job's (under bsp, asp a
 the gradients the dense servers have applied against the budget, the same for every
 trainer), else the worker's own steps against its planned steps.
 
-A step's time here is its compute: from the worker's last synchronization to its next one,
-not the time it waited on synchronization (that is the other trainers' pace, not its own).
-The normal step time is the median of the worker's steps before the window opens, frozen
-there: the straggler sleeps after each step of the window until the step has taken
-`slowdown` x that reference. Measuring the slowdown against each slowed step's own compute
-instead would drift on a machine with fewer cores than processes: while the straggler
-sleeps, the others get its CPU, its own next step runs faster, and the sleep shrinks with it.
+A step's time here is the whole step as the worker lives it: its compute and its
+synchronization (under BSP a step's push waits for the slowest trainer; that wait is part of
+the job's normal pace). The normal step time is the median of the worker's steps before the
+window opens, frozen there: the straggler sleeps after each step of the window until the
+step has taken `slowdown` x that reference, so a 3x straggler makes a BSP job's steps 3x
+longer. Holding only the compute to 3x would not: with a step mostly spent in its push, the
+job would barely notice. Measuring the slowdown against each slowed step's own time instead
+of a frozen reference would drift on a machine with fewer cores than processes: while the
+straggler sleeps, the others get its CPU, its own next step runs faster, and the sleep
+shrinks with it.
 """
 
 from __future__ import annotations
@@ -88,21 +91,21 @@ class StragglerPace:
     recent: deque[float] = field(default_factory=lambda: deque(maxlen=REFERENCE_STEPS))
     reference_s: float | None = None  # the normal step time, frozen when the window opens
 
-    def delay(self, at: float, compute_s: float) -> float:
-        """Seconds to sleep after a step whose compute took `compute_s`; `at`: where the job
-        is on the window's scale (`Straggler.at`)."""
+    def delay(self, at: float, step_s: float) -> float:
+        """Seconds to sleep after a step that took `step_s`; `at`: where the job is on the
+        window's scale (`Straggler.at`)."""
         if self.trainer != self.spec.trainer:
             return 0.0
         if not self.spec.active(self.trainer, at):
             if self.reference_s is None:
-                self.recent.append(compute_s)
+                self.recent.append(step_s)
             return 0.0
         if self.reference_s is None:  # a window open from the first step: its own first step
-            self.reference_s = statistics.median(self.recent) if self.recent else compute_s
-        return max(0.0, self.spec.slowdown * self.reference_s - compute_s)
+            self.reference_s = statistics.median(self.recent) if self.recent else step_s
+        return max(0.0, self.spec.slowdown * self.reference_s - step_s)
 
-    def sleep_after_step(self, at: float, compute_s: float) -> float:
-        d = self.delay(at, compute_s)
+    def sleep_after_step(self, at: float, step_s: float) -> float:
+        d = self.delay(at, step_s)
         if d > 0:
             time.sleep(d)
         return d

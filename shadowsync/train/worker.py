@@ -247,7 +247,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             if pace is not None:
                 at = spec.straggler.at(time.time() - t_start,
                                        hook.progress(steps / planned if planned else 1.0))
-                pace.sleep_after_step(at, now - t_step - waited)
+                pace.sleep_after_step(at, now - t_step)
                 now = time.perf_counter()
             step_s.append(now - t_step)
             t_step = now
