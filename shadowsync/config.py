@@ -122,7 +122,7 @@ class TrainConfig:
         "one lasts; elastic: only once it lasted --switch-patience s)",
         ("plan", "greedy", "elastic"))
     switch_detector: str = _opt(
-        "k=1.5,m=3,window=5", "straggler: window mean step time > k x the others' median for m "
+        "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
         "windows of `window` steps")
     switch_patience: float = _opt(1.0, "seconds a straggler must last before elastic switches")
     switch_at: str | None = _opt(

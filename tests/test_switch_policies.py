@@ -52,6 +52,16 @@ def test_detector_ignores_noise_and_short_blips():
     assert all(w == [] for w in seen)
 
 
+def test_detector_is_not_fooled_by_one_stalled_step_a_window():
+    """A step the machine stalls 10x in every window of one trainer lifts its windows' means
+    over k = 1.5 (14/5 = 2.8 x), but not their medians; a 3x straggler lifts both."""
+    stalled = StragglerDetector()
+    seen = feed(stalled, 4, lambda t, s: 0.1 if t == 1 and s % 5 == 0 else 0.01, 200)
+    assert all(w == [] for w in seen)
+    slow = StragglerDetector()
+    assert feed(slow, 4, lambda t, s: 0.03 if t == 1 else 0.01, 200)[-1] == [1]
+
+
 def test_detector_options_parse_and_bad_ones_name_the_option():
     assert DetectorConfig.parse("k=2,m=4") == DetectorConfig(2.0, 4, 5)
     with pytest.raises(UserError, match="--switch-detector"):

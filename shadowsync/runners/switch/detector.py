@@ -5,11 +5,13 @@ Fed with each trainer's step times: the time a worker spends between getting its
 and pushing its gradient, so the time BSP makes the others wait is not counted, plus, fed
 from the dense server (`DenseServer._pace`), what a slow link adds: under BSP how late its
 gradient arrived after the step's first, under ASP its previous round trip.
-Every `window` steps of a trainer close one of its windows, whose mean is compared with the
-median of the other trainers' latest window means (the others: with two trainers a median
-over both would hide a straggler). A trainer slower than `k` x that median for `m`
-consecutive windows of its own is a straggler; it stops being one after `m` consecutive
-windows at or under `k` x the median.
+Every `window` steps of a trainer close one of its windows, whose median (`window_pace`) is
+compared with the median of the other trainers' latest window medians (the others: with two
+trainers a median over both would hide a straggler). A trainer slower than `k` x that median
+for `m` consecutive windows of its own is a straggler; it stops being one after `m`
+consecutive windows at or under `k` x the median. A window's median, not its mean: a
+straggler slows every step, while one step a shared machine stalls (the scheduler, a
+collection, a page fault) would lift a mean over k on its own.
 
 Defaults: k = 1.5, m = 3, window = 5 steps, chosen so that an injected 3x slowdown is seen
 after 15 of the straggler's steps while the step-time noise of a shared machine (about
@@ -56,10 +58,15 @@ class DetectorConfig:
 @dataclass
 class _Track:
     pending: list[float] = field(default_factory=list)
-    latest: float | None = None  # mean of the last closed window
+    latest: float | None = None  # pace of the last closed window
     over: int = 0  # consecutive windows over k x median
     under: int = 0  # consecutive windows at or under it
     straggling: bool = False
+
+
+def window_pace(steps: list[float]) -> float:
+    """What a window of step times says of a trainer's pace."""
+    return statistics.median(steps)
 
 
 class StragglerDetector:
@@ -73,7 +80,7 @@ class StragglerDetector:
         t.pending.append(compute_s)
         if len(t.pending) < self.cfg.window:
             return False
-        t.latest, t.pending = statistics.fmean(t.pending), []
+        t.latest, t.pending = window_pace(t.pending), []
         others = [o.latest for i, o in self.tracks.items() if i != trainer
                   and o.latest is not None]
         if not others:
