@@ -39,3 +39,32 @@ def test_asp_divergence_is_one_clear_line(tmp_path):
     (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("shadowsync: error:")]
     assert line.startswith("shadowsync: error: training diverged: ")
     assert "under ASP" in line and "try a lower --lr" in line
+
+
+@pytest.mark.timeout(200)
+def test_greedy_leaves_bsp_for_a_straggler_in_the_middle_of_the_job_and_comes_back(tmp_path):
+    """A real straggler whose window is a share of the job (trainer 1 4x slower from 20% to
+    60% of the examples): greedy sees trainer 1 only once the window opens, runs ASP while it
+    lasts and goes back to BSP for the rest of its quota, with every worker identical at each
+    switch. 500 steps a trainer; the window opens at BSP step 100."""
+    out = tmp_path / "run"
+    res = run_cli(["train", "--task", "digits", "--trainers", "2", "--workers", "1",
+                   "--embedding-servers", "1", "--examples", "16000", "--batch-size", "16",
+                   "--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "0",
+                   "--sync", "switch", "--switch-policy", "greedy",
+                   "--switch-plan", "bsp:0.5,asp", "--switch-detector", "k=2,m=3,window=5",
+                   "--straggler", "trainer=1,slowdown=4,start=20%,duration=40%",
+                   "--no-progress", "--eval-points", "0", "--out", str(out)], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    switches = s["switches"]
+    # A loaded machine may flag another trainer for a moment; trainer 1 only in its window.
+    seen = [i for i, w in enumerate(switches) if 1 in w["stragglers"]]
+    assert seen, switches
+    first = switches[seen[0]]
+    assert (first["from"], first["to"]) == ("bsp", "asp"), switches
+    assert 100 <= first["step"] < 250, switches  # after the window opened, before the quota
+    assert any(w["to"] == "bsp" for w in switches[seen[0] + 1:]), switches  # back for the quota
+    assert all(w["params_identical"] and w["cost_s"] < 1.0 for w in switches)
+    assert s["eval_accuracy"] > 0.9
