@@ -9,7 +9,9 @@ PyTorch's post-local SGD averaging (`torch-fr-ma`) set to the syncs per minute t
 reached on that link in the same repeat, the peer the issue compares on a real network; and
 background BMUF with rounds back to back (so the link, not the CPU budget, sets the pace) sends
 fp32 or bf16 (`--sync-dtype`): syncs per minute, bytes per round and eval NE compare the two.
-`full` adds a 1 Gbit/s link for s-ma, torch-fr-ma and DDP.
+`full` adds a 1 Gbit/s link for s-ma, torch-fr-ma and DDP. Where torchft is installed, its
+LocalSGD (`torchft-ma`) runs on the slow link too, at the same syncs per minute as
+torch-fr-ma.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +33,8 @@ from shadowsync.config import TrainConfig, config_to_toml
 SLOW_MBIT = 50.0
 GIGABIT_MBIT = 1000.0
 RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net", "background_vs_ddp_slow_net",
-          "background_vs_torch_fr_ma_slow_net", "background_vs_torch_fr_ma_1gbit",
+          "background_vs_torch_fr_ma_slow_net", "background_vs_torchft_slow_net",
+          "background_vs_torch_fr_ma_1gbit",
           "background_vs_ddp_1gbit", "bf16_syncs_per_min_vs_fp32_slow_net",
           "s_bmuf_ne_bf16_vs_fp32")
 RDZV_PORT = 29400
@@ -63,8 +67,11 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600) 
         try:
             _, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
+            os.killpg(p.pid, signal.SIGKILL)  # its own session (`NetnsHosts.popen`)
+            try:
+                p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a process out of the group holds its pipes
+                pass
             errors.append(f"host {i} timed out")
             continue
         if p.returncode != 0:
@@ -74,9 +81,10 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600) 
     return json.loads((out / "summary.json").read_text())
 
 
-def run_slow_net(root: Path, base: TrainConfig, repeats: int,
-                 full: bool = False) -> dict[str, Any]:
-    """`full` adds DDP on the unlimited link (for `ddp_eps_drop_slow_net`)."""
+def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False,
+                 torchft: bool = False) -> dict[str, Any]:
+    """`full` adds DDP on the unlimited link (for `ddp_eps_drop_slow_net`); `torchft`, the
+    peer on the slow link."""
     from shadowsync.cluster.netns import (
         NetnsHosts,
         netns_unavailable_reason,
@@ -105,11 +113,12 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int,
             variants.append((f"ddp{at(rate)}", replace(cfg, sync="ddp"), rate))
         variants.append((f"s-ma{at(rate)}", replace(cfg, sync="s-ma"), rate))
 
-        def fr_ma(this_repeat: dict[str, dict[str, Any]],
-                  ma: str = f"s-ma{at(rate)}") -> TrainConfig:
-            return replace(cfg, sync="torch-fr-ma",
-                           sync_every=torch_period(this_repeat[ma], cfg))
-        variants.append((f"torch-fr-ma{at(rate)}", fr_ma, rate))
+        for peer in ("torch-fr-ma", "torchft-ma") if torchft and rate == SLOW_MBIT else (
+                "torch-fr-ma",):
+            def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
+                           ma: str = f"s-ma{at(rate)}") -> TrainConfig:
+                return replace(cfg, sync=sync, sync_every=torch_period(this_repeat[ma], cfg))
+            variants.append((f"{peer}{at(rate)}", at_ma_rate, rate))
     variants += [(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
                   replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype), SLOW_MBIT)
                  for dtype in ("fp32", "bf16")]
@@ -144,6 +153,7 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int,
         ratio_of_medians(runs, f"s-bmuf{slow}", f"ddp{slow}", "eps")
     for name, num, den, rate in (
             ("background_vs_torch_fr_ma_slow_net", "s-ma", "torch-fr-ma", SLOW_MBIT),
+            ("background_vs_torchft_slow_net", "s-ma", "torchft-ma", SLOW_MBIT),
             ("background_vs_torch_fr_ma_1gbit", "s-ma", "torch-fr-ma", GIGABIT_MBIT),
             ("background_vs_ddp_1gbit", "s-ma", "ddp", GIGABIT_MBIT)):
         ratios[name], spreads[name] = ratio_of_medians(

@@ -58,6 +58,7 @@ GOALS: dict[str, str | None] = {
     "ddp_eps_drop_slow_net": None,
     "background_vs_ddp_slow_net": ">= 3",
     "background_vs_torch_fr_ma_slow_net": ">= 1.5",
+    "background_vs_torchft_slow_net": None,
     "background_vs_torch_fr_ma_1gbit": None,
     "background_vs_ddp_1gbit": None,
     "bf16_syncs_per_min_vs_fp32_slow_net": ">= 1.8",
@@ -202,7 +203,8 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     if slow_net:
         from shadowsync.bench.slow_net import run_slow_net
 
-        drops = run_slow_net(root / "slow-net", base, repeats, full=full)
+        drops = run_slow_net(root / "slow-net", base, repeats, full=full,
+                             torchft=reason is None)
         ratios.update(drops.pop("ratios"))
         spreads.update(drops.pop("spreads", {}))
         extra["slow_net"] = drops

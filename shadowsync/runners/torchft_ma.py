@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlparse
 
 from shadowsync.errors import UserError
 from shadowsync.runners.ddp import (
@@ -31,6 +32,7 @@ from shadowsync.runners.ddp import (
     agent_store,
     group_prefix,
 )
+from shadowsync.transport.rendezvous import local_address
 
 TIMEOUT = timedelta(seconds=120)
 
@@ -61,22 +63,27 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         replica = super().prepare(model, trainer, worker, steps)
         self.job_store = TCPStore(self.store_addr, self.store_port, is_master=False,
                                   timeout=TIMEOUT)
+        # Servers of this process (the lighthouse, the replica group's store, the manager)
+        # bind and advertise this host's address toward the job's store: across hosts the
+        # store's address is another host's.
+        here = local_address(self.store_addr)
         self.lighthouse = None
         if trainer == 0 and worker == 0:
             from torchft.coordination import LighthouseServer
 
-            self.lighthouse = LighthouseServer(bind=f"{self.store_addr}:0",
-                                               min_replicas=self.replicas)
-            self.job_store.set(self._key("lighthouse"), self.lighthouse.address())
+            self.lighthouse = LighthouseServer(bind=f"{here}:0", min_replicas=self.replicas)
+            # Its own address() names the host by its hostname, which other hosts may not
+            # resolve to this one.
+            port = urlparse(self.lighthouse.address()).port
+            self.job_store.set(self._key("lighthouse"), f"http://{here}:{port}")
         lighthouse = self.job_store.get(self._key("lighthouse")).decode()
-        # The replica group's own store (one rank), on the job's address.
-        self.group_store = TCPStore(self.store_addr, 0, is_master=True, wait_for_workers=False)
+        self.group_store = TCPStore(here, 0, is_master=True, wait_for_workers=False)
         self.manager = Manager(
             pg=ProcessGroupGloo(timeout=TIMEOUT), min_replica_size=self.replicas,
             load_state_dict=replica.load_state_dict, state_dict=replica.state_dict,
-            store_addr=self.store_addr, store_port=self.group_store.port,
+            store_addr=here, store_port=self.group_store.port,
             lighthouse_addr=lighthouse, replica_id=f"trainer{trainer}-worker{worker}",
-            rank=0, world_size=1, hostname=self.store_addr, timeout=TIMEOUT,
+            rank=0, world_size=1, hostname=here, timeout=TIMEOUT,
             quorum_timeout=TIMEOUT,
             # Every replica starts from one model (built from the job's seed, or loaded from
             # one checkpoint): fetching a primary's copy at step 0 would copy equal values.

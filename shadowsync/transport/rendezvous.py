@@ -14,6 +14,7 @@ dies with it: a restarted attempt gets a fresh one, and torch's handlers serve a
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -33,6 +34,16 @@ def attempt() -> int:
 def agent_store() -> bool:
     """The launcher's agent hosts the job's TCP store (torch's default under torchrun)."""
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+
+
+def local_address(toward: str) -> str:
+    """This host's address on the route to `toward` (the job's store): what a server of this
+    process binds and advertises, so peers on other hosts reach it (loopback when the job
+    meets on loopback). A UDP socket's connect picks the route and sends nothing."""
+    family = socket.AF_INET6 if ":" in toward else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((toward, 9))
+        return s.getsockname()[0]
 
 
 def url(addr: str, port: int, attempt: int, agent: bool) -> str:
