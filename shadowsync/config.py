@@ -332,8 +332,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfi
             title = HELP_SECTIONS[f.name]
             group = groups.setdefault(title, parser.add_argument_group(title))
         tp = _base_type(hints[f.name])
-        kw: dict[str, Any] = {"default": None, "dest": f.name,
-                              "help": (f.metadata.get("help") or "") + _default_text(f)}
+        text = (f.metadata.get("help") or "") + _default_text(f)
+        # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
+        kw: dict[str, Any] = {"default": None, "dest": f.name, "help": text.replace("%", "%%")}
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif f.metadata.get("parse"):
