@@ -52,16 +52,15 @@ class Straggler:
                 raise UserError(f"--straggler: '{item}' must be KEY=VALUE with KEY one of "
                                 f"{', '.join(FIELDS)}")
             values[key.strip()] = value.strip()
-        window = [values.get("start"), values.get("duration")]
-        shares = [v is not None and v.endswith("%") for v in window]
-        if any(shares) and not all(v is None or v.endswith("%") for v in window):
+        window = [values[k] for k in ("start", "duration") if k in values]
+        of_job = any(v.endswith("%") for v in window)
+        if of_job and not all(v.endswith("%") for v in window):
             raise UserError("--straggler: start and duration must both be seconds or both "
                             "shares of the job (25%)")
-        of_job = any(shares)
+        scale = 100.0 if of_job else 1.0
         try:
-            start, duration = (float(v.removesuffix("%")) / (100.0 if of_job else 1.0)
-                               if v is not None else default
-                               for v, default in zip(window, (0.0, float("inf"))))
+            start = float(values.get("start", "0").removesuffix("%")) / scale
+            duration = float(values.get("duration", "inf").removesuffix("%")) / scale
             s = Straggler(int(values.get("trainer", "0")), float(values.get("slowdown", "3")),
                           start, duration, of_job)
         except ValueError:
