@@ -113,8 +113,8 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
             variants.append((f"ddp{at(rate)}", replace(cfg, sync="ddp"), rate))
         variants.append((f"s-ma{at(rate)}", replace(cfg, sync="s-ma"), rate))
 
-        for peer in ("torch-fr-ma", "torchft-ma") if torchft and rate == SLOW_MBIT else (
-                "torch-fr-ma",):
+        peers = ["torch-fr-ma"] + (["torchft-ma"] if torchft and rate == SLOW_MBIT else [])
+        for peer in peers:
             def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
                            ma: str = f"s-ma{at(rate)}") -> TrainConfig:
                 return replace(cfg, sync=sync, sync_every=torch_period(this_repeat[ma], cfg))
