@@ -265,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
     sw.add_argument("--out", default="runs/bench-switch")
     sw.add_argument("--trainers", type=int, default=4)
-    sw.add_argument("--digits-examples", type=int, default=96_000)
+    sw.add_argument("--digits-examples", type=int, default=None,
+                    help="examples per digits run (default 96k)")
     sw.add_argument("--ctr-examples", type=int, default=None,
                     help="examples per ctr run (default 100k, with --full 200k)")
     sw.add_argument("--ctr-trainers", type=int, default=2)

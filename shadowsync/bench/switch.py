@@ -291,7 +291,7 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
     return out
 
 
-def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = DIGITS_EXAMPLES,
+def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = None,
                      ctr_examples: int | None = None, share: float = DIGITS_SHARE,
                      repeats: int = 3, ctr: bool = True, ctr_trainers: int = 2,
                      ctr_share: float = CTR_SHARE, digits: bool = True,
@@ -300,6 +300,8 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int = DIGITS_
     started, cpu0 = time.perf_counter(), cpu_s()
     if ctr_examples is None:
         ctr_examples = CTR_EXAMPLES_FULL if full else CTR_EXAMPLES
+    if digits_examples is None:
+        digits_examples = DIGITS_EXAMPLES
     results: dict[str, Any] = {}
     ratios: dict[str, float | None] = {}
     if digits:
