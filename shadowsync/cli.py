@@ -80,7 +80,7 @@ def _bench_sync(args: argparse.Namespace) -> int:
 
     run_sync_bench(args.out, examples=args.examples, repeats=args.repeats,
                    slow_net=not args.no_slow_net, quality_examples=args.quality_examples,
-                   full=args.full)
+                   full=args.full, slow_net_only=args.slow_net_only)
     return 0
 
 
@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     sync.add_argument("--repeats", type=int, default=3)
     sync.add_argument("--no-slow-net", action="store_true",
                       help="skip the network-namespace hosts part")
+    sync.add_argument("--slow-net-only", action="store_true",
+                      help="run only the network-namespace hosts part (with --full: every way "
+                      "of syncing on a 50 Mbit/s and a 1 Gbit/s link)")
     sync.set_defaults(func=_bench_sync)
     emb = bench.add_parser("embedding", help="where a step's time goes on the embedding path: "
                            "RPC, shared memory, local tables")

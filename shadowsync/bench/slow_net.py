@@ -32,11 +32,21 @@ from shadowsync.config import TrainConfig, config_to_toml
 
 SLOW_MBIT = 50.0
 GIGABIT_MBIT = 1000.0
-RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net", "background_vs_ddp_slow_net",
-          "background_vs_torch_fr_ma_slow_net", "background_vs_torchft_slow_net",
-          "background_vs_torch_fr_ma_1gbit",
-          "background_vs_ddp_1gbit", "bf16_syncs_per_min_vs_fp32_slow_net",
-          "s_bmuf_ne_bf16_vs_fp32")
+# Foreground peers run beside s-ma at s-ma's syncs per minute on the same link (the default
+# run: PyTorch's post-local SGD only; `full`: our foreground MA too). torchft joins where
+# installed.
+AT_MA_RATE = ("torch-fr-ma", "fr-ma")
+# EPS ratios on each limited link: (name, numerator, denominator), "_slow_net" or "_1gbit"
+# appended; a ratio whose variants did not run (not `full`) is None.
+LINK_RATIOS = (("background_vs_ddp", "s-ma", "ddp"),
+               ("background_vs_torch_fr_ma", "s-ma", "torch-fr-ma"),
+               ("background_vs_torchft", "s-ma", "torchft-ma"),
+               ("background_vs_fr_ma", "s-ma", "fr-ma"),
+               ("s_ma_vs_none", "s-ma", "none"),
+               ("s_bmuf_vs_none", "s-bmuf", "none"))
+RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net",
+          *(f"{name}_{suffix}" for suffix in ("slow_net", "1gbit") for name, _, _ in LINK_RATIOS),
+          "bf16_syncs_per_min_vs_fp32_slow_net", "s_bmuf_ne_bf16_vs_fp32")
 RDZV_PORT = 29400
 
 
@@ -100,20 +110,18 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
     def at(rate: float | None) -> str:
         return "@unlimited" if rate is None else f"@{rate:g}mbit"
 
-    # (name, config, rate): background BMUF and DDP with and without the limit, s-ma beside
-    # torch-fr-ma at s-ma's rate on the same link, and BMUF rounds back to back (the link is
-    # then the limit) sending fp32 or bf16 on the slow link. A config may be a function of the
-    # runs of this repeat so far (torch-fr-ma's period comes from s-ma's rate).
+    # (name, config, rate): background BMUF and DDP with and without the limit, the ways of
+    # syncing on each limited link (`full`: both links, every way), the peers beside s-ma at
+    # s-ma's rate on the same link, and BMUF rounds back to back (the link is then the limit)
+    # sending fp32 or bf16 on the slow link. A config may be a function of the runs of this
+    # repeat so far (the peers' period comes from s-ma's rate).
     variants: list[tuple[str, Any, float | None]] = [
-        (f"{sync}{at(rate)}", replace(cfg, sync=sync), rate)
-        for sync in ("s-bmuf", "ddp") for rate in (None, SLOW_MBIT)
-        if full or (sync, rate) != ("ddp", None)]
+        (f"{sync}{at(None)}", replace(cfg, sync=sync), None)
+        for sync in (("s-bmuf", "ddp") if full else ("s-bmuf",))]
     for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
-        if rate != SLOW_MBIT:
-            variants.append((f"ddp{at(rate)}", replace(cfg, sync="ddp"), rate))
-        variants.append((f"s-ma{at(rate)}", replace(cfg, sync="s-ma"), rate))
-
-        peers = ["torch-fr-ma"] + (["torchft-ma"] if torchft and rate == SLOW_MBIT else [])
+        syncs = ("none", "s-bmuf", "ddp", "s-ma") if full else ("s-bmuf", "ddp", "s-ma")
+        variants += [(f"{sync}{at(rate)}", replace(cfg, sync=sync), rate) for sync in syncs]
+        peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
         for peer in peers:
             def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
                            ma: str = f"s-ma{at(rate)}") -> TrainConfig:
@@ -149,15 +157,12 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
         name = f"{'background' if sync == 's-bmuf' else sync}_eps_drop_slow_net"
         ratios[name] = 1.0 - kept if kept is not None else None
         spreads[name] = [1.0 - x for x in reversed(spread)]
-    ratios["background_vs_ddp_slow_net"], spreads["background_vs_ddp_slow_net"] = \
-        ratio_of_medians(runs, f"s-bmuf{slow}", f"ddp{slow}", "eps")
-    for name, num, den, rate in (
-            ("background_vs_torch_fr_ma_slow_net", "s-ma", "torch-fr-ma", SLOW_MBIT),
-            ("background_vs_torchft_slow_net", "s-ma", "torchft-ma", SLOW_MBIT),
-            ("background_vs_torch_fr_ma_1gbit", "s-ma", "torch-fr-ma", GIGABIT_MBIT),
-            ("background_vs_ddp_1gbit", "s-ma", "ddp", GIGABIT_MBIT)):
-        ratios[name], spreads[name] = ratio_of_medians(
-            runs, f"{num}{at(rate)}", f"{den}{at(rate)}", "eps")
+    for suffix, rate in (("slow_net", SLOW_MBIT), ("1gbit", GIGABIT_MBIT)):
+        for name, num, den in LINK_RATIOS:
+            if rate == SLOW_MBIT and name == "background_vs_ddp":
+                num = "s-bmuf"  # the slow link's goal was set on background BMUF
+            ratios[f"{name}_{suffix}"], spreads[f"{name}_{suffix}"] = ratio_of_medians(
+                runs, f"{num}{at(rate)}", f"{den}{at(rate)}", "eps")
     fp32, bf16 = (f"s-bmuf-{d}-back-to-back{slow}" for d in ("fp32", "bf16"))
     for name, key in (("bf16_syncs_per_min_vs_fp32_slow_net", "syncs_per_min"),
                       ("s_bmuf_ne_bf16_vs_fp32", "eval_ne")):

@@ -59,8 +59,15 @@ GOALS: dict[str, str | None] = {
     "background_vs_ddp_slow_net": ">= 3",
     "background_vs_torch_fr_ma_slow_net": ">= 1.5",
     "background_vs_torchft_slow_net": None,
-    "background_vs_torch_fr_ma_1gbit": None,
+    "background_vs_fr_ma_slow_net": None,
+    "s_ma_vs_none_slow_net": None,
+    "s_bmuf_vs_none_slow_net": None,
     "background_vs_ddp_1gbit": None,
+    "background_vs_torch_fr_ma_1gbit": None,
+    "background_vs_torchft_1gbit": None,
+    "background_vs_fr_ma_1gbit": None,
+    "s_ma_vs_none_1gbit": None,
+    "s_bmuf_vs_none_1gbit": None,
     "bf16_syncs_per_min_vs_fp32_slow_net": ">= 1.8",
     "s_bmuf_ne_bf16_vs_fp32": "<= 1.002",
 }
@@ -88,13 +95,15 @@ def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
 
 def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
                    slow_net: bool = True, quality_examples: int | None = None,
-                   full: bool = False) -> dict[str, Any]:
+                   full: bool = False, slow_net_only: bool = False) -> dict[str, Any]:
     """The default fits a working day on 2 cores: the rules the ratios with goals compare,
     the default job against the same trainers with unshared local tables, quality on one pass
-    of the default data beside the installed peers (TorchRec). `full` adds s-easgd, the
-    RPC-only embedding path, the intervals, the foreground frontier and the overwrite
-    write-back, on 3M examples of quality."""
-    from shadowsync.bench.peers import missing, runner
+    of the default data beside the installed peers (TorchRec), then the slow-network part.
+    `full` adds s-easgd, the RPC-only embedding path, the intervals, the foreground frontier
+    and the overwrite write-back, on 3M examples of quality, and on the namespace hosts every
+    way of syncing on a 50 Mbit/s and a 1 Gbit/s link. `slow_net_only` runs the namespace
+    hosts part alone."""
+    from shadowsync.bench.peers import missing
     from shadowsync.train.trainer import plan_data
 
     if examples is None:
@@ -105,6 +114,53 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     (root / "runs.jsonl").unlink(missing_ok=True)
     base = job(examples)
     plan_data(base)
+    torchft_reason = missing("torchft")
+    print(f"bench sync: {torchft_reason}" if torchft_reason else
+          "bench sync: peer torchft (LocalSGD) runs beside s-ma at s-ma's syncs per minute")
+    if slow_net_only:
+        runs: list[dict[str, Any]] = []
+        med: dict[str, Any] = {}
+        ratios: dict[str, Any] = {}
+        spreads: dict[str, list[float]] = {}
+        extra: dict[str, Any] = {"examples_per_run": examples, "repeats": repeats,
+                                 "full": full, "peers": {"torchft": torchft_reason or "runs"}}
+    else:
+        runs, med, ratios, spreads, extra = _on_loopback(
+            root, base, repeats, quality_examples, full, torchft_reason)
+    if slow_net or slow_net_only:
+        from shadowsync.bench.slow_net import run_slow_net
+
+        drops = run_slow_net(root / "slow-net", base, repeats, full=full,
+                             torchft=torchft_reason is None)
+        ratios.update(drops.pop("ratios"))
+        spreads.update(drops.pop("spreads", {}))
+        extra["slow_net"] = drops
+    extra["ratio_spread"] = spreads
+    extra["goals"] = {k: GOALS.get(k) for k in ratios}
+    if med:
+        print_table([[v, m["eps"], m["syncs_per_min"], m["eval_ne"], m["sync_blocked_fraction"]]
+                     for v, m in med.items()],
+                    ["variant", "EPS", "syncs/min", "eval NE", "blocked"])
+        print()
+    print_table([[k, v if v is not None else "n/a",
+                  " - ".join(_fmt_num(x) for x in spreads.get(k, [])) or "",
+                  GOALS.get(k) or ""] for k, v in ratios.items()],
+                ["ratio", "value", "spread (per repeat)", "goal"])
+    path = write_bench(root, "sync", runs, ratios, extra)
+    if med:
+        plot_sync_bench(root, runs, med)
+    print(f"wrote {path}")
+    return {"ratios": ratios, "medians": med, "ratio_spread": spreads}
+
+
+def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: int,
+                 full: bool, torchft_reason: str | None) -> tuple[Any, ...]:
+    """The local-cluster part: throughput and quality runs, their medians, ratios, spreads
+    and what bench.json says of them."""
+    from shadowsync.bench.peers import runner
+    from shadowsync.train.trainer import plan_data
+
+    examples = base.examples
     last_ma: dict[str, Any] = {}
     counter = iter(range(10**6))
 
@@ -127,11 +183,8 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in rules}
     variants["torch-fr-ma"] = torch_fr_ma
     # torchft's LocalSGD at the same rate, where the peer can run here.
-    reason = missing("torchft")
-    print(f"bench sync: {reason}" if reason else
-          "bench sync: peer torchft (LocalSGD) runs beside s-ma at s-ma's syncs per minute")
-    peer_status = {"torchft": reason or "runs"}
-    if reason is None:
+    peer_status = {"torchft": torchft_reason or "runs"}
+    if torchft_reason is None:
         def torchft_ma() -> dict[str, Any]:
             period = torch_period(last_ma, base) if last_ma else base.sync_every
             return runner("torchft")(replace(base, sync_every=period),
@@ -200,28 +253,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     extra: dict[str, Any] = {"examples_per_run": examples, "quality_examples": quality_examples,
                              "repeats": repeats, "full": full, "medians": med,
                              "peers": peer_status}
-    if slow_net:
-        from shadowsync.bench.slow_net import run_slow_net
-
-        drops = run_slow_net(root / "slow-net", base, repeats, full=full,
-                             torchft=reason is None)
-        ratios.update(drops.pop("ratios"))
-        spreads.update(drops.pop("spreads", {}))
-        extra["slow_net"] = drops
-    extra["ratio_spread"] = spreads
-    extra["goals"] = {k: GOALS.get(k) for k in ratios}
-    print_table([[v, m["eps"], m["syncs_per_min"], m["eval_ne"], m["sync_blocked_fraction"]]
-                 for v, m in med.items()],
-                ["variant", "EPS", "syncs/min", "eval NE", "blocked"])
-    print()
-    print_table([[k, v if v is not None else "n/a",
-                  " - ".join(_fmt_num(x) for x in spreads.get(k, [])) or "",
-                  GOALS.get(k) or ""] for k, v in ratios.items()],
-                ["ratio", "value", "spread (per repeat)", "goal"])
-    path = write_bench(root, "sync", runs, ratios, extra)
-    plot_sync_bench(root, runs, med)
-    print(f"wrote {path}")
-    return {"ratios": ratios, "medians": med, "ratio_spread": spreads}
+    return runs, med, ratios, spreads, extra
 
 
 def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
