@@ -31,6 +31,27 @@ def test_dlrm_is_the_default_and_sized_by_the_data():
     assert m(torch.zeros(3, 4), torch.zeros(3, 7, 8)).shape == (3,)
 
 
+def test_dlrm_interaction_is_every_pair_of_features_dotted_once():
+    """The top MLP sees the bottom output and, for every pair i < j of the features (bottom
+    output first, then each table's embedding), their dot product: the DLRM paper's form,
+    written here pair by pair; its gradient reaches the embeddings the same way."""
+    torch.manual_seed(0)
+    m = build_model("dlrm", 4, 5, 3, [8], [8])
+    dense, emb = torch.randn(6, 4), torch.randn(6, 5, 3, requires_grad=True)
+    seen = []
+    m.top.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
+    m(dense, emb).sum().backward()
+    x = m.bottom(dense)
+    feats = [x] + [emb[:, t] for t in range(5)]
+    pairs = [(feats[i] * feats[j]).sum(1) for i in range(6) for j in range(i + 1, 6)]
+    expected = torch.cat([x, torch.stack(pairs, 1)], 1)
+    torch.testing.assert_close(seen[0], expected)
+    grad = emb.grad.clone()
+    emb.grad = None
+    m.top(expected).sum().backward()
+    torch.testing.assert_close(emb.grad, grad)
+
+
 def test_a_module_path_and_a_callable_build_the_same_model():
     by_name = build_model("tests.helpers:two_layer_mlp", 5, 3, 4, [], [])
     by_callable = build_model(two_layer_mlp, 5, 3, 4, [], [])

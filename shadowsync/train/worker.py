@@ -68,9 +68,14 @@ class WorkerSpec:
 
 
 def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
-    if name == "adagrad":
-        return torch.optim.Adagrad(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr)
+    """The worker's optimizer, fused (one kernel over every parameter: a tenth of a DLRM
+    step on one core) where this torch and these parameters allow it."""
+    cls = torch.optim.Adagrad if name == "adagrad" else torch.optim.SGD
+    params = list(params)
+    try:
+        return cls(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):  # an older torch, or a dtype it cannot fuse
+        return cls(params, lr=lr)
 
 
 def lr_warmup(optimizer: torch.optim.Optimizer, steps: int,
