@@ -284,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--slow-link", type=float, metavar="MBIT",
                     help="also bsp and greedy on digits with every process on its own emulated "
                     "host and trainer 1's link to the dense server limited to MBIT Mbit/s "
-                    "(network namespaces and tc; needs root); with --no-digits --no-ctr only "
+                    "for the middle half of the job, as the compute straggler (network "
+                    "namespaces and tc; needs root); with --no-digits --no-ctr only "
                     "this part runs")
     sw.set_defaults(func=_bench_switch)
     faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "

@@ -1,16 +1,21 @@
-"""`bench switch`'s bookkeeping on made-up runs: paired differences by repeat, and which
-variants a default run and a --full run include."""
+"""`bench switch`'s bookkeeping on made-up runs: paired differences by repeat, which
+variants a default run and a --full run include, and the slow link's window."""
+
+import threading
+import time
 
 import pytest
 
 from shadowsync.bench.switch import (
     CORE_VARIANTS,
     VARIANTS,
+    LinkWindow,
     compared_with,
     paired,
     ratios_of,
     time_split,
 )
+from shadowsync.train.attempts import Progress, reset
 
 
 def _run(variant, repeat, metric, train_s):
@@ -53,3 +58,54 @@ def test_time_split_says_how_much_of_the_runs_was_training():
     assert t["run_s_total"] == pytest.approx(150.0) and t["train_s_total"] == pytest.approx(30.0)
     assert t["run_s_median"] == pytest.approx(50.0)
     assert t["startup_s_median"] == pytest.approx(45.0)
+
+
+def test_the_slow_link_is_limited_for_the_middle_half_of_the_job_by_its_progress(tmp_path):
+    """`LinkWindow` reads the examples the trainers note (as `train.attempts` writes them)
+    and limits the link from a quarter of the job to three quarters, then lifts it."""
+    class Hosts:
+        def __init__(self):
+            self.rates = []
+
+        def set_pair_rate(self, a, b, rate):
+            self.rates.append(((a, b), rate))
+
+    hosts = Hosts()
+    window = LinkWindow(hosts, (1, 3), 40.0, examples=1000, trainers=2)
+    reset(tmp_path)
+    notes = [Progress(tmp_path, t) for t in range(2)]
+    done = threading.Event()
+    watcher = threading.Thread(target=window, args=(tmp_path, done))
+    watcher.start()
+    seen = []
+    for each in range(0, 501, 25):  # both trainers at the same pace: the job at 2 x each
+        for note in notes:
+            note(each)
+        time.sleep(0.06)
+        seen.append((2 * each / 1000, list(hosts.rates)))
+    done.set()
+    watcher.join(5)
+    assert hosts.rates == [((1, 3), 40.0), ((1, 3), None)]
+    limited_at, lifted_at = (at for at, _ in window.changes)
+    assert 0.25 <= limited_at < 0.35 and 0.75 <= lifted_at < 0.85
+    assert all(rates == [] for at, rates in seen if at < 0.2)
+    assert all(len(rates) == 1 for at, rates in seen if 0.35 <= at < 0.7)
+
+
+def test_a_link_window_lifts_the_limit_when_the_job_ends_inside_it(tmp_path):
+    rates = []
+
+    class Hosts:
+        def set_pair_rate(self, a, b, rate):
+            rates.append(rate)
+
+    reset(tmp_path)
+    Progress(tmp_path, 0)(500)
+    done = threading.Event()
+    window = LinkWindow(Hosts(), (0, 1), 10.0, examples=1000, trainers=1)
+    watcher = threading.Thread(target=window, args=(tmp_path, done))
+    watcher.start()
+    time.sleep(0.2)
+    done.set()
+    watcher.join(5)
+    assert rates == [10.0, None]

@@ -22,7 +22,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,11 +60,21 @@ def torchrun_argv(node_rank: int, nnodes: int, master_ip: str, config: Path,
             "-m", "shadowsync.run", "--config", str(config), "--out", str(out)]
 
 
-def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600) -> dict:
-    """One job, one process per host; returns trainer 0's summary."""
+def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600,
+                 watch: Callable[[Path, threading.Event], None] | None = None) -> dict:
+    """One job, one process per host; returns trainer 0's summary. `watch(out, done)` runs
+    in a thread while the job does, with the trainers noting their examples as they go
+    (`train.attempts`); `done` is set when the job has ended."""
+    from shadowsync.train.attempts import reset
+
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    done = threading.Event()
+    watcher = None
+    if watch is not None:
+        reset(out)  # the trainers note their progress there
+        watcher = threading.Thread(target=watch, args=(out, done), daemon=True)
     config = out / "job.toml"
     config.write_text(config_to_toml(replace(cfg, out=str(out), progress=False)))
     n = len(hosts.hosts)
@@ -71,6 +83,17 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600) 
     procs = [hosts.popen(i, torchrun_argv(i, n, hosts.ips[0], config, out), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(n)]
+    if watcher is not None:
+        watcher.start()
+    try:
+        return _wait_for_hosts(procs, out, timeout)
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join()
+
+
+def _wait_for_hosts(procs: list[Any], out: Path, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     errors = []
     for i, p in enumerate(procs):

@@ -13,7 +13,7 @@ seeds and each repeat is a paired comparison on the same data. Times are trainin
 The default run keeps what the issue's ratios need (digits: bsp, asp, switch, bsp and greedy
 under the straggler; ctr the same at 100k examples); `--full` adds DDP, the offline plan and
 elastic under the straggler, and ctr at 200k examples. `--slow-link MBIT` adds the straggler
-as a slow network link instead of slow compute (`bench_slow_link`).
+as a slow network link instead of slow compute, over the same window (`bench_slow_link`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ DIGITS_SHARE = 0.5
 DIGITS_TARGET = 0.95  # accuracy for time-to-target
 CTR_TARGET_NE = 0.95
 CTR_SHARE = 0.25
-STRAGGLER = "trainer=1,slowdown=3,start=25%,duration=50%"
+# The straggler's window, in shares of the job's examples: its middle half.
+WINDOW_START, WINDOW_LENGTH = 0.25, 0.5
+STRAGGLER = f"trainer=1,slowdown=3,start={WINDOW_START:.0%},duration={WINDOW_LENGTH:.0%}"
 # --slow-link: the variants run with every process on its own emulated host.
 LINK_VARIANTS = {"bsp+slow-link": ("bsp", "plan"), "greedy+slow-link": ("switch", "greedy")}
 
@@ -156,13 +158,51 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
 
 
+class LinkWindow:
+    """A `run_on_hosts` watch that limits the link between two hosts for the same window of
+    the job as the compute straggler's (`WINDOW_START`, `WINDOW_LENGTH`), read from the
+    examples the trainers note as they train, and lifts the limit after it (or when the job
+    ends). Records the job's progress at each change."""
+
+    def __init__(self, hosts: Any, pair: tuple[int, int], mbit: float, examples: int,
+                 trainers: int) -> None:
+        self.hosts, self.pair, self.mbit = hosts, pair, mbit
+        self.examples, self.trainers = examples, trainers
+        self.changes: list[tuple[float, float | None]] = []  # (progress, rate)
+
+    def progress(self, out: Path) -> float:
+        from shadowsync.train.attempts import noted, trained_name
+
+        return sum(noted(out, trained_name(0, t)) or 0
+                   for t in range(self.trainers)) / self.examples
+
+    def __call__(self, out: Path, done: Any) -> None:
+        self.changes = []
+        end = WINDOW_START + WINDOW_LENGTH
+        limited = False
+        try:
+            while not done.wait(0.02):
+                at = self.progress(out)
+                if not limited and WINDOW_START <= at < end:
+                    self.hosts.set_pair_rate(*self.pair, self.mbit)
+                    limited = True
+                    self.changes.append((at, self.mbit))
+                elif limited and at >= end:
+                    break
+        finally:
+            if limited:
+                self.hosts.set_pair_rate(*self.pair, None)
+                self.changes.append((self.progress(out), None))
+
+
 def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
                     mbit: float) -> dict[str, Any]:
     """The straggler as a slow link instead of slow compute: every process of the job on its
     own emulated host (network namespaces, `cluster.netns`, launched by torchrun as in
     `bench sync`'s slow-network part), and the path between trainer 1's host and the dense
-    server's limited to `mbit` Mbit/s (tc htb) for the whole run, so each of trainer 1's
-    pushes and pulls crosses it slowly. BSP and greedy, interleaved, seed r per repeat."""
+    server's limited to `mbit` Mbit/s (tc htb) for the middle half of the job, as the
+    compute straggler (`LinkWindow`), so each of trainer 1's pushes and pulls then crosses
+    it slowly. BSP and greedy, interleaved, seed r per repeat."""
     from shadowsync.bench.slow_net import run_on_hosts
     from shadowsync.cluster.netns import (
         NetnsHosts,
@@ -190,17 +230,18 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
             cfg = resolve(replace(base, sync=sync, switch_policy=policy, seed=seed))
             out = root / "slow-link" / f"{variant.replace('+', '-')}-{next(counter)}"
             t0 = time.perf_counter()
-            s = run_on_hosts(hosts, cfg, out)
+            s = run_on_hosts(hosts, cfg, out, watch=window)
             shutil.rmtree(out / "checkpoint", ignore_errors=True)
             return {"seed": seed, "train_s": s["train_s"], "run_s": time.perf_counter() - t0,
-                    "metric": s["eval_accuracy"], **switch_fields(s)}
+                    "metric": s["eval_accuracy"], "link_changes": window.changes,
+                    **switch_fields(s)}
         return run
 
     before = os.environ.get(RPC_CHANNELS_ENV)
     os.environ[RPC_CHANNELS_ENV] = "basic"  # tensors cross the emulated link (see there)
     try:
         with NetnsHosts(layout.world_size) as hosts:
-            hosts.set_pair_rate(*slow, mbit)
+            window = LinkWindow(hosts, slow, mbit, base.examples, base.trainers)
             runs = interleaved({v: go(v) for v in LINK_VARIANTS}, repeats,
                                f"bench switch: slow link {mbit:g} Mbit/s")
     finally:
