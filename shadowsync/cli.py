@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     sync = bench.add_parser("sync", help="every --sync side by side; frontier; slow network")
     sync.add_argument("--out", default="runs/bench-sync")
     sync.add_argument("--examples", type=int, default=None,
-                      help="examples per throughput run (default: 150k, with --full 300k)")
+                      help="examples per throughput run (default: 500k, with --full 1M; "
+                      "at most 300k on the namespace hosts)")
     sync.add_argument("--quality-examples", type=int, default=None,
                       help="examples per run of the quality comparison (default: 1.5M, "
                       "with --full 3M)")

@@ -73,6 +73,13 @@ GOALS: dict[str, str | None] = {
 }
 
 
+# Examples per throughput run: about 6 s of training at the default job's pace on loopback
+# (at 150k, 2 s: start-up transients swung one job's EPS by 1.4x between repeats); on the
+# namespace hosts, where the job is about half as fast, SLOW_NET_EXAMPLES.
+EXAMPLES, EXAMPLES_FULL = 500_000, 1_000_000
+SLOW_NET_EXAMPLES = 300_000
+
+
 def job(examples: int, **kw: Any) -> TrainConfig:
     base = dict(examples=examples, trainers=2, workers=1, embedding_servers=1,
                 eval_points=0, progress=False, log_every=10**12)
@@ -107,7 +114,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     from shadowsync.train.trainer import plan_data
 
     if examples is None:
-        examples = 300_000 if full else 150_000
+        examples = EXAMPLES_FULL if full else EXAMPLES
     if quality_examples is None:
         quality_examples = 3_000_000 if full else 1_500_000
     root = Path(out)
@@ -130,7 +137,9 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     if slow_net or slow_net_only:
         from shadowsync.bench.slow_net import run_slow_net
 
-        drops = run_slow_net(root / "slow-net", base, repeats, full=full,
+        net_job = replace(base, examples=min(examples, SLOW_NET_EXAMPLES))
+        plan_data(net_job)
+        drops = run_slow_net(root / "slow-net", net_job, repeats, full=full,
                              torchft=torchft_reason is None)
         ratios.update(drops.pop("ratios"))
         spreads.update(drops.pop("spreads", {}))
