@@ -28,7 +28,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
+from shadowsync.bench.common import (
+    drop_checkpoint,
+    interleaved,
+    median_of,
+    print_table,
+    write_bench,
+)
 from shadowsync.config import TrainConfig
 
 # Variant -> (--sync, --switch-policy, straggler on). The switch without a straggler follows
@@ -88,7 +94,7 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     _, s = run(replace(cfg, out=str(out)))
     run_s = time.perf_counter() - t0
-    shutil.rmtree(out / "checkpoint", ignore_errors=True)
+    drop_checkpoint(out)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
@@ -231,7 +237,7 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
             out = root / "slow-link" / f"{variant.replace('+', '-')}-{next(counter)}"
             t0 = time.perf_counter()
             s = run_on_hosts(hosts, cfg, out, watch=window)
-            shutil.rmtree(out / "checkpoint", ignore_errors=True)
+            drop_checkpoint(out)
             return {"seed": seed, "train_s": s["train_s"], "run_s": time.perf_counter() - t0,
                     "metric": s["eval_accuracy"], "link_changes": window.changes,
                     **switch_fields(s)}

@@ -5,6 +5,7 @@ train. `role_main` is the entry point of every process, under torchrun or the lo
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import sys
 import traceback
@@ -18,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from shadowsync.config import TrainConfig
-from shadowsync.errors import PeerLost, UserError
+from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.logs import setup_logging
 from shadowsync.train.stop import STOP, STOP_GRACE_S, Interrupted
 from shadowsync.transport import rendezvous
@@ -105,9 +106,15 @@ def role_main(cfg: TrainConfig) -> None:
             attempts.refuse_restart(Path(cfg.out))
         sys.exit(2)
     except BaseException as e:
-        last = traceback.format_exc().strip().splitlines()[-1]
-        _report_error(cfg, f"rank {os.environ.get('RANK')}: {last or e}")
-        raise
+        _report_error(cfg, f"rank {os.environ.get('RANK')}: {failure_line(e)}")
+        traceback.print_exc()
+        # A trainer's Hogwild workers would wait for it in RPC's shutdown barrier (an hour),
+        # and it for them at exit: end them, and leave at once so the launcher sees the
+        # failure and ends (or restarts) the job.
+        for child in multiprocessing.active_children():
+            child.kill()
+        logging.shutdown()
+        os._exit(1)
 
 
 def error_file(out: Path, attempt: int) -> Path:

@@ -11,13 +11,13 @@ import math
 import signal
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from shadowsync.data.dataset import batches, num_batches
+from shadowsync.errors import failure_line
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
 from shadowsync.train.attempts import note_process
@@ -275,7 +275,6 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
     except TrainingDiverged as e:
         queue.put(WorkerFailed(spec.trainer, spec.worker, str(e), diverged=True))
     except Exception as e:  # report any failure to the trainer instead of dying silently
-        last = traceback.format_exc().strip().splitlines()[-1]
         queue.put(WorkerFailed(spec.trainer, spec.worker,
                                f"worker {spec.worker} of trainer {spec.trainer} failed: "
-                               f"{last or e}"))
+                               f"{failure_line(e)}"))
