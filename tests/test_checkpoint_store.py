@@ -166,3 +166,34 @@ def test_examples_in_counts_the_short_last_batch():
     assert examples_in(4, 0, 3, 0, 1000, 100) == 400
     assert examples_in(4, 0, 3, 0, 950, 100) == 350  # batch 9 holds 50 rows
     assert examples_in(10, 1, 3, 0, 1000, 100) == 300  # batches 1, 4, 7 only
+
+
+def test_a_save_that_would_not_fit_on_the_disk_is_refused_in_one_line(tmp_path, monkeypatch):
+    """The free space is checked before writing: a final save raises one line naming the
+    shard, its size and the space left; a periodic one is skipped and the job goes on; either
+    way nothing of it is left, and the newest published checkpoint stays."""
+    import shutil as real_shutil
+
+    from shadowsync.checkpoint import coordinator, shards, store
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1000))  # 4,000 bytes
+
+    shards.register("trainer0", "model", Model())
+    ck = coordinator.Checkpointer(tmp_path, "1s", 2, "", 1, [], [], lambda t, p: 0, True)
+    first = ck.save(final=False)
+    assert first is not None and published(tmp_path) == [first]
+
+    usage = real_shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(store.shutil, "disk_usage",
+                        lambda p: usage._replace(free=3 * 2**20 // 1000))  # 3,145 bytes
+    with pytest.raises(coordinator.NoSpace) as e:
+        ck.save(final=True)
+    assert str(e.value) == (f"checkpoint not saved in {tmp_path / CHECKPOINT_DIR}: shard "
+                            "trainer0 needs 3.9 KiB and its disk has 3.1 KiB free")
+    ck._last_t -= 2  # the interval is over
+    assert ck.maybe_save(0) is None
+    assert published(tmp_path) == [first]
+    assert sorted(p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()) == [first.name]

@@ -1,5 +1,6 @@
 """Shutdown agreement: background loops on trainers that finish at very different times all
-stop after the same round, and the job exits instead of hanging in a half-joined AllReduce."""
+stop after the same round, and the job exits instead of hanging in a half-joined AllReduce;
+a trainer that fails unexpectedly ends the job at once instead of hanging in RPC's shutdown."""
 
 import os
 import subprocess
@@ -14,7 +15,7 @@ from shadowsync.rules import make_rule
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.shadow import BackgroundSync, Pace
 from shadowsync.transport.collectives import TrainerExchange
-from tests.helpers import run_spawned
+from tests.helpers import run_cli, run_spawned
 
 
 def _trainer(rank: int, port: int, train_seconds: list[float], results) -> None:
@@ -85,3 +86,21 @@ def test_after_a_stop_a_process_stays_while_trainer0_saves_and_leaves_when_it_is
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@pytest.mark.timeout(150)
+def test_a_trainer_that_fails_unexpectedly_ends_the_job_at_once(tmp_path):
+    """The trainers' evaluation raises (a model that refuses to run without gradients), after
+    their Hogwild workers have trained and joined RPC's shutdown barrier. The job exits with
+    the error in one line, soon, and leaves no process (before: the workers waited for their
+    trainer in the barrier and it for them at exit, for the barrier's hour)."""
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    r = run_cli(["train", "--model", "tests.helpers:fails_to_evaluate", "--trainers", "2",
+                 "--sync", "s-ma", "--examples", "20000", "--max-restarts", "0", "-q",
+                 "--out", str(out)], timeout=120, cwd=os.getcwd())
+    took = time.monotonic() - t0
+    assert r.returncode == 2, (r.stdout, r.stderr[-2000:])
+    assert r.stderr.strip().splitlines()[-1].endswith("RuntimeError: evaluation refused")
+    assert took < 90
+    assert r.leftover == []

@@ -21,6 +21,7 @@ from typing import Any
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.interval import parse_every
 from shadowsync.checkpoint.store import CHECKPOINT_DIR, prune, publish, step_dir
+from shadowsync.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,11 @@ SAVE_TIMEOUT_S = 120.0
 # is being noticed and the survivors stop (this long).
 LEAD_S = 0.5
 PACE_WINDOW_S = 2.0  # the job's pace over this much recent time
+
+
+class NoSpace(UserError):
+    """A shard would not fit on its disk: nothing of this save is kept, the newest published
+    checkpoint stays. A periodic save is skipped; a final one ends the job with this line."""
 
 
 class Checkpointer:
@@ -80,7 +86,11 @@ class Checkpointer:
                 return None
         elif self.ahead(self.job_examples(examples_trainer0)) - self._last_examples < self.every:
             return None
-        return self.save(final=False)
+        try:
+            return self.save(final=False)
+        except NoSpace as e:  # the job goes on; its newest checkpoint stays as it was
+            log.warning("%s; training goes on", e)
+            return None
 
     def ahead(self, job: int) -> float:
         """The job's examples `job` now, plus what it trains in a save and LEAD_S more at its
@@ -125,6 +135,10 @@ class Checkpointer:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        short = [i["no_space"] for i in infos if i.get("no_space")]
+        if short:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise NoSpace(f"checkpoint not saved in {self.run / CHECKPOINT_DIR}: {short[0]}")
         bad = {i["shard"]: i["not_finite"] for i in infos if i["not_finite"]}
         if bad:
             shutil.rmtree(staging, ignore_errors=True)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from shadowsync.checkpoint.store import load_shard, save_shard
+from shadowsync.checkpoint.store import load_shard, save_shard, space_short
 from shadowsync.state_dicts import nest, part
 from shadowsync.train.stop import STOP, silence_stderr
 
@@ -84,7 +84,10 @@ def save_here(staging: str) -> dict[str, Any]:
         extra = getattr(comp, "info", None)
         if extra is not None:
             info[name] = extra()
-    if not bad:
+    short = space_short(Path(staging) / _SHARD, state) if not bad else None
+    if short:
+        info["no_space"] = short
+    elif not bad:
         save_shard(Path(staging) / _SHARD, state)
         # The tensors are live (Hogwild workers train on while they are written): a NaN that
         # came during the write may be in the files, and stays in the tensors. Look again.

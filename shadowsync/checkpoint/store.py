@@ -134,6 +134,26 @@ def run_of(step: Path) -> Path:
 
 # -- one process's shard --
 
+def space_short(directory: Path, state: dict[str, torch.Tensor]) -> str | None:
+    """Why `state` will not fit in `directory`'s file system (None: it fits). Checked before
+    writing: a full disk otherwise shows as a zip writer's "unexpected pos" from deep inside
+    torch.save, and leaves half a shard behind."""
+    need = sum(v.numel() * v.element_size() for v in state.values())
+    where = Path(directory)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if need <= free:
+        return None
+    return (f"shard {Path(directory).name} needs {_size(need)} and its disk has "
+            f"{_size(free)} free")
+
+
+def _size(n: int) -> str:
+    return next(f"{n / 2**k:,.1f} {unit}" for k, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB"),
+                                                          (0, "bytes")) if n >= 2**k or k == 0)
+
+
 def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
     """Write tensors with DCP, no process group involved."""
     import torch.distributed.checkpoint as dcp
