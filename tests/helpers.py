@@ -108,16 +108,3 @@ def two_layer_mlp(num_dense: int, num_tables: int, embedding_dim: int) -> TwoLay
     """The factory `--model tests.helpers:two_layer_mlp` names."""
     return TwoLayerMLP(num_dense, num_tables, embedding_dim)
 
-
-class FailsToEvaluate(TwoLayerMLP):
-    """Trains, but raises (an unexpected error, not a user mistake) when the trainer
-    evaluates it: without gradients, on more rows than the two the model check uses."""
-
-    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        if not torch.is_grad_enabled() and len(dense) > 2:
-            raise RuntimeError("evaluation refused")
-        return super().forward(dense, emb)
-
-
-def fails_to_evaluate(num_dense: int, num_tables: int, embedding_dim: int) -> FailsToEvaluate:
-    return FailsToEvaluate(num_dense, num_tables, embedding_dim)

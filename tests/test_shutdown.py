@@ -3,6 +3,7 @@ stop after the same round, and the job exits instead of hanging in a half-joined
 a trainer that fails unexpectedly ends the job at once instead of hanging in RPC's shutdown."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -88,19 +89,30 @@ def test_after_a_stop_a_process_stays_while_trainer0_saves_and_leaves_when_it_is
                 p.wait()
 
 
+# Runs a command with a 24 MiB file system of its own mounted on $SMALL_DISK (needs root).
+SMALL_DISK = ["unshare", "--mount", "--", "sh", "-c",
+              'mount -t tmpfs -o size=24m tmpfs "$SMALL_DISK" && exec "$0" "$@"']
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="mounting a small file system needs root and unshare")
 @pytest.mark.timeout(150)
-def test_a_trainer_that_fails_unexpectedly_ends_the_job_at_once(tmp_path):
-    """The trainers' evaluation raises (a model that refuses to run without gradients), after
-    their Hogwild workers have trained and joined RPC's shutdown barrier. The job exits with
-    the error in one line, soon, and leaves no process (before: the workers waited for their
-    trainer in the barrier and it for them at exit, for the barrier's hour)."""
-    out = tmp_path / "run"
+def test_a_final_checkpoint_that_does_not_fit_ends_the_job_at_once_in_one_line(tmp_path):
+    """The run directory sits on a 24 MiB disk: the job trains, then its final checkpoint (the
+    embedding server's 169 MiB shard) cannot be written. The job ends with one line naming
+    the shard and the space, soon, and leaves no process. (Before: trainer 0 failed deep in
+    torch.save, then waited at exit for its Hogwild workers, which waited for it in RPC's
+    shutdown barrier, for an hour.)"""
+    out = tmp_path / "small"
+    out.mkdir()
     t0 = time.monotonic()
-    r = run_cli(["train", "--model", "tests.helpers:fails_to_evaluate", "--trainers", "2",
-                 "--sync", "s-ma", "--examples", "20000", "--max-restarts", "0", "-q",
-                 "--out", str(out)], timeout=120, cwd=os.getcwd())
+    r = run_cli(["train", "--trainers", "2", "--sync", "s-ma", "--examples", "20000",
+                 "--max-restarts", "0", "-q", "--out", str(out)], timeout=120,
+                cwd=os.getcwd(), env={"SMALL_DISK": str(out)}, prefix=SMALL_DISK)
     took = time.monotonic() - t0
     assert r.returncode == 2, (r.stdout, r.stderr[-2000:])
-    assert r.stderr.strip().splitlines()[-1].endswith("RuntimeError: evaluation refused")
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"shadowsync: error: checkpoint not saved in {out}/checkpoint: "
+                           "shard emb0 needs 168.6 MiB and its disk has "), last
     assert took < 90
     assert r.leftover == []

@@ -99,22 +99,27 @@ def role_main(cfg: TrainConfig) -> None:
         os._exit(e.exit_code)
     except UserError as e:
         _report_error(cfg, str(e))
-        if isinstance(e, PeerLost):  # the job is failing: no orderly exit to wait for
-            logging.shutdown()
-            os._exit(2)
-        if cfg.out:
+        # PeerLost: another process died, which a restart can cure; anything else would fail
+        # the same way again.
+        if cfg.out and not isinstance(e, PeerLost):
             attempts.refuse_restart(Path(cfg.out))
-        sys.exit(2)
+        _leave_now(2)
     except BaseException as e:
         _report_error(cfg, f"rank {os.environ.get('RANK')}: {failure_line(e)}")
         traceback.print_exc()
-        # A trainer's Hogwild workers would wait for it in RPC's shutdown barrier (an hour),
-        # and it for them at exit: end them, and leave at once so the launcher sees the
-        # failure and ends (or restarts) the job.
-        for child in multiprocessing.active_children():
-            child.kill()
-        logging.shutdown()
-        os._exit(1)
+        _leave_now(1)
+
+
+def _leave_now(code: int) -> None:
+    """End this failed process at once, and the Hogwild workers it started: they would wait
+    for it in RPC's shutdown barrier (for an hour) and it for them at exit, and the job would
+    hang instead of failing. The launcher then ends (or restarts) the job."""
+    for child in multiprocessing.active_children():
+        child.kill()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def error_file(out: Path, attempt: int) -> Path:
