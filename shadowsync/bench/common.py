@@ -91,5 +91,5 @@ def torch_period(ma_run: dict[str, Any], cfg: Any) -> int:
 
 def drop_checkpoint(out: Path) -> None:
     """A bench reads each run's summary, never its model: the final checkpoints (the default
-    job's embedding tables alone are 180 MB) would otherwise fill the disk over its runs."""
+    job's embedding tables alone are 169 MiB) would otherwise fill the disk over its runs."""
     shutil.rmtree(Path(out) / "checkpoint", ignore_errors=True)
