@@ -22,3 +22,28 @@ def test_background_bmuf_across_namespace_hosts(tmp_path):
     assert s["trainers"] == 2 and s["examples"] >= 29_000
     assert all(n > 10 for n in s["syncs"]), s["syncs"]
     assert s["eval_ne"] < 1.0
+
+
+def test_slow_net_only_runs_the_namespace_hosts_part_alone(tmp_path, monkeypatch):
+    """`bench sync --slow-net-only`: no loopback run, the namespace part on at most
+    SLOW_NET_EXAMPLES, and bench.json with its ratios and their goals."""
+    import json
+
+    from shadowsync.bench import slow_net, sync
+
+    seen = {}
+
+    def fake_slow_net(root, base, repeats, full=False, torchft=False):
+        seen.update(examples=base.examples, repeats=repeats, full=full)
+        return {"runs": [], "ratios": {"background_vs_ddp_slow_net": 4.0},
+                "spreads": {"background_vs_ddp_slow_net": [3.5, 4.5]}}
+
+    monkeypatch.setattr(slow_net, "run_slow_net", fake_slow_net)
+    monkeypatch.setattr(sync, "_on_loopback", lambda *a, **k: pytest.fail("ran on loopback"))
+    sync.run_sync_bench(str(tmp_path), examples=20_000, repeats=2, full=True,
+                        slow_net_only=True)
+    assert seen == {"examples": 20_000, "repeats": 2, "full": True}
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert bench["runs"] == [] and bench["ratios"] == {"background_vs_ddp_slow_net": 4.0}
+    assert bench["goals"] == {"background_vs_ddp_slow_net": ">= 3"}
+    assert bench["ratio_spread"]["background_vs_ddp_slow_net"] == [3.5, 4.5]
