@@ -197,3 +197,15 @@ def test_a_save_that_would_not_fit_on_the_disk_is_refused_in_one_line(tmp_path, 
     assert ck.maybe_save(0) is None
     assert published(tmp_path) == [first]
     assert sorted(p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()) == [first.name]
+
+
+def test_a_shard_that_cannot_be_written_says_where_and_why_in_one_line(tmp_path):
+    """DCP reports a failed write as a BaseException whose text is a traceback; the shard's
+    writer says which shard and what the file system said."""
+    from shadowsync.checkpoint.store import ShardNotWritten
+
+    (tmp_path / "afile").write_text("x")  # a file where the staging directory should be
+    with pytest.raises(ShardNotWritten) as e:
+        save_shard(tmp_path / "afile" / "emb0", _state())
+    assert str(e.value) == (f"checkpoint shard {tmp_path}/afile/emb0: NotADirectoryError: "
+                            "[Errno 20] Not a directory: " f"'{tmp_path}/afile/emb0'")

@@ -154,9 +154,14 @@ def _size(n: int) -> str:
                                                           (0, "bytes")) if n >= 2**k or k == 0)
 
 
+class ShardNotWritten(RuntimeError):
+    """Writing a shard failed (the file system refused): what failed, in one line."""
+
+
 def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
     """Write tensors with DCP, no process group involved."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     for key, value in state.items():
         if not isinstance(value, torch.Tensor):
@@ -165,7 +170,12 @@ def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
     plain = {k: v.detach().clone() for k, v in state.items()}
     with warnings.catch_warnings():  # "assuming the intent is to save in a single process": yes
         warnings.simplefilter("ignore", UserWarning)
-        dcp.save(plain, checkpoint_id=str(directory), no_dist=True)
+        try:
+            dcp.save(plain, checkpoint_id=str(directory), no_dist=True)
+        except CheckpointException as e:  # a BaseException, whose text is a traceback
+            cause = next(iter(e.failures.values()))[0] if e.failures else e
+            raise ShardNotWritten(f"checkpoint shard {directory}: {type(cause).__name__}: "
+                                  f"{cause}") from None
 
 
 def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
