@@ -122,20 +122,20 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     root = Path(out)
     (root / "runs.jsonl").unlink(missing_ok=True)
     base = job(examples)
-    plan_data(base)
     torchft_reason = missing("torchft")
     print(f"bench sync: {torchft_reason}" if torchft_reason else
           "bench sync: peer torchft (LocalSGD) runs beside s-ma at s-ma's syncs per minute")
-    if slow_net_only:
-        runs: list[dict[str, Any]] = []
-        med: dict[str, Any] = {}
-        ratios: dict[str, Any] = {}
-        spreads: dict[str, list[float]] = {}
-        extra: dict[str, Any] = {"examples_per_run": examples, "repeats": repeats,
-                                 "full": full, "peers": {"torchft": torchft_reason or "runs"}}
-    else:
-        runs, med, ratios, spreads, extra = _on_loopback(
+    extra: dict[str, Any] = {"examples_per_run": examples, "repeats": repeats, "full": full,
+                             "peers": {"torchft": torchft_reason or "runs"}}
+    runs: list[dict[str, Any]] = []
+    med: dict[str, Any] = {}
+    ratios: dict[str, Any] = {}
+    spreads: dict[str, list[float]] = {}
+    if not slow_net_only:
+        runs, med, ratios, spreads, loopback = _on_loopback(
             root, base, repeats, quality_examples, full, torchft_reason)
+        extra["peers"].update(loopback.pop("peers"))
+        extra.update(loopback)
     if slow_net or slow_net_only:
         from shadowsync.bench.slow_net import run_slow_net
 
@@ -171,7 +171,7 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
     from shadowsync.bench.peers import runner
     from shadowsync.train.trainer import plan_data
 
-    examples = base.examples
+    plan_data(base)
     last_ma: dict[str, Any] = {}
     counter = iter(range(10**6))
 
@@ -194,7 +194,6 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
     variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in rules}
     variants["torch-fr-ma"] = torch_fr_ma
     # torchft's LocalSGD at the same rate, where the peer can run here.
-    peer_status = {"torchft": torchft_reason or "runs"}
     if torchft_reason is None:
         def torchft_ma() -> dict[str, Any]:
             period = torch_period(last_ma, base) if last_ma else base.sync_every
@@ -225,7 +224,6 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
             "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
     peers = peer_variants(quality, root, counter)
     q_variants.update(peers.pop("variants"))
-    peer_status.update(peers["status"])
     q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=root / "runs.jsonl")
     runs += q_runs
     variants.update(q_variants)
@@ -261,9 +259,7 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
             ratios[name] = None  # --full only, or no teacher
             continue
         ratios[name], spreads[name] = ratio_of_medians(runs, num, den, key)
-    extra: dict[str, Any] = {"examples_per_run": examples, "quality_examples": quality_examples,
-                             "repeats": repeats, "full": full, "medians": med,
-                             "peers": peer_status}
+    extra = {"quality_examples": quality_examples, "medians": med, "peers": peers["status"]}
     return runs, med, ratios, spreads, extra
 
 
