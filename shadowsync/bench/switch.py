@@ -177,10 +177,9 @@ class LinkWindow:
         self.changes: list[tuple[float, float | None]] = []  # (progress, rate)
 
     def progress(self, out: Path) -> float:
-        from shadowsync.train.attempts import noted, trained_name
+        from shadowsync.train.attempts import trained
 
-        return sum(noted(out, trained_name(0, t)) or 0
-                   for t in range(self.trainers)) / self.examples
+        return trained(out, 0, self.trainers) / self.examples
 
     def __call__(self, out: Path, done: Any) -> None:
         self.changes = []

@@ -160,10 +160,12 @@ class Progress:
                    if t != self.trainer)
 
 
+def trained(out: Path, attempt: int, trainers: int) -> int:
+    """The examples every trainer of attempt `attempt` had noted, together."""
+    return sum(noted(out, trained_name(attempt, t)) or 0 for t in range(trainers))
+
+
 def examples_lost(out: Path, trainers: int) -> int:
     """Examples the failed attempts of this launch trained past where the next one resumed."""
-    lost = 0
-    for k in range(attempt()):
-        reached = sum(noted(out, trained_name(k, t)) or 0 for t in range(trainers))
-        lost += max(0, reached - (noted(out, resumed_name(k + 1)) or 0))
-    return lost
+    return sum(max(0, trained(out, k, trainers) - (noted(out, resumed_name(k + 1)) or 0))
+               for k in range(attempt()))
