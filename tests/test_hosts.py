@@ -47,3 +47,25 @@ def test_slow_net_only_runs_the_namespace_hosts_part_alone(tmp_path, monkeypatch
     assert bench["runs"] == [] and bench["ratios"] == {"background_vs_ddp_slow_net": 4.0}
     assert bench["goals"] == {"background_vs_ddp_slow_net": ">= 3"}
     assert bench["ratio_spread"]["background_vs_ddp_slow_net"] == [3.5, 4.5]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_every_link_ratio_compares_variants_that_run_and_background_is_s_ma(full):
+    """The namespace part runs what its ratios divide, each peer after the s-ma run whose
+    rate it copies, and "background" means s-ma on every link as on loopback."""
+    from shadowsync.bench.slow_net import GIGABIT_MBIT, LINK_RATIOS, SLOW_MBIT, at, link_variants
+
+    names = [name for name, _, _ in link_variants(job(1000), full=full, torchft=True)]
+    assert len(names) == len(set(names))
+    assert {"s-ma@unlimited", "s-ma@50mbit", "ddp@50mbit", "torch-fr-ma@50mbit",
+            "torchft-ma@50mbit"} <= set(names)
+    assert "s-bmuf@50mbit" not in names or full  # nothing the default's ratios do not read
+    for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
+        for ratio, num, den in LINK_RATIOS:
+            if ratio.startswith("background"):
+                assert num == "s-ma"
+            if full or {num, den} <= {"s-ma", "ddp", "torch-fr-ma", "torchft-ma"}:
+                assert f"{num}{at(rate)}" in names and f"{den}{at(rate)}" in names, ratio
+        ma = names.index(f"s-ma{at(rate)}")
+        assert all(names.index(f"{peer}{at(rate)}") > ma for peer in ("torch-fr-ma", "torchft-ma"))
+    assert ("ddp@unlimited" in names) == full

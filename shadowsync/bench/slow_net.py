@@ -3,15 +3,15 @@
 Three network namespaces (the embedding server and each trainer on its own host) run the
 job with the README's torchrun command line. The path between the two trainer hosts, which
 carries synchronization, is then limited to 50 Mbit/s (htb; this kernel has no netem, so no
-added delay) while the embedding paths stay fast, and the EPS of background BMUF and of DDP
-is compared with the same hosts unlimited. On the slow link, background MA is also run beside
-PyTorch's post-local SGD averaging (`torch-fr-ma`) set to the syncs per minute that s-ma
-reached on that link in the same repeat, the peer the issue compares on a real network; and
-background BMUF with rounds back to back (so the link, not the CPU budget, sets the pace) sends
-fp32 or bf16 (`--sync-dtype`): syncs per minute, bytes per round and eval NE compare the two.
-`full` adds a 1 Gbit/s link for s-ma, torch-fr-ma and DDP. Where torchft is installed, its
-LocalSGD (`torchft-ma`) runs on the slow link too, at the same syncs per minute as
-torch-fr-ma.
+added delay) while the embedding paths stay fast, and the EPS of background sync and of DDP
+is compared with the same hosts unlimited. "Background" is s-ma in every ratio, as on
+loopback. On the slow link, s-ma also runs beside DDP and PyTorch's post-local SGD averaging
+(`torch-fr-ma`) set to the syncs per minute that s-ma reached on that link in the same repeat,
+the peer the issue compares on a real network; and background BMUF with rounds back to back
+(so the link, not the CPU budget, sets the pace) sends fp32 or bf16 (`--sync-dtype`): syncs per
+minute, bytes per round and eval NE compare the two. `full` adds a 1 Gbit/s link and every way
+of syncing on both. Where torchft is installed, its LocalSGD (`torchft-ma`) runs on each
+limited link too, at the same syncs per minute as torch-fr-ma.
 """
 
 from __future__ import annotations
@@ -114,6 +114,34 @@ def _wait_for_hosts(procs: list[Any], out: Path, timeout: float) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+def at(rate: float | None) -> str:
+    return "@unlimited" if rate is None else f"@{rate:g}mbit"
+
+
+def link_variants(cfg: TrainConfig, full: bool,
+                  torchft: bool) -> list[tuple[str, Any, float | None]]:
+    """(name, config, rate) in the order they run each repeat: background MA and DDP with and
+    without the limit, the ways of syncing on each limited link (`full`: both links, every
+    way), the peers beside s-ma at s-ma's rate on the same link, and BMUF rounds back to back
+    (the link is then the limit) sending fp32 or bf16 on the slow link. A config may be a
+    function of the runs of this repeat so far (the peers' period comes from s-ma's rate)."""
+    variants: list[tuple[str, Any, float | None]] = [
+        (f"{sync}{at(None)}", replace(cfg, sync=sync), None)
+        for sync in (("s-ma", "ddp") if full else ("s-ma",))]
+    for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
+        syncs = ("none", "s-bmuf", "ddp", "s-ma") if full else ("ddp", "s-ma")
+        variants += [(f"{sync}{at(rate)}", replace(cfg, sync=sync), rate) for sync in syncs]
+        peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
+        for peer in peers:
+            def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
+                           ma: str = f"s-ma{at(rate)}") -> TrainConfig:
+                return replace(cfg, sync=sync, sync_every=torch_period(this_repeat[ma], cfg))
+            variants.append((f"{peer}{at(rate)}", at_ma_rate, rate))
+    return variants + [(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
+                        replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype),
+                        SLOW_MBIT) for dtype in ("fp32", "bf16")]
+
+
 def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False,
                  torchft: bool = False) -> dict[str, Any]:
     """`full` adds DDP on the unlimited link (for `ddp_eps_drop_slow_net`); `torchft`, the
@@ -128,31 +156,8 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
     if reason:
         print(f"bench sync: slow-network part skipped: {reason}")
         return {"skipped": reason, "ratios": dict.fromkeys(RATIOS)}
-    cfg = replace(base, dense_servers=0, trainers=2, embedding_servers=1)
-
-    def at(rate: float | None) -> str:
-        return "@unlimited" if rate is None else f"@{rate:g}mbit"
-
-    # (name, config, rate): background BMUF and DDP with and without the limit, the ways of
-    # syncing on each limited link (`full`: both links, every way), the peers beside s-ma at
-    # s-ma's rate on the same link, and BMUF rounds back to back (the link is then the limit)
-    # sending fp32 or bf16 on the slow link. A config may be a function of the runs of this
-    # repeat so far (the peers' period comes from s-ma's rate).
-    variants: list[tuple[str, Any, float | None]] = [
-        (f"{sync}{at(None)}", replace(cfg, sync=sync), None)
-        for sync in (("s-bmuf", "ddp") if full else ("s-bmuf",))]
-    for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
-        syncs = ("none", "s-bmuf", "ddp", "s-ma") if full else ("s-bmuf", "ddp", "s-ma")
-        variants += [(f"{sync}{at(rate)}", replace(cfg, sync=sync), rate) for sync in syncs]
-        peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
-        for peer in peers:
-            def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
-                           ma: str = f"s-ma{at(rate)}") -> TrainConfig:
-                return replace(cfg, sync=sync, sync_every=torch_period(this_repeat[ma], cfg))
-            variants.append((f"{peer}{at(rate)}", at_ma_rate, rate))
-    variants += [(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
-                  replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype), SLOW_MBIT)
-                 for dtype in ("fp32", "bf16")]
+    variants = link_variants(replace(base, dense_servers=0, trainers=2, embedding_servers=1),
+                             full, torchft)
     runs: list[dict[str, Any]] = []
     root.mkdir(parents=True, exist_ok=True)
     (root / "runs.jsonl").unlink(missing_ok=True)
@@ -176,15 +181,13 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
     slow = at(SLOW_MBIT)
     ratios: dict[str, Any] = {}
     spreads: dict[str, list[float]] = {}
-    for sync in ("s-bmuf", "ddp"):
+    for sync in ("s-ma", "ddp"):
         kept, spread = ratio_of_medians(runs, f"{sync}{slow}", f"{sync}@unlimited", "eps")
-        name = f"{'background' if sync == 's-bmuf' else sync}_eps_drop_slow_net"
+        name = f"{'background' if sync == 's-ma' else sync}_eps_drop_slow_net"
         ratios[name] = 1.0 - kept if kept is not None else None
         spreads[name] = [1.0 - x for x in reversed(spread)]
     for suffix, rate in (("slow_net", SLOW_MBIT), ("1gbit", GIGABIT_MBIT)):
         for name, num, den in LINK_RATIOS:
-            if rate == SLOW_MBIT and name == "background_vs_ddp":
-                num = "s-bmuf"  # the slow link's goal was set on background BMUF
             ratios[f"{name}_{suffix}"], spreads[f"{name}_{suffix}"] = ratio_of_medians(
                 runs, f"{num}{at(rate)}", f"{den}{at(rate)}", "eps")
     fp32, bf16 = (f"s-bmuf-{d}-back-to-back{slow}" for d in ("fp32", "bf16"))

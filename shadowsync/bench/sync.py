@@ -193,8 +193,9 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
     rules = RULES if full else DEFAULT_RULES
     variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in rules}
     variants["torch-fr-ma"] = torch_fr_ma
-    # torchft's LocalSGD at the same rate, where the peer can run here.
-    if torchft_reason is None:
+    # torchft's LocalSGD at the same rate, where the peer can run here: on loopback with
+    # `full` (no goal here; the torchft ratio is on the slow link, which always runs it).
+    if full and torchft_reason is None:
         def torchft_ma() -> dict[str, Any]:
             period = torch_period(last_ma, base) if last_ma else base.sync_every
             return runner("torchft")(replace(base, sync_every=period),
