@@ -48,7 +48,7 @@ LINK_RATIOS = (("background_vs_ddp", "s-ma", "ddp"),
                ("s_bmuf_vs_none", "s-bmuf", "none"))
 RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net",
           *(f"{name}_{suffix}" for suffix in ("slow_net", "1gbit") for name, _, _ in LINK_RATIOS),
-          "bf16_syncs_per_min_vs_fp32_slow_net", "s_bmuf_ne_bf16_vs_fp32")
+          "bf16_syncs_per_min_vs_fp32_slow_net", "s_bmuf_ne_bf16_vs_fp32_slow_net")
 RDZV_PORT = 29400
 
 
@@ -192,7 +192,7 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
                 runs, f"{num}{at(rate)}", f"{den}{at(rate)}", "eps")
     fp32, bf16 = (f"s-bmuf-{d}-back-to-back{slow}" for d in ("fp32", "bf16"))
     for name, key in (("bf16_syncs_per_min_vs_fp32_slow_net", "syncs_per_min"),
-                      ("s_bmuf_ne_bf16_vs_fp32", "eval_ne")):
+                      ("s_bmuf_ne_bf16_vs_fp32_slow_net", "eval_ne")):
         ratios[name], spreads[name] = ratio_of_medians(runs, bf16, fp32, key)
     bytes_per_round = {v: median_of(runs, v, "sync_bytes_per_round") for v in (fp32, bf16)}
     return {"runs": runs, "rate_mbit": SLOW_MBIT, "bytes_per_round": bytes_per_round,

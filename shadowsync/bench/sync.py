@@ -4,8 +4,9 @@ One job (data, model, examples, seed), run as a local cluster (2 trainers, 1 emb
 server) under none, s-ma, s-bmuf, DDP and PyTorch's own periodic model averaging (post-local
 SGD) set to the sync rate s-ma reached, and the default job with private unshared tables
 (the ceiling of the embedding path). Quality on one pass of the default data compares s-bmuf
-with fr-bmuf, DDP and the installed peers of other libraries (TorchRec's
-DistributedModelParallel; `shadowsync.bench.peers`), which run on the same examples.
+with fr-bmuf, DDP, s-bmuf sending bf16 rounds, and the installed peers of other libraries
+(TorchRec's DistributedModelParallel; `shadowsync.bench.peers`), which run on the same
+examples.
 `--full` adds s-easgd, the RPC-only embedding path, the foreground twins and the background
 rules at several fixed intervals. Variants run interleaved, repeated, and are compared by
 their medians; every ratio comes with its spread over the repeats and its goal. Optionally
@@ -70,7 +71,10 @@ GOALS: dict[str, str | None] = {
     "s_ma_vs_none_1gbit": None,
     "s_bmuf_vs_none_1gbit": None,
     "bf16_syncs_per_min_vs_fp32_slow_net": ">= 1.8",
+    # bf16 rounds' quality on the quality runs' full pass; on the slow link's 300k-example
+    # runs it is reported (one run's NE there moves by about 0.5% between repeats).
     "s_bmuf_ne_bf16_vs_fp32": "<= 1.002",
+    "s_bmuf_ne_bf16_vs_fp32_slow_net": None,
 }
 
 
@@ -220,6 +224,8 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
     plan_data(quality)
     q_variants = {f"{name}/quality": variant(f"{name}-quality", replace(quality, sync=name))
                   for name in ("s-bmuf", "fr-bmuf", "ddp")}
+    q_variants["s-bmuf/bf16/quality"] = variant(
+        "s-bmuf-bf16-quality", replace(quality, sync="s-bmuf", sync_dtype="bf16"))
     if full:
         q_variants["s-bmuf/overwrite/quality"] = variant(
             "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
@@ -245,6 +251,7 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
         "s_bmuf_ne_vs_fr_bmuf": ("s-bmuf/quality", "fr-bmuf/quality", "eval_ne"),
         "s_bmuf_ne_vs_ddp": ("s-bmuf/quality", "ddp/quality", "eval_ne"),
         "s_bmuf_ne_vs_teacher": ("s-bmuf/quality", teacher, "eval_ne"),
+        "s_bmuf_ne_bf16_vs_fp32": ("s-bmuf/bf16/quality", "s-bmuf/quality", "eval_ne"),
         "s_bmuf_ne_delta_vs_overwrite": ("s-bmuf/quality", "s-bmuf/overwrite/quality"
                                          if full else None, "eval_ne"),
         # The default job against TorchRec on the same examples (None: peer not installed).
