@@ -150,7 +150,8 @@ class TrainConfig:
                           ("warning", "info", "debug"))
     checkpoint_every: str = _opt(
         "300s", "checkpoint the job every N seconds ('600s') or N examples ('500000'); 0: only "
-        "at the end and on Ctrl-C / SIGTERM")
+        "at the end and on Ctrl-C / SIGTERM; never: no checkpoint (a throwaway run: nothing "
+        "to resume, and a restart after a failure begins from the start)")
     keep_checkpoints: int = _opt(2, "checkpoints kept under OUT/checkpoint (older ones pruned)")
     max_restarts: int = _opt(
         3, "when a process of the job dies, restart the job from its newest checkpoint up to "

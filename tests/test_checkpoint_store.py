@@ -109,6 +109,7 @@ def test_checkpoint_every():
     assert parse_every("600s") == ("seconds", 600.0)
     assert parse_every("250000") == ("examples", 250000.0)
     assert parse_every("0")[0] == "off"
+    assert parse_every("never") == ("never", 0.0)
     with pytest.raises(UserError, match="--checkpoint-every"):
         parse_every("10 minutes")
 

@@ -85,6 +85,22 @@ def test_quiet_prints_only_the_summary(tmp_path):
     assert summary(out)["config"]["model"] == "tests.helpers:two_layer_mlp"
 
 
+@pytest.mark.timeout(120)
+def test_checkpoint_every_never_trains_and_writes_no_checkpoint(tmp_path):
+    from tests.conftest import write_array_dir
+
+    data = write_array_dir(tmp_path / "arrays", rows=8000, num_dense=4, num_tables=2)
+    out = tmp_path / "run"
+    res = run_cli(["train", "-q", *LOCAL, "--data", str(data), "--model",
+                   "tests.helpers:two_layer_mlp", "--eval-points", "0",
+                   "--checkpoint-every", "never", "--out", str(out)], timeout=100)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    assert s["checkpoint"] is None and s["examples"] > 0
+    assert not (out / "checkpoint").exists()
+
+
 @pytest.mark.timeout(300)
 def test_repeated_runs_do_not_split_into_a_stalled_group(tmp_path):
     # Before the dense warmup, about four runs in ten of exactly this job lost every ReLU at

@@ -73,14 +73,14 @@ def digits_job(trainers: int, examples: int, share: float) -> TrainConfig:
     return TrainConfig(task="digits", trainers=trainers, workers=1, embedding_servers=1,
                        examples=examples, batch_size=32, optimizer="sgd", lr=DIGITS_LR,
                        momentum=0.9, warmup_steps=0, switch_plan=f"bsp:{share:g},asp",
-                       eval_points=6,
+                       eval_points=6, checkpoint_every="never",
                        progress=False, log_every=10**12).validate()
 
 
 def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
     return TrainConfig(trainers=trainers, workers=1, embedding_servers=1, examples=examples,
                        switch_plan=f"bsp:{share:g},asp", eval_points=6, progress=False,
-                       log_every=10**12).validate()
+                       log_every=10**12, checkpoint_every="never").validate()
 
 
 def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:

@@ -79,7 +79,7 @@ class Checkpointer:
     def maybe_save(self, examples_trainer0: int) -> Path | None:
         """Save if the interval is (about to be) over (examples: the job's, see
         `job_examples`; called often, every tick of trainer 0)."""
-        if not self.resumable or self.kind == "off":
+        if not self.resumable or self.kind in ("off", "never"):
             return None
         if self.kind == "seconds":
             if time.monotonic() - self._last_t < self.every:

@@ -77,7 +77,12 @@ def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Any,
 
 
 def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> Any:
+    """Trainer 0's checkpointer; None with `--checkpoint-every never`."""
     from shadowsync.checkpoint.coordinator import Checkpointer
+    from shadowsync.checkpoint.interval import parse_every
+
+    if parse_every(cfg.checkpoint_every)[0] == "never":
+        return None
 
     shards_per = cfg.trainers * cfg.workers
     stop = plan.train_stop
