@@ -90,6 +90,7 @@ def torch_period(ma_run: dict[str, Any], cfg: Any) -> int:
 
 
 def drop_checkpoint(out: Path) -> None:
-    """A bench reads each run's summary, never its model: the final checkpoints (the default
-    job's embedding tables alone are 169 MiB) would otherwise fill the disk over its runs."""
+    """A bench reads each run's summary, never its model. Its own jobs write none
+    (`--checkpoint-every never`); a checkpoint a run wrote anyway (the default job's embedding
+    tables alone are 169 MiB) would otherwise fill the disk over the bench's runs."""
     shutil.rmtree(Path(out) / "checkpoint", ignore_errors=True)

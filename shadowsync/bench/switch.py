@@ -85,8 +85,9 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
 
 def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     """One run, timed whole (`run_s`: launch to summary) and in training (`train_s`); the
-    difference, `startup_s`, is starting and ending the processes. Its final checkpoint is
-    dropped (a ctr run's holds the 26 tables, about 170 MB, which nothing here reads)."""
+    difference, `startup_s`, is starting and ending the processes. The bench's jobs write
+    no checkpoint (`--checkpoint-every never`); one a config asked for is dropped (a ctr run's
+    holds the 26 tables, about 170 MB, which nothing here reads)."""
     from shadowsync.api import run
 
     if out.exists():
