@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -87,10 +86,3 @@ def torch_period(ma_run: dict[str, Any], cfg: Any) -> int:
     steps_per_min = ma_run["eps"] / cfg.trainers / cfg.workers / cfg.batch_size * 60
     rate = ma_run.get("syncs_per_min") or 1.0
     return max(1, round(steps_per_min / rate))
-
-
-def drop_checkpoint(out: Path) -> None:
-    """A bench reads each run's summary, never its model. Its own jobs write none
-    (`--checkpoint-every never`); a checkpoint a run wrote anyway (the default job's embedding
-    tables alone are 169 MiB) would otherwise fill the disk over the bench's runs."""
-    shutil.rmtree(Path(out) / "checkpoint", ignore_errors=True)

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import drop_checkpoint, median_of, ratio_of_medians, torch_period
+from shadowsync.bench.common import median_of, ratio_of_medians, torch_period
 from shadowsync.config import TrainConfig, config_to_toml
 
 SLOW_MBIT = 50.0
@@ -169,7 +169,6 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
                     job_cfg = job_cfg({x["variant"]: x for x in runs if x["repeat"] == r})
                 hosts.set_pair_rate(1, 2, rate)
                 s = run_on_hosts(hosts, job_cfg, root / f"{name}-{r}")
-                drop_checkpoint(root / f"{name}-{r}")
                 runs.append({"variant": name, "repeat": r, "eps": s["train_eps"],
                              "syncs_per_min": s.get("syncs_per_min"),
                              "sync_bytes_per_round": s.get("sync_bytes_per_round"),

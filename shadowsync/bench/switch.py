@@ -28,13 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import (
-    drop_checkpoint,
-    interleaved,
-    median_of,
-    print_table,
-    write_bench,
-)
+from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
 from shadowsync.config import TrainConfig
 
 # Variant -> (--sync, --switch-policy, straggler on). The switch without a straggler follows
@@ -86,8 +80,8 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
 def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     """One run, timed whole (`run_s`: launch to summary) and in training (`train_s`); the
     difference, `startup_s`, is starting and ending the processes. The bench's jobs write
-    no checkpoint (`--checkpoint-every never`); one a config asked for is dropped (a ctr run's
-    holds the 26 tables, about 170 MB, which nothing here reads)."""
+    no checkpoint (`--checkpoint-every never`): nothing here reads one, and a ctr run's would
+    hold the 26 tables, about 170 MB."""
     from shadowsync.api import run
 
     if out.exists():
@@ -95,7 +89,6 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     _, s = run(replace(cfg, out=str(out)))
     run_s = time.perf_counter() - t0
-    drop_checkpoint(out)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
@@ -237,7 +230,6 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
             out = root / "slow-link" / f"{variant.replace('+', '-')}-{next(counter)}"
             t0 = time.perf_counter()
             s = run_on_hosts(hosts, cfg, out, watch=window)
-            drop_checkpoint(out)
             return {"seed": seed, "train_s": s["train_s"], "run_s": time.perf_counter() - t0,
                     "metric": s["eval_accuracy"], "link_changes": window.changes,
                     **switch_fields(s)}

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.bench.common import (
-    drop_checkpoint,
     interleaved,
     median_of,
     print_table,
@@ -98,7 +97,6 @@ def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     if out.exists():
         shutil.rmtree(out)
     _, s = run(replace(cfg, out=str(out)))
-    drop_checkpoint(out)
     return {
         "eps": s["train_eps"], "eval_ne": s["eval_ne"], "syncs_per_min": s["syncs_per_min"],
         "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],

@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import drop_checkpoint
 from shadowsync.config import TrainConfig, config_to_toml
 
 
@@ -49,7 +48,6 @@ def run(cfg: TrainConfig, out: Path, timeout: float = 1800) -> dict[str, Any]:
     if p.returncode != 0:
         raise RuntimeError(f"torchft-ma job exited {p.returncode}: {p.stderr.strip()[-800:]}")
     s = json.loads((out / "summary.json").read_text())
-    drop_checkpoint(out)
     return {"eps": s["train_eps"], "eval_ne": s["eval_ne"], "syncs_per_min": s["syncs_per_min"],
             "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],
             "teacher_eval_ne": s["teacher_eval_ne"], "examples": s["examples"],
