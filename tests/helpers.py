@@ -107,4 +107,3 @@ class TwoLayerMLP(torch.nn.Module):
 def two_layer_mlp(num_dense: int, num_tables: int, embedding_dim: int) -> TwoLayerMLP:
     """The factory `--model tests.helpers:two_layer_mlp` names."""
     return TwoLayerMLP(num_dense, num_tables, embedding_dim)
-
