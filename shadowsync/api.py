@@ -88,7 +88,7 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
                     f"still diverging after {MAX_ROLLBACKS} rollbacks"
                 raise UserError(f"{e} ({why})") from None
             lr = cfg.lr / 2
-            emb_lr = (cfg.embedding_lr or cfg.lr) / 2
+            emb_lr = cfg.embedding_lr / 2
             log.warning("%s; rolling back to %s at --lr %g", e, good[-1], lr)
             rollbacks.append({"checkpoint": str(good[-1]), "lr": lr, "error": str(e)})
             cfg = replace(cfg, resume=str(good[-1]), lr=lr, embedding_lr=emb_lr,

@@ -71,7 +71,10 @@ class TrainConfig:
     optimizer: str = _opt("adagrad", "optimizer (row-wise Adagrad for embeddings)",
                           ("adagrad", "sgd"))
     lr: float = _opt(0.05, "learning rate of the dense parameters")
-    embedding_lr: float | None = _opt(None, "learning rate of the embeddings (default: --lr)")
+    embedding_lr: float = _opt(0.2, "learning rate of the embeddings")
+    embedding_initial_accumulator: float = _opt(
+        0.05, "where every embedding row's Adagrad accumulator starts (0: at zero, as torch "
+        "does): above zero, a rare id's first steps are shrunk instead of a full --embedding-lr")
     warmup_steps: int = _opt(
         300, "worker steps over which the dense learning rate rises linearly to --lr (0: off)")
     batch_size: int = _opt(256, "examples per worker step")
@@ -234,8 +237,11 @@ class TrainConfig:
         self.sync_interval_s()
         for name in ("lr", "embedding_lr"):
             v = getattr(self, name)
-            if v is not None and not v > 0:
+            if not v > 0:
                 raise UserError(f"--{_flag(name)} must be a positive number, got {v}")
+        if not 0 <= self.embedding_initial_accumulator < float("inf"):
+            raise UserError("--embedding-initial-accumulator must be a number >= 0, got "
+                            f"{self.embedding_initial_accumulator}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)
@@ -268,6 +274,12 @@ class TrainConfig:
             raise UserError(f"--table-size: {len(self.table_size)} sizes given, but the data "
                             f"has {num_tables} categorical features")
         return list(self.table_size)
+
+    def table_optimizer(self) -> dict[str, Any]:
+        """How every embedding table of the job learns, wherever it lives (a server, a
+        trainer, a checkpoint being evaluated, a peer's tables)."""
+        return {"optimizer": self.optimizer, "lr": self.embedding_lr,
+                "initial_accumulator": self.embedding_initial_accumulator}
 
     def sync_interval_s(self) -> float | None:
         """The background pace in seconds, or None for auto."""

@@ -45,6 +45,9 @@ def test_wrong_type_in_toml(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--workers", "0"], "--workers must be positive"),
     (["--lr", "-1"], "--lr must be a positive number"),
+    (["--embedding-lr", "0"], "--embedding-lr must be a positive number"),
+    (["--embedding-initial-accumulator", "-0.1"], "--embedding-initial-accumulator must be"),
+    (["--embedding-initial-accumulator", "nan"], "--embedding-initial-accumulator must be"),
     (["--sync-interval", "soon"], "--sync-interval must be 'auto'"),
     (["--sync-budget", "2"], "--sync-budget must be in"),
 ])

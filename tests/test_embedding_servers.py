@@ -17,7 +17,7 @@ LR = 0.5
 
 
 def _server(index: int, port: int, results) -> None:
-    serve(PLAN, index, 4, "sgd", LR, seed=0)
+    serve(PLAN, index, 4, {"optimizer": "sgd", "lr": LR}, seed=0)
     RpcEndpoint("127.0.0.1", port).join(LAYOUT.embedding_name(index), index, 3)
     RpcEndpoint.leave()
 
@@ -61,7 +61,8 @@ ADAGRAD_PLAN = ShardingPlan(2, (60, 300, 40), row_split_limit=100)
 def _adagrad_server(index: int, port: int, results) -> None:
     import os
 
-    serve(ADAGRAD_PLAN, index, 4, "adagrad", 0.1, seed=3, clients=1)
+    serve(ADAGRAD_PLAN, index, 4,
+          {"optimizer": "adagrad", "lr": 0.1, "initial_accumulator": 0.05}, seed=3, clients=1)
     from shadowsync.transport.servers import embedding
 
     paths = list(embedding._SHARED.paths.values()) if embedding._SHARED else []

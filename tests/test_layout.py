@@ -46,9 +46,37 @@ def test_row_wise_adagrad_sums_repeated_ids():
     assert t.weight[[0, 1, 3]].abs().sum() == 0
 
 
+def test_row_wise_adagrad_starts_from_the_initial_accumulator():
+    # From a = 0.25, a row's first step with gradient (1, 1) is lr * 1 / sqrt(0.25 + 1), where
+    # from zero it would be a full lr; the second step's accumulator holds a + 1 + 1.
+    t = EmbeddingTables([3], 2, optimizer="adagrad", lr=1.0, eps=0.0, initial_accumulator=0.25)
+    assert t.state.tolist() == [0.25, 0.25, 0.25]
+    t.weight.zero_()
+    t.apply_rows(torch.tensor([1]), torch.ones(1, 2))
+    first = -1.0 / 1.25 ** 0.5
+    assert torch.allclose(t.weight[1], torch.full((2,), first))
+    t.apply_rows(torch.tensor([1]), torch.ones(1, 2))
+    assert torch.allclose(t.weight[1], torch.full((2,), first - 1.0 / 2.25 ** 0.5))
+    assert t.state.tolist() == [0.25, 2.25, 0.25]
+
+
 def test_sparse_sgd():
     t = EmbeddingTables([3, 2], 2, optimizer="sgd", lr=0.5)
     before = t.weight.clone()
     t.apply_gradients(torch.tensor([[1, 1]]), torch.ones(1, 2, 2))
     assert torch.allclose(t.weight[1], before[1] - 0.5)
     assert torch.allclose(t.weight[4], before[4] - 0.5)  # table 2 starts at row 3
+
+
+def test_a_jobs_tables_start_from_its_initial_accumulator():
+    from shadowsync.config import TrainConfig
+    from shadowsync.train.local import local_tables
+    from shadowsync.train.trainer import Features
+
+    cfg = TrainConfig(embedding_initial_accumulator=0.3, embedding_lr=0.7)
+    t = local_tables(cfg, Features(13, (5, 7)))
+    assert torch.equal(t.state, torch.full((12,), 0.3))
+    assert t.lr == 0.7
+    default = TrainConfig().embedding_initial_accumulator
+    assert torch.equal(local_tables(TrainConfig(), Features(13, (5,))).state,
+                       torch.full((5,), default))

@@ -59,6 +59,8 @@ def test_torchrec_peer_trains_the_job(tmp_path):
     plan = plan_data(job(20_000))
     assert result["eval_examples"] == plan.eval_stop - plan.eval_start  # every held-out row
     assert result["plan"] == ["table_wise"]
+    # every row's Adagrad accumulator started where ours do (one per row of the 26 tables)
+    assert result["accumulators_started"] == sum(plan.features.table_rows)
     assert (tmp_path / "tr" / "summary.json").exists()
     assert multiprocessing.active_children() == []
 

@@ -30,11 +30,18 @@ MODES = ("rpc", "shm", "local", "echo", "ping")
 TABLES, ROWS, DIM, BATCH = 26, 100_000, 16, 256
 
 
+def _table_optimizer() -> dict[str, Any]:
+    """The default job's (row-wise Adagrad, its learning rate and starting accumulator)."""
+    from shadowsync.config import TrainConfig
+
+    return TrainConfig().table_optimizer()
+
+
 def _server(port: int, results: Any) -> None:
     from shadowsync.transport.rpc import RpcEndpoint
     from shadowsync.transport.servers.embedding import ShardingPlan, release, serve
 
-    serve(ShardingPlan(1, (ROWS,) * TABLES, 10**9), 0, DIM, "adagrad", 0.05, seed=0)
+    serve(ShardingPlan(1, (ROWS,) * TABLES, 10**9), 0, DIM, _table_optimizer(), seed=0)
     try:
         RpcEndpoint("127.0.0.1", port).join("emb0", 0, 2, threads=16)
         RpcEndpoint.leave()
@@ -67,7 +74,7 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
                                   DIM, {"trainer0": 1})
     client.attach("trainer0")
     mapped = dict(client._shared)
-    local = EmbeddingTables([ROWS] * TABLES, DIM, optimizer="adagrad", lr=0.05, seed=1)
+    local = EmbeddingTables([ROWS] * TABLES, DIM, seed=1, **_table_optimizer())
     model = DLRMDense(ModelConfig(dense[0].shape[1], TABLES, DIM))
     opt = make_dense_optimizer("adagrad", model.parameters(), 0.01)
     gen = torch.Generator().manual_seed(0)

@@ -59,8 +59,7 @@ def load_model(step: Path) -> tuple[Any, torch.nn.Module, Any]:
         servers = [s for s in manifest.get("shards", []) if s.startswith("emb")]
 
         def table(rows: list[int], seed: int) -> EmbeddingTables:
-            return EmbeddingTables(rows, cfg.embedding_dim, optimizer=cfg.optimizer,
-                                   lr=cfg.embedding_lr or cfg.lr, seed=seed)
+            return EmbeddingTables(rows, cfg.embedding_dim, seed=seed, **cfg.table_optimizer())
 
         if servers:
             plan = embedding_plan(cfg)

@@ -32,6 +32,7 @@ class EmbeddingTables:
         lr: float = 0.05,
         seed: int = 0,
         eps: float = 1e-8,
+        initial_accumulator: float = 0.0,
     ) -> None:
         self._set_layout(rows, dim, optimizer, lr, eps)
         total = sum(self.rows)
@@ -39,7 +40,12 @@ class EmbeddingTables:
         # DLRM's initialisation: uniform in +-1/sqrt(rows) of each table.
         bounds = torch.cat([torch.full((r,), r**-0.5) for r in self.rows]).unsqueeze(1)
         self.weight = (torch.rand(total, dim, generator=gen) * 2 - 1) * bounds
-        self.state = torch.zeros(total) if self.optimizer is SparseOptimizer.ADAGRAD else None
+        # A row's Adagrad step is its gradient over sqrt(accumulator): from zero, the first
+        # step of a row is a full `lr` whatever its gradient, so a rare id's vector is set by
+        # the one or two examples it came with. Starting the accumulator above zero shrinks
+        # those first steps and leaves a frequent row's later ones as they were.
+        self.state = (torch.full((total,), float(initial_accumulator))
+                      if self.optimizer is SparseOptimizer.ADAGRAD else None)
 
     @classmethod
     def from_tensors(cls, rows: list[int], dim: int, optimizer: SparseOptimizer | str, lr: float,

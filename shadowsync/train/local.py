@@ -11,8 +11,8 @@ from shadowsync.train.trainer import DataPlan, Features
 
 
 def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
-    return EmbeddingTables(list(features.table_rows), cfg.embedding_dim, optimizer=cfg.optimizer,
-                           lr=cfg.embedding_lr or cfg.lr, seed=cfg.seed).share_memory_()
+    return EmbeddingTables(list(features.table_rows), cfg.embedding_dim, seed=cfg.seed,
+                           **cfg.table_optimizer()).share_memory_()
 
 
 def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, Any]:

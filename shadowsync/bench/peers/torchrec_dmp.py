@@ -2,7 +2,8 @@
 
 DistributedModelParallel shards an EmbeddingBagCollection (one table per categorical
 feature, the job's rows and width) over 2 gloo CPU ranks with the planner's plan and
-fbgemm's fused row-wise Adagrad (applied in the backward pass, as TorchRec trains), and wraps
+fbgemm's fused row-wise Adagrad (applied in the backward pass, as TorchRec trains; its
+accumulators start where ours do, `--embedding-initial-accumulator`), and wraps
 the dense DLRM (our `DLRMDense`, the same shape) in DDP. TrainPipelineSparseDist overlaps the
 next batch's input distribution with the current step. Each rank reads the same rows our
 trainers read: global batches of the job's batch size, alternating between the ranks; the
@@ -49,7 +50,8 @@ def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     res = {"eps": examples / (end - start), "eval_ne": final["ne"], "syncs_per_min": None,
            "sync_blocked_fraction": None, "wall_s": wall, "examples": examples,
            "teacher_eval_ne": per_rank[0]["teacher"], "eval_examples": len(labels),
-           "plan": per_rank[0]["plan"]}
+           "plan": per_rank[0]["plan"],
+           "accumulators_started": sum(r["accumulators_started"] for r in per_rank)}
     out.mkdir(parents=True, exist_ok=True)
     import json
 
@@ -86,8 +88,25 @@ def _model(cfg: TrainConfig, plan: Any) -> Any:
 
     model = Train()
     apply_optimizer_in_backward(RowWiseAdagrad, model.ebc.parameters(),
-                                {"lr": cfg.embedding_lr or cfg.lr, "eps": 1e-8})
+                                {"lr": cfg.embedding_lr, "eps": 1e-8})
     return model
+
+
+def start_accumulators(dmp: Any, value: float) -> int:
+    """Start this rank's row-wise Adagrad accumulators (fbgemm's `momentum1`, one per row) at
+    the job's `--embedding-initial-accumulator`, as our tables start; TorchRec's fused
+    optimizer has no such setting. Returns the rows set."""
+    rows = 0
+    for state in dmp.fused_optimizer.state.values():
+        for key, held in state.items():  # a ShardedTensor, or a tensor
+            if not key.endswith("momentum1"):
+                continue
+            local = held.local_shards() if hasattr(held, "local_shards") else [held]
+            for shard in local:
+                tensor = getattr(shard, "tensor", shard)
+                tensor.fill_(value)
+                rows += tensor.numel()
+    return rows
 
 
 def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, rank: int,
@@ -152,6 +171,7 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
                                                              compute_device="cpu"))
         sharding = planner.collective_plan(model, pg=dist.GroupMember.WORLD)
         dmp = DistributedModelParallel(model, device=device, plan=sharding)
+        started = start_accumulators(dmp, cfg.embedding_initial_accumulator)
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(dmp.named_parameters())),
             lambda params: torch.optim.Adagrad(params, lr=cfg.lr))
@@ -183,7 +203,7 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
                   for name, s in p.items()}
         return {"start": start, "end": end, "examples": done * cfg.batch_size,
                 "pred": np.concatenate(pred), "labels": np.concatenate(labels),
-                "teacher": plan.teacher_eval_ne,
+                "teacher": plan.teacher_eval_ne, "accumulators_started": started,
                 "plan": sorted(set(shards.values()))}
     finally:
         dist.destroy_process_group()

@@ -85,19 +85,20 @@ _SHARED: _SharedFiles | None = None
 PROFILE = {"apply_s": 0.0, "lookup_s": 0.0, "calls": 0}
 
 
-def serve(plan: ShardingPlan, server: int, dim: int, optimizer: str, lr: float,
+def serve(plan: ShardingPlan, server: int, dim: int, table_optimizer: dict[str, Any],
           seed: int, share: bool = True, clients: int | None = None) -> EmbeddingTables:
     """Hold this server's pieces; the RPC agent answers requests until shutdown.
 
     With `share`, the weights and optimizer state live in files under /dev/shm so that
     clients on the same host update them in place (Hogwild, as the server's own RPC threads
     do) instead of sending them over RPC; the names go once `clients` clients attached (the
-    mappings stay), or when `release()` runs or the process exits.
+    mappings stay), or when `release()` runs or the process exits. `table_optimizer` is how
+    the rows learn (`TrainConfig.table_optimizer()`).
     """
     global _LOCAL_TABLES, _SHARED
     torch.set_num_threads(1)
-    tables = EmbeddingTables(plan.server_pieces(server), dim, optimizer=optimizer, lr=lr,
-                             seed=seed * 7919 + server)
+    tables = EmbeddingTables(plan.server_pieces(server), dim, seed=seed * 7919 + server,
+                             **table_optimizer)
     if share and shm.available():
         paths = {"weight": shm.new_path(f"emb{server}-weight")}
         tables.weight = shm.to_shared_file(tables.weight, paths["weight"])
