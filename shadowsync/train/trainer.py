@@ -202,6 +202,9 @@ class Trainer:
         self._procs = [ctx.Process(target=worker_main, daemon=True,
                                    args=(spec, self.model, self.tables, messages, ready, hook))
                        for spec in self.worker_specs()]
+        # The count this attempt starts from (where it resumed), noted before any step: a
+        # watcher then sees it move even when what is left of the job fits in one report.
+        self._note_progress()
         # Workers start with SIGINT blocked (until they can act on it, and then it only quiets
         # them): a Ctrl-C reaches the whole terminal's group, and the trainer alone decides
         # when its workers stop.
