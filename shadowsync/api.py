@@ -97,6 +97,7 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 
 def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """One training run of `run` (no rollback)."""
+    from shadowsync import forkserver
     from shadowsync.cluster.launch import choose_port, launch_local
     from shadowsync.cluster.roles import resolve
     from shadowsync.train.local import train_local
@@ -107,6 +108,9 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     if cfg.distributed:
         choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
+    # Every process of the job (or the workers of a local trainer) is forked from it; it
+    # imports torch while the data is prepared.
+    forkserver.start()
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
     log.info("data %s: %d training and %d held-out examples, %d dense features, %d "

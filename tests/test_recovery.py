@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from shadowsync.bench.peers import missing
+from shadowsync.procfs import stat_fields
 from tests.helpers import PRIVATE_NET, run_cli, session_processes, summary
 
 LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
@@ -177,10 +178,23 @@ def _importing_torch(session: int) -> list[int]:
                             Path(f"/proc/{pid}/maps").read_text())
 
 
-def _spawned_workers(session: int) -> list[int]:
-    """The run's Hogwild workers that exist (started by spawn, maybe still unpickling)."""
-    return _processes_where(session, lambda pid: b"spawn_main" in
-                            Path(f"/proc/{pid}/cmdline").read_bytes())
+def _hogwild_workers(session: int) -> list[int]:
+    """The run's Hogwild workers that exist (maybe still unpickling their arguments): the
+    processes the fork server forked after the job's 3 (each trainer asks it for its workers
+    once the trainer runs)."""
+    server = _processes_where(session, lambda pid: _parent(pid) == session and
+                              b"multiprocessing.forkserver" in
+                              Path(f"/proc/{pid}/cmdline").read_bytes())
+    forked = _processes_where(session, lambda pid: bool(server) and _parent(pid) == server[0])
+    return sorted(forked, key=_started)[3:]
+
+
+def _parent(pid: int) -> int:
+    return int(stat_fields(pid)[1])
+
+
+def _started(pid: int) -> int:
+    return int(stat_fields(pid)[19])  # in clock ticks after boot
 
 
 def _ctrl_c_while_starting(tmp_path: Path, seed: int, started: Callable[[int], bool],
@@ -217,10 +231,10 @@ def test_ctrl_c_while_a_cluster_starts_is_one_line_and_leaves_no_process(tmp_pat
 
 
 @pytest.mark.timeout(60 + 50 * CTRL_C_ITERATIONS)
-def test_ctrl_c_as_a_worker_is_spawned_is_one_line_and_leaves_no_process(tmp_path):
+def test_ctrl_c_as_a_worker_is_forked_is_one_line_and_leaves_no_process(tmp_path):
     """The first instant of a Hogwild worker, before it can act on a signal: its trainer
     kills it as it ends (an orphaned worker printed a traceback and held the pipes open)."""
-    _ctrl_c_while_starting(tmp_path, 81, lambda s: bool(_spawned_workers(s)), 0.1)
+    _ctrl_c_while_starting(tmp_path, 81, lambda s: bool(_hogwild_workers(s)), 0.1)
 
 
 @pytest.mark.timeout(400)

@@ -267,7 +267,7 @@ def time_split(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def cpu_s() -> float:
     """CPU seconds of this process and of the finished processes it started (the runs),
     those forked by the fork server included."""
-    from shadowsync.cluster import forkserver
+    from shadowsync import forkserver
 
     return forkserver.cpu_s() + sum(
         resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime

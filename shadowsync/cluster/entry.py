@@ -8,17 +8,7 @@ from typing import Any
 
 from shadowsync.train.stop import JOB_PROCESS_ENV, STOP_GRACE_S
 
-__all__ = ["JOB_PROCESS_ENV", "STOP_GRACE_S", "process_main", "quiet_resource_tracker"]
-
-
-def quiet_resource_tracker() -> None:
-    """A process ended on purpose after a stop leaves its semaphores to multiprocessing's
-    resource tracker (one per job, started by the launcher, shared by every process), which
-    removes them; its warning about them would be noise after the one line a stop prints."""
-    import os
-
-    os.environ.setdefault("PYTHONWARNINGS",
-                          "ignore::UserWarning:multiprocessing.resource_tracker")
+__all__ = ["JOB_PROCESS_ENV", "STOP_GRACE_S", "process_main"]
 
 
 def process_main(cfg: Any, environment: dict[str, str] | None = None) -> None:
@@ -26,7 +16,7 @@ def process_main(cfg: Any, environment: dict[str, str] | None = None) -> None:
     from shadowsync.train.stop import STOP, install_in_job_process
 
     if environment is not None:
-        from shadowsync.cluster.forkserver import become_job_process
+        from shadowsync.forkserver import become_job_process
 
         become_job_process(environment)
         install_in_job_process()  # the environment says so only now
@@ -34,3 +24,6 @@ def process_main(cfg: Any, environment: dict[str, str] | None = None) -> None:
     from shadowsync.cluster.roles import role_main
 
     role_main(cfg)
+    # The launch agent collects the result after the others finish; a stop meanwhile (the
+    # agent then never collects it) should not wait out the stop's grace.
+    STOP.mark_done()

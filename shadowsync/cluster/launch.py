@@ -14,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.cluster import forkserver
-from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main, quiet_resource_tracker
+from shadowsync import forkserver
+from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main
 from shadowsync.cluster.roles import first_error, layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
@@ -90,7 +90,6 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
-    quiet_resource_tracker()
     # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.
     # Its failure reports repeat, with a traceback, what error.txt says in one line.
     for name in ("torch.distributed.elastic", "torch.distributed.elastic.agent.server.api",
@@ -99,7 +98,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     forkserver.start()  # before the mark below: the fork server is no process of the job
     os.environ[JOB_PROCESS_ENV] = "1"  # the processes take over signals on import
     try:
-        elastic_launch(launch, process_main)(cfg, dict(os.environ))
+        elastic_launch(launch, process_main)(cfg, forkserver.job_environment())
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
         raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
     except Exception as e:  # ChildFailedError and friends: say which role failed and why

@@ -21,6 +21,7 @@ shadowsync (`install_in_job_process`), so a Ctrl-C during start-up prints no tra
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import sys
@@ -65,6 +66,7 @@ class StopRequest:
         self._grace_s: float | None = None
         self._exit_while_starting = False
         self.running = False  # this process has met its peers: a stop now saves
+        self._done = False  # this process's role has returned (`mark_done`)
         self._deadline = 0.0
         self._hard_deadline = 0.0
         self._lock = threading.RLock()  # the handler may run while the main thread holds it
@@ -107,17 +109,24 @@ class StopRequest:
         started, then kills them: a child killed while it unpickles its arguments prints
         nothing, while one whose parent vanished at that moment printed a traceback."""
         with self._start_gate:
-            yield self._children.append
+            yield lambda pid: self._children.append((pid, _started_at(pid)))
 
     def _exit_now(self, signum: int) -> None:
         silence_stderr()  # peers and half-imported modules would only add noise
         # Not forever: the main thread may be waiting for the lock this thread holds.
         self._start_gate.acquire(timeout=5.0)
-        for pid in self._children:
-            fields = stat_fields(pid)
-            if fields and fields[1] == str(os.getpid()):  # still ours (not a reused PID)
+        for pid, started in self._children:
+            if started is not None and _started_at(pid) == started:  # not a reused PID
                 os.kill(pid, signal.SIGKILL)
         os._exit(128 + signum)
+
+    def mark_done(self) -> None:
+        """This process has done its part and waits only to be collected: a signal now (or
+        one that came while it finished) ends it at once, since nothing is left to save."""
+        with self._lock:
+            self._done = True
+            if self.signum is not None and self._exit_while_starting:
+                self._exit_now(self.signum)
 
     def _watchdog(self) -> None:
         while True:
@@ -175,7 +184,7 @@ class StopRequest:
                 # the processes would print while they go (peers gone, connections closed)
                 # is only an echo of it.
                 silence_stderr()
-            if self._exit_while_starting and not self.running:
+            if self._exit_while_starting and (not self.running or self._done):
                 self._exit_now(self.signum)
             if first and self._grace_s is not None:
                 now = time.monotonic()
@@ -190,6 +199,13 @@ class StopRequest:
         self._note(signum)
         for callback in list(self._subscribers):
             callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
+
+
+def _started_at(pid: int) -> str | None:
+    """When process `pid` started (clock ticks after boot): with the PID, who it is. A
+    child's parent is no test of that: a worker forked by the fork server is its child."""
+    fields = stat_fields(pid)
+    return fields[19] if fields else None
 
 
 def watch_signals(on_signal: Callable[[int], None]) -> None:
@@ -262,12 +278,20 @@ def watch_parent() -> None:
     if _WATCHING:
         return
     _WATCHING = True
+    # A process forked by a fork server is that server's child; the process that asked for
+    # it (a trainer, the launcher) is known to multiprocessing, by a pipe that closes with it.
+    started_by = multiprocessing.parent_process()
     parent = os.getppid()
 
     def watch() -> None:
         while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
+            if started_by is not None:
+                started_by.join(0.5)
+                gone = not started_by.is_alive()
+            else:
+                time.sleep(0.5)
+                gone = os.getppid() != parent
+            if gone:
                 silence_stderr()
                 os._exit(1)
 

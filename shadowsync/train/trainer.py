@@ -9,6 +9,7 @@ spine runs a single local trainer and one trainer of a cluster.
 
 from __future__ import annotations
 
+import os
 import queue as queue_mod
 import signal
 import time
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 
 from shadowsync.config import TrainConfig
 from shadowsync.errors import PeerLost, UserError
+from shadowsync.forkserver import run_worker, worker_context
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
@@ -125,7 +126,8 @@ class Trainer:
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
         self.on_examples = on_examples  # called with the examples trained so far
         self.lost_peer = lost_peer  # () -> name of a process of the job that is gone, or None
-        self.stop_event = mp.get_context("spawn").Event() if stops_alone(cfg) else None
+        self.context = worker_context()  # how the workers start: forked or spawned
+        self.stop_event = self.context.Event() if stops_alone(cfg) else None
         self.stop_signal: int | None = None
         self._evaluating = False
         self._slices: list[Any] | None = None  # each worker's rows (`_examples_at`)
@@ -195,12 +197,14 @@ class Trainer:
 
     def run(self) -> TrainerStats:
         """Train until every worker has finished its shard and the runner's last round."""
-        ctx = mp.get_context("spawn")
+        ctx = self.context
         messages = ctx.Queue()
         hook = self.sync.worker_hook(ctx, self.cfg.workers) if self.sync else None
         ready = ctx.Barrier(self.cfg.workers)
-        self._procs = [ctx.Process(target=worker_main, daemon=True,
-                                   args=(spec, self.model, self.tables, messages, ready, hook))
+        environment = dict(os.environ)
+        self._procs = [ctx.Process(target=run_worker, daemon=True,
+                                   args=(environment, worker_main, spec, self.model,
+                                         self.tables, messages, ready, hook))
                        for spec in self.worker_specs()]
         # The count this attempt starts from (where it resumed), noted before any step: a
         # watcher then sees it move even when what is left of the job fits in one report.

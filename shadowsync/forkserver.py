@@ -1,0 +1,148 @@
+"""The processes of a local job, and the Hogwild workers of its trainers, are forked from a
+server that has imported torch once.
+
+Why: a spawned process imports torch afresh, about a second and a half of CPU, and the
+first torch optimizer it builds imports torch's compiler stack (`torch._dynamo`: another
+second and a half, for `Optimizer.add_param_group`). On 2 busy cores, starting the 3
+processes of the default job that way took 20-30 s before the first line of our code ran,
+and as long again on every restart after a killed process. multiprocessing's "forkserver"
+imports both once, in a fresh single-threaded process, and forks each process from it.
+Forking the launcher or a trainer itself would be faster still but is not safe: a child
+forked after its parent ran an OpenMP parallel op hangs in its own first one, and a trainer
+has a process group whose threads a child would not have.
+
+Who forks from it:
+- the launcher, for the job's processes (torch's elastic launch with start method
+  "forkserver"), and for the workers of a single local trainer (`worker_context`);
+- each trainer of a local cluster, for its workers: the launcher tells the job's processes
+  where its server listens (`job_environment`), and a process forked from that server
+  already holds what multiprocessing sends along with a request (the pipe that keeps the
+  server alive, the resource tracker). Where this Python's fork server works otherwise
+  (a newer protocol), or the trainer was started by torchrun, workers are spawned.
+
+Two things a forked process must not inherit from the server:
+- its environment, which is the launcher's from when the server started: the launcher sends
+  its current one along (`become_job_process`), and the process keeps over it what the
+  launch agent set for its rank; a trainer sends its own to its workers (`run_worker`);
+- its signals: the server ignores SIGINT and SIGTERM, because a Ctrl-C or a SIGTERM reaches
+  the job's whole process group, and a server that died of it would take the launcher's
+  view of the job's processes with it (the launcher would stop waiting for the final
+  checkpoint). The job's processes take both signals back; a worker gets SIGTERM's default
+  back and SIGINT blocked, as a spawned worker starts (see `Trainer.run`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from shadowsync.procfs import stat_fields
+
+SERVER_ENV = "SHADOWSYNC_FORK_SERVER"
+ADDRESS_ENV = "SHADOWSYNC_FORK_SERVER_ADDRESS"
+PRELOAD = ["torch", "torch._dynamo"]
+
+# The environment this module was imported in; in the fork server (which imports it first
+# thing) and every process forked from it, the server's environment from its start.
+ENVIRONMENT_AT_START = dict(os.environ)
+
+if os.environ.get(SERVER_ENV):  # the fork server, starting
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _server() -> Any:
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver
+
+
+def start() -> None:
+    """Start this process's fork server, with torch imported, unless it already runs. It
+    returns at once: the server imports torch meanwhile, and the first fork waits for it."""
+    from multiprocessing import forkserver
+
+    # It starts multiprocessing's resource tracker too, shared by every process of the job.
+    # A process ended on purpose after a stop leaves its semaphores to it, which removes
+    # them; its warning about them would be noise after the one line a stop prints.
+    os.environ.setdefault("PYTHONWARNINGS",
+                          "ignore::UserWarning:multiprocessing.resource_tracker")
+    multiprocessing.get_context("forkserver").set_forkserver_preload([__name__, *PRELOAD])
+    os.environ[SERVER_ENV] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.pop(SERVER_ENV, None)
+
+
+def job_environment() -> dict[str, str]:
+    """The launcher's environment for the job's processes, with where its server listens."""
+    address = _server()._forkserver_address
+    return dict(os.environ, **({ADDRESS_ENV: address} if isinstance(address, str) else {}))
+
+
+def worker_context() -> Any:
+    """The multiprocessing context a trainer starts its Hogwild workers with: forked from
+    the launcher's server where there is one (see the module's docstring), else spawned."""
+    server = _server()
+    if server._forkserver_pid is not None:  # this process runs it: a single local trainer
+        return multiprocessing.get_context("forkserver")
+    address = os.environ.get(ADDRESS_ENV)
+    if address and _can_attach(server):
+        server._forkserver_address = address
+        # The launcher keeps it running; starting one here would import torch again.
+        server.ensure_running = lambda: None
+        return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context("spawn")
+
+
+def _can_attach(server: Any) -> bool:
+    """This process was forked by a fork server whose requests are the ones known here
+    (Python 3.10-3.13: a connection, the pipes and fds, no handshake)."""
+    from multiprocessing import forkserver
+
+    return (getattr(server, "_forkserver_alive_fd", None) is not None
+            and hasattr(server, "_forkserver_address")
+            and not hasattr(forkserver, "_AUTHKEY_LEN"))
+
+
+def become_job_process(launcher: dict[str, str]) -> None:
+    """In a forked process, first: the default SIGINT and SIGTERM handling, and the
+    launcher's environment with, over it, what the launch agent set for this process (its
+    rank, the rendezvous, the restart count)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    agent = {k: v for k, v in os.environ.items() if ENVIRONMENT_AT_START.get(k) != v}
+    os.environ.clear()
+    os.environ.update(launcher)
+    os.environ.update(agent)
+
+
+def run_worker(environment: dict[str, str], target: Callable[..., None], *args: Any) -> None:
+    """A worker process's entry: its trainer's environment and signals as a spawned worker
+    starts with (SIGTERM ends it, SIGINT waits, blocked, until the worker takes it over),
+    then `target(*args)`."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.environ != environment:
+        os.environ.clear()
+        os.environ.update(environment)
+    target(*args)
+
+
+def cpu_s() -> float:
+    """CPU seconds of the fork server and of the processes it forked that have ended.
+    They are its children, not the launcher's, so the launcher's own account of its
+    finished children (`RUSAGE_CHILDREN`) leaves them out while the server runs."""
+    pid = getattr(_server(), "_forkserver_pid", None)
+    if pid is None:
+        return 0.0
+    fields = stat_fields(pid)
+    if fields is None:
+        return 0.0
+    # from the state field on: utime, stime, cutime, cstime are the 12th to 15th
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
