@@ -237,6 +237,33 @@ def test_ctrl_c_as_a_worker_is_forked_is_one_line_and_leaves_no_process(tmp_path
     _ctrl_c_while_starting(tmp_path, 81, lambda s: bool(_hogwild_workers(s)), 0.1)
 
 
+@pytest.mark.timeout(120)
+def test_ctrl_c_as_training_ends_does_not_wait_out_the_grace(tmp_path):
+    """A Ctrl-C while the job saves, evaluates and leaves after its last step: the processes
+    that are done leave at once. They used to wait for the launch agent to collect their
+    result, which a stop never does, until STOP_GRACE_S ran out (9.4 s to be gone, here)."""
+    from shadowsync.train.stop import STOP_GRACE_S
+
+    proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *CLUSTER,
+                             "--examples", "20000", "--log-level", "debug",
+                             "--out", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    err: list[str] = []
+    try:
+        for line in proc.stderr:  # "trainer K: N examples in S s": its training has ended
+            err.append(line)
+            if " examples in " in line:
+                break
+        res, gone = _signal_and_wait(proc, signal.SIGINT)
+    finally:
+        for pid in session_processes(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert res.returncode == 130, "".join(err) + res.stderr
+    assert "stopped by SIGINT" in res.stderr.splitlines()[-1], res.stderr
+    assert gone < STOP_GRACE_S, gone
+
+
 @pytest.mark.timeout(400)
 def test_sigterm_then_resume_trains_every_example_once(tmp_path):
     out = tmp_path / "run"
