@@ -67,7 +67,7 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
 
 
 def bare_run(cfg: TrainConfig) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")  # a fresh process, like the trainer's workers
+    ctx = mp.get_context("spawn")  # a fresh process: no state of this one
     results = ctx.Queue()
     p = ctx.Process(target=_bare_loop, args=(cfg, results))
     p.start()
