@@ -121,6 +121,26 @@ def become_job_process(launcher: dict[str, str]) -> None:
     os.environ.update(agent)
 
 
+def start_worker(context: Any, target: Callable[..., None], args: tuple[Any, ...]) -> Any:
+    """Start `target(*args)` in a daemon process of `context` (`worker_context`), with this
+    process's environment. One request to a fork server carries at most about 250 file
+    descriptors, one per shared tensor: a model with more parameters (and their optimizer
+    state) than that is spawned instead."""
+    def process(ctx: Any) -> Any:
+        return ctx.Process(target=run_worker, args=(dict(os.environ), target, *args),
+                           daemon=True)
+
+    p = process(context)
+    try:
+        p.start()
+    except ValueError:  # "too many fds"; anything else fails again, spawned
+        if context.get_start_method() != "forkserver":
+            raise
+        p = process(multiprocessing.get_context("spawn"))
+        p.start()
+    return p
+
+
 def run_worker(environment: dict[str, str], target: Callable[..., None], *args: Any) -> None:
     """A worker process's entry: its trainer's environment and signals as a spawned worker
     starts with (SIGTERM ends it, SIGINT waits, blocked, until the worker takes it over),

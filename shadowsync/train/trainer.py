@@ -9,7 +9,6 @@ spine runs a single local trainer and one trainer of a cluster.
 
 from __future__ import annotations
 
-import os
 import queue as queue_mod
 import signal
 import time
@@ -20,7 +19,7 @@ import torch
 
 from shadowsync.config import TrainConfig
 from shadowsync.errors import PeerLost, UserError
-from shadowsync.forkserver import run_worker, worker_context
+from shadowsync.forkserver import start_worker, worker_context
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
@@ -201,11 +200,8 @@ class Trainer:
         messages = ctx.Queue()
         hook = self.sync.worker_hook(ctx, self.cfg.workers) if self.sync else None
         ready = ctx.Barrier(self.cfg.workers)
-        environment = dict(os.environ)
-        self._procs = [ctx.Process(target=run_worker, daemon=True,
-                                   args=(environment, worker_main, spec, self.model,
-                                         self.tables, messages, ready, hook))
-                       for spec in self.worker_specs()]
+        specs = self.worker_specs()
+        self._procs = []
         # The count this attempt starts from (where it resumed), noted before any step: a
         # watcher then sees it move even when what is left of the job fits in one report.
         self._note_progress()
@@ -217,8 +213,10 @@ class Trainer:
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             with STOP.starting_children() as adopt:
-                for p in self._procs:
-                    p.start()
+                for spec in specs:
+                    p = start_worker(ctx, worker_main, (spec, self.model, self.tables,
+                                                        messages, ready, hook))
+                    self._procs.append(p)
                     adopt(p.pid)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -1,0 +1,36 @@
+"""Hogwild workers start from the fork server, or spawned where a request cannot carry them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from shadowsync import forkserver
+
+
+def _sum_into(tensors: list[torch.Tensor], results) -> None:
+    tensors[0].add_(1.0)  # shared: the parent sees it
+    results.put(float(sum(float(t.sum()) for t in tensors)))
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("count", [8, 300])
+def test_a_worker_gets_its_shared_tensors_forked_or_spawned(count):
+    """8 shared tensors fit one request to the fork server; 300 (a model with that many
+    parameters) exceed the file descriptors one request carries, and the worker is spawned."""
+    forkserver.start()
+    ctx = forkserver.worker_context()  # this process runs the server: its own context
+    assert ctx.get_start_method() == "forkserver"
+    tensors = [torch.full((3,), float(i)).share_memory_() for i in range(count)]
+    results = ctx.Queue()
+    p = forkserver.start_worker(ctx, _sum_into, (tensors, results))
+    try:
+        assert results.get(timeout=120) == 3 * (sum(range(count)) + 1)
+        p.join(timeout=30)
+        assert p.exitcode == 0
+        assert tensors[0].tolist() == [1.0, 1.0, 1.0]
+        assert type(p).__name__ == ("ForkServerProcess" if count == 8 else "SpawnProcess")
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=10)
