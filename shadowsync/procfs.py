@@ -1,5 +1,5 @@
 """One process's line of `/proc/PID/stat`, read by the code that watches the job's processes
-(is it alive, is it our child, how much CPU has it used)."""
+(is it alive, which process is it, how much CPU has it used)."""
 
 from __future__ import annotations
 
@@ -13,3 +13,10 @@ def stat_fields(pid: int) -> list[str] | None:
             return fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def start_time(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks after boot, or None if there is no such
+    process: with the PID, which process it is (a PID is reused once its process is gone)."""
+    fields = stat_fields(pid)
+    return int(fields[19]) if fields else None

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from shadowsync.procfs import stat_fields
+from shadowsync.procfs import start_time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # After SIGINT / SIGTERM a launched process saves, shuts down and is gone within this many
@@ -109,14 +109,16 @@ class StopRequest:
         started, then kills them: a child killed while it unpickles its arguments prints
         nothing, while one whose parent vanished at that moment printed a traceback."""
         with self._start_gate:
-            yield lambda pid: self._children.append((pid, _started_at(pid)))
+            # By PID and start time: a worker forked by the fork server is the server's child,
+            # so its parent is no test of whether the PID is still that worker's.
+            yield lambda pid: self._children.append((pid, start_time(pid)))
 
     def _exit_now(self, signum: int) -> None:
         silence_stderr()  # peers and half-imported modules would only add noise
         # Not forever: the main thread may be waiting for the lock this thread holds.
         self._start_gate.acquire(timeout=5.0)
         for pid, started in self._children:
-            if started is not None and _started_at(pid) == started:  # not a reused PID
+            if started is not None and start_time(pid) == started:  # not a reused PID
                 os.kill(pid, signal.SIGKILL)
         os._exit(128 + signum)
 
@@ -199,13 +201,6 @@ class StopRequest:
         self._note(signum)
         for callback in list(self._subscribers):
             callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
-
-
-def _started_at(pid: int) -> str | None:
-    """When process `pid` started (clock ticks after boot): with the PID, who it is. A
-    child's parent is no test of that: a worker forked by the fork server is its child."""
-    fields = stat_fields(pid)
-    return fields[19] if fields else None
 
 
 def watch_signals(on_signal: Callable[[int], None]) -> None:
