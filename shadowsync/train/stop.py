@@ -61,7 +61,9 @@ class StopRequest:
         self._subscribers: list[Callable[[int], None]] = []
         self._at_first_signal: list[Callable[[int], None]] = []
         self._start_gate = threading.Lock()
-        self._children: list[int] = []
+        self._children: list[tuple[int, int | None]] = []
+        self._starting_in: int | None = None  # the thread starting children, meanwhile
+        self._exit_deferred: int | None = None  # a signal to end on once they are started
         self._previous: dict[int, Any] = {}
         self._grace_s: float | None = None
         self._exit_while_starting = False
@@ -108,12 +110,26 @@ class StopRequest:
         ends at once (a stop while it starts, or its watchdog) first waits until they are
         started, then kills them: a child killed while it unpickles its arguments prints
         nothing, while one whose parent vanished at that moment printed a traceback."""
-        with self._start_gate:
-            # By PID and start time: a worker forked by the fork server is the server's child,
-            # so its parent is no test of whether the PID is still that worker's.
-            yield lambda pid: self._children.append((pid, start_time(pid)))
+        try:
+            with self._start_gate:
+                self._starting_in = threading.get_ident()
+                try:
+                    # By PID and start time: a worker forked by the fork server is the
+                    # server's child, so its parent is no test of whether the PID is its.
+                    yield lambda pid: self._children.append((pid, start_time(pid)))
+                finally:
+                    self._starting_in = None
+        finally:
+            if self._exit_deferred is not None:
+                self._exit_now(self._exit_deferred)
 
     def _exit_now(self, signum: int) -> None:
+        if self._starting_in == threading.get_ident():
+            # The handler interrupted this thread while it starts a child, maybe halfway
+            # through its request to the fork server (which, cut off, prints a traceback and
+            # dies): end once the children are started.
+            self._exit_deferred = signum
+            return
         silence_stderr()  # peers and half-imported modules would only add noise
         # Not forever: the main thread may be waiting for the lock this thread holds.
         self._start_gate.acquire(timeout=5.0)
