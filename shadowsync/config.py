@@ -77,6 +77,10 @@ class TrainConfig:
         "does): above zero, a rare id's first steps are shrunk instead of a full --embedding-lr")
     warmup_steps: int = _opt(
         300, "worker steps over which the dense learning rate rises linearly to --lr (0: off)")
+    lr_decay_share: float = _opt(
+        0.3, "last share of each worker's pass over which the dense and embedding learning "
+        "rates fall linearly to --lr-decay-floor of their value (0: off)")
+    lr_decay_floor: float = _opt(0.3, "where the decay ends, as a share of the learning rates")
     batch_size: int = _opt(256, "examples per worker step")
     # processes
     workers: int = _opt(1, "Hogwild worker processes per trainer")
@@ -239,6 +243,10 @@ class TrainConfig:
             v = getattr(self, name)
             if not v > 0:
                 raise UserError(f"--{_flag(name)} must be a positive number, got {v}")
+        for name in ("lr_decay_share", "lr_decay_floor"):
+            v = getattr(self, name)
+            if not 0 <= v <= 1:
+                raise UserError(f"--{_flag(name)} must be in [0, 1], got {v}")
         if not 0 <= self.embedding_initial_accumulator < float("inf"):
             raise UserError("--embedding-initial-accumulator must be a number >= 0, got "
                             f"{self.embedding_initial_accumulator}")

@@ -49,6 +49,8 @@ def test_wrong_type_in_toml(tmp_path):
     (["--embedding-initial-accumulator", "-0.1"], "--embedding-initial-accumulator must be"),
     (["--embedding-initial-accumulator", "nan"], "--embedding-initial-accumulator must be"),
     (["--sync-interval", "soon"], "--sync-interval must be 'auto'"),
+    (["--lr-decay-share", "1.5"], r"--lr-decay-share must be in \[0, 1\], got 1.5"),
+    (["--lr-decay-floor", "nan"], "--lr-decay-floor must be in"),
     (["--sync-budget", "2"], "--sync-budget must be in"),
 ])
 def test_bad_values_name_the_option(argv, message):

@@ -80,13 +80,18 @@ def _steps_client(port: int, transport: str, results) -> None:
     ids = torch.randint(0, 40, (16, 3), generator=gen)
     vectors = client.lookup(ids)
     seen = [vectors]
-    for _ in range(12):
+    for step in range(12):
         grads = torch.randn(16, 3, 4, generator=gen)
         nxt = torch.randint(0, 40, (16, 3), generator=gen)
-        vectors = client.update_and_lookup(ids, grads, nxt)
+        # a schedule's factor on the tables' rate travels with each update
+        vectors = client.update_and_lookup(ids, grads, nxt, lr_scale=1.0 - step / 16)
         seen.append(vectors)
         ids = nxt
-    client.apply_gradients(ids, torch.randn(16, 3, 4, generator=gen))
+    # at a zero rate an update leaves every row where it was
+    frozen = client.update_and_lookup(ids, torch.randn(16, 3, 4, generator=gen), ids,
+                                      lr_scale=0.0)
+    assert torch.equal(frozen, vectors)
+    client.apply_gradients(ids, torch.randn(16, 3, 4, generator=gen), lr_scale=0.5)
     client.flush()
     seen.append(client.lookup(torch.arange(40).unsqueeze(1).expand(40, 3).contiguous()))
     results.put(("client", client.shared_servers, [v.tolist() for v in seen]))

@@ -1,5 +1,6 @@
 """Roles from ranks and the placement of embedding tables on servers."""
 
+import pytest
 import torch
 
 from shadowsync.embeddings import EmbeddingTables
@@ -58,6 +59,19 @@ def test_row_wise_adagrad_starts_from_the_initial_accumulator():
     t.apply_rows(torch.tensor([1]), torch.ones(1, 2))
     assert torch.allclose(t.weight[1], torch.full((2,), first - 1.0 / 2.25 ** 0.5))
     assert t.state.tolist() == [0.25, 2.25, 0.25]
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
+def test_a_schedules_factor_scales_the_step_not_the_accumulator(optimizer):
+    # lr_scale s: a row's step is s * lr * g / sqrt(a + g^2) (Adagrad) or s * lr * g (SGD);
+    # the accumulator takes g^2 whatever s is, as a dense optimizer's state does.
+    t = EmbeddingTables([2], 2, optimizer=optimizer, lr=0.5, eps=0.0, initial_accumulator=0.25)
+    t.weight.zero_()
+    t.apply_rows(torch.tensor([0]), torch.full((1, 2), 2.0), lr_scale=0.3)
+    per_coordinate = 2.0 / (0.25 + 4.0) ** 0.5 if optimizer == "adagrad" else 2.0
+    assert torch.allclose(t.weight[0], torch.full((2,), -0.3 * 0.5 * per_coordinate))
+    if optimizer == "adagrad":
+        assert t.state.tolist() == [4.25, 0.25]
 
 
 def test_sparse_sgd():

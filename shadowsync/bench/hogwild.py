@@ -40,18 +40,21 @@ def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
 def _bare_loop(cfg: TrainConfig, results: Any) -> None:
     import torch.nn.functional as F
 
-    from shadowsync.data.dataset import batches
+    from shadowsync.data.dataset import batches, num_batches
     from shadowsync.train.local import local_tables
+    from shadowsync.train.schedule import LrSchedule
     from shadowsync.train.trainer import build_dense_model, plan_data
-    from shadowsync.train.worker import lr_warmup, make_dense_optimizer
+    from shadowsync.train.worker import make_dense_optimizer
 
     torch.set_num_threads(1)
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
     tables = local_tables(cfg, plan.features)
     opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
-    warmup = lr_warmup(opt, cfg.warmup_steps)  # as the workers do, so the loops match
-    n = 0
+    # The workers' schedule, so the loops match.
+    schedule = LrSchedule.of(cfg).over(num_batches(0, plan.train_stop, cfg.batch_size))
+    lr_steps = schedule.attach(opt)
+    n = steps = 0
     t0 = time.perf_counter()
     for dense, ids, labels in batches(plan.train, 0, plan.train_stop, cfg.batch_size,
                                       table_size=plan.features.table_rows):
@@ -60,8 +63,9 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        warmup.step()
-        tables.apply_gradients(ids, vectors.grad)
+        lr_steps.step()
+        tables.apply_gradients(ids, vectors.grad, schedule.embedding(steps))
+        steps += 1
         n += len(labels)
     results.put({"eps": n / (time.perf_counter() - t0), "examples": n, "workers": 1})
 

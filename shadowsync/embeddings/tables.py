@@ -101,25 +101,30 @@ class EmbeddingTables:
         """ids [B, num_tables] (already < rows) -> vectors [B, num_tables, dim]."""
         return self.lookup_rows(self._flat_ids(ids)).view(*ids.shape, self.dim)
 
-    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
+    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor,
+                        lr_scale: float = 1.0) -> None:
         """Apply d(loss)/d(vectors) [B, num_tables, dim] to the rows ids point at."""
-        self.apply_rows(self._flat_ids(ids), grads.reshape(-1, self.dim))
+        self.apply_rows(self._flat_ids(ids), grads.reshape(-1, self.dim), lr_scale=lr_scale)
 
     def update_and_lookup(self, ids: torch.Tensor, grads: torch.Tensor,
-                          next_ids: torch.Tensor | None) -> torch.Tensor | None:
+                          next_ids: torch.Tensor | None,
+                          lr_scale: float = 1.0) -> torch.Tensor | None:
         """Apply one step's gradients, then read the next step's vectors (if any)."""
-        self.apply_gradients(ids, grads)
+        self.apply_gradients(ids, grads, lr_scale)
         return self.lookup(next_ids) if next_ids is not None else None
 
     def lookup_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """Rows of the fused weight matrix by flat index -> [n, dim]."""
         return self.weight.index_select(0, rows)
 
-    def apply_rows(self, rows: torch.Tensor, grads: torch.Tensor, unique: bool = False) -> None:
-        """Apply gradients [n, dim] to rows of the fused weight matrix. Repeats are allowed
-        unless `unique` says the caller has already summed them."""
+    def apply_rows(self, rows: torch.Tensor, grads: torch.Tensor, unique: bool = False,
+                   lr_scale: float = 1.0) -> None:
+        """Apply gradients [n, dim] to rows of the fused weight matrix at `lr_scale` times the
+        tables' learning rate (a schedule's factor). Repeats are allowed unless `unique` says
+        the caller has already summed them."""
+        lr = self.lr * lr_scale
         if self.optimizer is SparseOptimizer.SGD:
-            self.weight.index_add_(0, rows, grads, alpha=-self.lr)
+            self.weight.index_add_(0, rows, grads, alpha=-lr)
             return
         # Row-wise Adagrad sums the gradients of repeated ids before updating the accumulator,
         # so a row seen twice in a batch takes one step, as a dense Adagrad would.
@@ -133,4 +138,4 @@ class EmbeddingTables:
         acc = self.state.index_select(0, unique) + summed.pow(2).mean(1)
         self.state.index_copy_(0, unique, acc)
         step = summed / (acc.sqrt() + self.eps).unsqueeze(1)
-        self.weight.index_add_(0, unique, step, alpha=-self.lr)
+        self.weight.index_add_(0, unique, step, alpha=-lr)

@@ -23,6 +23,7 @@ from shadowsync.forkserver import start_worker, worker_context
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
+from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.state import WorkerSlots, examples_in
 from shadowsync.train.stop import STOP
 from shadowsync.train.straggler import Straggler
@@ -185,7 +186,7 @@ class Trainer:
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards),
                 batch_size=cfg.batch_size, table_size=list(plan.features.table_rows),
-                optimizer=cfg.optimizer, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                optimizer=cfg.optimizer, lr=cfg.lr, schedule=LrSchedule.of(cfg),
                 report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
                 start_step=start, slots=self.slots, stop=self.stop_event,

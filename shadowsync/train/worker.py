@@ -21,6 +21,7 @@ from shadowsync.errors import failure_line
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
 from shadowsync.train.attempts import note_process
+from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.stop import (
     SIGNALS,
     STOP,
@@ -57,7 +58,7 @@ class WorkerSpec:
     table_size: list[int]  # rows of each table
     optimizer: str
     lr: float
-    warmup_steps: int
+    schedule: LrSchedule  # its length is set by the worker, from its shard
     report_every: int  # steps between progress messages
     seed: int
     straggler: Straggler | None = None
@@ -76,21 +77,6 @@ def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optim
         return cls(params, lr=lr, fused=True)
     except (RuntimeError, TypeError, ValueError):  # an older torch, or a dtype it cannot fuse
         return cls(params, lr=lr)
-
-
-def lr_warmup(optimizer: torch.optim.Optimizer, steps: int,
-              done: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
-    """Raise the learning rate linearly from lr/steps to lr over the first `steps` steps.
-
-    Why: Adagrad's first updates are about lr * sign(gradient) on every weight, whatever the
-    gradient's size. At initialisation the gradient is dominated by the gap between the
-    predicted and the mean click rate, so those full-size steps push every pre-activation of
-    the bottom MLP's last ReLU below zero within about ten steps. A dead ReLU gets no gradient,
-    and when all of them die the model loses the dense features for good (the default job then
-    ended 11% above the teacher instead of 4%). Small early steps keep them alive.
-    """
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + done + 1) / steps) if steps > 0 else 1.0)
 
 
 def stop_on_signals(spec: WorkerSpec) -> threading.Event:
@@ -190,7 +176,8 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         if spec.slots is not None:
             spec.slots.attach_optimizer(spec.worker, opt)
             hook.attach_slots(spec.slots, spec.start_step)
-        warmup = lr_warmup(opt, spec.warmup_steps, spec.start_step)
+        schedule = spec.schedule.over(planned)
+        lr_steps = schedule.attach(opt, spec.start_step)
         opt = hook.wrap_optimizer(opt)
         n = loss_sum = label_sum = 0.0
         blocked = 0.0
@@ -231,13 +218,14 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             opt.zero_grad(set_to_none=True)
             (loss / len(labels)).backward()
             opt.step()
-            warmup.step()
+            lr_steps.step()
             stop = hook.agree_stop(stopping())  # every step: lockstep hooks count the calls
             batch = next(stream, None) if not (hook.finished() or stop) else None
             # One round trip: this step's embedding gradients out, the next step's rows in.
             grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
             vectors = tables.update_and_lookup(ids, grad,
-                                               batch[1] if batch is not None else None)
+                                               batch[1] if batch is not None else None,
+                                               lr_scale=schedule.embedding(steps))
             if not hook.step_taken():  # released unapplied by a stop: not trained
                 continue
             n += len(labels)

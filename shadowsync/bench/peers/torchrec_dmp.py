@@ -109,6 +109,14 @@ def start_accumulators(dmp: Any, value: float) -> int:
     return rows
 
 
+def set_embedding_lr(dmp: Any, lr: float) -> None:
+    """The fused optimizer's rate for the next steps: fbgemm reads it from the param groups
+    when the optimizer's `step()` is called (the pipeline only steps the dense one)."""
+    for group in dmp.fused_optimizer.param_groups:
+        group["lr"] = lr
+    dmp.fused_optimizer.step()
+
+
 def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, rank: int,
              steps: int, pad: bool) -> Any:
     """`steps` batches of rank `rank` (global batches alternate between the ranks), as
@@ -157,7 +165,7 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
 
     from shadowsync.data.dataset import num_batches
     from shadowsync.train.trainer import plan_data
-    from shadowsync.train.worker import lr_warmup
+    from shadowsync.train.schedule import LrSchedule
 
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
@@ -175,9 +183,11 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(dmp.named_parameters())),
             lambda params: torch.optim.Adagrad(params, lr=cfg.lr))
-        warmup = lr_warmup(dense, cfg.warmup_steps)
         pipeline = TrainPipelineSparseDist(dmp, dense, device, execute_all_batches=True)
         steps = num_batches(0, plan.train_stop, cfg.batch_size, drop_last=True) // world
+        # The schedule our workers follow, on both of the peer's optimizers.
+        schedule = LrSchedule.of(cfg).over(steps)
+        dense_lr = schedule.attach(dense)
         stream = (b for _, b in _batches(cfg, plan.train, 0, plan.train_stop, cfg.batch_size,
                                          rank, steps, pad=False))
         dist.barrier()
@@ -185,8 +195,9 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         done = 0
         for _ in range(steps):
             pipeline.progress(stream)
-            warmup.step()
+            dense_lr.step()
             done += 1
+            set_embedding_lr(dmp, cfg.embedding_lr * schedule.embedding(done))
         end = time.time()
         dmp = pipeline.detach()  # plain forwards again
         # Held-out NE: the eval rows split over the ranks, padded to equal steps.

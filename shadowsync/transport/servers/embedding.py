@@ -133,17 +133,18 @@ def _lookup_in(tables: EmbeddingTables, rows: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _apply_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor) -> None:
+def _apply_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
+              lr_scale: float) -> None:
     """`rows` are unique: the client summed the gradients of repeated ids."""
     t0 = time.perf_counter()
-    tables.apply_rows(rows, grads, unique=True)
+    tables.apply_rows(rows, grads, unique=True, lr_scale=lr_scale)
     PROFILE["apply_s"] += time.perf_counter() - t0
     PROFILE["calls"] += 1
 
 
 def _update_and_lookup_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
-                          lookup_rows: torch.Tensor) -> torch.Tensor:
-    _apply_in(tables, rows, grads)
+                          lr_scale: float, lookup_rows: torch.Tensor) -> torch.Tensor:
+    _apply_in(tables, rows, grads, lr_scale)
     return _lookup_in(tables, lookup_rows)
 
 
@@ -151,13 +152,13 @@ def _lookup(rows: torch.Tensor) -> torch.Tensor:
     return _lookup_in(_server_tables(), rows)
 
 
-def _apply(rows: torch.Tensor, grads: torch.Tensor) -> None:
-    _apply_in(_server_tables(), rows, grads)
+def _apply(rows: torch.Tensor, grads: torch.Tensor, lr_scale: float) -> None:
+    _apply_in(_server_tables(), rows, grads, lr_scale)
 
 
-def _update_and_lookup(rows: torch.Tensor, grads: torch.Tensor,
+def _update_and_lookup(rows: torch.Tensor, grads: torch.Tensor, lr_scale: float,
                        lookup_rows: torch.Tensor) -> torch.Tensor:
-    return _update_and_lookup_in(_server_tables(), rows, grads, lookup_rows)
+    return _update_and_lookup_in(_server_tables(), rows, grads, lr_scale, lookup_rows)
 
 
 def _echo(rows: torch.Tensor, grads: torch.Tensor, lookup_rows: torch.Tensor) -> torch.Tensor:
@@ -319,18 +320,21 @@ class RemoteEmbeddings:
             return torch.zeros(req.distinct, self.dim).index_add_(
                 0, req.inverse, grads.reshape(-1, self.dim).detach())
 
-    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor) -> None:
+    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor,
+                        lr_scale: float = 1.0) -> None:
         """Push asynchronously; waits only when too many pushes are still in flight."""
-        self.update_and_lookup(ids, grads, None)
+        self.update_and_lookup(ids, grads, None, lr_scale)
 
     def update_and_lookup(self, ids: torch.Tensor, grads: torch.Tensor,
-                          next_ids: torch.Tensor | None) -> torch.Tensor | None:
-        """Push one step's gradients and fetch the next step's rows in one call per server,
-        halving the round trips of a training step. The server applies the update before
-        reading, so the next step sees it."""
+                          next_ids: torch.Tensor | None,
+                          lr_scale: float = 1.0) -> torch.Tensor | None:
+        """Push one step's gradients (applied at `lr_scale` times the tables' learning rate)
+        and fetch the next step's rows in one call per server, halving the round trips of a
+        training step. The server applies the update before reading, so the next step sees
+        it."""
         done = self._requests(ids)
         summed = self._summed(done, grads)
-        pushes = {s: (rows, summed if pos is None else summed.index_select(0, pos))
+        pushes = {s: (rows, summed if pos is None else summed.index_select(0, pos), lr_scale)
                   for s, pos, rows in done.per_server}
         if next_ids is None:
             self._push_async(pushes)
@@ -346,9 +350,9 @@ class RemoteEmbeddings:
             self._push_async(pushes)  # servers the next batch does not need
         return self._gather(nxt, calls, next_ids)
 
-    def _push_async(self, pushes: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
-        for s, (rows, part) in pushes.items():
-            self._pending.append(self._call(s, "apply", rows, part))
+    def _push_async(self, pushes: dict[int, tuple[torch.Tensor, torch.Tensor, float]]) -> None:
+        for s, push in pushes.items():
+            self._pending.append(self._call(s, "apply", *push))
         while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
             self._pending.pop(0).wait()
 

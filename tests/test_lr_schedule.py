@@ -1,7 +1,8 @@
-"""The dense learning-rate warmup, and the failure it prevents: at the default settings,
-Adagrad's first full-size steps used to kill every ReLU at the top of the bottom MLP in about
-ten steps, and a run whose last one died lost the dense features for good (the default job then
-ended about 11% above the teacher in one run of four instead of 4%)."""
+"""The workers' learning-rate schedule: a dense warmup, and the failure it prevents (at the
+default settings, Adagrad's first full-size steps used to kill every ReLU at the top of the
+bottom MLP in about ten steps, and a run whose last one died lost the dense features for good:
+the default job then ended about 11% above the teacher in one run of four instead of 4%);
+then a linear decay of both rates over the end of the pass."""
 
 import pytest
 import torch
@@ -11,13 +12,14 @@ from shadowsync.config import TrainConfig
 from shadowsync.data.dataset import batches, open_data
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.train.trainer import build_dense_model, features_of
-from shadowsync.train.worker import lr_warmup, make_dense_optimizer
+from shadowsync.train.schedule import LrSchedule
+from shadowsync.train.worker import make_dense_optimizer
 
 
 def test_warmup_rises_linearly_to_the_learning_rate():
     p = torch.nn.Parameter(torch.zeros(3))
     opt = torch.optim.SGD([p], lr=0.1)
-    sched = lr_warmup(opt, 4)
+    sched = LrSchedule(warmup_steps=4).attach(opt)
     seen = []
     for _ in range(6):
         seen.append(opt.param_groups[0]["lr"])
@@ -25,8 +27,44 @@ def test_warmup_rises_linearly_to_the_learning_rate():
         sched.step()
     assert seen == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1, 0.1])
     off = torch.optim.SGD([p], lr=0.1)
-    lr_warmup(off, 0)
+    LrSchedule(warmup_steps=0).attach(off)
     assert off.param_groups[0]["lr"] == 0.1
+
+
+def test_decay_falls_linearly_over_the_last_share_to_the_floor():
+    s = LrSchedule(decay_share=0.5, decay_floor=0.2, total_steps=10)
+    # flat through step 5, then down by 0.8 / 5 a step to 0.2 at the pass's end, held after
+    assert [s.decay(k) for k in range(13)] == pytest.approx(
+        [1, 1, 1, 1, 1, 1, 0.84, 0.68, 0.52, 0.36, 0.2, 0.2, 0.2])
+    assert s.embedding(8) == s.decay(8)
+    assert LrSchedule(decay_share=0.5, decay_floor=0.2).decay(100) == 1.0  # no length: no decay
+    assert LrSchedule(decay_share=0.0, decay_floor=0.2, total_steps=10).decay(9) == 1.0
+
+
+def test_dense_rate_is_warmup_times_decay_and_a_resumed_worker_carries_on():
+    full = LrSchedule(warmup_steps=3, decay_share=0.5, decay_floor=0.0, total_steps=6)
+    p = torch.nn.Parameter(torch.zeros(1))
+
+    def rates(done: int, steps: int) -> list[float]:
+        opt = torch.optim.SGD([p], lr=1.0)
+        sched = full.attach(opt, done)
+        out = []
+        for _ in range(steps):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out
+
+    expected = [1 / 3, 2 / 3, 1.0, 1.0, 2 / 3, 1 / 3, 0.0]
+    assert rates(0, 7) == pytest.approx(expected)
+    assert rates(4, 3) == pytest.approx(expected[4:])
+
+
+def test_a_config_gives_its_schedule():
+    cfg = TrainConfig(warmup_steps=7, lr_decay_share=0.25, lr_decay_floor=0.5)
+    assert LrSchedule.of(cfg).over(40) == LrSchedule(7, 0.25, 0.5, 40)
+    default = LrSchedule.of(TrainConfig())
+    assert (default.decay_share, default.decay_floor) == (0.3, 0.3)
 
 
 def alive_bottom_units(model: torch.nn.Module, dense: torch.Tensor) -> int:
@@ -49,7 +87,7 @@ def test_default_settings_keep_the_bottom_relus_alive(seed):
     workers = []
     for w in range(2):
         opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
-        workers.append((opt, lr_warmup(opt, cfg.warmup_steps),
+        workers.append((opt, LrSchedule(cfg.warmup_steps).attach(opt),
                         batches(data, 0, 32_000, cfg.batch_size, shard=w, num_shards=2,
                                 table_size=cfg.table_size)))
     probe = next(batches(data, 32_000, 40_000, 8_000, table_size=cfg.table_size))[0]
