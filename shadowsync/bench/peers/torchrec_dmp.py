@@ -164,8 +164,8 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     from shadowsync.data.dataset import num_batches
-    from shadowsync.train.trainer import plan_data
     from shadowsync.train.schedule import LrSchedule
+    from shadowsync.train.trainer import plan_data
 
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
