@@ -50,13 +50,14 @@ def test_installed_peer_becomes_a_quality_variant(monkeypatch, tmp_path, capsys)
 @pytest.mark.skipif(peers.missing("torchrec") is not None,
                     reason="the optional peers extra (torchrec) is not installed")
 def test_torchrec_peer_trains_the_job(tmp_path):
-    # 20k examples of the default data: TorchRec's sharded job learns (NE below the mean
-    # click rate's 1.0), every trained example is counted, whole tables on CPU.
-    result = peers.runner("torchrec")(job(20_000), tmp_path / "tr")
-    assert result["examples"] == 20_000 // 256 // 2 * 2 * 256
+    # 40k examples of the default data (78 steps a rank, inside the 300-step warmup and then
+    # the decay): TorchRec's sharded job learns (NE below the mean click rate's 1.0; 0.93
+    # measured), every trained example is counted, whole tables on CPU.
+    result = peers.runner("torchrec")(job(40_000), tmp_path / "tr")
+    assert result["examples"] == 40_000 // 256 // 2 * 2 * 256
     assert result["eps"] > 0
-    assert math.isfinite(result["eval_ne"]) and result["eval_ne"] < 0.99
-    plan = plan_data(job(20_000))
+    assert math.isfinite(result["eval_ne"]) and result["eval_ne"] < 0.97
+    plan = plan_data(job(40_000))
     assert result["eval_examples"] == plan.eval_stop - plan.eval_start  # every held-out row
     assert result["plan"] == ["table_wise"]
     # every row's Adagrad accumulator started where ours do (one per row of the 26 tables)
