@@ -123,8 +123,11 @@ class EmbeddingTables:
         tables' learning rate (a schedule's factor). Repeats are allowed unless `unique` says
         the caller has already summed them."""
         lr = self.lr * lr_scale
+        # The steps are scaled before index_add_ rather than through its `alpha`: on a large
+        # table torch's CPU index_add_ with alpha != 1 took 3.4x as long (1.0 ms against 0.3 ms
+        # for 2,300 rows of a 2.6M-row table), a seventh of a whole training step.
         if self.optimizer is SparseOptimizer.SGD:
-            self.weight.index_add_(0, rows, grads, alpha=-lr)
+            self.weight.index_add_(0, rows, grads * -lr)
             return
         # Row-wise Adagrad sums the gradients of repeated ids before updating the accumulator,
         # so a row seen twice in a batch takes one step, as a dense Adagrad would.
@@ -138,4 +141,4 @@ class EmbeddingTables:
         acc = self.state.index_select(0, unique) + summed.pow(2).mean(1)
         self.state.index_copy_(0, unique, acc)
         step = summed / (acc.sqrt() + self.eps).unsqueeze(1)
-        self.weight.index_add_(0, unique, step, alpha=-lr)
+        self.weight.index_add_(0, unique, step.mul_(-lr))
