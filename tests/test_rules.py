@@ -56,6 +56,26 @@ def test_bmuf_nesterov_looks_ahead_by_eta_delta():
     assert torch.allclose(out, torch.full((3,), 3.5))
 
 
+def test_bmuf_nesterov_measures_the_block_from_where_it_started():
+    """Trainers that learn nothing in a block hand back the look-ahead point they were given:
+    the block update is zero, so the momentum only decays (delta -> eta * delta) and w_g
+    moves by it. Measuring from w_g instead counted the look-ahead again each round: at
+    eta = 0.5 the momentum never decayed and w_g drifted on without any training."""
+    eta = 0.5
+    rule = make_rule("bmuf", trainers=2, nesterov=True)
+    rule.start(torch.zeros(2))
+    out = rule.round(None, Replicas([torch.full((2,), 1.0), torch.full((2,), 3.0)]))
+    # G = 2, delta = 2, w_g = 2, handed out 2 + 0.5 * 2 = 3
+    assert torch.allclose(out, torch.full((2,), 3.0))
+    w_g, delta = 2.0, 2.0
+    for _ in range(5):
+        out = rule.round(None, Replicas([out.clone(), out.clone()]))
+        delta *= eta
+        w_g += delta
+        assert torch.allclose(out, torch.full((2,), w_g + eta * delta))
+    assert w_g < 2.0 + 2.0 * eta / (1 - eta)  # bounded: the momentum's geometric sum
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.floats(-100, 100), min_size=2, max_size=6))
 def test_bmuf_without_momentum_is_model_averaging(vals):

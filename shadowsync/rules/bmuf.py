@@ -4,10 +4,16 @@ model-update filtering", ICASSP 2016). ShadowSync's S-BMUF runs it in the backgr
 
 Each trainer keeps the global model w_g and the block momentum delta. A round computes
 
-    G      = mean_i(w_i) - w_g            (the block's aggregated update)
+    start  = w_g            or  w_g + eta * delta  with Nesterov look-ahead
+    G      = mean_i(w_i) - start          (the block's aggregated update)
     delta  = eta * delta + zeta * G       (filtered by block momentum eta, block lr zeta)
     w_g    = w_g + delta
     local  = w_g            or  w_g + eta * delta  with Nesterov look-ahead
+
+where `start` is the point the block's local models started from, the previous round's
+`local`. With the look-ahead, G is measured from there, as Nesterov's gradient is taken at
+the look-ahead point and applied to w_g; measured from w_g it would count eta * delta once
+more every round, a block momentum of 2 * eta that grows without bound from eta = 0.5.
 
 Every trainer applies the same arithmetic to the same mean, so w_g and delta stay identical
 on all trainers without being communicated. With eta = 0 and zeta = 1 BMUF is exactly model
@@ -42,9 +48,14 @@ class BlockwiseModelUpdateFiltering:
     def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
         if self.global_model is None or self.delta is None:
             raise RuntimeError("BMUF.round called before start()")
-        block_update = exchange.mean(local) - self.global_model
+        start = self._handed_out()
+        block_update = exchange.mean(local) - start
         self.delta.mul_(self.eta).add_(block_update, alpha=self.zeta)
         self.global_model.add_(self.delta)
+        return self._handed_out()
+
+    def _handed_out(self) -> torch.Tensor:
+        assert self.global_model is not None and self.delta is not None
         if self.nesterov:
             return self.global_model + self.eta * self.delta
         return self.global_model.clone()
