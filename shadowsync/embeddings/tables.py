@@ -15,6 +15,8 @@ from enum import Enum
 
 import torch
 
+from shadowsync.embeddings.unique import unique_with_inverse
+
 
 class SparseOptimizer(str, Enum):
     SGD = "sgd"
@@ -134,7 +136,7 @@ class EmbeddingTables:
         if unique:
             summed = grads
         else:
-            rows, inverse = torch.unique(rows, return_inverse=True)
+            rows, inverse = unique_with_inverse(rows)
             summed = torch.zeros(len(rows), self.dim).index_add_(0, inverse, grads)
         unique = rows
         assert self.state is not None

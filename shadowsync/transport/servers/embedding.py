@@ -10,6 +10,7 @@ many RPC threads at once without locks (Hogwild on the server). Embeddings are n
 from __future__ import annotations
 
 import atexit
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.embeddings.unique import unique_with_inverse
 from shadowsync.transport import shm
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
@@ -229,18 +231,21 @@ class RemoteEmbeddings:
         self.profile: dict[str, float] | None = None  # seconds per phase, when set to a dict
         self._pending: list[torch.futures.Future] = []
         self._routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._server_start: torch.Tensor | None = None  # each server's first key, then the end
         self._last: _Requests | None = None
         self._shared: dict[int, EmbeddingTables] = {}
         self._private = private or {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_pending=[], _last=None, _shared={}, _routing=None)
+        state.update(_pending=[], _last=None, _shared={}, _routing=None, _server_start=None)
         return state
 
     def attach(self, name: str) -> None:
         self.endpoint.join(name, self.ranks[name], self.layout.rpc_world_size)
         self._routing = self.plan.routing()
+        loads = [sum(self.plan.server_pieces(s)) for s in range(self.plan.servers)]
+        self._server_start = torch.tensor([0, *itertools.accumulate(loads)])
         self._shared = dict(self._private)
         for s in range(self.plan.servers):
             server = ClusterLayout.embedding_name(s)
@@ -275,16 +280,20 @@ class RemoteEmbeddings:
         repeats many of them (about 3 in 4 here): each distinct row travels once."""
         if self._last is not None and self._last.ids is ids:
             return self._last
+        assert self._server_start is not None, "attach() first"
         with self._timed("route_unique"):
             server, rows = self._route(ids)
-            keys, inverse = torch.unique(server * (1 << 40) + rows, return_inverse=True)
-            key_server = keys >> 40
+            # The servers' rows laid end to end as one key space: the sorted distinct keys
+            # come grouped by server, a contiguous run each.
+            start = self._server_start
+            keys, inverse = unique_with_inverse(start[server] + rows)
+            bounds = torch.searchsorted(keys, start).tolist()
             per_server = []
             for s in range(self.plan.servers):
-                pos = (key_server == s).nonzero().squeeze(1) if self.plan.servers > 1 else None
-                sel = keys if pos is None else keys[pos]
-                if len(sel):
-                    per_server.append((s, pos, sel & ((1 << 40) - 1)))
+                lo, hi = bounds[s], bounds[s + 1]
+                if hi > lo:
+                    span = None if hi - lo == len(keys) else slice(lo, hi)
+                    per_server.append((s, span, keys[lo:hi] - start[s]))
         self._last = _Requests(ids, len(keys), inverse, per_server)
         return self._last
 
@@ -311,8 +320,8 @@ class RemoteEmbeddings:
                 distinct = replies[req.per_server[0][0]]
             else:
                 distinct = torch.empty(req.distinct, self.dim)
-                for s, pos, _ in req.per_server:
-                    distinct.index_copy_(0, pos, replies[s])
+                for s, span, _ in req.per_server:
+                    distinct[span] = replies[s]
             return distinct.index_select(0, req.inverse).view(*ids.shape, self.dim)
 
     def _summed(self, req: _Requests, grads: torch.Tensor) -> torch.Tensor:
@@ -334,8 +343,9 @@ class RemoteEmbeddings:
         it."""
         done = self._requests(ids)
         summed = self._summed(done, grads)
-        pushes = {s: (rows, summed if pos is None else summed.index_select(0, pos), lr_scale)
-                  for s, pos, rows in done.per_server}
+        # A slice of `summed` is cloned: RPC would send the whole tensor a view lives in.
+        pushes = {s: (rows, summed if span is None else summed[span].clone(), lr_scale)
+                  for s, span, rows in done.per_server}
         if next_ids is None:
             self._push_async(pushes)
             return None
@@ -403,4 +413,5 @@ class _Requests:
     ids: torch.Tensor  # the batch these were computed for
     distinct: int
     inverse: torch.Tensor  # position of every (example, table) among the distinct rows
-    per_server: list[tuple[int, torch.Tensor | None, torch.Tensor]]  # server, positions, rows
+    # server, its distinct rows' span among all of them (None: all), its rows
+    per_server: list[tuple[int, slice | None, torch.Tensor]]
