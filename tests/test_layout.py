@@ -5,7 +5,7 @@ import torch
 
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.transport.layout import ClusterLayout
-from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan
+from shadowsync.transport.servers.embedding import ShardingPlan
 
 
 def test_roles_by_rank():
@@ -19,19 +19,21 @@ def test_roles_by_rank():
 def test_sharding_covers_every_row_exactly_once():
     rows = (100, 50, 1000, 20, 7)
     plan = ShardingPlan(3, rows, row_split_limit=500)
-    client = RemoteEmbeddings(plan, None, None, 4, {})
-    client._routing = plan.routing()
+    keys = plan.keys()
+    starts = keys.starts.tolist()
+    assert starts[0] == 0 and starts[-1] == sum(rows)
     seen = set()
     for t, n in enumerate(rows):
         ids = torch.zeros(n, len(rows), dtype=torch.long)
         ids[:, t] = torch.arange(n)
-        server, local = client._route(ids)
-        server = server.view(n, -1)[:, t]
-        local = local.view(n, -1)[:, t]
-        for s, row in zip(server.tolist(), local.tolist()):
-            assert 0 <= row < sum(plan.server_pieces(s))
-            seen.add((s, row))
-    assert len(seen) == sum(rows)  # no two (table, id) share a server row
+        for i, key in enumerate(keys.of(ids).view(n, -1)[:, t].tolist()):
+            server = max(s for s in range(3) if starts[s] <= key)
+            row = key - starts[server]
+            assert 0 <= row < sum(plan.server_pieces(server))
+            if t == 2:  # split: id % 3 picks the server, id // 3 the row in its piece
+                assert server == i % 3
+            seen.add(key)
+    assert seen == set(range(sum(rows)))  # every server row taken by exactly one (table, id)
     # the big table is split over all servers, the others are whole
     assert sum(len(plan.server_pieces(s)) for s in range(3)) == 3 + 4
 

@@ -66,10 +66,40 @@ class ShardingPlan:
     def server_pieces(self, server: int) -> list[int]:
         return self._placement()[1][server]
 
-    def routing(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        owner, _, offset = self._placement()
-        return (torch.tensor(owner), torch.tensor(offset, dtype=torch.long),
-                torch.tensor([o < 0 for o in owner]))
+    def keys(self) -> RowKeys:
+        """Every (table, id) as one integer key, the servers' rows laid end to end."""
+        owner, pieces, offset = self._placement()
+        e = self.servers
+        starts = [0, *itertools.accumulate(sum(p) for p in pieces)]
+        whole = [starts[owner[t]] + offset[t][owner[t]] if owner[t] >= 0 else 0
+                 for t in range(len(self.table_rows))]
+        split = [t for t in range(len(self.table_rows)) if owner[t] < 0]
+        split_base = [[starts[s] + offset[t][s] for s in range(e)] for t in split]
+        return RowKeys(torch.tensor(starts), torch.tensor(whole),
+                       torch.tensor(split, dtype=torch.long),
+                       torch.tensor(split_base, dtype=torch.long).reshape(len(split), e))
+
+
+@dataclass(frozen=True)
+class RowKeys:
+    """Where (table, id) pairs live, as keys: a server's first key plus the row on that
+    server. One key space for all servers makes a batch's ids one array to deduplicate, and
+    each server's rows one contiguous range of the sorted keys."""
+
+    starts: torch.Tensor  # each server's first key, then the number of keys
+    whole: torch.Tensor  # [tables]: key of id 0 of each table placed whole (0 if split)
+    split: torch.Tensor  # the row-split tables
+    split_base: torch.Tensor  # [split tables, servers]: key of each piece's first row
+
+    def of(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, tables] -> keys [B * tables]."""
+        keys = ids + self.whole
+        if len(self.split):
+            e = self.split_base.shape[1]
+            sid = ids[:, self.split]
+            piece = torch.arange(len(self.split)) * e + sid % e
+            keys[:, self.split] = self.split_base.view(-1)[piece] + sid // e
+        return keys.reshape(-1)
 
 
 @dataclass
@@ -230,22 +260,19 @@ class RemoteEmbeddings:
         self.transport = transport
         self.profile: dict[str, float] | None = None  # seconds per phase, when set to a dict
         self._pending: list[torch.futures.Future] = []
-        self._routing: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._server_start: torch.Tensor | None = None  # each server's first key, then the end
+        self._keys: RowKeys | None = None
         self._last: _Requests | None = None
         self._shared: dict[int, EmbeddingTables] = {}
         self._private = private or {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_pending=[], _last=None, _shared={}, _routing=None, _server_start=None)
+        state.update(_pending=[], _last=None, _shared={}, _keys=None)
         return state
 
     def attach(self, name: str) -> None:
         self.endpoint.join(name, self.ranks[name], self.layout.rpc_world_size)
-        self._routing = self.plan.routing()
-        loads = [sum(self.plan.server_pieces(s)) for s in range(self.plan.servers)]
-        self._server_start = torch.tensor([0, *itertools.accumulate(loads)])
+        self._keys = self.plan.keys()
         self._shared = dict(self._private)
         for s in range(self.plan.servers):
             server = ClusterLayout.embedding_name(s)
@@ -265,28 +292,15 @@ class RemoteEmbeddings:
         self._shared.clear()
         RpcEndpoint.leave()
 
-    def _route(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [B, T] -> (server [B*T], row on that server [B*T])."""
-        assert self._routing is not None, "attach() first"
-        owner, offset, split = self._routing
-        e = self.plan.servers
-        server = torch.where(split, ids % e, owner.expand_as(ids))
-        row_in_table = torch.where(split, ids // e, ids)
-        base = offset.gather(1, server.t()).t() if e > 1 else offset[:, 0].expand_as(ids)
-        return server.reshape(-1), (base + row_in_table).reshape(-1)
-
     def _requests(self, ids: torch.Tensor) -> _Requests:
         """Which distinct rows each server is asked for. Ads ids are heavily skewed, so a batch
         repeats many of them (about 3 in 4 here): each distinct row travels once."""
         if self._last is not None and self._last.ids is ids:
             return self._last
-        assert self._server_start is not None, "attach() first"
+        assert self._keys is not None, "attach() first"
         with self._timed("route_unique"):
-            server, rows = self._route(ids)
-            # The servers' rows laid end to end as one key space: the sorted distinct keys
-            # come grouped by server, a contiguous run each.
-            start = self._server_start
-            keys, inverse = unique_with_inverse(start[server] + rows)
+            keys, inverse = unique_with_inverse(self._keys.of(ids))
+            start = self._keys.starts
             bounds = torch.searchsorted(keys, start).tolist()
             per_server = []
             for s in range(self.plan.servers):
