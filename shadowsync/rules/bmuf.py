@@ -48,17 +48,18 @@ class BlockwiseModelUpdateFiltering:
     def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
         if self.global_model is None or self.delta is None:
             raise RuntimeError("BMUF.round called before start()")
-        start = self._handed_out()
-        block_update = exchange.mean(local) - start
+        block_update = exchange.mean(local) - self._start_point()
         self.delta.mul_(self.eta).add_(block_update, alpha=self.zeta)
         self.global_model.add_(self.delta)
-        return self._handed_out()
+        nxt = self._start_point()
+        return nxt if self.nesterov else nxt.clone()  # never hand out w_g itself
 
-    def _handed_out(self) -> torch.Tensor:
+    def _start_point(self) -> torch.Tensor:
+        """Where the next block starts: w_g itself (no copy), or its look-ahead."""
         assert self.global_model is not None and self.delta is not None
         if self.nesterov:
             return self.global_model + self.eta * self.delta
-        return self.global_model.clone()
+        return self.global_model
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The global model and the block momentum (identical on every trainer)."""
