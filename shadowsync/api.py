@@ -64,8 +64,6 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     With --on-divergence rollback, a run that diverges resumes from its last good
     checkpoint (never one holding a NaN: those are refused) at half the learning rate, at
     most MAX_ROLLBACKS times."""
-    from shadowsync.checkpoint.store import published
-
     rollbacks: list[dict[str, Any]] = []
     if cfg.out is None and not cfg.resume:
         cfg = replace(cfg, out=str(default_out_dir()))
@@ -81,6 +79,8 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
         except UserError as e:
             if cfg.on_divergence != "rollback" or "training diverged" not in str(e):
                 raise
+            from shadowsync.checkpoint.store import published
+
             out = Path(cfg.out) if cfg.out else None
             good = published(out) if out is not None else []
             if len(rollbacks) >= MAX_ROLLBACKS or not good:
@@ -98,19 +98,29 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """One training run of `run` (no rollback)."""
     from shadowsync import forkserver
+
+    cfg, out = checked_resume(cfg) if cfg.resume else (cfg, free_out_dir(cfg))
+    check_writable(out)
+    # Every process of the job (or the workers of a local trainer) is forked from it. It
+    # imports torch while this process imports torch too, checks the options and prepares
+    # the data: on 2 cores, that took the server's start out of the job's critical path.
+    forkserver.start()
+    try:
+        return _checked_run(cfg, out)
+    except BaseException:
+        forkserver.stop()  # a run that failed or stopped: no server left importing torch
+        raise
+
+
+def _checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any]]:
     from shadowsync.cluster.launch import choose_port, launch_local
     from shadowsync.cluster.roles import resolve
     from shadowsync.train.local import train_local
     from shadowsync.train.trainer import plan_data
 
-    cfg, out = checked_resume(cfg) if cfg.resume else (cfg, free_out_dir(cfg))
-    check_writable(out)
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     if cfg.distributed:
         choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
-    # Every process of the job (or the workers of a local trainer) is forked from it; it
-    # imports torch while the data is prepared.
-    forkserver.start()
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
     log.info("data %s: %d training and %d held-out examples, %d dense features, %d "

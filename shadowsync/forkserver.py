@@ -33,6 +33,7 @@ Two things a forked process must not inherit from the server:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -76,6 +77,19 @@ def start() -> None:
         forkserver.ensure_running()
     finally:
         os.environ.pop(SERVER_ENV, None)
+
+
+def stop() -> None:
+    """End this process's fork server now, if it runs: a run that failed or stopped leaves
+    none behind, even one still importing torch (it would notice that its launcher is gone
+    only once it has)."""
+    server = _server()
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    server._stop()  # closes its pipe, collects it, forgets it: the next run starts another
 
 
 def job_environment() -> dict[str, str]:

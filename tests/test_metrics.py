@@ -69,3 +69,13 @@ def test_tensorboard_scalars_come_from_the_metrics_rows(tmp_path):
     assert [(e.step, round(e.value, 3)) for e in board.Scalars("train_ne")] == [(100, 0.9),
                                                                              (200, 0.8)]
     assert [e.step for e in board.Scalars("eval_ne")] == [200]
+
+
+def test_ne_plot_is_drawn_once_a_curve_has_two_points(tmp_path):
+    from shadowsync.train.report import plot_ne
+
+    one = [{"examples": 1000, "train_ne": 0.9, "eval_ne": 0.95}]
+    assert plot_ne(tmp_path, one, 0.8) is None and not (tmp_path / "ne.png").exists()
+    two = [*one, {"examples": 2000, "train_ne": 0.85, "eval_ne": None}]
+    assert plot_ne(tmp_path, two, 0.8) == tmp_path / "ne.png"
+    assert (tmp_path / "ne.png").stat().st_size > 10_000

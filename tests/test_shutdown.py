@@ -116,3 +116,31 @@ def test_a_final_checkpoint_that_does_not_fit_ends_the_job_at_once_in_one_line(t
                            "shard emb0 needs 168.6 MiB and its disk has "), last
     assert took < 90
     assert r.leftover == []
+
+
+@pytest.mark.timeout(30)
+def test_a_second_signal_while_the_first_sets_the_stop_event_does_not_hang():
+    """Ctrl-C reaches every process and the launcher forwards it again: the second signal's
+    handler can run while the first is inside `Event.set`, holding the event's lock. Setting
+    it again there waited forever (the stop then saved nothing and took the grace's 8 s)."""
+    import multiprocessing
+    import signal
+    import threading
+
+    from shadowsync.train.trainer import Trainer
+
+    trainer = Trainer.__new__(Trainer)  # request_stop needs only these
+    trainer.stop_signal, trainer._evaluating = None, False
+    trainer.stop_event = event = multiprocessing.get_context("spawn").Event()
+    notify_all = event._cond.notify_all
+
+    def second_signal_while_set_holds_the_lock() -> None:
+        trainer.request_stop(signal.SIGINT)
+        notify_all()
+
+    event._cond.notify_all = second_signal_while_set_holds_the_lock
+    first = threading.Thread(target=trainer.request_stop, args=(signal.SIGINT,), daemon=True)
+    first.start()
+    first.join(5)
+    assert not first.is_alive(), "the second signal's handler waited on the first's lock"
+    assert event.is_set() and trainer.stop_signal == signal.SIGINT

@@ -91,16 +91,18 @@ def write_summary(out: Path, summary: dict[str, Any]) -> Path:
 
 def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None,
             xlabel: str = "training examples") -> Path | None:
-    """Train (running window) and eval NE against examples seen."""
+    """Train (running window) and eval NE against examples seen; None (and no file) until
+    either has two points, a curve (a run shorter than --log-every has one line of metrics:
+    drawing its one point took a second of importing and rendering)."""
+    train = [(r["examples"], r["train_ne"]) for r in rows if _num(r.get("train_ne"))]
+    evals = [(r["examples"], r["eval_ne"]) for r in rows if _num(r.get("eval_ne"))]
+    if len(train) < 2 and len(evals) < 2:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    train = [(r["examples"], r["train_ne"]) for r in rows if _num(r.get("train_ne"))]
-    evals = [(r["examples"], r["eval_ne"]) for r in rows if _num(r.get("eval_ne"))]
-    if not train and not evals:
-        return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     if train:
         ax.plot(*zip(*train), label="train NE (running window)", color="tab:blue")
