@@ -64,11 +64,15 @@ def checkpoint_interval(examples: int) -> int:
 
 
 def session_pids(sid: int) -> list[int]:
+    """The live processes of session `sid`. A zombie has ended: it waits only for its parent
+    to collect its exit status, which for an orphan is the machine's init, whenever that
+    looks (one did so every 1-2 s, and counting its zombies made every run seem to leave a
+    process behind for that long)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.getsid(int(entry.name)) == sid:
+                if os.getsid(int(entry.name)) == sid and attempts.alive(int(entry.name)):
                     pids.append(int(entry.name))
             except (ProcessLookupError, PermissionError):
                 pass
