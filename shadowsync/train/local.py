@@ -7,6 +7,7 @@ from typing import Any
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.train.replica import run_replica
+from shadowsync.train.tasks import task_of
 from shadowsync.train.trainer import DataPlan, Features
 
 
@@ -17,6 +18,10 @@ def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
 
 def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, Any]:
     """Train in this process (its Hogwild workers are child processes); `cfg.out` exists."""
+    # The workers are forked from a server that is likely still importing torch (it started
+    # with this process): meanwhile, import what the evaluations need, which would otherwise
+    # wait until the first evaluation (after training, with --eval-points 0).
+    task_of(cfg.task).prepare_evaluation()
     summary = run_replica(cfg, plan, local_tables(cfg, plan.features))
     assert summary is not None  # the only trainer is trainer 0
     return summary

@@ -78,6 +78,11 @@ class Task(Protocol):
         """An object with add(examples, loss_sum, label_sum), .value and .name."""
         ...
 
+    def prepare_evaluation(self) -> None:
+        """Import now what `evaluate` needs, where that takes seconds: a process with time to
+        spare before training calls it, rather than pay for it in the first evaluation."""
+        ...
+
     def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
                  stop: int, cfg: Any) -> dict[str, float]:
         ...

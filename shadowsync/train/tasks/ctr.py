@@ -89,6 +89,9 @@ class CtrTask:
     def running_metric(self) -> RunningNE:
         return RunningNE()
 
+    def prepare_evaluation(self) -> None:
+        import sklearn.metrics  # noqa: F401  (the AUC's; with scipy, 2 s of imports here)
+
     def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
                  stop: int, cfg: TrainConfig) -> dict[str, float]:
         from shadowsync.train.evaluate import evaluate

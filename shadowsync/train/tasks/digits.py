@@ -118,6 +118,9 @@ class DigitsTask:
         return RunningLoss()
 
     @torch.no_grad()
+    def prepare_evaluation(self) -> None:
+        pass  # accuracy and cross-entropy need nothing beyond torch
+
     def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
                  stop: int, cfg: Any) -> dict[str, float]:
         data = plan.eval
