@@ -117,10 +117,10 @@ class DigitsTask:
     def running_metric(self) -> RunningLoss:
         return RunningLoss()
 
-    @torch.no_grad()
     def prepare_evaluation(self) -> None:
         pass  # accuracy and cross-entropy need nothing beyond torch
 
+    @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
                  stop: int, cfg: Any) -> dict[str, float]:
         data = plan.eval
