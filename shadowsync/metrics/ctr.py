@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,10 +45,17 @@ def calibration(pred: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(pred)) / mean_label if mean_label > 0 else float("nan")
 
 
-def evaluate_predictions(pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """NE, log loss, AUC and calibration of click probabilities against 0/1 labels."""
+def roc_auc() -> Any:
+    """scikit-learn's `roc_auc_score`, imported on first use: with scipy, 2 s of imports
+    (`CtrTask.prepare_evaluation` calls this early where a process has time to spare)."""
     from sklearn.metrics import roc_auc_score
 
+    return roc_auc_score
+
+
+def evaluate_predictions(pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """NE, log loss, AUC and calibration of click probabilities against 0/1 labels."""
+    roc_auc_score = roc_auc()
     labels = np.asarray(labels)
     auc = float(roc_auc_score(labels, pred)) if 0 < labels.sum() < len(labels) else float("nan")
     return {
