@@ -127,19 +127,22 @@ def test_a_second_signal_while_the_first_sets_the_stop_event_does_not_hang():
     import signal
     import threading
 
+    from shadowsync.train.stop import StopRequest
     from shadowsync.train.trainer import Trainer
 
     trainer = Trainer.__new__(Trainer)  # request_stop needs only these
     trainer.stop_signal, trainer._evaluating = None, False
     trainer.stop_event = event = multiprocessing.get_context("spawn").Event()
+    stop = StopRequest()  # what every job process installs for SIGINT / SIGTERM
+    stop.subscribe(trainer.request_stop)
     notify_all = event._cond.notify_all
 
     def second_signal_while_set_holds_the_lock() -> None:
-        trainer.request_stop(signal.SIGINT)
+        stop._handle(signal.SIGINT, None)
         notify_all()
 
     event._cond.notify_all = second_signal_while_set_holds_the_lock
-    first = threading.Thread(target=trainer.request_stop, args=(signal.SIGINT,), daemon=True)
+    first = threading.Thread(target=stop._handle, args=(signal.SIGINT, None), daemon=True)
     first.start()
     first.join(5)
     assert not first.is_alive(), "the second signal's handler waited on the first's lock"

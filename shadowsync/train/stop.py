@@ -59,6 +59,7 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._subscribers: list[Callable[[int], None]] = []
+        self._notifying = False  # the main thread is inside a subscriber (`_handle`)
         self._at_first_signal: list[Callable[[int], None]] = []
         self._start_gate = threading.Lock()
         self._children: list[tuple[int, int | None]] = []
@@ -173,7 +174,8 @@ class StopRequest:
 
     def subscribe(self, callback: Callable[[int], None]) -> None:
         """Call `callback(signum)` in the main thread on each signal (it may raise into the
-        code the signal interrupted), or now if one came already."""
+        code the signal interrupted), or now if one came already; not for a signal that
+        comes while the callbacks run for another."""
         self._subscribers.append(callback)
         if self.signum is not None:
             callback(self.signum)
@@ -215,8 +217,18 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self._note(signum)
-        for callback in list(self._subscribers):
-            callback(signum)  # may raise into the interrupted code (see Trainer.request_stop)
+        if self._notifying:
+            # This signal interrupted the subscribers' handling of another (Ctrl-C reaches
+            # every process and the launcher forwards it again), which does its work. Calling
+            # them inside themselves waited forever on a lock the interrupted call held (the
+            # workers' stop event's, in Trainer.request_stop).
+            return
+        self._notifying = True
+        try:
+            for callback in list(self._subscribers):
+                callback(signum)  # may raise into the interrupted code (Trainer.request_stop)
+        finally:
+            self._notifying = False
 
 
 def watch_signals(on_signal: Callable[[int], None]) -> None:

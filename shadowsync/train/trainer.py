@@ -164,12 +164,8 @@ class Trainer:
     def request_stop(self, signum: int) -> None:
         """From a signal handler: workers stop after their current step (if the mode can).
         A held-out sample evaluation under way is abandoned (it only feeds the plot)."""
-        first = self.stop_signal is None
         self.stop_signal = self.stop_signal or signum
-        # Only the first: a Ctrl-C reaches every process and the launcher forwards it too, so
-        # a second signal can run this handler while the first is inside `set`, holding the
-        # event's lock, where setting it again waited for that lock forever.
-        if first and self.stop_event is not None:
+        if self.stop_event is not None:
             self.stop_event.set()
         if self._evaluating:
             self._evaluating = False
