@@ -142,18 +142,28 @@ def _checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, An
 # Options that shape the model, the tables, the data order or the processes: a checkpoint
 # only resumes a run that agrees on all of them.
 SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embedding_dim",
-                 "table_size", "bottom_mlp", "top_mlp", "optimizer", "batch_size", "workers",
-                 "trainers", "embedding_servers", "dense_servers", "row_split_limit", "sync",
-                 "sync_groups")
+                 "id_bias", "table_size", "bottom_mlp", "top_mlp", "optimizer", "batch_size",
+                 "workers", "trainers", "embedding_servers", "dense_servers", "row_split_limit",
+                 "sync", "sync_groups")
+
+
+# Shape options added after checkpoints were first written, with the value every run before
+# them had: a checkpoint whose config.toml lacks one was saved by such a run.
+PREDATED = {"id_bias": False}
 
 
 def resume_base(path: str | Path) -> TrainConfig:
     """The configuration a checkpoint was saved with (the base of a resumed run's options)."""
+    import tomllib
+
     from shadowsync.checkpoint.store import CONFIG, find_checkpoint
     from shadowsync.config import load_config
 
     step = find_checkpoint(path, "--resume")
-    return load_config(_Args(config=str(step / CONFIG)))
+    cfg = load_config(_Args(config=str(step / CONFIG)))
+    with open(step / CONFIG, "rb") as fh:  # read again only once load_config found it valid
+        saved = {k.replace("-", "_") for k in tomllib.load(fh)}
+    return replace(cfg, **{k: v for k, v in PREDATED.items() if k not in saved})
 
 
 class _Args:

@@ -67,6 +67,9 @@ class TrainConfig:
         "(ids are taken modulo it)", parse=_sizes)
     bottom_mlp: list[int] = _opt([64], "hidden widths of the bottom MLP")
     top_mlp: list[int] = _opt([128, 64], "hidden widths of the top MLP")
+    id_bias: bool = _opt(
+        True, "dlrm: a learned bias per id, added to the logit (one more column in each "
+        "embedding row)")
     # optimisation
     optimizer: str = _opt("adagrad", "optimizer (row-wise Adagrad for embeddings)",
                           ("adagrad", "sgd"))
@@ -282,6 +285,10 @@ class TrainConfig:
             raise UserError(f"--table-size: {len(self.table_size)} sizes given, but the data "
                             f"has {num_tables} categorical features")
         return list(self.table_size)
+
+    def table_width(self) -> int:
+        """Columns of an embedding row: the embedding, and the DLRM's id bias if it has one."""
+        return self.embedding_dim + (1 if self.id_bias and self.model == "dlrm" else 0)
 
     def table_optimizer(self) -> dict[str, Any]:
         """How every embedding table of the job learns, wherever it lives (a server, a

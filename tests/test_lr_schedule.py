@@ -83,7 +83,7 @@ def test_default_settings_keep_the_bottom_relus_alive(seed):
     data = open_data("synthetic", examples=40_000, seed=seed)
     features = features_of(cfg)
     model = build_dense_model(cfg, features)
-    tables = EmbeddingTables(list(features.table_rows), cfg.embedding_dim, lr=cfg.lr, seed=seed)
+    tables = EmbeddingTables(list(features.table_rows), cfg.table_width(), lr=cfg.lr, seed=seed)
     workers = []
     for w in range(2):
         opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)

@@ -52,6 +52,28 @@ def test_dlrm_interaction_is_every_pair_of_features_dotted_once():
     torch.testing.assert_close(emb.grad, grad)
 
 
+def test_the_id_bias_is_the_last_column_summed_into_the_logit():
+    """With the id bias an embedded row is one column wider: the DLRM sees the first
+    `embedding_dim` columns, and the last column of every table's row is added to the logit,
+    so its gradient is the logit's, once per table."""
+    torch.manual_seed(0)
+    plain = build_model("dlrm", 4, 5, 3, [8], [8])
+    with_bias = build_model("dlrm", 4, 5, 3, [8], [8], id_bias=True)
+    with_bias.load_state_dict(plain.state_dict())  # the bias adds no dense parameter
+    dense, emb = torch.randn(6, 4), torch.randn(6, 5, 4, requires_grad=True)
+    logits = with_bias(dense, emb)
+    torch.testing.assert_close(logits, plain(dense, emb[..., :3]) + emb[..., 3].sum(1))
+    (logits * torch.arange(6.0)).sum().backward()
+    torch.testing.assert_close(emb.grad[..., 3], torch.arange(6.0)[:, None].expand(6, 5))
+
+
+@pytest.mark.parametrize("kw, width", [
+    ({}, 17), ({"id_bias": False}, 16), ({"model": "tests.helpers:two_layer_mlp"}, 16),
+])
+def test_the_tables_are_as_wide_as_the_model_reads(kw, width):
+    assert TrainConfig(**kw).table_width() == width
+
+
 def test_a_module_path_and_a_callable_build_the_same_model():
     by_name = build_model("tests.helpers:two_layer_mlp", 5, 3, 4, [], [])
     by_callable = build_model(two_layer_mlp, 5, 3, 4, [], [])

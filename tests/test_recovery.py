@@ -65,6 +65,22 @@ def test_eval_reproduces_the_final_ne_and_writes_predictions(finished_run, tmp_p
     assert np.load(pred).shape == (summary(finished_run)["eval_examples"],)
 
 
+@pytest.mark.timeout(200)
+def test_a_checkpoint_from_before_the_id_bias_evaluates_as_it_was_trained(tmp_path):
+    # Its config.toml has no id_bias line: that run's tables had no bias column.
+    out = tmp_path / "run"
+    res = run_cli(["train", *LOCAL, "--examples", "6000", "--no-id-bias", "--out", str(out)],
+                  timeout=150)
+    assert res.returncode == 0, res.stderr
+    for config in out.glob("checkpoint/*/config.toml"):
+        lines = config.read_text().splitlines()
+        config.write_text("\n".join(ln for ln in lines if not ln.startswith("id_bias")) + "\n")
+    res = run_cli(["eval", "--checkpoint", str(out), "--data", "synthetic"], timeout=60)
+    assert res.returncode == 0, res.stderr
+    ne = float(next(ln.split()[1] for ln in res.stdout.splitlines() if ln.split()[0] == "ne"))
+    assert ne == pytest.approx(summary(out)["eval_ne"], abs=1e-4)
+
+
 @pytest.mark.timeout(120)
 def test_bad_checkpoint_inputs_are_one_line_errors(finished_run, tmp_path, array_dir):
     res = run_cli(["eval", "--checkpoint", str(tmp_path / "none"), "--data", "synthetic"], 60)

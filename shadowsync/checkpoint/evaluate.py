@@ -59,7 +59,7 @@ def load_model(step: Path) -> tuple[Any, torch.nn.Module, Any]:
         servers = [s for s in manifest.get("shards", []) if s.startswith("emb")]
 
         def table(rows: list[int], seed: int) -> EmbeddingTables:
-            return EmbeddingTables(rows, cfg.embedding_dim, seed=seed, **cfg.table_optimizer())
+            return EmbeddingTables(rows, cfg.table_width(), seed=seed, **cfg.table_optimizer())
 
         if servers:
             plan = embedding_plan(cfg)

@@ -170,7 +170,7 @@ def _run_role(cfg: TrainConfig) -> None:
 
         plan = embedding_plan(cfg)
         # Clients: every trainer and each of its workers attach once.
-        tables = serve(plan, index, cfg.embedding_dim, cfg.table_optimizer(), cfg.seed,
+        tables = serve(plan, index, cfg.table_width(), cfg.table_optimizer(), cfg.seed,
                        share=cfg.embedding_transport == "auto",
                        clients=layout.trainers * (layout.workers + 1))
         own_shard(cfg, layout.embedding_name(index), tables, f"embedding server {index}")
@@ -273,12 +273,12 @@ def embedding_client(cfg: TrainConfig, layout: ClusterLayout, endpoint: RpcEndpo
     plan = embedding_plan(cfg)
     private = None
     if cfg.embedding_transport == "unshared":
-        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.embedding_dim,
+        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.table_width(),
                                       seed=cfg.seed * 7919 + s,
                                       **cfg.table_optimizer()).share_memory_()
                    for s in range(plan.servers)}
     transport = "rpc" if cfg.embedding_transport == "rpc" else "auto"
-    return RemoteEmbeddings(plan, layout, endpoint, cfg.embedding_dim, rpc_ranks(layout),
+    return RemoteEmbeddings(plan, layout, endpoint, cfg.table_width(), rpc_ranks(layout),
                             transport=transport, private=private)
 
 

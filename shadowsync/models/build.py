@@ -51,13 +51,14 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
 
 
 def build_model(model: str | Callable[..., Any], num_dense: int, num_tables: int,
-                embedding_dim: int, bottom_mlp: list[int], top_mlp: list[int]) -> nn.Module:
+                embedding_dim: int, bottom_mlp: list[int], top_mlp: list[int],
+                id_bias: bool = False) -> nn.Module:
     """The dense model for data with `num_dense` dense and `num_tables` categorical features.
-    `bottom_mlp` and `top_mlp` size the DLRM; other models get the shape only."""
+    `bottom_mlp`, `top_mlp` and `id_bias` shape the DLRM; other models get the shape only."""
     if model == DEFAULT:
         return DLRMDense(ModelConfig(num_dense=num_dense, num_sparse=num_tables,
                                      embedding_dim=embedding_dim, bottom_mlp=list(bottom_mlp),
-                                     top_mlp=list(top_mlp)))
+                                     top_mlp=list(top_mlp), id_bias=id_bias))
     factory = model if callable(model) else load_factory(model)
     name = model_name(model)
     try:

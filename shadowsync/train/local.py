@@ -12,7 +12,7 @@ from shadowsync.train.trainer import DataPlan, Features
 
 
 def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
-    return EmbeddingTables(list(features.table_rows), cfg.embedding_dim, seed=cfg.seed,
+    return EmbeddingTables(list(features.table_rows), cfg.table_width(), seed=cfg.seed,
                            **cfg.table_optimizer()).share_memory_()
 
 

@@ -69,7 +69,7 @@ def _model(cfg: TrainConfig, plan: Any) -> Any:
     from shadowsync.train.trainer import build_dense_model
 
     rows = plan.features.table_rows
-    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=cfg.embedding_dim,
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=cfg.table_width(),
                                  num_embeddings=n, feature_names=[f"f{i}"],
                                  pooling=PoolingType.SUM) for i, n in enumerate(rows)]
 

@@ -64,7 +64,7 @@ def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
     return build_model(cfg.model, features.num_dense, features.num_tables, cfg.embedding_dim,
-                       cfg.bottom_mlp, cfg.top_mlp)
+                       cfg.bottom_mlp, cfg.top_mlp, id_bias=cfg.id_bias)
 
 
 class CtrTask:
