@@ -99,7 +99,10 @@ class DLRMDense(nn.Module):
         [B]."""
         bias = None
         if self.cfg.id_bias:
-            embedded, bias = embedded[..., :-1], embedded[..., -1].sum(1)
+            # split, not two slices: its backward is one concatenation of the two gradients,
+            # where each slice's would zero-fill a whole [B, n, d + 1] gradient to be added.
+            embedded, bias = embedded.split([self.cfg.embedding_dim, 1], dim=2)
+            bias = bias.sum((1, 2))
         x = self.bottom(dense)
         feats = torch.cat([x.unsqueeze(1), embedded], dim=1)
         dots = PairwiseDots.apply(feats, self._pairs, self._pair_of_product)
