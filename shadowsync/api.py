@@ -154,16 +154,11 @@ PREDATED = {"id_bias": False}
 
 def resume_base(path: str | Path) -> TrainConfig:
     """The configuration a checkpoint was saved with (the base of a resumed run's options)."""
-    import tomllib
-
     from shadowsync.checkpoint.store import CONFIG, find_checkpoint
     from shadowsync.config import load_config
 
     step = find_checkpoint(path, "--resume")
-    cfg = load_config(_Args(config=str(step / CONFIG)))
-    with open(step / CONFIG, "rb") as fh:  # read again only once load_config found it valid
-        saved = {k.replace("-", "_") for k in tomllib.load(fh)}
-    return replace(cfg, **{k: v for k, v in PREDATED.items() if k not in saved})
+    return load_config(_Args(config=str(step / CONFIG)), absent=PREDATED)
 
 
 class _Args:

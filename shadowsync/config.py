@@ -21,6 +21,7 @@ from shadowsync.errors import UserError
 from shadowsync.runners.modes import SYNC_CHOICES
 
 TASK_CHOICES = ("ctr", "digits")  # shadowsync.train.tasks.TASKS
+DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,7 +60,7 @@ class TrainConfig:
     seed: int = _opt(0, "random seed (data generation, initialisation, shuffling)")
     # model
     model: str | Callable[..., Any] = _opt(
-        "dlrm", "dense model: dlrm, or MODULE:FUNCTION called with (num_dense, num_tables, "
+        DLRM, "dense model: dlrm, or MODULE:FUNCTION called with (num_dense, num_tables, "
         "embedding_dim) that returns an nn.Module; forward(dense, emb) -> logits [B]")
     embedding_dim: int = _opt(16, "embedding and bottom-MLP output width")
     table_size: list[int] = _opt(
@@ -288,7 +289,7 @@ class TrainConfig:
 
     def table_width(self) -> int:
         """Columns of an embedding row: the embedding, and the DLRM's id bias if it has one."""
-        return self.embedding_dim + (1 if self.id_bias and self.model == "dlrm" else 0)
+        return self.embedding_dim + (1 if self.id_bias and self.model == DLRM else 0)
 
     def table_optimizer(self) -> dict[str, Any]:
         """How every embedding table of the job learns, wherever it lives (a server, a
@@ -407,9 +408,11 @@ def _coerce(name: str, value: Any, tp: Any, source: str) -> Any:
     return value
 
 
-def load_config(args: argparse.Namespace, cls: type = TrainConfig) -> Any:
-    """Defaults < TOML file (`--config`) < command line. Unknown TOML keys are an error."""
-    values: dict[str, Any] = {}
+def load_config(args: argparse.Namespace, cls: type = TrainConfig,
+                absent: dict[str, Any] | None = None) -> Any:
+    """Defaults < `absent` (values for options the TOML file does not set) < TOML file
+    (`--config`) < command line. Unknown TOML keys are an error."""
+    values: dict[str, Any] = dict(absent or {})
     hints = _type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     path = getattr(args, "config", None)

@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from shadowsync.config import model_name
+from shadowsync.config import DLRM, model_name
 from shadowsync.errors import UserError
 from shadowsync.models.dlrm import DLRMDense, ModelConfig
 
-DEFAULT = "dlrm"
+DEFAULT = DLRM
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:

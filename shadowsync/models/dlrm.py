@@ -101,8 +101,8 @@ class DLRMDense(nn.Module):
         if self.cfg.id_bias:
             # split, not two slices: its backward is one concatenation of the two gradients,
             # where each slice's would zero-fill a whole [B, n, d + 1] gradient to be added.
-            embedded, bias = embedded.split([self.cfg.embedding_dim, 1], dim=2)
-            bias = bias.sum((1, 2))
+            embedded, bias_column = embedded.split([self.cfg.embedding_dim, 1], dim=2)
+            bias = bias_column.sum((1, 2))
         x = self.bottom(dense)
         feats = torch.cat([x.unsqueeze(1), embedded], dim=1)
         dots = PairwiseDots.apply(feats, self._pairs, self._pair_of_product)
