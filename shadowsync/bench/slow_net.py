@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import median_of, ratio_of_medians, torch_period
+from shadowsync.bench.common import interleaved, median_of, ratio_of_medians, torch_period
 from shadowsync.config import TrainConfig, config_to_toml
 
 SLOW_MBIT = 50.0
@@ -50,6 +50,10 @@ RATIOS = ("background_eps_drop_slow_net", "ddp_eps_drop_slow_net",
           *(f"{name}_{suffix}" for suffix in ("slow_net", "1gbit") for name, _, _ in LINK_RATIOS),
           "bf16_syncs_per_min_vs_fp32_slow_net", "s_bmuf_ne_bf16_vs_fp32_slow_net")
 RDZV_PORT = 29400
+# DDP on a limited link waits on its AllReduce at every step from the first one, so a third of
+# the other runs' examples measures the same EPS (100k: 11.4k and 11.1k examples/s on 50
+# Mbit/s; 300k: 11.3k and 11.2k) in a third of the time (9 s of training instead of 27).
+LIMITED_DDP_SHARE = 1 / 3
 
 
 def torchrun_argv(node_rank: int, nnodes: int, master_ip: str, config: Path,
@@ -118,6 +122,11 @@ def at(rate: float | None) -> str:
     return "@unlimited" if rate is None else f"@{rate:g}mbit"
 
 
+def on_limited_link(cfg: TrainConfig, sync: str) -> TrainConfig:
+    examples = round(cfg.examples * LIMITED_DDP_SHARE) if sync == "ddp" else cfg.examples
+    return replace(cfg, sync=sync, examples=examples)
+
+
 def link_variants(cfg: TrainConfig, full: bool,
                   torchft: bool) -> list[tuple[str, Any, float | None]]:
     """(name, config, rate) in the order they run each repeat: background MA and DDP with and
@@ -130,7 +139,7 @@ def link_variants(cfg: TrainConfig, full: bool,
         for sync in (("s-ma", "ddp") if full else ("s-ma",))]
     for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
         syncs = ("none", "s-bmuf", "ddp", "s-ma") if full else ("ddp", "s-ma")
-        variants += [(f"{sync}{at(rate)}", replace(cfg, sync=sync), rate) for sync in syncs]
+        variants += [(f"{sync}{at(rate)}", on_limited_link(cfg, sync), rate) for sync in syncs]
         peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
         for peer in peers:
             def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
@@ -140,6 +149,28 @@ def link_variants(cfg: TrainConfig, full: bool,
     return variants + [(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
                         replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype),
                         SLOW_MBIT) for dtype in ("fp32", "bf16")]
+
+
+def on_hosts(hosts: Any, root: Path,
+             variants: list[tuple[str, Any, float | None]]) -> dict[str, Callable[[], dict]]:
+    """The link variants as runs for `interleaved`: each sets the trainers' link, then runs
+    its job on the hosts. A config that is a function of the runs so far gets the latest run
+    of every variant, which is this repeat's for those that run before it."""
+    latest: dict[str, dict[str, Any]] = {}
+    count: dict[str, int] = {}
+
+    def run(name: str, job_cfg: Any, rate: float | None) -> Callable[[], dict]:
+        def go() -> dict[str, Any]:
+            cfg = job_cfg(latest) if callable(job_cfg) else job_cfg
+            hosts.set_pair_rate(1, 2, rate)
+            repeat = count[name] = count.get(name, -1) + 1
+            s = run_on_hosts(hosts, cfg, root / f"{name}-{repeat}")
+            latest[name] = {"eps": s["train_eps"], "syncs_per_min": s.get("syncs_per_min"),
+                            "sync_bytes_per_round": s.get("sync_bytes_per_round"),
+                            "eval_ne": s["eval_ne"], "sync_every": cfg.sync_every}
+            return latest[name]
+        return go
+    return {name: run(name, job_cfg, rate) for name, job_cfg, rate in variants}
 
 
 def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False,
@@ -158,23 +189,12 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
         return {"skipped": reason, "ratios": dict.fromkeys(RATIOS)}
     variants = link_variants(replace(base, dense_servers=0, trainers=2, embedding_servers=1),
                              full, torchft)
-    runs: list[dict[str, Any]] = []
     root.mkdir(parents=True, exist_ok=True)
     (root / "runs.jsonl").unlink(missing_ok=True)
     with NetnsHosts(3) as hosts:
         # ranks: 0 = embedding server (host 0), 1 and 2 = trainers (hosts 1 and 2)
-        for r in range(repeats):
-            for name, job_cfg, rate in variants:
-                if callable(job_cfg):
-                    job_cfg = job_cfg({x["variant"]: x for x in runs if x["repeat"] == r})
-                hosts.set_pair_rate(1, 2, rate)
-                s = run_on_hosts(hosts, job_cfg, root / f"{name}-{r}")
-                runs.append({"variant": name, "repeat": r, "eps": s["train_eps"],
-                             "syncs_per_min": s.get("syncs_per_min"),
-                             "sync_bytes_per_round": s.get("sync_bytes_per_round"),
-                             "eval_ne": s["eval_ne"], "sync_every": job_cfg.sync_every})
-                with (root / "runs.jsonl").open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(runs[-1]) + "\n")
+        runs = interleaved(on_hosts(hosts, root, variants), repeats,
+                           "bench sync: namespace hosts", log=root / "runs.jsonl")
         hosts.set_pair_rate(1, 2, None)
 
     slow = at(SLOW_MBIT)
