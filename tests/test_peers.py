@@ -83,3 +83,49 @@ def test_torchft_peer_needs_a_private_namespace(monkeypatch):
     monkeypatch.setattr(torchft_localsgd.os, "geteuid", lambda: 1000)
     reason = torchft_localsgd.unavailable()
     assert reason is not None and "listens on every interface" in reason
+
+
+def test_a_failing_peer_is_one_line_and_the_bench_goes_on(monkeypatch, tmp_path, capsys):
+    calls = []
+
+    def broken(cfg, out):
+        calls.append(out)
+        raise RuntimeError("peer rank 0 failed: table t1 has local_cols=17 not divisible by 4")
+
+    monkeypatch.setattr(peers, "missing", lambda name: None)
+    monkeypatch.setattr(peers, "runner", lambda name: broken)
+    got = peer_variants(job(1000), tmp_path, iter(range(10)))
+    go = got["variants"]["torchrec/quality"]
+    assert go() == go() == {"eps": None, "eval_ne": None, "wall_s": None}
+    assert len(calls) == 1  # its later repeats do not run it again
+    line = got["status"]["torchrec"]
+    assert line.startswith("peer torchrec failed: ") and "not divisible by 4" in line
+    assert f"bench sync: {line}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [16, 17, 3])
+def test_padded_tables_for_fbgemm_train_as_ours(width):
+    """fbgemm takes rows whose width is a multiple of 4: the peer pads its tables, starts
+    their accumulators at k times ours and steps at sqrt(k) times our rate, k = width /
+    padded. The padded tables' first `width` columns then follow ours step for step."""
+    import torch
+
+    from shadowsync.bench.peers.torchrec_dmp import fbgemm_width
+    from shadowsync.embeddings.tables import EmbeddingTables
+
+    padded, k = fbgemm_width(width)
+    assert padded % 4 == 0 and width <= padded < width + 4 and k == width / padded
+    ours = EmbeddingTables([50, 30], width, lr=0.2, initial_accumulator=0.05)
+    weight = torch.cat([ours.weight, torch.zeros(80, padded - width)], dim=1)
+    theirs = EmbeddingTables.from_tensors([50, 30], padded, "adagrad", 0.2 * k**0.5, 1e-8,
+                                          weight, torch.full((80,), 0.05 * k))
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        rows = torch.randint(0, 80, (40,), generator=gen)  # repeats included
+        grads = torch.randn(40, width, generator=gen)
+        ours.apply_rows(rows, grads)
+        theirs.apply_rows(rows, torch.cat([grads, torch.zeros(40, padded - width)], dim=1))
+    torch.testing.assert_close(theirs.weight[:, :width], ours.weight)
+    assert not theirs.weight[:, width:].any()
+    unchanged = EmbeddingTables([50, 30], width, lr=0.2, initial_accumulator=0.05).weight
+    assert not torch.equal(ours.weight, unchanged)  # the steps did move the rows

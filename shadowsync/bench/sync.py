@@ -274,6 +274,7 @@ def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
     """The installed peers as quality variants ("NAME/quality"), and each peer's status:
     "runs", or the one line that says why it is skipped (also printed)."""
     from shadowsync.bench.peers import missing, runner
+    from shadowsync.errors import failure_line
 
     variants: dict[str, Any] = {}
     status: dict[str, str] = {}
@@ -287,7 +288,16 @@ def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
         status[name] = "runs"
 
         def go(name: str = name) -> dict[str, Any]:
-            return runner(name)(cfg, root / "runs" / f"{name}-quality-{next(counter)}")
+            """A peer that fails is reported in one line and left out of its ratios (its
+            later repeats too), rather than end a bench that has run for minutes."""
+            if status[name] != "runs":
+                return {"eps": None, "eval_ne": None, "wall_s": None}
+            try:
+                return runner(name)(cfg, root / "runs" / f"{name}-quality-{next(counter)}")
+            except Exception as e:
+                status[name] = f"peer {name} failed: {failure_line(e)}"
+                print(f"bench sync: {status[name]}")
+                return {"eps": None, "eval_ne": None, "wall_s": None}
         variants[f"{name}/quality"] = go
     return {"variants": variants, "status": status}
 
@@ -310,7 +320,8 @@ def plot_sync_bench(root: Path, runs: list[dict[str, Any]], med: dict[str, Any])
     axes[0].set_xlabel("examples / s (median)")
     axes[0].set_title("EPS by rule")
     for n in names:
-        pts = [(r["wall_s"], r["eval_ne"]) for r in runs if r["variant"] == n]
+        pts = [(r["wall_s"], r["eval_ne"]) for r in runs
+               if r["variant"] == n and r.get("eval_ne") is not None]
         if pts:
             axes[1].scatter(*zip(*pts), label=n, s=18)
     axes[1].set_xlabel("wall time (s)")

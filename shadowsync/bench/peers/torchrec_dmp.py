@@ -8,7 +8,10 @@ the dense DLRM (our `DLRMDense`, the same shape) in DDP. TrainPipelineSparseDist
 next batch's input distribution with the current step. Each rank reads the same rows our
 trainers read: global batches of the job's batch size, alternating between the ranks; the
 dense optimizer is the job's (Adagrad, same learning rate and warm-up). TorchRec 1.8 offers
-no row-wise sharding on CPU, so the planner places whole tables (table-wise).
+no row-wise sharding on CPU, so the planner places whole tables (table-wise). fbgemm's kernels
+take rows whose width is a multiple of 4, so a table as wide as ours with the id bias (17)
+is padded to the next multiple (20); the model reads the job's columns, and the rates are
+set so that the padded tables train exactly as ours (`fbgemm_width`).
 
 Training EPS counts every trained example between the ranks' common start (after a barrier)
 and the last rank's end; eval NE is taken on the job's held-out rows, split over the ranks.
@@ -27,6 +30,18 @@ from shadowsync.config import TrainConfig
 
 WORLD = 2
 EVAL_BATCH = 4096
+FBGEMM_WIDTH_MULTIPLE = 4
+
+
+def fbgemm_width(width: int) -> tuple[int, float]:
+    """The padded width of a table `width` columns wide, and the factor k = width / padded.
+
+    Row-wise Adagrad adds the mean of a row's squared gradient over its columns to the row's
+    accumulator; the padding columns get no gradient, so the padded row's accumulator grows
+    k times as fast. Started at k times ours and stepped at sqrt(k) times our rate, its
+    steps are ours exactly (up to eps), and the padding stays zero."""
+    padded = -(-width // FBGEMM_WIDTH_MULTIPLE) * FBGEMM_WIDTH_MULTIPLE
+    return padded, width / padded
 
 
 def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
@@ -69,7 +84,9 @@ def _model(cfg: TrainConfig, plan: Any) -> Any:
     from shadowsync.train.trainer import build_dense_model
 
     rows = plan.features.table_rows
-    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=cfg.table_width(),
+    width = cfg.table_width()
+    padded, k = fbgemm_width(width)
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=padded,
                                  num_embeddings=n, feature_names=[f"f{i}"],
                                  pooling=PoolingType.SUM) for i, n in enumerate(rows)]
 
@@ -81,14 +98,14 @@ def _model(cfg: TrainConfig, plan: Any) -> Any:
 
         def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
             pooled = self.ebc(batch.sparse_features).to_dict()
-            emb = torch.stack([pooled[f"f{i}"] for i in range(len(rows))], dim=1)
+            emb = torch.stack([pooled[f"f{i}"] for i in range(len(rows))], dim=1)[..., :width]
             logits = self.dense(batch.dense_features, emb)
             loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
             return loss, logits.detach()
 
     model = Train()
     apply_optimizer_in_backward(RowWiseAdagrad, model.ebc.parameters(),
-                                {"lr": cfg.embedding_lr, "eps": 1e-8})
+                                {"lr": cfg.embedding_lr * k**0.5, "eps": 1e-8})
     return model
 
 
@@ -179,7 +196,8 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
                                                              compute_device="cpu"))
         sharding = planner.collective_plan(model, pg=dist.GroupMember.WORLD)
         dmp = DistributedModelParallel(model, device=device, plan=sharding)
-        started = start_accumulators(dmp, cfg.embedding_initial_accumulator)
+        _, k = fbgemm_width(cfg.table_width())
+        started = start_accumulators(dmp, cfg.embedding_initial_accumulator * k)
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(dmp.named_parameters())),
             lambda params: torch.optim.Adagrad(params, lr=cfg.lr))
@@ -193,12 +211,12 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         dist.barrier()
         start = time.time()
         done = 0
-        embedding_lr = cfg.embedding_lr  # what the fused optimizer was built with
+        embedding_lr = cfg.embedding_lr * k**0.5  # what the fused optimizer was built with
         for _ in range(steps):
             pipeline.progress(stream)
             dense_lr.step()
             done += 1
-            lr = cfg.embedding_lr * schedule.embedding(done)
+            lr = cfg.embedding_lr * k**0.5 * schedule.embedding(done)
             if lr != embedding_lr:  # only inside the decay: not a cost of every timed step
                 set_embedding_lr(dmp, lr)
                 embedding_lr = lr
