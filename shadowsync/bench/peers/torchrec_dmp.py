@@ -37,8 +37,8 @@ def fbgemm_width(width: int) -> tuple[int, float]:
     """The padded width of a table `width` columns wide, and the factor k = width / padded.
 
     Row-wise Adagrad adds the mean of a row's squared gradient over its columns to the row's
-    accumulator; the padding columns get no gradient, so the padded row's accumulator grows
-    k times as fast. Started at k times ours and stepped at sqrt(k) times our rate, its
+    accumulator; the padding columns get no gradient, so the padded row's accumulator takes k
+    times each increment ours takes. Started at k times ours and stepped at sqrt(k) times our rate, its
     steps are ours exactly (up to eps), and the padding stays zero."""
     padded = -(-width // FBGEMM_WIDTH_MULTIPLE) * FBGEMM_WIDTH_MULTIPLE
     return padded, width / padded
