@@ -38,8 +38,8 @@ def fbgemm_width(width: int) -> tuple[int, float]:
 
     Row-wise Adagrad adds the mean of a row's squared gradient over its columns to the row's
     accumulator; the padding columns get no gradient, so the padded row's accumulator takes k
-    times each increment ours takes. Started at k times ours and stepped at sqrt(k) times our rate, its
-    steps are ours exactly (up to eps), and the padding stays zero."""
+    times each increment ours takes. Started at k times ours and stepped at sqrt(k) times our
+    rate, its steps are ours exactly (up to eps), and the padding stays zero."""
     padded = -(-width // FBGEMM_WIDTH_MULTIPLE) * FBGEMM_WIDTH_MULTIPLE
     return padded, width / padded
 
