@@ -110,15 +110,15 @@ def test_padded_tables_for_fbgemm_train_as_ours(width):
     padded. The padded tables' first `width` columns then follow ours step for step."""
     import torch
 
-    from shadowsync.bench.peers.torchrec_dmp import fbgemm_width
+    from shadowsync.bench.peers.torchrec_dmp import fbgemm_tables
     from shadowsync.embeddings.tables import EmbeddingTables
 
-    padded, k = fbgemm_width(width)
-    assert padded % 4 == 0 and width <= padded < width + 4 and k == width / padded
+    padded, lr, accumulator = fbgemm_tables(width, 0.2, 0.05)
+    assert padded % 4 == 0 and width <= padded < width + 4
     ours = EmbeddingTables([50, 30], width, lr=0.2, initial_accumulator=0.05)
     weight = torch.cat([ours.weight, torch.zeros(80, padded - width)], dim=1)
-    theirs = EmbeddingTables.from_tensors([50, 30], padded, "adagrad", 0.2 * k**0.5, 1e-8,
-                                          weight, torch.full((80,), 0.05 * k))
+    theirs = EmbeddingTables.from_tensors([50, 30], padded, "adagrad", lr, 1e-8,
+                                          weight, torch.full((80,), accumulator))
     gen = torch.Generator().manual_seed(1)
     for _ in range(5):
         rows = torch.randint(0, 80, (40,), generator=gen)  # repeats included

@@ -290,14 +290,13 @@ def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
         def go(name: str = name) -> dict[str, Any]:
             """A peer that fails is reported in one line and left out of its ratios (its
             later repeats too), rather than end a bench that has run for minutes."""
-            if status[name] != "runs":
-                return {"eps": None, "eval_ne": None, "wall_s": None}
-            try:
-                return runner(name)(cfg, root / "runs" / f"{name}-quality-{next(counter)}")
-            except Exception as e:
-                status[name] = f"peer {name} failed: {failure_line(e)}"
-                print(f"bench sync: {status[name]}")
-                return {"eps": None, "eval_ne": None, "wall_s": None}
+            if status[name] == "runs":
+                try:
+                    return runner(name)(cfg, root / "runs" / f"{name}-quality-{next(counter)}")
+                except Exception as e:
+                    status[name] = f"peer {name} failed: {failure_line(e)}"
+                    print(f"bench sync: {status[name]}")
+            return {"eps": None, "eval_ne": None, "wall_s": None}
         variants[f"{name}/quality"] = go
     return {"variants": variants, "status": status}
 

@@ -11,7 +11,7 @@ dense optimizer is the job's (Adagrad, same learning rate and warm-up). TorchRec
 no row-wise sharding on CPU, so the planner places whole tables (table-wise). fbgemm's kernels
 take rows whose width is a multiple of 4, so a table as wide as ours with the id bias (17)
 is padded to the next multiple (20); the model reads the job's columns, and the rates are
-set so that the padded tables train exactly as ours (`fbgemm_width`).
+set so that the padded tables train exactly as ours (`fbgemm_tables`).
 
 Training EPS counts every trained example between the ranks' common start (after a barrier)
 and the last rank's end; eval NE is taken on the job's held-out rows, split over the ranks.
@@ -33,15 +33,18 @@ EVAL_BATCH = 4096
 FBGEMM_WIDTH_MULTIPLE = 4
 
 
-def fbgemm_width(width: int) -> tuple[int, float]:
-    """The padded width of a table `width` columns wide, and the factor k = width / padded.
+def fbgemm_tables(width: int, lr: float, initial_accumulator: float) -> tuple[int, float, float]:
+    """The padded width of tables `width` columns wide, and the row-wise Adagrad rate and
+    starting accumulator that make the padded rows train as ours.
 
     Row-wise Adagrad adds the mean of a row's squared gradient over its columns to the row's
-    accumulator; the padding columns get no gradient, so the padded row's accumulator takes k
-    times each increment ours takes. Started at k times ours and stepped at sqrt(k) times our
-    rate, its steps are ours exactly (up to eps), and the padding stays zero."""
+    accumulator; the padding columns get no gradient, so the padded row's accumulator takes
+    k = width / padded times each increment ours takes. Started at k times ours and stepped at
+    sqrt(k) times our rate, its steps are ours exactly (up to eps), and the padding stays
+    zero."""
     padded = -(-width // FBGEMM_WIDTH_MULTIPLE) * FBGEMM_WIDTH_MULTIPLE
-    return padded, width / padded
+    k = width / padded
+    return padded, lr * k**0.5, initial_accumulator * k
 
 
 def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
@@ -74,7 +77,7 @@ def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     return res
 
 
-def _model(cfg: TrainConfig, plan: Any) -> Any:
+def _model(cfg: TrainConfig, plan: Any, padded: int, embedding_lr: float) -> Any:
     import torch
     from torch import nn
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
@@ -85,7 +88,6 @@ def _model(cfg: TrainConfig, plan: Any) -> Any:
 
     rows = plan.features.table_rows
     width = cfg.table_width()
-    padded, k = fbgemm_width(width)
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=padded,
                                  num_embeddings=n, feature_names=[f"f{i}"],
                                  pooling=PoolingType.SUM) for i, n in enumerate(rows)]
@@ -105,7 +107,7 @@ def _model(cfg: TrainConfig, plan: Any) -> Any:
 
     model = Train()
     apply_optimizer_in_backward(RowWiseAdagrad, model.ebc.parameters(),
-                                {"lr": cfg.embedding_lr * k**0.5, "eps": 1e-8})
+                                {"lr": embedding_lr, "eps": 1e-8})
     return model
 
 
@@ -191,13 +193,14 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
     try:
         plan = plan_data(cfg)
         device = torch.device("cpu")
-        model = _model(cfg, plan)
+        padded, peer_lr, peer_accumulator = fbgemm_tables(
+            cfg.table_width(), cfg.embedding_lr, cfg.embedding_initial_accumulator)
+        model = _model(cfg, plan, padded, peer_lr)
         planner = EmbeddingShardingPlanner(topology=Topology(world_size=world,
                                                              compute_device="cpu"))
         sharding = planner.collective_plan(model, pg=dist.GroupMember.WORLD)
         dmp = DistributedModelParallel(model, device=device, plan=sharding)
-        _, k = fbgemm_width(cfg.table_width())
-        started = start_accumulators(dmp, cfg.embedding_initial_accumulator * k)
+        started = start_accumulators(dmp, peer_accumulator)
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(dmp.named_parameters())),
             lambda params: torch.optim.Adagrad(params, lr=cfg.lr))
@@ -211,12 +214,12 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         dist.barrier()
         start = time.time()
         done = 0
-        embedding_lr = cfg.embedding_lr * k**0.5  # what the fused optimizer was built with
+        embedding_lr = peer_lr  # what the fused optimizer was built with
         for _ in range(steps):
             pipeline.progress(stream)
             dense_lr.step()
             done += 1
-            lr = cfg.embedding_lr * k**0.5 * schedule.embedding(done)
+            lr = peer_lr * schedule.embedding(done)
             if lr != embedding_lr:  # only inside the decay: not a cost of every timed step
                 set_embedding_lr(dmp, lr)
                 embedding_lr = lr
