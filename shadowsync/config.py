@@ -110,6 +110,10 @@ class TrainConfig:
     sync_dtype: str = _opt(
         "fp32", "what background and foreground rounds send (bf16: half the bytes; the "
         "parameters stay fp32)", ("fp32", "bf16"))
+    sync_transport: str = _opt(
+        "auto", "how a round's average travels: auto (through shared memory between trainers "
+        "on one host, collectives otherwise), collective (always an AllReduce)",
+        ("auto", "collective"))
     write_back: str = _opt(
         "delta", "apply a round as (result - snapshot) or overwrite", ("delta", "overwrite"))
     block_momentum: float | None = _opt(None, "BMUF block momentum eta (default 1 - 1/trainers)")

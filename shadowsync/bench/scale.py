@@ -496,7 +496,9 @@ def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
             if reason:
                 print(f"bench scale: namespace hosts skipped: {reason}")
                 netns = False
-        base = job(per_trainer * 4)
+        # The model's rounds are AllReduces, as on a cluster of one trainer per host, also
+        # where the trainers share this one (there they would average in shared memory).
+        base = job(per_trainer * 4, sync_transport="collective")
         plan_data(base)  # the data of the largest job, once (smaller jobs read its start)
         if not quick:
             emb = (embedding or embedding_cost)(root, embedding_steps)

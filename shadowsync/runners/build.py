@@ -104,7 +104,8 @@ def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
     family, groups = param_groups(cfg, ctx.model)
     centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
                for g in groups if g.rule.needs_servers or cfg.straggler_fallback}
-    exchange = TrainerExchange(ctx.trainer_group, cfg.trainers, centres, dtype=cfg.sync_dtype)
+    exchange = TrainerExchange(ctx.trainer_group, cfg.trainers, centres, dtype=cfg.sync_dtype,
+                               transport=cfg.sync_transport)
     if family == "background":
         pace = Pace(cfg.sync_interval_s(), cfg.sync_budget, ctx.trainer_cores)
         if cfg.straggler_fallback is not None:

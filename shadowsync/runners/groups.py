@@ -38,16 +38,13 @@ class ParamGroup:
         snapshot = self.flat()
         new = self.rule.round(snapshot, exchange)
         change = new - snapshot if self.write_back == "delta" else new
-        offset = 0
-        with torch.no_grad():
-            for p in self.params:
-                n = p.numel()
-                piece = change[offset:offset + n].view_as(p)
-                if self.write_back == "delta":
-                    p.add_(piece)
-                else:
-                    p.copy_(piece)
-                offset += n
+        pieces = [c.view_as(p) for c, p in
+                  zip(change.split([p.numel() for p in self.params]), self.params)]
+        with torch.no_grad():  # one call for every tensor: the round's CPU is its budget
+            if self.write_back == "delta":
+                torch._foreach_add_(self.params, pieces)
+            else:
+                torch._foreach_copy_(self.params, pieces)
 
 
 def split_model(model: torch.nn.Module,

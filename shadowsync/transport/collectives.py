@@ -1,4 +1,5 @@
-"""The Exchange rules use in a real job: AllReduce among trainers, centre on dense servers.
+"""The Exchange rules use in a real job: AllReduce among trainers (through shared memory
+between trainers on one host, `HostSum`), centre on dense servers.
 
 Shutdown agreement: a background loop on one trainer must never start an AllReduce that the
 others will not join, or the job hangs at exit. Every round therefore carries a "my workers
@@ -15,9 +16,12 @@ centre go in bfloat16 too (with the same error feedback); the centre it reads is
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
+from shadowsync.transport.host_sum import HostSum
 from shadowsync.transport.servers.dense import DenseServerClient
 
 SYNC_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -46,14 +50,17 @@ class TrainerExchange:
 
     def __init__(self, group: dist.ProcessGroup | None, trainers: int,
                  centres: dict[str, DenseServerClient] | None = None,
-                 dtype: str = "fp32") -> None:
+                 dtype: str = "fp32", transport: str = "auto") -> None:
         self.group = group
+        self.transport = transport  # auto: through shared memory when on one host
         self.trainers = trainers
         self.centres = centres or {}
         self.dtype = dtype
         self._wire = Compressor(SYNC_DTYPES[dtype])
         self._reference: dict[int, torch.Tensor] = {}  # last agreed mean, per AllReduce
         self._calls = 0  # AllReduces so far this round: keys the buffers across trainers
+        self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+        self._host_sums: dict[int, HostSum | None] = {}  # per AllReduce of the round
         self.bytes_sent = 0  # by this trainer, over all rounds
         self._done = False
         self._all_done: bool | None = None
@@ -79,17 +86,47 @@ class TrainerExchange:
         ref = self._reference.get(key)
         wire = self._wire.dtype if ref is not None else torch.float32
         payload = self._wire.encode(key, flat - ref) if ref is not None else flat
-        buf = torch.cat([payload, torch.tensor([1.0 if self._done else 0.0], dtype=wire)])
-        self.bytes_sent += buf.numel() * buf.element_size()
-        dist.all_reduce(buf, group=self.group)
-        self._all_done = round(buf[-1].item()) == self.trainers
-        mean = buf[:-1].float() / self.trainers
+        buf = self._outgoing(key, len(flat) + 1, wire)
+        buf[:-1].copy_(payload)
+        buf[-1] = 1.0 if self._done else 0.0
+        self.bytes_sent += buf.numel() * wire.itemsize
+        total = self._sum(key, buf)
+        self._all_done = round(total[-1].item()) == self.trainers
+        mean = total[:-1] / self.trainers
         if ref is not None:
             mean += ref
         if self._wire.dtype != torch.float32:
             self._reference[key] = mean
             mean = mean.clone()
         return mean.view_as(local)
+
+    def _outgoing(self, key: int, numel: int, wire: torch.dtype) -> torch.Tensor:
+        """Where this trainer puts its part of AllReduce `key`: its slot in shared memory
+        (float32, which holds a bf16 payload exactly) when the trainers share a host, else a
+        buffer of the wire's dtype. Reused round after round."""
+        if key not in self._host_sums:
+            shared = self.transport == "auto" and self.trainers > 1
+            self._host_sums[key] = (HostSum.open(self.group, self.trainers, self.index, numel)
+                                    if shared else None)
+        host = self._host_sums[key]
+        return host.next_slot() if host is not None else self._buffer(("send", key), numel, wire)
+
+    def _sum(self, key: int, buf: torch.Tensor) -> torch.Tensor:
+        """Every trainer's `buf`, summed in float32, bitwise the same on every trainer:
+        through shared memory (`HostSum`) or by an AllReduce."""
+        host = self._host_sums[key]
+        if host is not None:
+            return host.sum(self._buffer(("sum", key), len(buf), torch.float32))
+        dist.all_reduce(buf, group=self.group)
+        return buf.float()
+
+    def _buffer(self, name: tuple[Any, ...], numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """The same tensor every round for `name`: only the exchange reads it, within a
+        round."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() != numel or buf.dtype != dtype:
+            buf = self._buffers[name] = torch.empty(numel, dtype=dtype)
+        return buf
 
     def centre(self) -> torch.Tensor:
         assert self._centre is not None

@@ -1,0 +1,78 @@
+"""Trainers on one host average through shared memory: the same means, bitwise, as an
+AllReduce, every trainer agreeing, nothing left in /dev/shm; trainers on different hosts
+keep the AllReduce."""
+
+import glob
+import os
+
+import pytest
+import torch
+
+from shadowsync.transport.collectives import TrainerExchange
+from tests.helpers import run_spawned
+
+
+def _rounds(rank: int, world: int, port: int, transport: str, dtype: str, fake_hosts: bool,
+            results) -> None:
+    import torch.distributed as dist
+
+    from shadowsync.transport import host_sum
+
+    if fake_hosts:  # each trainer in a host of its own, as namespace hosts are
+        host_sum.shm.host_id = lambda: f"host{rank}"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    ex = TrainerExchange(None, world, dtype=dtype, transport=transport)
+    gen = torch.Generator().manual_seed(rank)
+    local = torch.randn(1000, generator=gen)
+    means, flags = [], []
+    for r in range(12):
+        ex.begin_round(done=r >= 8 + 2 * rank)  # trainer 0 is done after 8 rounds, 1 after 10
+        local = local + torch.randn(1000, generator=gen) * 1e-2
+        means.append(ex.mean(local))
+        flags.append(ex.end_round())
+        local = means[-1].clone()
+    shared = [h is not None for h in ex._host_sums.values()]
+    results.put((transport, fake_hosts, rank, torch.stack(means), flags, shared,
+                 sorted(glob.glob(f"/dev/shm/shadowsync-{os.getpid()}-*"))))
+    dist.destroy_process_group()
+
+
+def _run(world: int, transport: str, dtype: str = "fp32", fake_hosts: bool = False):
+    from shadowsync.cluster.launch import free_port
+
+    port = free_port("127.0.0.1")
+    got = run_spawned([(_rounds, (r, world, port, transport, dtype, fake_hosts))
+                       for r in range(world)], world, timeout=60)
+    return {g[2]: g for g in got}
+
+
+@pytest.mark.timeout(120)
+def test_shared_memory_means_equal_the_allreduce_bitwise():
+    shm = _run(2, "auto")
+    ar = _run(2, "collective")
+    for rank in (0, 1):
+        assert shm[rank][5] == [True] and ar[rank][5] == [False]  # the path each one took
+        assert torch.equal(shm[rank][3], ar[rank][3])
+        assert shm[rank][6] == []  # the slot files are unlinked once every trainer mapped them
+    assert torch.equal(shm[0][3], shm[1][3])  # every trainer holds the same mean
+    # the "done" flags travel with the sum: the rounds from the one where both are done on
+    # are the last
+    assert shm[0][4] == shm[1][4] == ar[0][4] == [False] * 10 + [True] * 2
+
+
+@pytest.mark.timeout(120)
+def test_three_trainers_sum_in_order_and_bf16_agrees():
+    got = _run(3, "auto", dtype="bf16")
+    means = [got[r][3] for r in range(3)]
+    assert all(got[r][5] == [True] for r in range(3))
+    assert torch.equal(means[0], means[1]) and torch.equal(means[0], means[2])
+    fp32 = _run(3, "collective")[0][3]
+    assert (means[0] - fp32).abs().max() < 1e-3  # bf16 rounds track fp32 ones
+
+
+@pytest.mark.timeout(120)
+def test_trainers_on_different_hosts_keep_the_allreduce():
+    got = _run(2, "auto", fake_hosts=True)
+    assert got[0][5] == [False] and got[1][5] == [False]
+    assert torch.equal(got[0][3], _run(2, "collective")[0][3])
