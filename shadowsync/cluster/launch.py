@@ -20,6 +20,7 @@ from shadowsync.cluster.roles import first_error, layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.train.stop import Interrupted
+from shadowsync.transport import shm
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,9 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         raise UserError(line or f"the job failed: {_first_words(str(e))}") from None
     finally:
         os.environ.pop(JOB_PROCESS_ENV, None)
+        gone = [pid for _, _, pid in attempts.processes(out) if not attempts.alive(pid)]
+        for path in shm.remove_left_by(gone):
+            log.info("removed %s, left by a process of the job that was killed", path)
     if attempts.restart_refused(out):  # a restarted attempt ended at once: report why
         raise UserError(first_error(out, restarts) or "the job failed")
     return json.loads((out / "summary.json").read_text(encoding="utf-8"))

@@ -9,9 +9,11 @@ different hosts, so they keep talking over the network as real hosts would).
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
 import uuid
+from collections.abc import Iterable
 
 import torch
 
@@ -59,3 +61,15 @@ def unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def remove_left_by(pids: Iterable[int]) -> list[str]:
+    """Remove the files that processes `pids`, which are gone, made and did not unlink (one
+    killed before every peer had mapped its tables), so that they stop holding memory.
+    Returns their paths."""
+    removed = []
+    for pid in pids:
+        for path in glob.glob(os.path.join(SHM_DIR, f"shadowsync-{pid}-*")):
+            unlink(path)
+            removed.append(path)
+    return removed
