@@ -104,11 +104,11 @@ class TrainerExchange:
         """Where this trainer puts its part of AllReduce `key`: its slot in shared memory
         (float32, which holds a bf16 payload exactly) when the trainers share a host, else a
         buffer of the wire's dtype. Reused round after round."""
-        if key not in self._host_sums:
+        host = self._host_sums.get(key)
+        if key not in self._host_sums or (host is not None and host.numel != numel):
             shared = self.transport == "auto" and self.trainers > 1
-            self._host_sums[key] = (HostSum.open(self.group, self.trainers, self.index, numel)
-                                    if shared else None)
-        host = self._host_sums[key]
+            host = self._host_sums[key] = (
+                HostSum.open(self.group, self.trainers, self.index, numel) if shared else None)
         return host.next_slot() if host is not None else self._buffer(("send", key), numel, wire)
 
     def _sum(self, key: int, buf: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ class HostSum:
                  index: int) -> None:
         self.group = group
         self.slots = slots  # per trainer: [2, numel], every trainer's mapped here
+        self.numel = slots[0].shape[1]
         self.index = index
         self.rounds = 0
 
