@@ -34,8 +34,13 @@ def available() -> bool:
     return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
 
 
+def _prefix(pid: int) -> str:
+    """The start of every file process `pid` makes here: its PID names what it leaves."""
+    return os.path.join(SHM_DIR, f"shadowsync-{pid}-")
+
+
 def new_path(label: str) -> str:
-    return os.path.join(SHM_DIR, f"shadowsync-{os.getpid()}-{uuid.uuid4().hex[:8]}-{label}")
+    return f"{_prefix(os.getpid())}{uuid.uuid4().hex[:8]}-{label}"
 
 
 def to_shared_file(tensor: torch.Tensor, path: str) -> torch.Tensor:
@@ -69,7 +74,7 @@ def remove_left_by(pids: Iterable[int]) -> list[str]:
     Returns their paths."""
     removed = []
     for pid in pids:
-        for path in glob.glob(os.path.join(SHM_DIR, f"shadowsync-{pid}-*")):
+        for path in glob.glob(f"{glob.escape(_prefix(pid))}*"):
             unlink(path)
             removed.append(path)
     return removed
