@@ -33,7 +33,9 @@ def _rounds(rank: int, world: int, port: int, transport: str, dtype: str, fake_h
         flags.append(ex.end_round())
         local = means[-1].clone()
     shared = [h is not None for h in ex._host_sums.values()]
-    results.put((transport, fake_hosts, rank, torch.stack(means), flags, shared,
+    # numpy, not a tensor: a tensor on a queue is passed by a file descriptor that this
+    # process, about to exit, would have to stay alive to hand over
+    results.put((transport, fake_hosts, rank, torch.stack(means).numpy(), flags, shared,
                  sorted(glob.glob(f"/dev/shm/shadowsync-{os.getpid()}-*"))))
     dist.destroy_process_group()
 
@@ -44,7 +46,7 @@ def _run(world: int, transport: str, dtype: str = "fp32", fake_hosts: bool = Fal
     port = free_port("127.0.0.1")
     got = run_spawned([(_rounds, (r, world, port, transport, dtype, fake_hosts))
                        for r in range(world)], world, timeout=60)
-    return {g[2]: g for g in got}
+    return {g[2]: (*g[:3], torch.from_numpy(g[3]), *g[4:]) for g in got}
 
 
 @pytest.mark.timeout(120)
