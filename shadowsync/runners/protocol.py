@@ -350,6 +350,7 @@ def group_switches(events: list[dict[str, Any]],
             "params_digests": digests,
             "cost_s": max(e.get("cost_s", 0.0) for e in es) + srv.get("server_s", 0.0),
             "server_s": srv.get("server_s"), "decided_at": srv.get("wall_time"),
+            "switch_s": srv.get("switch_s"),
             "stragglers": srv.get("stragglers", []),
         })
     return out
