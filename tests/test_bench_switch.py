@@ -37,16 +37,27 @@ def test_paired_compares_repeat_by_repeat_against_the_right_baseline():
     assert compared_with("greedy+straggler") == "bsp+straggler"
 
 
-def test_the_default_variants_are_enough_for_every_ratio_the_issue_names():
+def test_ratios_are_each_variant_against_its_own_baseline():
+    """Distinct medians, so an inverted ratio, a swapped baseline or a difference taken the
+    wrong way round gives another number."""
     assert set(CORE_VARIANTS) < set(VARIANTS)
-    res = {"metric": "accuracy", "switch_overhead_s": 0.01,
-           "medians": {v: {"train_s": 10.0, "metric": 0.98} for v in CORE_VARIANTS}}
+    med = {"bsp": (10.0, 0.98), "asp": (8.0, 0.94), "switch": (9.0, 0.975),
+           "bsp+straggler": (20.0, 0.97), "greedy+straggler": (11.0, 0.96)}
+    res = {"metric": "accuracy", "switch_overhead_s": 0.01, "switch_overhead_share": 0.002,
+           "medians": {v: {"train_s": t, "metric": m} for v, (t, m) in med.items()}}
     ratios = ratios_of(res, "")
-    for name in ("switch_time_vs_bsp", "switch_acc_minus_bsp", "asp_acc_minus_bsp",
-                 "switch_time_vs_bsp_straggler", "switch_acc_minus_bsp_straggler",
-                 "switch_overhead_s"):
-        assert ratios[name] is not None
+    assert ratios["switch_time_vs_bsp"] == pytest.approx(0.9)
+    assert ratios["switch_acc_minus_bsp"] == pytest.approx(-0.5)
+    assert ratios["asp_acc_minus_bsp"] == pytest.approx(-4.0)
+    assert ratios["asp_time_vs_bsp"] == pytest.approx(0.8)
+    assert ratios["switch_time_vs_bsp_straggler"] == pytest.approx(0.55)  # vs BSP's 20 s
+    assert ratios["switch_acc_minus_bsp_straggler"] == pytest.approx(-1.0)  # vs BSP's 0.97
+    assert ratios["switch_overhead_s"] == 0.01
+    assert ratios["switch_overhead_share"] == 0.002
     assert "elastic_time_vs_bsp_straggler" not in ratios  # only with --full
+    ne = ratios_of({**res, "metric": "ne"}, "_ctr")  # NE: a ratio, lower is better
+    assert ne["switch_ne_vs_bsp_ctr"] == pytest.approx(0.975 / 0.98)
+    assert ne["asp_ne_vs_bsp_ctr"] == pytest.approx(0.94 / 0.98)
 
 
 def test_time_split_says_how_much_of_the_runs_was_training():

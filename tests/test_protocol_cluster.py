@@ -22,7 +22,13 @@ def test_switch_in_place_keeps_every_trainer_identical(tmp_path):
     (sw,) = s["switches"]
     assert (sw["from"], sw["to"], sw["step"]) == ("bsp", "asp", 30)  # half of 59 steps
     assert sw["workers"] == 2 and sw["params_identical"]
-    assert sw["cost_s"] < 1.0
+    # the server decided before any worker began its first ASP step, and measured the switch
+    # (decision to first ASP step applied, less its compute); the run's overhead is its share
+    assert sw["decided_at"] <= sw["wall_time"]
+    o = s["switch_overhead"]
+    assert o["switch_s"] == [sw["switch_s"]] and sw["switch_s"] >= 0.0
+    assert o["share_of_run"] == pytest.approx(sw["switch_s"] / s["train_s"])
+    assert o["latency_s"] == [sw["cost_s"]]
     st = s["staleness"]
     assert sum(st["hist"].values()) * 256 == s["examples"]  # one entry per gradient pushed
     assert st["hist"]["0"] >= 60  # BSP steps are never stale
@@ -65,5 +71,8 @@ def test_greedy_leaves_bsp_for_a_straggler_in_the_middle_of_the_job_and_comes_ba
             and (w["from"], w["to"]) == ("bsp", "asp") and 100 <= w["step"] < 250]
     assert seen, switches
     assert any(w["to"] == "bsp" for w in switches[seen[0] + 1:]), switches  # back for the quota
-    assert all(w["params_identical"] and w["cost_s"] < 1.0 for w in switches)
+    assert all(w["params_identical"] and w["decided_at"] <= w["wall_time"] for w in switches)
+    o = s["switch_overhead"]  # every switch measured on the server, summed over the run
+    assert len(o["switch_s"]) == len(switches)
+    assert o["share_of_run"] == pytest.approx(sum(w["switch_s"] for w in switches) / s["train_s"])
     assert s["eval_accuracy"] > 0.9

@@ -327,6 +327,7 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
             if name != "ddp":
                 out[f"{name}_{key}_straggler{suffix}"] = q(v)
     out[f"switch_overhead_s{suffix}"] = res["switch_overhead_s"]
+    out[f"switch_overhead_share{suffix}"] = res.get("switch_overhead_share")
     return out
 
 
