@@ -134,16 +134,20 @@ def _switch_search(args: argparse.Namespace) -> int:
     if args.seeds < 1 or not 0 < args.min_share <= 0.5 or not args.tolerance >= 0:
         raise UserError("switch search: needs --seeds >= 1, --min-share in (0, 0.5] and "
                         "--tolerance >= 0")
+    if args.search_probes < 2:
+        raise UserError("switch search: --search-probes must be >= 2 (full BSP and one share)")
     cfg = load_config(argparse.Namespace(config=args.config))
     name = args.name or Path(args.config).stem
-    r = run_search(cfg, name, args.tolerance, args.seeds, args.min_share, args.store,
-                   args.out or f"runs/switch-search-{name}")
+    out = args.out or f"runs/switch-search-{name}"
+    r = run_search(cfg, name, args.tolerance, args.seeds, args.min_share, args.store, out,
+                   probes=args.search_probes)
     for share in sorted((float(k) for k in r.points), reverse=True):
         print(f"share {share:<8g} mean {r.metric} {r.mean(share):.4f}  "
               f"{', '.join(f'{v:.4f}' for v in r.points[f'{share:g}'])}")
     print(f"chosen BSP share: {r.share:g} (full BSP {r.bsp_mean:.4f}, tolerance "
           f"{r.tolerance:g}) after {r.wall_s / 60:.1f} min; stored in {args.store}/{name}.json "
-          f"(plot {name}.png beside it); use it with --switch-at auto --job-name {name}")
+          f"(plot {name}.png beside it; the curve also in {out}/curve.json, .png); use it with "
+          f"--switch-at auto --job-name {name}")
     return 0
 
 
@@ -307,14 +311,17 @@ def build_parser() -> argparse.ArgumentParser:
     ss = switch.add_parser(
         "search", help="find the smallest BSP share that keeps full BSP's metric",
         description="Run the job at full BSP, then with the BSP share halving from 50%%, "
-        "SEEDS runs per point; keep the smallest share whose mean final metric is within "
-        "--tolerance of full BSP's (accuracy: absolute; NE: relative). Later runs use it with "
-        "--sync switch --switch-at auto --job-name NAME.")
+        "SEEDS runs per point, until a share misses --tolerance of full BSP's mean final "
+        "metric (accuracy: absolute; NE: relative); then bisect between it and the last share "
+        "that passed until --search-probes points are measured; keep the smallest share that "
+        "passed. Later runs use it with --sync switch --switch-at auto --job-name NAME.")
     ss.add_argument("--config", metavar="JOB.toml", help="the job (as `train --config` reads)")
     ss.add_argument("--name", help="name to store the result under (default: the file's stem)")
     ss.add_argument("--tolerance", type=float, default=0.005)
     ss.add_argument("--seeds", type=int, default=2, help="runs per point (R)")
     ss.add_argument("--min-share", type=float, default=1 / 16)
+    ss.add_argument("--search-probes", type=int, default=6,
+                    help="points measured in all, full BSP included (default 6)")
     ss.add_argument("--store", default="runs/switch-search")
     ss.add_argument("--out", help="where the runs go (default: runs/switch-search-NAME)")
     ss.set_defaults(func=_switch_search)
