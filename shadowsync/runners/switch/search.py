@@ -9,9 +9,9 @@ ratio - 1). Once a share misses, the smallest share that passes lies between it 
 share that passed; the search bisects that bracket (the metric falls as the share does) until
 it has measured `probes` points in all, full BSP included, and returns the smallest share that
 passed. Halving alone could stop at twice the share the job needs; each probe left after the
-halving halves the bracket (6 probes, a miss at 25%: 3 halvings, within 1/8 of it). This is the paper's
-offline policy for recurring jobs (section IV-C of the arXiv text: a binary search over the
-switch point). The result is stored as `STORE/NAME.json`, with a plot of the metric against
+halving halves the bracket (6 probes, a miss at 25%: 3 halvings, within 1/8 of it). This is
+the paper's offline policy for recurring jobs (section IV-C of the arXiv text: a binary
+search over the switch point). The result is stored as `STORE/NAME.json`, with a plot of the metric against
 the share beside it; `probes` keeps the order the points were measured in.
 """
 
