@@ -76,3 +76,32 @@ def test_greedy_leaves_bsp_for_a_straggler_in_the_middle_of_the_job_and_comes_ba
     assert len(o["switch_s"]) == len(switches)
     assert o["share_of_run"] == pytest.approx(sum(w["switch_s"] for w in switches) / s["train_s"])
     assert s["eval_accuracy"] > 0.9
+
+
+@pytest.mark.timeout(200)
+def test_greedy_leaves_bsp_for_each_episode_of_a_delayed_link_and_comes_back(tmp_path):
+    """A network straggler in two episodes: trainer 1's pushes delayed 40 ms (emulated link
+    delay) over 20-35% and 50-65% of the job. Under BSP every step waits for it; greedy sees
+    trainer 1 in each episode, runs ASP while it lasts and returns to BSP between them."""
+    out = tmp_path / "run"
+    res = run_cli(["train", "--task", "digits", "--trainers", "2", "--workers", "1",
+                   "--embedding-servers", "1", "--examples", "16000", "--batch-size", "16",
+                   "--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "0",
+                   "--sync", "switch", "--switch-policy", "greedy",
+                   "--switch-plan", "bsp:0.8,asp", "--switch-detector", "k=2,m=3,window=5",
+                   "--straggler", "kind=delay,ms=40,trainers=1,start=20%,duration=45%,"
+                   "episodes=2", "--no-progress", "--eval-points", "0", "--out", str(out)],
+                  timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    budget = 1000  # gradients: 500 steps of each of 2 trainers
+    away = [w for w in s["switches"] if 1 in w["stragglers"] and w["to"] == "asp"]
+    # each episode (20-35%, 50-65% of the job) is left for ASP inside it, and BSP resumes
+    in_first = [w for w in away if 0.2 * budget <= w["step"] * 2 < 0.35 * budget]
+    in_second = [w for w in away if 0.5 * budget <= w["step"] * 2 < 0.65 * budget]
+    assert in_first and in_second, s["switches"]
+    back = [w for w in s["switches"] if w["to"] == "bsp"]
+    assert any(in_first[0]["step"] < w["step"] < in_second[0]["step"] for w in back)
+    assert all(w["params_identical"] for w in s["switches"])
+    assert s["eval_accuracy"] > 0.9

@@ -250,3 +250,35 @@ def test_switch_overhead_is_the_summed_switch_time_over_the_run():
     assert o["switch_s_total"] == pytest.approx(0.15)
     assert o["share_of_run"] == pytest.approx(0.005)
     assert o["latency_s"] == [0.0, 0.1, 0.2] and o["switches"] == 3
+
+
+def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress():
+    """The hook asks the link for each push's delay with the job's progress (the servers'
+    count against the budget) and sleeps it inside the push's round trip, where the server
+    and the detector see a slow link (`wait_s` of the next push)."""
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+    from shadowsync.transport.delay import LinkDelay
+
+    asked = []
+
+    class Link(LinkDelay):
+        def before_push(self, trainer, at, rng=None):
+            asked.append((trainer, at))
+            return super().before_push(trainer, at, rng)
+
+    settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
+                                lr=0.1, momentum=0.0, momentum_policy="keep", workers=1,
+                                scale_lr=True)
+    hook = ProtocolHook(settings)
+    hook.link = Link((0,), ms=40.0, start=0.5, duration=0.25)  # half to three quarters
+    server = DenseServer()
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1,
+                        schedule=settings.schedule(4), budget=4)
+    hook.client, hook.budget = InProcessClient(server), 4
+    hook.mode, hook.next_phase = server.mode("dense")
+    took = []
+    for _ in range(4):
+        hook.push(torch.tensor([1.0]), [torch.zeros(1)])
+        took.append(hook._last_took)
+    assert asked == [(0, 0.0), (0, 0.25), (0, 0.5), (0, 0.75)]
+    assert took[2] >= 0.04  # only the push at half the job was delayed

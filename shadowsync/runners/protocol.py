@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import random
 import statistics
 import time
 import warnings
@@ -40,6 +41,7 @@ from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.runners.switch.search import resolve_share, with_bsp_share
+from shadowsync.transport.delay import LinkDelay
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
@@ -121,6 +123,7 @@ class ProtocolHook(WorkerHook):
     one (its data wraps around), so a straggler does not hold the job back."""
 
     endless_data = True
+    link: LinkDelay | None = None  # an emulated slow link: a sleep before each push
 
     def __init__(self, settings: ProtocolSettings) -> None:
         self.s = settings
@@ -141,6 +144,8 @@ class ProtocolHook(WorkerHook):
         self._blocked = 0.0
         self._last_reply = 0.0
         self._last_took = 0.0  # the previous push's round trip
+        self._started = 0.0  # this worker's first push
+        self._rng = random.Random(0)  # a jittered link's draws (seeded by worker in prepare)
         self._staleness: Counter[int] = Counter()
         self._switches: list[dict[str, Any]] = []
         self._push_s: list[float] = []  # round trips of the current phase
@@ -150,6 +155,7 @@ class ProtocolHook(WorkerHook):
         self.budget = steps * self.s.workers
         self.trainer = trainer
         self.location = f"trainer {trainer} worker {worker}"
+        self._rng = random.Random(1000 * trainer + worker)  # a jittered link's draws
         # Worker 0 keeps the trainer's shared copy current, so evaluations during training
         # see what the servers hold.
         self.shared = list(model.parameters()) if worker == 0 else None
@@ -189,6 +195,11 @@ class ProtocolHook(WorkerHook):
         cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
                             self.phase_pushes, after_switch=self.phase > 0, scale_lr=s.scale_lr,
                             compensate=s.compensate)
+        if self.link is not None:  # the push waits on the link, inside its round trip
+            if not self._started:
+                self._started = t0
+            self.link.before_push(self.trainer, self.progress(0.0) if self.link.of_job
+                                  else t0 - self._started, self._rng)
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
                                             self._last_took))
