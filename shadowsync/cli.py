@@ -106,7 +106,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
 
 def _bench_switch(args: argparse.Namespace) -> int:
-    from shadowsync.bench.switch import run_switch_bench
+    from shadowsync.bench.switch import VARIANTS, run_switch_bench
 
     if not 0 < args.share < 1:
         raise UserError(f"--share must be in (0, 1), got {args.share}")
@@ -116,10 +116,15 @@ def _bench_switch(args: argparse.Namespace) -> int:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
     if args.slow_link is not None and not args.slow_link > 0:
         raise UserError(f"--slow-link must be > 0 (Mbit/s), got {args.slow_link}")
+    variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise UserError(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
                      ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
-                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link)
+                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link,
+                     variants=variants)
     return 0
 
 
@@ -282,8 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="BSP share of the digits switch plan (the quota of the online policies)")
     sw.add_argument("--repeats", type=int, default=3)
     sw.add_argument("--full", action="store_true",
-                    help="also DDP, the offline plan and elastic under the straggler on digits, "
-                    "and ctr at 200k examples")
+                    help="also DDP, the offline plan and elastic under the straggler, greedy "
+                    "and elastic under a 30 ms push delay on 1 and on 2 trainers, BSP, ASP and "
+                    "the offline plan on a jittered network, and the configuration ablation, "
+                    "on digits; ctr at 200k examples")
+    sw.add_argument("--variants", metavar="A,B", help="run these digits variants (and the "
+                    "baselines their ratios need) instead of the default's, e.g. the "
+                    "configuration ablation: switch/linear,switch/no-scale,switch/zero,"
+                    "switch/ramp,switch/asp-first")
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.add_argument("--no-digits", action="store_true", help="ctr only")
     sw.add_argument("--slow-link", type=float, metavar="MBIT",
