@@ -134,8 +134,8 @@ class TrainConfig:
         True, "ASP steps run at momentum max(0, m - (1 - 1/n)): asynchrony adds about 1 - 1/n")
     switch_policy: str = _opt(
         "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
-        "one lasts; elastic: only once it lasted --switch-patience s)",
-        ("plan", "greedy", "elastic"))
+        "one lasts; elastic: only once it lasted --switch-patience s; isolate: only the "
+        "stragglers' pushes ASP, the rest BSP)", ("plan", "greedy", "elastic", "isolate"))
     switch_detector: str = _opt(
         "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
         "windows of `window` steps")

@@ -105,3 +105,29 @@ def test_greedy_leaves_bsp_for_each_episode_of_a_delayed_link_and_comes_back(tmp
     assert any(in_first[0]["step"] < w["step"] < in_second[0]["step"] for w in back)
     assert all(w["params_identical"] for w in s["switches"])
     assert s["eval_accuracy"] > 0.9
+
+
+@pytest.mark.timeout(200)
+def test_isolate_makes_only_the_stragglers_pushes_asynchronous_and_takes_it_back(tmp_path):
+    """Three trainers, trainer 2 4x slower over 20-50% of the job: `isolate` leaves the other
+    two in BSP among themselves while trainer 2's gradients are applied on arrival (stale),
+    and takes it back into BSP once it recovers."""
+    out = tmp_path / "run"
+    res = run_cli(["train", "--task", "digits", "--trainers", "3", "--workers", "1",
+                   "--embedding-servers", "1", "--examples", "18000", "--batch-size", "16",
+                   "--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "0",
+                   "--sync", "switch", "--switch-policy", "isolate",
+                   "--switch-plan", "bsp:0.9,asp", "--switch-detector", "k=2,m=3,window=5",
+                   "--straggler", "trainer=2,slowdown=4,start=20%,duration=30%",
+                   "--no-progress", "--eval-points", "0", "--out", str(out)], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    switches = s["switches"]
+    isolating = [i for i, w in enumerate(switches) if w["isolated"] == [2]]
+    assert isolating, switches
+    assert any(w["isolated"] == [] and w["to"] == "bsp"
+               for w in switches[isolating[0] + 1:]), switches  # taken back
+    assert all(w["params_identical"] for w in switches)
+    assert s["staleness"]["staleness_max"] >= 1  # trainer 2's gradients arrived stale
+    assert s["eval_accuracy"] > 0.9

@@ -4,6 +4,7 @@ timing. Greedy and elastic must behave differently where the definitions say the
 
 import statistics
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -112,3 +113,66 @@ def test_at_exactly_k_times_the_others_a_trainer_is_not_a_straggler():
         at_k.observe(0, 0.01), at_k.observe(1, 0.015)
         over.observe(0, 0.01), over.observe(1, 0.0151)
     assert at_k.stragglers == [] and over.stragglers == [1]
+
+
+def test_isolate_names_the_stragglers_while_the_bsp_quota_lasts():
+    from shadowsync.runners.switch.isolate import Isolate
+
+    p = Isolate(quota=100, trainers=4)
+    assert p.isolated([2], 10) == (2,) and p.mode(True, 10, 0.0) == "bsp"
+    assert p.isolated([2], 100) == () and p.mode(True, 100, 0.0) == "asp"  # quota done
+    assert p.isolated([0, 1, 2, 3], 10) == ()  # nobody left to run BSP with
+
+
+def test_an_isolated_trainer_pushes_asp_while_the_others_keep_bsp_among_themselves():
+    """Three trainers. Step 1: BSP of 3 (mean of 1, 2, 3 at lr 0.3). Trainer 2 is isolated:
+    its gradient 4 is applied on arrival at lr 0.1, the others' steps average 2 gradients.
+    When it recovers, BSP steps take all 3 again."""
+    import torch
+
+    from shadowsync.transport.servers.dense import DenseServer, Push
+
+    class Scripted:  # the policy's decisions, set by the test
+        stragglers: list = []
+        workers_per_trainer = 1
+        isolated: tuple = ()
+
+        def first_mode(self):
+            return "bsp"
+
+        def observe(self, trainer, pace):
+            pass
+
+        def decide(self, applied, bsp_applied):
+            return "bsp"
+
+    sched = Scripted()
+    server = DenseServer()
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=3, schedule=sched,
+                        budget=100)
+
+    def push(trainer, g, mode, phase, version, lr):
+        return server.push("w", torch.tensor([float(g)]),
+                           Push(mode, version, phase, lr, 0.0, False, trainer))
+
+    a, _ = push(0, 1, "bsp", 0, 0, 0.3), push(1, 2, "bsp", 0, 0, 0.3)
+    sched.isolated = (2,)  # decided when this step completes
+    r = push(2, 3, "bsp", 0, 0, 0.3).wait()
+    assert a.wait().params.item() == pytest.approx(-0.6)
+    assert (r.mode, r.phase, r.isolated) == ("bsp", 1, (2,))
+    iso = push(2, 4, "asp", 1, 1, 0.1).wait()  # applied at once, nobody waits for it
+    assert iso.params.item() == pytest.approx(-1.0) and iso.version == 2
+    a = push(0, 1, "bsp", 1, 1, 0.3)
+    assert not a.done()
+    sched.isolated = ()  # recovered: decided when the others' step completes
+    r = push(1, 3, "bsp", 1, 1, 0.3).wait()
+    assert r.params.item() == pytest.approx(-1.6)  # mean of 2 gradients: 2 x 0.3
+    assert (r.phase, r.isolated, r.staleness) == (2, (), 1)
+    assert server.trained["w"].bsp_applied == 5
+    steps = [push(t, g, "bsp", 2, 3, 0.3) for t, g in ((0, 1), (1, 1))]
+    assert not any(f.done() for f in steps)  # the step waits for trainer 2 again
+    r = push(2, 4, "bsp", 2, 3, 0.3).wait()
+    assert r.params.item() == pytest.approx(-1.6 - 0.6) and r.version == 4
+    assert server.trained["w"].bsp_applied == 8 and server.trained["w"].applied == 9
+    assert [(w["to"], w["isolated"]) for w in server.switches("w")] == [
+        ("bsp", [2]), ("bsp", [])]

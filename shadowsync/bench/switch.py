@@ -13,7 +13,8 @@ last), so process start-up, the same for all, is left out.
 
 The default run keeps what the goals need (digits: bsp, asp, switch, bsp and greedy under the
 straggler; ctr the same at 100k examples); `--full` adds DDP, the offline plan and elastic
-under the straggler, greedy and elastic under a push delay on one and on two trainers, BSP,
+under the straggler, greedy, elastic and isolate (beyond the paper: only the straggler
+asynchronous) under it and under a push delay on one and on two trainers, BSP,
 ASP and the offline plan on a jittered network, the configuration ablation (`ABLATION`), and
 ctr at 200k examples; `--variants` picks digits variants. `--slow-link MBIT` adds the
 straggler as a slow network link instead of slow compute, over the same window
@@ -85,10 +86,10 @@ VARIANTS: dict[str, Variant] = {
     "switch": Variant("switch"),
     **{f"{p}+straggler": Variant(sync, pol, "straggler") for p, sync, pol in (
         ("bsp", "bsp", "plan"), ("switch", "switch", "plan"), ("greedy", "switch", "greedy"),
-        ("elastic", "switch", "elastic"))},
+        ("elastic", "switch", "elastic"), ("isolate", "switch", "isolate"))},
     **{f"{p}+{sc}": Variant(sync, pol, sc) for sc in ("delay1", "delay2") for p, sync, pol in (
         ("bsp", "bsp", "plan"), ("greedy", "switch", "greedy"),
-        ("elastic", "switch", "elastic"))},
+        ("elastic", "switch", "elastic"), ("isolate", "switch", "isolate"))},
     **{f"{p}+jitter": Variant(p, "plan", "jitter") for p in ("bsp", "asp", "switch")},
     **ABLATION,
 }
@@ -451,7 +452,7 @@ def bounds_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for scenario, (slowdown, slowed) in slowdowns.items():
         policies = [v.partition("+")[0] for v in m if v.endswith(f"+{scenario}")
-                    and v.partition("+")[0] in ("greedy", "elastic")]
+                    and v.partition("+")[0] in ("greedy", "elastic", "isolate")]
         if not policies:
             continue
         bound = greedy_bound(bsp_s, asp_s, n, res["bsp_share"], slowdown, slowed)
@@ -613,7 +614,8 @@ def plot_switch_bench(root: Path, results: dict[str, Any]) -> None:
     fig, axes = plt.subplots(len(results), len(columns),
                              figsize=(6 * len(columns), 4.2 * len(results)), squeeze=False)
     colors = {"bsp": "tab:blue", "ddp": "tab:purple", "asp": "tab:orange",
-              "switch": "tab:green", "greedy": "tab:red", "elastic": "tab:brown"}
+              "switch": "tab:green", "greedy": "tab:red", "elastic": "tab:brown",
+              "isolate": "tab:pink"}
     titles = {None: "no slowdown", "straggler": f"one trainer {SLOWDOWN:g}x slower mid-run",
               "delay1": f"{DELAY_MS:g} ms on 1 trainer's pushes mid-run",
               "delay2": f"{DELAY_MS:g} ms on 2 trainers' pushes mid-run",

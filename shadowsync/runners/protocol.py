@@ -71,7 +71,7 @@ class ProtocolSettings:
                  momentum: float, momentum_policy: str, workers: int, scale_lr: bool,
                  compensate: bool = False, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S) -> None:
+                 patience_s: float = DEFAULT_PATIENCE_S, workers_per_trainer: int = 1) -> None:
         self.plan = plan
         self.servers = servers
         self.numel = numel
@@ -82,12 +82,14 @@ class ProtocolSettings:
         self.workers = workers  # every worker of every trainer: n of BSP
         self.scale_lr = scale_lr
         self.compensate = compensate  # ASP momentum lowered by asynchrony's implicit share
-        self.policy = policy  # plan | greedy | elastic
+        self.policy = policy  # plan | greedy | elastic | isolate
         self.detector = detector or DetectorConfig()
         self.patience_s = patience_s
+        self.workers_per_trainer = workers_per_trainer
 
     def schedule(self, budget: int) -> Schedule:
-        return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s)
+        return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
+                        self.workers // self.workers_per_trainer, self.workers_per_trainer)
 
 
 class ServerStepper:
@@ -133,6 +135,7 @@ class ProtocolHook(WorkerHook):
         self.version = 0
         self.pushes = 0
         self.mode = settings.plan.phases[0].mode  # of the next push, as the servers said
+        self._last_mode = self.mode  # of the last push
         self.next_phase = 0
         self.phase = 0  # of the last push
         self.phase_pushes = 0  # this worker's pushes in the current phase
@@ -165,7 +168,7 @@ class ProtocolHook(WorkerHook):
                          self.s.workers, self.s.schedule(self.budget), self.budget)
         params, self.version, self.applied = self.client.params()
         self.mode, self.next_phase = self.client.mode()
-        self.phase = self.next_phase
+        self.phase, self._last_mode = self.next_phase, self.mode
         load_flat(params, replica.parameters())
         return replica
 
@@ -214,7 +217,10 @@ class ProtocolHook(WorkerHook):
         self._staleness[reply.staleness] += 1
         self.version, self.applied, self.done = reply.version, reply.applied, reply.done
         self.taken = reply.taken
-        self.mode, self.next_phase = reply.mode, reply.phase
+        self._last_mode = mode
+        # `isolate`: this trainer's steps are ASP while the others keep BSP
+        self.mode = "asp" if self.trainer in reply.isolated else reply.mode
+        self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
         self.pushes += 1
@@ -223,10 +229,10 @@ class ProtocolHook(WorkerHook):
 
     def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({
-            "phase": self.next_phase, "from": "asp" if self.mode == "bsp" else "bsp",
-            "to": self.mode, "step": self.pushes, "applied": self.applied,
+            "phase": self.next_phase, "from": self._last_mode, "to": self.mode,
+            "step": self.pushes, "applied": self.applied,
             "wall_time": time.time(), "where": self.location,
-            "params_digest": params_digest(parameters_to_vector(params)),
+            "params_digest": params_digest(parameters_to_vector(params)),  # at the decision
             "push_s_before": statistics.median(self._push_s) if self._push_s else 0.0,
         })
         self.phase, self.phase_pushes, self._push_s = self.next_phase, 0, []
@@ -238,6 +244,7 @@ class ProtocolHook(WorkerHook):
         # protocol waited than a typical step of the old one (BSP -> ASP: nothing; ASP -> BSP:
         # the wait for the slowest worker to join the first BSP step).
         sw["cost_s"] = max(0.0, first_push_s - sw["push_s_before"])
+        sw["digest_before"] = sw["params_digest"]
         if sw["to"] == "bsp":  # the workers agree once the first BSP step is done
             sw["params_digest"] = params_digest(params)
 
@@ -354,15 +361,20 @@ def group_switches(events: list[dict[str, Any]],
         es = [e for e in events if e["phase"] == phase]
         srv = next((x for x in server if x["phase"] == phase), {})
         digests = sorted({e["params_digest"] for e in es})
+        # Workers that left BSP held the step's parameters at the decision; workers that
+        # (re)join BSP hold the same after its first step (with `isolate` a switch may do both)
+        before = {e.get("digest_before", e["params_digest"]) for e in es if e["from"] == "bsp"}
+        after = {e["params_digest"] for e in es if e["to"] == "bsp"}
         out.append({
             "phase": phase, "from": es[0]["from"], "to": es[0]["to"], "step": es[0]["step"],
             "wall_time": min(e["wall_time"] for e in es),
-            "workers": len(es), "params_identical": len(digests) == 1,
+            "workers": len(es),
+            "params_identical": len(before) <= 1 and len(after) <= 1 and bool(before or after),
             "params_digests": digests,
             "cost_s": max(e.get("cost_s", 0.0) for e in es) + srv.get("server_s", 0.0),
             "server_s": srv.get("server_s"), "decided_at": srv.get("wall_time"),
             "switch_s": srv.get("switch_s"),
-            "stragglers": srv.get("stragglers", []),
+            "stragglers": srv.get("stragglers", []), "isolated": srv.get("isolated", []),
         })
     return out
 
@@ -384,5 +396,6 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
                                 compensate=cfg.switch_compensate_momentum,
                                 policy=cfg.switch_policy if cfg.sync == "switch" else "plan",
                                 detector=DetectorConfig.parse(cfg.switch_detector),
-                                patience_s=cfg.switch_patience)
+                                patience_s=cfg.switch_patience,
+                                workers_per_trainer=cfg.workers)
     return ProtocolRunner(settings, ctx.model, cfg.sync)

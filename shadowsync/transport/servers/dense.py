@@ -58,6 +58,7 @@ class Reply:
     phase: int = 0  # and its phase index (one more at every switch)
     done: bool = False  # the budget is spent: the worker stops
     taken: bool = True  # False: released unapplied by a stop of the job
+    isolated: tuple[int, ...] = ()  # trainers whose next steps are ASP while the rest run BSP
 
 
 @dataclass
@@ -82,6 +83,8 @@ class TrainedTensor:
     step_first: float = 0.0  # when the current BSP step's first gradient arrived
     step_compute: float = 0.0  # the longest compute among the current BSP step's gradients
     clock: Any = time.perf_counter  # seconds; a test may script it
+    isolated: tuple[int, ...] = ()  # `isolate`: trainers pushing ASP while the rest run BSP
+    workers: int = 0  # every worker of the job (BSP's n with nobody isolated)
 
     @property
     def done(self) -> bool:
@@ -116,7 +119,7 @@ class TrainedTensor:
 
     def reply(self, staleness: int, taken: bool = True) -> Reply:
         return Reply(self.state.params.clone(), self.state.version, staleness, self.applied,
-                     self.mode, self.decided_phase, self.done, taken)
+                     self.mode, self.decided_phase, self.done, taken, self.isolated)
 
 
 class DenseServer:
@@ -178,7 +181,8 @@ class DenseServer:
         with self._create:
             if key not in self.trained:
                 t = TrainedTensor(ServerState(value.clone()), optimizer,
-                                  BulkSynchronous(workers), schedule, budget, clock=self.clock)
+                                  BulkSynchronous(workers), schedule, budget, clock=self.clock,
+                                  workers=workers)
                 if schedule is not None:
                     t.mode = schedule.first_mode()
                 if key in self._restored:
@@ -268,11 +272,17 @@ class DenseServer:
         if t.mode == "bsp" and t.bsp_applied == t.bsp_at_switch and t.decided_phase > 0:
             return
         mode = t.schedule.decide(t.applied, t.bsp_applied)
-        if mode != t.mode:
+        isolated = tuple(getattr(t.schedule, "isolated", ()))
+        if mode != t.mode or isolated != t.isolated:
             t.bsp_at_switch = t.bsp_applied
             t.switches.append({"phase": t.decided_phase + 1, "from": t.mode, "to": mode,
                                "applied": t.applied, "wall_time": time.time(),
-                               "decided_s": t.clock(), "stragglers": t.schedule.stragglers})
+                               "decided_s": t.clock(), "stragglers": t.schedule.stragglers,
+                               "isolated": list(isolated)})
+            if isolated != t.isolated:  # BSP steps among the others (none half collected)
+                per_trainer = getattr(t.schedule, "workers_per_trainer", 1)
+                t.bsp = BulkSynchronous(t.workers - len(isolated) * per_trainer)
+                t.isolated = isolated
             t.mode, t.decided_phase = mode, t.decided_phase + 1
 
     @staticmethod
@@ -426,7 +436,7 @@ class TrainedTensorClient(_Sharded):
         return Reply(torch.cat([r.params for r in replies]), first.version,
                      max(r.staleness for r in replies), first.applied, first.mode,
                      first.phase, any(r.done for r in replies),
-                     all(r.taken for r in replies))
+                     all(r.taken for r in replies), first.isolated)
 
     def params(self) -> tuple[torch.Tensor, int, int]:
         """The current parameters, their version and the gradients applied (first shard)."""
