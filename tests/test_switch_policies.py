@@ -292,11 +292,15 @@ def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
     assert main(["switch", "search", "--config", str(tmp_path / "none.toml")]) == 2
     assert main(["bench", "switch", "--no-ctr", "--no-digits"]) == 2
     assert main(["bench", "switch", "--slow-link", "0"]) == 2
+    assert main(["switch", "search", "--config", "job.toml", "--search-probes", "1"]) == 2
+    assert main(["bench", "switch", "--variants", "bsp,warp"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("shadowsync: error: switch search: --config JOB.toml is required")
     assert "no such file" in err[1]
     assert "leave nothing to run" in err[2]
     assert "--slow-link must be > 0" in err[3]
+    assert "--search-probes must be >= 2" in err[4]
+    assert err[5].startswith("shadowsync: error: --variants: warp not among bsp, ddp")
 
 
 def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
