@@ -106,7 +106,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
 
 def _bench_switch(args: argparse.Namespace) -> int:
-    from shadowsync.bench.switch import run_switch_bench
+    from shadowsync.bench.switch import VARIANTS, run_switch_bench
 
     if not 0 < args.share < 1:
         raise UserError(f"--share must be in (0, 1), got {args.share}")
@@ -116,10 +116,15 @@ def _bench_switch(args: argparse.Namespace) -> int:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
     if args.slow_link is not None and not args.slow_link > 0:
         raise UserError(f"--slow-link must be > 0 (Mbit/s), got {args.slow_link}")
+    variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise UserError(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
                      ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
-                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link)
+                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link,
+                     variants=variants)
     return 0
 
 
@@ -134,16 +139,20 @@ def _switch_search(args: argparse.Namespace) -> int:
     if args.seeds < 1 or not 0 < args.min_share <= 0.5 or not args.tolerance >= 0:
         raise UserError("switch search: needs --seeds >= 1, --min-share in (0, 0.5] and "
                         "--tolerance >= 0")
+    if args.search_probes < 2:
+        raise UserError("switch search: --search-probes must be >= 2 (full BSP and one share)")
     cfg = load_config(argparse.Namespace(config=args.config))
     name = args.name or Path(args.config).stem
-    r = run_search(cfg, name, args.tolerance, args.seeds, args.min_share, args.store,
-                   args.out or f"runs/switch-search-{name}")
+    out = args.out or f"runs/switch-search-{name}"
+    r = run_search(cfg, name, args.tolerance, args.seeds, args.min_share, args.store, out,
+                   probes=args.search_probes)
     for share in sorted((float(k) for k in r.points), reverse=True):
         print(f"share {share:<8g} mean {r.metric} {r.mean(share):.4f}  "
               f"{', '.join(f'{v:.4f}' for v in r.points[f'{share:g}'])}")
     print(f"chosen BSP share: {r.share:g} (full BSP {r.bsp_mean:.4f}, tolerance "
           f"{r.tolerance:g}) after {r.wall_s / 60:.1f} min; stored in {args.store}/{name}.json "
-          f"(plot {name}.png beside it); use it with --switch-at auto --job-name {name}")
+          f"(plot {name}.png beside it; the curve also in {out}/curve.json, .png); use it with "
+          f"--switch-at auto --job-name {name}")
     return 0
 
 
@@ -278,8 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="BSP share of the digits switch plan (the quota of the online policies)")
     sw.add_argument("--repeats", type=int, default=3)
     sw.add_argument("--full", action="store_true",
-                    help="also DDP, the offline plan and elastic under the straggler on digits, "
-                    "and ctr at 200k examples")
+                    help="also DDP, the offline plan and elastic under the straggler, greedy "
+                    "and elastic under a 30 ms push delay on 1 and on 2 trainers, BSP, ASP and "
+                    "the offline plan on a jittered network, and the configuration ablation, "
+                    "on digits; ctr at 200k examples")
+    sw.add_argument("--variants", metavar="A,B", help="run these digits variants (and the "
+                    "baselines their ratios need) instead of the default's, e.g. the "
+                    "configuration ablation: switch/linear,switch/no-scale,switch/zero,"
+                    "switch/ramp,switch/asp-first")
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.add_argument("--no-digits", action="store_true", help="ctr only")
     sw.add_argument("--slow-link", type=float, metavar="MBIT",
@@ -307,14 +322,17 @@ def build_parser() -> argparse.ArgumentParser:
     ss = switch.add_parser(
         "search", help="find the smallest BSP share that keeps full BSP's metric",
         description="Run the job at full BSP, then with the BSP share halving from 50%%, "
-        "SEEDS runs per point; keep the smallest share whose mean final metric is within "
-        "--tolerance of full BSP's (accuracy: absolute; NE: relative). Later runs use it with "
-        "--sync switch --switch-at auto --job-name NAME.")
+        "SEEDS runs per point, until a share misses --tolerance of full BSP's mean final "
+        "metric (accuracy: absolute; NE: relative); then bisect between it and the last share "
+        "that passed until --search-probes points are measured; keep the smallest share that "
+        "passed. Later runs use it with --sync switch --switch-at auto --job-name NAME.")
     ss.add_argument("--config", metavar="JOB.toml", help="the job (as `train --config` reads)")
     ss.add_argument("--name", help="name to store the result under (default: the file's stem)")
     ss.add_argument("--tolerance", type=float, default=0.005)
     ss.add_argument("--seeds", type=int, default=2, help="runs per point (R)")
     ss.add_argument("--min-share", type=float, default=1 / 16)
+    ss.add_argument("--search-probes", type=int, default=6,
+                    help="points measured in all, full BSP included (default 6)")
     ss.add_argument("--store", default="runs/switch-search")
     ss.add_argument("--out", help="where the runs go (default: runs/switch-search-NAME)")
     ss.set_defaults(func=_switch_search)

@@ -134,8 +134,8 @@ class TrainConfig:
         True, "ASP steps run at momentum max(0, m - (1 - 1/n)): asynchrony adds about 1 - 1/n")
     switch_policy: str = _opt(
         "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
-        "one lasts; elastic: only once it lasted --switch-patience s)",
-        ("plan", "greedy", "elastic"))
+        "one lasts; elastic: only once it lasted --switch-patience s; isolate: only the "
+        "stragglers' pushes ASP, the rest BSP)", ("plan", "greedy", "elastic", "isolate"))
     switch_detector: str = _opt(
         "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
         "windows of `window` steps")
@@ -149,8 +149,11 @@ class TrainConfig:
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
         "clears", ("s-easgd",))
     straggler: str | None = _opt(
-        None, "slow one trainer down: trainer=ID,slowdown=3,start=S,duration=D (seconds, or "
-        "shares of the job's examples: start=25%,duration=50%)")
+        None, "slow trainers down: trainer=ID,slowdown=3,start=S,duration=D (seconds, or "
+        "shares of the job's examples: start=25%,duration=50%); kind=delay,ms=30,trainers=N "
+        "delays each push of the last N trainers (emulated link delay), kind=jitter,ms=D,"
+        "jitter=J every trainer's by D +- J ms; episodes=K repeats the window's slowdown K "
+        "times")
     # network
     addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")
@@ -225,7 +228,10 @@ class TrainConfig:
         if self.straggler is not None:
             from shadowsync.train.straggler import Straggler
 
-            Straggler.parse(self.straggler, self.trainers)
+            kind = Straggler.parse(self.straggler, self.trainers).kind
+            if kind != "compute" and self.sync not in ("bsp", "asp", "switch"):
+                raise UserError(f"--straggler kind={kind} delays pushes to the dense servers: it "
+                                "needs --sync bsp, asp or switch")
         if self.straggler_fallback is not None:
             if self.sync not in ("s-ma", "s-bmuf") or self.sync_groups:
                 raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "

@@ -1,7 +1,8 @@
 """`shadowsync switch search --config job.toml`: Sync-Switch's offline timing search on a real
 job (the policy itself: `shadowsync.runners.switch.search`). Each point is the job run as
 `--sync switch --switch-plan bsp:SHARE,asp` (full BSP at share 1) with seeds 0..R-1; runs are
-kept under OUT/share-S-seed-K."""
+kept under OUT/share-S-seed-K, the measured curve of the metric against the share as
+OUT/curve.json and OUT/curve.png."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from shadowsync.runners.switch import search
 
 
 def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_share: float,
-               store_root: str, out: str, progress: bool = True) -> search.SearchResult:
+               store_root: str, out: str, progress: bool = True,
+               probes: int = search.DEFAULT_PROBES) -> search.SearchResult:
     from tqdm.auto import tqdm
 
     from shadowsync.api import run
@@ -23,8 +25,7 @@ def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_sh
 
     task = task_of(cfg.task)
     metric = task.metric
-    points = 1 + len(search.shares(min_share))
-    bar = tqdm(total=points * seeds, unit="run", desc=f"switch search: {name}",
+    bar = tqdm(total=probes * seeds, unit="run", desc=f"switch search: {name}",
                disable=not progress)
 
     def one(share: float, seed: int) -> float:
@@ -42,8 +43,9 @@ def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_sh
 
     try:
         result = search.search(one, name, metric, task.higher_is_better, tolerance, seeds,
-                               min_share)
+                               min_share, probes=probes)
     finally:
         bar.close()
     search.store(result, store_root)
+    search.store(result, out, "curve")  # the metric against the share, beside the runs
     return result

@@ -11,8 +11,13 @@ from shadowsync.bench.switch import (
     VARIANTS,
     LinkWindow,
     compared_with,
+    delay_slowdown,
+    digits_job,
+    goal_met,
+    greedy_bound,
     paired,
     ratios_of,
+    settings_of,
     time_split,
 )
 from shadowsync.train.attempts import Progress, reset
@@ -37,16 +42,27 @@ def test_paired_compares_repeat_by_repeat_against_the_right_baseline():
     assert compared_with("greedy+straggler") == "bsp+straggler"
 
 
-def test_the_default_variants_are_enough_for_every_ratio_the_issue_names():
+def test_ratios_are_each_variant_against_its_own_baseline():
+    """Distinct medians, so an inverted ratio, a swapped baseline or a difference taken the
+    wrong way round gives another number."""
     assert set(CORE_VARIANTS) < set(VARIANTS)
-    res = {"metric": "accuracy", "switch_overhead_s": 0.01,
-           "medians": {v: {"train_s": 10.0, "metric": 0.98} for v in CORE_VARIANTS}}
+    med = {"bsp": (10.0, 0.98), "asp": (8.0, 0.94), "switch": (9.0, 0.975),
+           "bsp+straggler": (20.0, 0.97), "greedy+straggler": (11.0, 0.96)}
+    res = {"metric": "accuracy", "switch_overhead_s": 0.01, "switch_overhead_share": 0.002,
+           "medians": {v: {"train_s": t, "metric": m} for v, (t, m) in med.items()}}
     ratios = ratios_of(res, "")
-    for name in ("switch_time_vs_bsp", "switch_acc_minus_bsp", "asp_acc_minus_bsp",
-                 "switch_time_vs_bsp_straggler", "switch_acc_minus_bsp_straggler",
-                 "switch_overhead_s"):
-        assert ratios[name] is not None
+    assert ratios["switch_time_vs_bsp"] == pytest.approx(0.9)
+    assert ratios["switch_acc_minus_bsp"] == pytest.approx(-0.5)
+    assert ratios["asp_acc_minus_bsp"] == pytest.approx(-4.0)
+    assert ratios["asp_time_vs_bsp"] == pytest.approx(0.8)
+    assert ratios["switch_time_vs_bsp_straggler"] == pytest.approx(0.55)  # vs BSP's 20 s
+    assert ratios["switch_acc_minus_bsp_straggler"] == pytest.approx(-1.0)  # vs BSP's 0.97
+    assert ratios["switch_overhead_s"] == 0.01
+    assert ratios["switch_overhead_share"] == 0.002
     assert "elastic_time_vs_bsp_straggler" not in ratios  # only with --full
+    ne = ratios_of({**res, "metric": "ne"}, "_ctr")  # NE: a ratio, lower is better
+    assert ne["switch_ne_vs_bsp_ctr"] == pytest.approx(0.975 / 0.98)
+    assert ne["asp_ne_vs_bsp_ctr"] == pytest.approx(0.94 / 0.98)
 
 
 def test_time_split_says_how_much_of_the_runs_was_training():
@@ -109,3 +125,53 @@ def test_a_link_window_lifts_the_limit_when_the_job_ends_inside_it(tmp_path):
     done.set()
     watcher.join(5)
     assert rates == [10.0, None]
+
+
+def test_greedys_bound_is_the_issues_closed_form():
+    """BSP and ASP equally fast (1 unit each for the job), 4 workers, one 3x slower for the
+    middle half, BSP quota half the job: greedy at best 0.5 + 0.5 x 4 / (3 + 1/3) = 1.1."""
+    assert greedy_bound(1.0, 1.0, 4, 0.5, 3.0) == pytest.approx(1.1)
+    # two of four slowed 3x: the window's work at (2 + 2/3) / 4 of full pace
+    assert greedy_bound(1.0, 1.0, 4, 0.5, 3.0, slowed=2) == pytest.approx(0.5 + 0.5 * 1.5)
+    # a smaller quota leaves the rest of the outside to ASP: 0.25 x 2 + 0.25 x 1 + 0.5 x 1.2
+    assert greedy_bound(2.0, 1.0, 4, 0.25, 3.0) == pytest.approx(0.5 + 0.25 + 0.6)
+    # a 30 ms delay on a 10 ms ASP step (asp 7.5 s over 750 steps) is a 4x slowdown
+    assert delay_slowdown(0.03, 7.5, 750) == pytest.approx(4.0)
+
+
+def test_bounds_and_goals_from_a_runs_own_medians():
+    med = {"bsp": (10.0, 0.98), "asp": (10.0, 0.94), "switch": (10.0, 0.978),
+           "bsp+straggler": (20.0, 0.98), "greedy+straggler": (11.5, 0.975),
+           "bsp+delay1": (30.0, 0.98), "greedy+delay1": (14.0, 0.965)}
+    res = {"metric": "accuracy", "switch_overhead_s": 0.01, "switch_overhead_share": 0.006,
+           "gradients": 3000, "workers": 4, "bsp_share": 0.5,
+           "medians": {v: {"train_s": t, "metric": m} for v, (t, m) in med.items()}}
+    ratios = ratios_of(res, "")
+    assert ratios["bound_s_straggler"] == pytest.approx(11.0)
+    assert ratios["greedy_time_vs_bound_straggler"] == pytest.approx(11.5 / 11.0)
+    # delay: 30 ms on an ASP step of 10 s / 750 steps = 13.3 ms, a 3.25x slowdown
+    s = 1 + 0.03 * 750 / 10.0
+    assert ratios["bound_s_delay1"] == pytest.approx(5.0 + 5.0 * 4 / (3 + 1 / s))
+    assert ratios["greedy_time_vs_bsp_delay1"] == pytest.approx(14.0 / 30.0)
+    assert ratios["greedy_acc_minus_bsp_delay1"] == pytest.approx(-1.5)
+    met = {k: goal_met(k, ratios) for k in ratios}
+    assert met["greedy_time_vs_bound_straggler"] is True  # 1.045 <= 1.1
+    assert met["switch_acc_minus_bsp"] is True  # -0.2 >= -0.5
+    assert met["asp_acc_minus_bsp"] is True  # -4 <= -1
+    assert met["switch_acc_minus_bsp_straggler"] is True  # -0.5 >= -1
+    assert met["greedy_acc_minus_bsp_delay1"] is False  # -1.5 < -1
+    assert met["greedy_time_vs_bsp_delay1"] is True  # 0.47 <= 0.6
+    assert met["switch_overhead_share"] is False  # 0.6% > 0.5%
+    assert met["switch_time_vs_bsp"] is None  # no goal
+    assert goal_met("asp_time_vs_bsp_jitter", ratios) is None  # not measured
+
+
+def test_variants_compare_with_bsp_under_the_same_slowdown_and_asp_first_keeps_the_share():
+    assert compared_with("elastic+delay2") == "bsp+delay2"
+    assert compared_with("switch/linear") == "bsp"
+    base = VARIANTS["switch"]
+    assert settings_of(VARIANTS["switch/asp-first"], digits_job(4, 1000, 0.5)) == {
+        "switch_plan": "asp:0.5,bsp"}
+    assert settings_of(base, digits_job(4, 1000, 0.5)) == {}
+    assert VARIANTS["switch/linear"].settings == (("switch_compensate_momentum", False),)
+    assert all(compared_with(v) in VARIANTS for v in VARIANTS)

@@ -1,6 +1,8 @@
 """Sync-Switch's server protocols against closed forms, on plain tensors and a DenseServer
 object (no processes): BSP, ASP, staleness, switching, and the policies that drive them."""
 
+import time
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -146,12 +148,17 @@ def test_bad_plans_name_the_option(text, message):
 
 
 class InProcessClient:
-    """The TrainedTensorClient interface over a DenseServer in this process (no RPC)."""
+    """The TrainedTensorClient interface over a DenseServer in this process (no RPC); the
+    pushes numbered in `slow` take `slow_s` longer (a worker's first push after a switch
+    waiting for the others, say)."""
 
-    def __init__(self, server):
-        self.server = server
+    def __init__(self, server, slow=(), slow_s=0.0):
+        self.server, self.slow, self.slow_s, self.pushes = server, slow, slow_s, 0
 
     def push(self, grad, push):
+        if self.pushes in self.slow:
+            time.sleep(self.slow_s)
+        self.pushes += 1
         return self.server.push("dense", grad, push).wait()
 
 
@@ -165,7 +172,8 @@ def test_worker_hook_follows_global_progress_through_a_switch():
     server = DenseServer()
     server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1,
                         schedule=settings.schedule(4), budget=4)
-    hook.client, hook.budget = InProcessClient(server), 4
+    # the first push under ASP (the third) takes 50 ms more than the two BSP ones before it
+    hook.client, hook.budget = InProcessClient(server, slow=(2,), slow_s=0.05), 4
     hook.mode, hook.next_phase = server.mode("dense")
     param = [torch.zeros(1)]
     outs = [hook.push(torch.tensor([1.0]), param).item() for _ in range(4)]
@@ -175,5 +183,102 @@ def test_worker_hook_follows_global_progress_through_a_switch():
     assert hook.finished()
     sw = hook.report()["switches"]
     assert [(s["from"], s["to"], s["step"], s["applied"]) for s in sw] == [("bsp", "asp", 2, 2)]
-    assert sw[0]["cost_s"] >= 0.0
+    # the switch's latency: its first push under ASP less a typical push before it
+    assert sw[0]["first_push_s"] >= 0.05 > sw[0]["push_s_before"]
+    assert sw[0]["cost_s"] == pytest.approx(sw[0]["first_push_s"] - sw[0]["push_s_before"])
+    assert sw[0]["cost_s"] >= 0.05 - sw[0]["push_s_before"]
     assert hook.where() == " under ASP"
+
+
+class Clock:
+    """A scripted clock for the server: `now` seconds, moved by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_time_a_switch_takes_the_job_is_decision_to_first_new_step_less_its_compute():
+    """Two workers, BSP for 2 of 6 gradients, then ASP, then (`asp:..,bsp`) the other way.
+    The switch's time is from the decision to the first step under the new protocol applied,
+    less that step's compute: here the 30 ms the reply and a late worker took."""
+    from shadowsync.runners.switch.schedule import Schedule
+
+    clock = Clock()
+    server = DenseServer(clock=clock)
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2,
+                        schedule=Schedule(SwitchPlan.parse("bsp:0.34,asp"), budget=6), budget=6)
+    g = torch.tensor([1.0])
+    server.push("w", g, Push("bsp", 0, 0, 0.1, 0.0, False, 0, 0.01))
+    clock.now = 100.01
+    server.push("w", g, Push("bsp", 0, 0, 0.1, 0.0, False, 1, 0.01)).wait()  # decided: ASP
+    (sw,) = server.switches("w")
+    assert (sw["from"], sw["to"], sw["decided_s"]) == ("bsp", "asp", 100.01)
+    clock.now = 100.01 + 0.03 + 0.2  # 30 ms of switching, then a step of 200 ms compute
+    server.push("w", g, Push("asp", 1, 1, 0.05, 0.0, False, 0, 0.2)).wait()
+    assert server.switches("w")[0]["switch_s"] == pytest.approx(0.03)
+    clock.now += 0.5  # a later step does not move it
+    server.push("w", g, Push("asp", 1, 1, 0.05, 0.0, False, 1, 0.1)).wait()
+    assert server.switches("w")[0]["switch_s"] == pytest.approx(0.03)
+
+    # Into BSP: the first BSP step is applied when its last gradient arrives; its compute is
+    # the longer of the two (worker 0's 0.3 s). Worker 1 first finished an ASP step (0.15 s)
+    # then computed 0.2 s: the step came 0.05 s later than its longest compute alone.
+    clock = Clock()
+    server = DenseServer(clock=clock)
+    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2,
+                        schedule=Schedule(SwitchPlan.parse("asp:0.25,bsp"), budget=8), budget=8)
+    server.push("w", g, Push("asp", 0, 0, 0.05, 0.0, False, 0, 0.1)).wait()
+    clock.now = 100.05
+    r = server.push("w", g, Push("asp", 0, 0, 0.05, 0.0, False, 1, 0.1)).wait()
+    assert r.mode == "bsp"  # decided at 100.05
+    clock.now = 100.05 + 0.3
+    first = server.push("w", g, Push("bsp", 2, 1, 0.1, 0.0, False, 0, 0.3))
+    clock.now = 100.05 + 0.15 + 0.2
+    server.push("w", g, Push("bsp", 2, 1, 0.1, 0.0, False, 1, 0.2)).wait()
+    assert first.done()
+    assert server.switches("w")[0]["switch_s"] == pytest.approx(0.05)
+
+
+def test_switch_overhead_is_the_summed_switch_time_over_the_run():
+    from shadowsync.runners.switch.overhead import switch_overhead
+
+    o = switch_overhead([{"switch_s": 0.03, "cost_s": 0.0}, {"switch_s": 0.12, "cost_s": 0.1},
+                         {"cost_s": 0.2}], train_s=30.0)
+    assert o["switch_s_total"] == pytest.approx(0.15)
+    assert o["share_of_run"] == pytest.approx(0.005)
+    assert o["latency_s"] == [0.0, 0.1, 0.2] and o["switches"] == 3
+
+
+def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress():
+    """The hook asks the link for each push's delay with the job's progress (the servers'
+    count against the budget) and sleeps it inside the push's round trip, where the server
+    and the detector see a slow link (`wait_s` of the next push)."""
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+    from shadowsync.transport.delay import LinkDelay
+
+    asked = []
+
+    class Link(LinkDelay):
+        def before_push(self, trainer, at, rng=None):
+            asked.append((trainer, at))
+            return super().before_push(trainer, at, rng)
+
+    settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
+                                lr=0.1, momentum=0.0, momentum_policy="keep", workers=1,
+                                scale_lr=True)
+    hook = ProtocolHook(settings)
+    hook.link = Link((0,), ms=40.0, start=0.5, duration=0.25)  # half to three quarters
+    server = DenseServer()
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1,
+                        schedule=settings.schedule(4), budget=4)
+    hook.client, hook.budget = InProcessClient(server), 4
+    hook.mode, hook.next_phase = server.mode("dense")
+    took = []
+    for _ in range(4):
+        hook.push(torch.tensor([1.0]), [torch.zeros(1)])
+        took.append(hook._last_took)
+    assert asked == [(0, 0.0), (0, 0.25), (0, 0.5), (0, 0.75)]
+    assert took[2] >= 0.04  # only the push at half the job was delayed

@@ -53,3 +53,39 @@ def test_a_window_in_shares_of_the_job_follows_progress_not_the_clock():
 def test_bad_stragglers_name_the_option(text, message):
     with pytest.raises(UserError, match=f"--straggler: .*{message}"):
         Straggler.parse(text, trainers=2)
+
+
+def test_episodes_cut_the_window_into_equal_slices_on_and_off():
+    from shadowsync.transport.delay import in_episode
+
+    # window [0.25, 0.75) in 4 episodes: 7 slices of 1/14, on in slices 0, 2, 4, 6
+    on = [at for at in [0.25 + (i + 0.5) / 14 for i in range(7)] if in_episode(at, 0.25, 0.5, 4)]
+    assert on == pytest.approx([0.25 + (i + 0.5) / 14 for i in (0, 2, 4, 6)])
+    assert not in_episode(0.2, 0.25, 0.5, 4) and not in_episode(0.75, 0.25, 0.5, 4)
+    assert in_episode(0.5, 0.25, 0.5, 1) and in_episode(5.0, 0.0, float("inf"), 3)
+
+
+def test_delay_and_jitter_stragglers_parse_into_a_link_delay():
+    s = Straggler.parse("kind=delay,ms=30,trainers=2,start=25%,duration=50%,episodes=4", 4)
+    assert (s.kind, s.trainers, s.episodes) == ("delay", (2, 3), 4)
+    assert s.pace(3) is None  # nothing slows the compute
+    link = s.link()
+    assert link.seconds(3, 0.3) == pytest.approx(0.03) and link.seconds(1, 0.3) == 0.0
+    assert link.seconds(3, 0.3 + 1 / 14) == 0.0  # a break between episodes
+    jitter = Straggler.parse("kind=jitter,ms=10,jitter=4", 3).link()
+    assert jitter.trainers == (0, 1, 2)
+    rng = __import__("random").Random(0)
+    draws = [jitter.seconds(1, 0.5, rng) for _ in range(200)]
+    assert 0.006 <= min(draws) < 0.007 and 0.013 < max(draws) <= 0.014
+    assert Straggler.parse("trainer=1,slowdown=3", 2).link() is None  # compute: no link
+
+
+@pytest.mark.parametrize("text, message", [
+    ("kind=delay,trainers=1", "needs ms > 0"),
+    ("kind=netem,ms=3", "kind=netem is not one of"),
+    ("kind=delay,ms=30,trainers=3", "trainers=3 needs at least 3 trainers"),
+    ("kind=delay,ms=30,episodes=0", "episodes >= 1"),
+])
+def test_bad_network_stragglers_name_the_option(text, message):
+    with pytest.raises(UserError, match=f"--straggler: .*{message}"):
+        Straggler.parse(text, trainers=2)

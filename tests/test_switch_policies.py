@@ -1,6 +1,7 @@
 """Sync-Switch's policies on scripted inputs: the straggler detector, greedy and elastic, the
 server's decisions and end of job, the configuration at a switch, and the offline search."""
 
+import json
 import random
 import threading
 import time
@@ -181,11 +182,14 @@ def test_state_identical_on_every_worker_across_switches_both_ways():
         h.mode, h.next_phase = server.mode("w")
         hooks.append(h)
 
+    last = [None, None]
+
     def work(h, t):
         params = [torch.zeros(3)]
         g = torch.tensor([1.0, -1.0, 0.5]) * (t + 1)
         while not h.finished():
             params[0] = h.push(g, params).clone()
+        last[t] = params[0]
 
     threads = [threading.Thread(target=work, args=(h, t)) for t, h in enumerate(hooks)]
     for th in threads:
@@ -200,14 +204,22 @@ def test_state_identical_on_every_worker_across_switches_both_ways():
         digests = {e["params_digest"] for e in events if e["phase"] == phase}
         assert len(digests) == 1, phase  # identical on both workers
     final, version, applied = server.params("w")
-    assert applied >= budget and version > 0
-    assert params_digest(final) == params_digest(server.params("w")[0])
+    assert applied >= budget
+    # one version per BSP step (n gradients) and per ASP gradient, across every switch: a
+    # version restarted at a switch would fall short
+    bsp_applied = server.trained["w"].bsp_applied
+    assert bsp_applied % 2 == 0 and 0 < bsp_applied < applied
+    assert version == bsp_applied // 2 + (applied - bsp_applied)
+    # both workers end on the servers' final parameters
+    assert [params_digest(p) for p in last] == [params_digest(final)] * 2
 
 
-def test_search_picks_the_smallest_share_within_tolerance():
-    """A deterministic metric: accuracy 0.98 at BSP, falling as the share halves; seeds add
-    +-0.001. With tolerance 0.005 the search keeps 0.125 (0.977) and stops at 0.0625."""
-    table = {1.0: 0.98, 0.5: 0.979, 0.25: 0.978, 0.125: 0.977, 0.0625: 0.96, 0.03125: 0.99}
+def test_search_picks_the_smallest_share_within_tolerance_and_seeds_are_averaged():
+    """Accuracy 0.98 at BSP, falling as the share halves; seeds add +-0.001. With tolerance
+    0.005 the halving passes 0.125 (0.977) and misses 0.0625; the bisection between them tries
+    0.09375 (0.965, missing) and 0.109375 (0.976, passing) with the probes left."""
+    table = {1.0: 0.98, 0.5: 0.979, 0.25: 0.978, 0.125: 0.977, 0.0625: 0.96,
+             0.09375: 0.965, 0.109375: 0.976}
     calls = []
 
     def run(share, seed):
@@ -215,13 +227,45 @@ def test_search_picks_the_smallest_share_within_tolerance():
         return table[share] + (0.001 if seed else -0.001)
 
     r = sw_search.search(run, "digits-job", "accuracy", True, tolerance=0.005, seeds=2,
-                         min_share=1 / 32)
-    assert r.share == 0.125 and r.bsp_mean == pytest.approx(0.98)
-    assert [s for s, _ in calls[::2]] == [1.0, 0.5, 0.25, 0.125, 0.0625]  # stops at the miss
-    # lower is better (NE): within 1% of BSP's
+                         min_share=1 / 32, probes=7)
+    assert [s for s, _ in calls[::2]] == [1.0, 0.5, 0.25, 0.125, 0.0625, 0.09375, 0.109375]
+    assert r.share == 0.109375 and r.bsp_mean == pytest.approx(0.98)
+    assert r.bracket == [0.09375, 0.109375] and r.probes == [s for s, _ in calls[::2]]
+    # lower is better (NE): within 1% of BSP's; 2 probes: BSP and 50%, nothing to bisect
     ne = {1.0: 0.80, 0.5: 0.801, 0.25: 0.805, 0.125: 0.85, 0.0625: 0.9}
-    r = sw_search.search(lambda s, _: ne[s], "ctr-job", "ne", False, 0.01, seeds=1)
-    assert r.share == 0.25
+    r = sw_search.search(lambda s, _: ne[s], "ctr-job", "ne", False, 0.01, seeds=1, probes=2)
+    assert (r.share, r.bracket, r.probes) == (0.5, None, [1.0, 0.5])
+
+
+def halving_only(needed, min_share=1 / 16):
+    """What a search that stops at the first miss returns."""
+    passing = [s for s in sw_search.shares(min_share) if s >= needed]
+    return min(passing, default=1.0)
+
+
+@pytest.mark.parametrize("needed", [0.03, 0.07, 0.11, 0.2, 0.28, 0.3, 0.35, 0.45, 0.6, 0.9])
+def test_search_narrows_to_within_one_probe_of_the_smallest_share_that_passes(needed):
+    """A closed-form accuracy curve: 0.98 down to `needed` + 0.02, then falling 0.5 a unit
+    of share, so with tolerance 0.01 exactly the shares >= `needed` pass. With the default
+    budget the search measures at most 6 points, returns a share that passes, and the share
+    that missed last is below `needed`: the answer is within one probe's step of the
+    smallest share that passes, a step each probe left after the halving halves."""
+    def accuracy(share, seed):
+        return 0.98 - 0.5 * max(0.0, needed + 0.02 - share)
+
+    r = sw_search.search(accuracy, "job", "accuracy", True, tolerance=0.01, seeds=1)
+    assert len(r.probes) <= 6 and len(set(r.probes)) == len(r.probes)
+    assert r.share >= needed
+    if needed < 1 / 16:  # every halving share passed: nothing to bisect
+        assert r.bracket is None and r.share == 1 / 16
+        return
+    missed, passed = r.bracket
+    assert missed < needed <= passed == r.share
+    assert r.share <= halving_only(needed)
+    halving = len([s for s in sw_search.shares(1 / 16) if s >= needed]) + 2  # BSP, the miss
+    if halving < 6:
+        bisections = 6 - halving
+        assert passed - missed == pytest.approx(halving_only(needed) / 2 / 2 ** bisections)
 
 
 def test_search_result_round_trips_and_drives_switch_at_auto(tmp_path):
@@ -248,11 +292,15 @@ def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
     assert main(["switch", "search", "--config", str(tmp_path / "none.toml")]) == 2
     assert main(["bench", "switch", "--no-ctr", "--no-digits"]) == 2
     assert main(["bench", "switch", "--slow-link", "0"]) == 2
+    assert main(["switch", "search", "--config", "job.toml", "--search-probes", "1"]) == 2
+    assert main(["bench", "switch", "--variants", "bsp,warp"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("shadowsync: error: switch search: --config JOB.toml is required")
     assert "no such file" in err[1]
     assert "leave nothing to run" in err[2]
     assert "--slow-link must be > 0" in err[3]
+    assert "--search-probes must be >= 2" in err[4]
+    assert err[5].startswith("shadowsync: error: --variants: warp not among bsp, ddp")
 
 
 def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
@@ -266,6 +314,7 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
     ran = []
 
     def fake_run(cfg):
+        time.sleep(0.02)  # the search's own time is at least its runs'
         ran.append((cfg.sync, cfg.switch_plan, cfg.seed, cfg.task, cfg.trainers))
         share = 1.0 if cfg.switch_plan == "bsp" else float(cfg.switch_plan[4:].split(",")[0])
         return cfg, {"eval_accuracy": 0.98 if share >= 0.25 else 0.90}
@@ -278,10 +327,15 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
                  str(store), "--out", str(tmp_path / "runs")]) == 0
     assert ran[:3] == [("switch", "bsp", 0, "digits", 4), ("switch", "bsp", 1, "digits", 4),
                        ("switch", "bsp:0.5,asp", 0, "digits", 4)]
-    assert len(ran) == 2 * 4  # 1, 0.5, 0.25, then 0.125 misses and the search stops
+    # 1, 0.5, 0.25 pass, 0.125 misses; 0.1875 and 0.21875 miss too: 6 points, 2 seeds each
+    assert [plan for _, plan, seed, _, _ in ran if seed == 0] == [
+        "bsp", "bsp:0.5,asp", "bsp:0.25,asp", "bsp:0.125,asp", "bsp:0.1875,asp",
+        "bsp:0.21875,asp"]
     assert "chosen BSP share: 0.25" in capsys.readouterr().out
     assert sw_search.resolve_share("auto", "digits-job", store) == 0.25
-    assert sw_search.load("digits-job", store).wall_s >= 0  # the search's own time is kept
+    curve = json.loads((tmp_path / "runs" / "curve.json").read_text())  # beside the runs
+    assert curve["bracket"] == [0.21875, 0.25] and (tmp_path / "runs" / "curve.png").exists()
+    assert sw_search.load("digits-job", store).wall_s >= 0.02 * len(ran)  # its time is kept
 
 
 def test_a_switch_back_to_bsp_holds_until_its_first_step():

@@ -1,19 +1,26 @@
 """`shadowsync bench switch`: BSP, ASP and Sync-Switch side by side, with and without a
-straggler (Li, Mangoubi, Xu, Guo, "Sync-Switch", ICDCS 2021, arXiv 2104.08364).
+slowdown (Li, Mangoubi, Xu, Guo, "Sync-Switch", ICDCS 2021, arXiv 2104.08364).
 
 Every protocol trains the same job for the same total examples (a budget of gradients counted
-on the dense servers). The straggler is one trainer 3x slower for the middle half of the
-run: from a quarter of the job's examples to three quarters (`STRAGGLER`), so every protocol
-meets it over the same work whatever its pace. Variants run
-interleaved, repeated; medians are compared. Repeat r of every variant runs with seed r (its
-initial weights, data order and, on digits, its held-out images), so the medians are over
-seeds and each repeat is a paired comparison on the same data. Times are training times
-(first step to last), so process start-up, the same for all, is left out.
+on the dense servers). The compute straggler is one trainer 3x slower for the middle half of
+the run: from a quarter of the job's examples to three quarters (`STRAGGLER`), so every
+protocol meets it over the same work whatever its pace; the network ones (`SCENARIOS`) delay
+pushes over the same window, or jitter every push all along. Variants run interleaved,
+repeated; medians are compared. Repeat r of every variant runs with seed r (its initial
+weights, data order and, on digits, its held-out images), so the medians are over seeds and
+each repeat is a paired comparison on the same data. Times are training times (first step to
+last), so process start-up, the same for all, is left out.
 
-The default run keeps what the issue's ratios need (digits: bsp, asp, switch, bsp and greedy
-under the straggler; ctr the same at 100k examples); `--full` adds DDP, the offline plan and
-elastic under the straggler, and ctr at 200k examples. `--slow-link MBIT` adds the straggler
-as a slow network link instead of slow compute, over the same window (`bench_slow_link`).
+The default run keeps what the goals need (digits: bsp, asp, switch, bsp and greedy under the
+straggler; ctr the same at 100k examples); `--full` adds DDP, the offline plan and elastic
+under the straggler, greedy, elastic and isolate (beyond the paper: only the straggler
+asynchronous) under it and under a push delay on one and on two trainers, BSP,
+ASP and the offline plan on a jittered network, the configuration ablation (`ABLATION`), and
+ctr at 200k examples; `--variants` picks digits variants. `--slow-link MBIT` adds the
+straggler as a slow network link instead of slow compute, over the same window
+(`bench_slow_link`). The goals (`GOALS`) are printed met / not met beside the ratios, with
+greedy's bound computed from the run's own BSP and ASP times (`greedy_bound`), and the switch
+overhead as the paper counts it: the share of the run's time spent switching.
 """
 
 from __future__ import annotations
@@ -24,23 +31,69 @@ import resource
 import shutil
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
 from shadowsync.config import TrainConfig
+from shadowsync.runners.switch.plan import SwitchPlan
 
-# Variant -> (--sync, --switch-policy, straggler on). The switch without a straggler follows
-# the offline plan; under the straggler the offline plan and both online policies run.
-VARIANTS: dict[str, tuple[str, str, bool]] = {
-    "bsp": ("bsp", "plan", False), "ddp": ("ddp", "plan", False),
-    "asp": ("asp", "plan", False), "switch": ("switch", "plan", False),
-    "bsp+straggler": ("bsp", "plan", True), "switch+straggler": ("switch", "plan", True),
-    "greedy+straggler": ("switch", "greedy", True),
-    "elastic+straggler": ("switch", "elastic", True),
+# The slowdowns a variant may meet (`--straggler`), each over the middle half of the job:
+# trainer 1's compute 3x slower (`straggler`); every push of the last one or two trainers
+# delayed 30 ms, the original's netem delay, emulated (`delay1`, `delay2`, see
+# `transport.delay`); every trainer's pushes delayed 10 +- 10 ms all along (`jitter`, a
+# shared network where BSP waits for the slowest push of each step).
+WINDOW_START, WINDOW_LENGTH = 0.25, 0.5
+SLOWDOWN = 3.0
+DELAY_MS = 30.0
+JITTER_MS, JITTER_J_MS = 10.0, 10.0
+_WINDOW = f"start={WINDOW_START:.0%},duration={WINDOW_LENGTH:.0%}"
+STRAGGLER = f"trainer=1,slowdown={SLOWDOWN:g},{_WINDOW}"
+SCENARIOS = {
+    "straggler": STRAGGLER,
+    "delay1": f"kind=delay,ms={DELAY_MS:g},trainers=1,{_WINDOW}",
+    "delay2": f"kind=delay,ms={DELAY_MS:g},trainers=2,{_WINDOW}",
+    "jitter": f"kind=jitter,ms={JITTER_MS:g},jitter={JITTER_J_MS:g}",
 }
-# What the issue's ratios need; the default run. `--full` runs every variant on digits.
+
+
+@dataclass(frozen=True)
+class Variant:
+    sync: str
+    policy: str = "plan"
+    scenario: str | None = None  # a key of SCENARIOS
+    settings: tuple[tuple[str, Any], ...] = ()  # TrainConfig fields changed
+
+
+# The configuration-policy ablation (`--full`; Sync-Switch's configuration policy, section
+# IV-B of the arXiv text, and the order of protocols, section IV-A): the offline plan with
+# ASP steps at BSP's learning rate (`no-scale`); the paper's linear scaling alone (`linear`,
+# momentum kept); `switch` itself (scaling plus momentum compensation, the default); the
+# paper's momentum policies at the switch with scaling (`zero`, `ramp`); ASP first.
+ABLATION = {
+    "switch/no-scale": Variant("switch", settings=(("switch_scale_lr", False),
+                                                   ("switch_compensate_momentum", False))),
+    "switch/linear": Variant("switch", settings=(("switch_compensate_momentum", False),)),
+    "switch/zero": Variant("switch", settings=(("switch_compensate_momentum", False),
+                                               ("switch_momentum", "zero"))),
+    "switch/ramp": Variant("switch", settings=(("switch_compensate_momentum", False),
+                                               ("switch_momentum", "ramp"))),
+    "switch/asp-first": Variant("switch", settings=(("switch_plan", "asp-first"),)),
+}
+VARIANTS: dict[str, Variant] = {
+    "bsp": Variant("bsp"), "ddp": Variant("ddp"), "asp": Variant("asp"),
+    "switch": Variant("switch"),
+    **{f"{p}+straggler": Variant(sync, pol, "straggler") for p, sync, pol in (
+        ("bsp", "bsp", "plan"), ("switch", "switch", "plan"), ("greedy", "switch", "greedy"),
+        ("elastic", "switch", "elastic"), ("isolate", "switch", "isolate"))},
+    **{f"{p}+{sc}": Variant(sync, pol, sc) for sc in ("delay1", "delay2") for p, sync, pol in (
+        ("bsp", "bsp", "plan"), ("greedy", "switch", "greedy"),
+        ("elastic", "switch", "elastic"), ("isolate", "switch", "isolate"))},
+    **{f"{p}+jitter": Variant(p, "plan", "jitter") for p in ("bsp", "asp", "switch")},
+    **ABLATION,
+}
+# What the goals need on digits; the default run. `--full` runs every variant on digits.
 CORE_VARIANTS = ("bsp", "asp", "switch", "bsp+straggler", "greedy+straggler")
 CTR_VARIANTS = CORE_VARIANTS
 CTR_EXAMPLES, CTR_EXAMPLES_FULL = 100_000, 200_000
@@ -56,9 +109,6 @@ DIGITS_SHARE = 0.5
 DIGITS_TARGET = 0.95  # accuracy for time-to-target
 CTR_TARGET_NE = 0.95
 CTR_SHARE = 0.25
-# The straggler's window, in shares of the job's examples: its middle half.
-WINDOW_START, WINDOW_LENGTH = 0.25, 0.5
-STRAGGLER = f"trainer=1,slowdown=3,start={WINDOW_START:.0%},duration={WINDOW_LENGTH:.0%}"
 # --slow-link: the variants run with every process on its own emulated host.
 LINK_VARIANTS = {"bsp+slow-link": ("bsp", "plan"), "greedy+slow-link": ("switch", "greedy")}
 
@@ -101,7 +151,10 @@ def switch_fields(summary: dict[str, Any]) -> dict[str, Any]:
     """What a run's summary says of its switches: how many, their costs, at which steps,
     whether parameters were identical across each, and the stragglers an online policy saw."""
     switches = summary.get("switches", [])
+    overhead = summary.get("switch_overhead") or {}
     return {"switches": len(switches), "switch_cost_s": [w["cost_s"] for w in switches],
+            "switch_s": overhead.get("switch_s", []),
+            "switch_share": overhead.get("share_of_run") if switches else None,
             "switch_steps": [w.get("step") for w in switches],
             "params_identical": all(w["params_identical"] for w in switches),
             "stragglers_seen": sorted({t for w in switches for t in w.get("stragglers", [])})}
@@ -129,14 +182,15 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     seeds: dict[str, int] = {}
 
     def go(variant: str) -> Any:
-        sync, policy, straggler = VARIANTS[variant]
+        v = VARIANTS[variant]
 
         def run() -> dict[str, Any]:
             seed = seeds[variant] = seeds.get(variant, -1) + 1  # repeat r: seed r
-            cfg = replace(base, sync=sync, switch_policy=policy, seed=base.seed + seed,
-                          straggler=STRAGGLER if straggler else None)
-            r = run_job(cfg, root / task / f"{variant.replace('+', '-')}-{next(counter)}",
-                        metric)
+            cfg = replace(base, sync=v.sync, switch_policy=v.policy, seed=base.seed + seed,
+                          straggler=SCENARIOS[v.scenario] if v.scenario else None,
+                          **settings_of(v, base))
+            name = variant.replace("+", "-").replace("/", "-")
+            r = run_job(cfg, root / task / f"{name}-{next(counter)}", metric)
             r["seed"] = cfg.seed
             r["time_to_target_s"] = time_to(r["curve"], target, higher)
             return r
@@ -148,14 +202,29 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     med = {v: {k: median_of(runs, v, k) for k in keys} for v in variants}
     spreads = {v: {k: spread(runs, v, k) for k in keys} for v in variants}
     costs = [c for r in runs for c in r["switch_cost_s"]]
+    shares = [r["switch_share"] for r in runs if r.get("switch_share") is not None]
     return {"runs": runs, "medians": med, "spreads": spreads, "metric": metric,
             "paired": {v: paired(runs, v, compared_with(v), metric) for v in variants
                        if v != compared_with(v)},
-            "target": target, "straggler": STRAGGLER,
+            "target": target, "straggler": STRAGGLER, "scenarios": SCENARIOS,
+            "gradients": base.examples // base.batch_size, "workers": base.trainers * base.workers,
+            "bsp_share": SwitchPlan.parse(base.switch_plan).share_of("bsp"),
             "switch_overhead_s": statistics.mean(costs) if costs else None,
             "switch_overhead_max_s": max(costs) if costs else None,
+            "switch_overhead_share": statistics.median(shares) if shares else None,
+            "switch_overhead_share_max": max(shares) if shares else None,
             "switches": {v: median_of(runs, v, "switches") for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
+
+
+def settings_of(v: Variant, base: TrainConfig) -> dict[str, Any]:
+    """A variant's TrainConfig changes; `asp-first` is the base plan's BSP share run after
+    ASP instead of before it."""
+    out = dict(v.settings)
+    if out.get("switch_plan") == "asp-first":
+        share = SwitchPlan.parse(base.switch_plan).share_of("bsp")
+        out["switch_plan"] = f"asp:{1 - share:g},bsp"
+    return out
 
 
 class LinkWindow:
@@ -275,7 +344,34 @@ def cpu_s() -> float:
 
 
 def compared_with(variant: str) -> str:
-    return "bsp+straggler" if "straggler" in variant else "bsp"
+    """BSP under the same slowdown (`bsp+delay1` for `greedy+delay1`), or BSP."""
+    _, plus, scenario = variant.partition("+")
+    return f"bsp+{scenario}" if plus else "bsp"
+
+
+def greedy_bound(bsp_s: float, asp_s: float, workers: int, bsp_share: float,
+                 slowdown: float, slowed: int = 1, window: float = WINDOW_LENGTH) -> float:
+    """The shortest time greedy can take when `slowed` of `workers` workers run `slowdown`
+    times slower over a `window` share of the job, from the run's own straggler-free times:
+    BSP's `bsp_s` and ASP's `asp_s` for the whole job.
+
+    Best case: the detector sees the straggler at once; ASP over the window, where the
+    others go on at full pace and the slowed ones at 1/slowdown, so the window's work takes
+    w * asp_s * n / (n - k + k / s); outside it BSP until the quota q is done, then ASP:
+    min(q, 1 - w) * bsp_s + max(0, 1 - w - q) * asp_s. With BSP and ASP equally fast
+    (asp_s = bsp_s = 1), n = 4, one worker 3x slower over the middle half and q = 0.5:
+    0.5 + 0.5 * 4 / 3.33 = 1.1, where BSP takes 0.5 + 0.5 * 3 = 2.0.
+    """
+    n, k, s, w = workers, slowed, slowdown, window
+    inside = w * asp_s * n / (n - k + k / s)
+    outside = min(bsp_share, 1 - w) * bsp_s + max(0.0, 1 - w - bsp_share) * asp_s
+    return outside + inside
+
+
+def delay_slowdown(delay_s: float, asp_s: float, steps_per_worker: float) -> float:
+    """A push delayed by `delay_s` as a slowdown of the worker's ASP step (its straggler-free
+    step time: `asp_s` over its steps)."""
+    return 1.0 + delay_s * steps_per_worker / asp_s
 
 
 def paired(runs: list[dict[str, Any]], variant: str, base: str,
@@ -297,8 +393,10 @@ def paired(runs: list[dict[str, Any]], variant: str, base: str,
 
 
 def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
-    """Sync-Switch under the straggler is the greedy online policy; the offline plan's and
-    elastic's figures come alongside where they ran."""
+    """Each variant against BSP under the same slowdown (`compared_with`): time ratio and
+    accuracy difference (points) or NE ratio. Greedy under the compute straggler keeps its
+    old names (`switch_..._straggler`); every online policy under a slowdown is also set
+    against its bound (`greedy_bound`, from this task's BSP and ASP times)."""
     m = res["medians"]
     base = compared_with
 
@@ -320,21 +418,92 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
         f"switch_time_vs_bsp_straggler{suffix}": t("greedy+straggler"),
         f"switch_{key}_straggler{suffix}": q("greedy+straggler"),
     }
-    for v, name in (("ddp", "ddp"), ("switch+straggler", "offline"),
-                    ("elastic+straggler", "elastic")):
-        if v in m:
-            out[f"{name}_time_vs_bsp{'_straggler' if 'straggler' in v else ''}{suffix}"] = t(v)
-            if name != "ddp":
-                out[f"{name}_{key}_straggler{suffix}"] = q(v)
+    for v in m:
+        if v in ("bsp", "asp", "switch", "greedy+straggler") or v.startswith("bsp+"):
+            continue
+        policy, _, scenario = v.partition("+")
+        name = {"switch": "offline"}.get(policy, policy) if scenario else policy
+        name = name.replace("/", "_").replace("-", "_")
+        tail = f"_{scenario}" if scenario else ""
+        out[f"{name}_time_vs_bsp{tail}{suffix}"] = t(v)
+        if name != "ddp":
+            out[f"{name}_{key}{tail}{suffix}"] = q(v)
+    if "switch+jitter" in m and "asp+jitter" in m:
+        out[f"offline_time_vs_asp_jitter{suffix}"] = (m["switch+jitter"]["train_s"]
+                                                     / m["asp+jitter"]["train_s"])
+    out.update(bounds_of(res, suffix))
     out[f"switch_overhead_s{suffix}"] = res["switch_overhead_s"]
+    out[f"switch_overhead_share{suffix}"] = res.get("switch_overhead_share")
     return out
+
+
+def bounds_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
+    """`POLICY_time_vs_bound_SCENARIO`: an online policy's time over `greedy_bound`, and the
+    bound itself (`bound_s_SCENARIO`), where the task ran BSP and ASP without a slowdown."""
+    m = res["medians"]
+    if not ("bsp" in m and "asp" in m and "gradients" in res):
+        return {}
+    bsp_s, asp_s = m["bsp"]["train_s"], m["asp"]["train_s"]
+    n = res["workers"]
+    steps = res["gradients"] / n
+    slowdowns = {"straggler": (SLOWDOWN, 1),
+                 "delay1": (delay_slowdown(DELAY_MS / 1000, asp_s, steps), 1),
+                 "delay2": (delay_slowdown(DELAY_MS / 1000, asp_s, steps), 2)}
+    out: dict[str, float | None] = {}
+    for scenario, (slowdown, slowed) in slowdowns.items():
+        policies = [v.partition("+")[0] for v in m if v.endswith(f"+{scenario}")
+                    and v.partition("+")[0] in ("greedy", "elastic", "isolate")]
+        if not policies:
+            continue
+        bound = greedy_bound(bsp_s, asp_s, n, res["bsp_share"], slowdown, slowed)
+        out[f"bound_s_{scenario}{suffix}"] = bound
+        for p in policies:
+            out[f"{p}_time_vs_bound_{scenario}{suffix}"] = m[f"{p}+{scenario}"]["train_s"] / bound
+    return out
+
+
+# The goals of `bench switch`, on digits (the issue's list; medians of the repeats): an
+# operator and a bound, or the name of another ratio as the bound. Printed met / not met.
+GOALS: dict[str, tuple[str, float | str]] = {
+    "switch_acc_minus_bsp": (">=", -0.5),  # the offline plan keeps BSP's accuracy
+    "asp_acc_minus_bsp": ("<=", -1.0),  # while ASP alone ends visibly below
+    "greedy_time_vs_bound_straggler": ("<=", 1.1),
+    "switch_acc_minus_bsp_straggler": (">=", -1.0),
+    **{f"{p}_{what}_{sc}": goal for sc in ("delay1", "delay2") for p in ("greedy", "elastic")
+       for what, goal in (("time_vs_bound", ("<=", 1.1)), ("time_vs_bsp", ("<=", 0.6)),
+                          ("acc_minus_bsp", (">=", -1.0)))},
+    "asp_time_vs_bsp_jitter": ("<", 1.0),  # the paper's headline: ASP faster than BSP,
+    "offline_time_vs_bsp_jitter": ("<=", 1.0),  # the offline plan between them
+    "offline_time_vs_asp_jitter": (">=", 1.0),
+    "offline_acc_minus_bsp_jitter": (">=", -0.5),  # at BSP's accuracy
+    "switch_overhead_share": ("<=", 0.005),  # of the run's time (the paper's 1.7%)
+}
+_OPS = {"<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b}
+
+
+def goal_met(name: str, ratios: dict[str, float | None]) -> bool | None:
+    """Whether `ratios[name]` meets its goal; None when it has no goal or was not measured."""
+    if name not in GOALS or ratios.get(name) is None:
+        return None
+    op, bound = GOALS[name]
+    limit = ratios.get(bound) if isinstance(bound, str) else bound
+    if limit is None:
+        return None
+    return bool(_OPS[op](ratios[name], limit))
+
+
+def goal_text(name: str) -> str:
+    return f"{GOALS[name][0]} {GOALS[name][1]:g}" if name in GOALS else ""
 
 
 def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = None,
                      ctr_examples: int | None = None, share: float = DIGITS_SHARE,
                      repeats: int = 3, ctr: bool = True, ctr_trainers: int = 2,
                      ctr_share: float = CTR_SHARE, digits: bool = True,
-                     full: bool = False, slow_link: float | None = None) -> dict[str, Any]:
+                     full: bool = False, slow_link: float | None = None,
+                     variants: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """`variants`: run these on digits instead of the default's (or --full's); the
+    baselines their ratios need are added."""
     root = Path(out)
     started, cpu0 = time.perf_counter(), cpu_s()
     if ctr_examples is None:
@@ -344,9 +513,14 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
     results: dict[str, Any] = {}
     ratios: dict[str, float | None] = {}
     if digits:
+        names = tuple(VARIANTS) if full else CORE_VARIANTS
+        if variants:
+            needed = ("bsp", "asp", "switch", "bsp+straggler", "greedy+straggler")
+            names = tuple(dict.fromkeys([*needed, *(compared_with(v) for v in variants),
+                                         *variants]))
         results["digits"] = bench_task(root, "digits",
                                        digits_job(trainers, digits_examples, share), repeats,
-                                       tuple(VARIANTS) if full else CORE_VARIANTS)
+                                       names)
         ratios.update(ratios_of(results["digits"], ""))
     if ctr:
         results["ctr"] = bench_task(root, "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share),
@@ -403,8 +577,16 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
                      for v, m in link["medians"].items()],
                     ["variant", "train s", "range", "accuracy", "range", "switches"])
     print()
-    print_table([[k, v if v is not None else "n/a"] for k, v in ratios.items()],
-                ["ratio", "value"])
+    met = {k: goal_met(k, ratios) for k in ratios}
+    extra["goals"] = {k: {"goal": goal_text(k), "value": ratios[k], "met": met[k]}
+                      for k in ratios if k in GOALS}
+    print_table([[k, v if v is not None else "n/a", goal_text(k),
+                  {True: "met", False: "NOT MET", None: ""}[met[k]]]
+                 for k, v in ratios.items()], ["ratio", "value", "goal", ""])
+    bounds = {k: v for k, v in ratios.items() if k.startswith("bound_s_")}
+    if bounds:
+        print("greedy's bound (`greedy_bound`, from this run's BSP and ASP times): " + ", ".join(
+            f"{k.removeprefix('bound_s_')} {v:.2f} s" for k, v in bounds.items()))
     print(f"\nbench: {extra['bench_wall_s'] / 60:.1f} min wall, "
           f"{extra['bench_cpu_s'] / 60:.1f} CPU-min; per run (median): " + ", ".join(
               f"{t} {v['run_s_median']:.0f} s of which {v['startup_s_median']:.0f} s starting "
@@ -426,25 +608,33 @@ def plot_switch_bench(root: Path, results: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(results), 2, figsize=(12, 4.2 * len(results)), squeeze=False)
+    columns = [None, *SCENARIOS]  # one panel per slowdown that ran
+    columns = [c for c in columns if any(v.partition("+")[2] == (c or "")
+                                         for res in results.values() for v in res["medians"])]
+    fig, axes = plt.subplots(len(results), len(columns),
+                             figsize=(6 * len(columns), 4.2 * len(results)), squeeze=False)
     colors = {"bsp": "tab:blue", "ddp": "tab:purple", "asp": "tab:orange",
-              "switch": "tab:green", "greedy": "tab:red", "elastic": "tab:brown"}
+              "switch": "tab:green", "greedy": "tab:red", "elastic": "tab:brown",
+              "isolate": "tab:pink"}
+    titles = {None: "no slowdown", "straggler": f"one trainer {SLOWDOWN:g}x slower mid-run",
+              "delay1": f"{DELAY_MS:g} ms on 1 trainer's pushes mid-run",
+              "delay2": f"{DELAY_MS:g} ms on 2 trainers' pushes mid-run",
+              "jitter": f"{JITTER_MS:g} +- {JITTER_J_MS:g} ms on every push"}
     for row, (task, res) in enumerate(results.items()):
-        for col, straggler in enumerate((False, True)):
+        for col, scenario in enumerate(columns):
             ax = axes[row][col]
             for v in res["medians"]:
-                if ("straggler" in v) != straggler:
+                p, _, sc = v.partition("+")
+                if sc != (scenario or ""):
                     continue
-                p = v.split("+")[0]
                 first = next((r for r in res["runs"] if r["variant"] == v and r["curve"]), None)
                 if first:
-                    ax.plot(*zip(*first["curve"]), "o-", color=colors[p], label=p)
+                    ax.plot(*zip(*first["curve"]), "o-", color=colors.get(p), label=p)
             ax.set_xlabel("wall time since trainer 0 started (s)")
             ax.set_ylabel(f"eval {res['metric']}")
-            when = "one trainer 3x slower mid-run" if straggler else "no straggler"
-            ax.set_title(f"{task}, {when}")
+            ax.set_title(f"{task}, {titles[scenario]}")
             ax.grid(alpha=0.3)
-            ax.legend()
+            ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(root / "switch.png", dpi=110)
     plt.close(fig)

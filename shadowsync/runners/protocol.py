@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
+import random
 import statistics
 import time
 import warnings
@@ -40,6 +41,7 @@ from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.runners.switch.search import resolve_share, with_bsp_share
+from shadowsync.transport.delay import LinkDelay
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
@@ -69,7 +71,7 @@ class ProtocolSettings:
                  momentum: float, momentum_policy: str, workers: int, scale_lr: bool,
                  compensate: bool = False, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S) -> None:
+                 patience_s: float = DEFAULT_PATIENCE_S, workers_per_trainer: int = 1) -> None:
         self.plan = plan
         self.servers = servers
         self.numel = numel
@@ -80,12 +82,14 @@ class ProtocolSettings:
         self.workers = workers  # every worker of every trainer: n of BSP
         self.scale_lr = scale_lr
         self.compensate = compensate  # ASP momentum lowered by asynchrony's implicit share
-        self.policy = policy  # plan | greedy | elastic
+        self.policy = policy  # plan | greedy | elastic | isolate
         self.detector = detector or DetectorConfig()
         self.patience_s = patience_s
+        self.workers_per_trainer = workers_per_trainer
 
     def schedule(self, budget: int) -> Schedule:
-        return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s)
+        return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
+                        self.workers // self.workers_per_trainer, self.workers_per_trainer)
 
 
 class ServerStepper:
@@ -121,6 +125,7 @@ class ProtocolHook(WorkerHook):
     one (its data wraps around), so a straggler does not hold the job back."""
 
     endless_data = True
+    link: LinkDelay | None = None  # an emulated slow link: a sleep before each push
 
     def __init__(self, settings: ProtocolSettings) -> None:
         self.s = settings
@@ -130,6 +135,7 @@ class ProtocolHook(WorkerHook):
         self.version = 0
         self.pushes = 0
         self.mode = settings.plan.phases[0].mode  # of the next push, as the servers said
+        self._last_mode = self.mode  # of the last push
         self.next_phase = 0
         self.phase = 0  # of the last push
         self.phase_pushes = 0  # this worker's pushes in the current phase
@@ -141,6 +147,8 @@ class ProtocolHook(WorkerHook):
         self._blocked = 0.0
         self._last_reply = 0.0
         self._last_took = 0.0  # the previous push's round trip
+        self._started = 0.0  # this worker's first push
+        self._rng = random.Random(0)  # a jittered link's draws (seeded by worker in prepare)
         self._staleness: Counter[int] = Counter()
         self._switches: list[dict[str, Any]] = []
         self._push_s: list[float] = []  # round trips of the current phase
@@ -150,6 +158,7 @@ class ProtocolHook(WorkerHook):
         self.budget = steps * self.s.workers
         self.trainer = trainer
         self.location = f"trainer {trainer} worker {worker}"
+        self._rng = random.Random(1000 * trainer + worker)  # a jittered link's draws
         # Worker 0 keeps the trainer's shared copy current, so evaluations during training
         # see what the servers hold.
         self.shared = list(model.parameters()) if worker == 0 else None
@@ -159,7 +168,7 @@ class ProtocolHook(WorkerHook):
                          self.s.workers, self.s.schedule(self.budget), self.budget)
         params, self.version, self.applied = self.client.params()
         self.mode, self.next_phase = self.client.mode()
-        self.phase = self.next_phase
+        self.phase, self._last_mode = self.next_phase, self.mode
         load_flat(params, replica.parameters())
         return replica
 
@@ -189,6 +198,11 @@ class ProtocolHook(WorkerHook):
         cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
                             self.phase_pushes, after_switch=self.phase > 0, scale_lr=s.scale_lr,
                             compensate=s.compensate)
+        if self.link is not None:  # the push waits on the link, inside its round trip
+            if not self._started:
+                self._started = t0
+            self.link.before_push(self.trainer, self.progress(0.0) if self.link.of_job
+                                  else t0 - self._started, self._rng)
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
                                             self._last_took))
@@ -203,7 +217,10 @@ class ProtocolHook(WorkerHook):
         self._staleness[reply.staleness] += 1
         self.version, self.applied, self.done = reply.version, reply.applied, reply.done
         self.taken = reply.taken
-        self.mode, self.next_phase = reply.mode, reply.phase
+        self._last_mode = mode
+        # `isolate`: this trainer's steps are ASP while the others keep BSP
+        self.mode = "asp" if self.trainer in reply.isolated else reply.mode
+        self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
         self.pushes += 1
@@ -212,10 +229,10 @@ class ProtocolHook(WorkerHook):
 
     def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({
-            "phase": self.next_phase, "from": "asp" if self.mode == "bsp" else "bsp",
-            "to": self.mode, "step": self.pushes, "applied": self.applied,
+            "phase": self.next_phase, "from": self._last_mode, "to": self.mode,
+            "step": self.pushes, "applied": self.applied,
             "wall_time": time.time(), "where": self.location,
-            "params_digest": params_digest(parameters_to_vector(params)),
+            "params_digest": params_digest(parameters_to_vector(params)),  # at the decision
             "push_s_before": statistics.median(self._push_s) if self._push_s else 0.0,
         })
         self.phase, self.phase_pushes, self._push_s = self.next_phase, 0, []
@@ -227,6 +244,7 @@ class ProtocolHook(WorkerHook):
         # protocol waited than a typical step of the old one (BSP -> ASP: nothing; ASP -> BSP:
         # the wait for the slowest worker to join the first BSP step).
         sw["cost_s"] = max(0.0, first_push_s - sw["push_s_before"])
+        sw["digest_before"] = sw["params_digest"]
         if sw["to"] == "bsp":  # the workers agree once the first BSP step is done
             sw["params_digest"] = params_digest(params)
 
@@ -343,14 +361,20 @@ def group_switches(events: list[dict[str, Any]],
         es = [e for e in events if e["phase"] == phase]
         srv = next((x for x in server if x["phase"] == phase), {})
         digests = sorted({e["params_digest"] for e in es})
+        # Workers that left BSP held the step's parameters at the decision; workers that
+        # (re)join BSP hold the same after its first step (with `isolate` a switch may do both)
+        before = {e.get("digest_before", e["params_digest"]) for e in es if e["from"] == "bsp"}
+        after = {e["params_digest"] for e in es if e["to"] == "bsp"}
         out.append({
             "phase": phase, "from": es[0]["from"], "to": es[0]["to"], "step": es[0]["step"],
             "wall_time": min(e["wall_time"] for e in es),
-            "workers": len(es), "params_identical": len(digests) == 1,
+            "workers": len(es),
+            "params_identical": len(before) <= 1 and len(after) <= 1 and bool(before or after),
             "params_digests": digests,
             "cost_s": max(e.get("cost_s", 0.0) for e in es) + srv.get("server_s", 0.0),
             "server_s": srv.get("server_s"), "decided_at": srv.get("wall_time"),
-            "stragglers": srv.get("stragglers", []),
+            "switch_s": srv.get("switch_s"),
+            "stragglers": srv.get("stragglers", []), "isolated": srv.get("isolated", []),
         })
     return out
 
@@ -372,5 +396,6 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
                                 compensate=cfg.switch_compensate_momentum,
                                 policy=cfg.switch_policy if cfg.sync == "switch" else "plan",
                                 detector=DetectorConfig.parse(cfg.switch_detector),
-                                patience_s=cfg.switch_patience)
+                                patience_s=cfg.switch_patience,
+                                workers_per_trainer=cfg.workers)
     return ProtocolRunner(settings, ctx.model, cfg.sync)

@@ -183,6 +183,10 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     summary.update(sync_summary(everyone, all_stats, runner))
     if runner:
         summary.update(runner.summarize([m for _, m in everyone]))
+    if "switches" in summary:
+        from shadowsync.runners.switch.overhead import switch_overhead
+
+        summary["switch_overhead"] = switch_overhead(summary["switches"], summary["train_s"])
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
     # --max-restarts: attempts the job was restarted, examples trained again because of them

@@ -3,6 +3,17 @@ duration=D` makes every worker of one trainer take `slowdown` times its own norm
 from S to S + D seconds after training started. This is the transient compute straggler of
 Sync-Switch's online policies (Li et al., ICDCS 2021, arXiv 2104.08364).
 
+Kinds (`kind=`):
+- `compute` (the default): as above;
+- `delay`: `kind=delay,ms=30,trainers=2` delays every push of the last 2 trainers to the
+  dense servers by 30 ms, the network straggler of the original (which used `tc netem`; it
+  is emulated here, see `transport.delay`); `--sync bsp / asp / switch` only;
+- `jitter`: `kind=jitter,ms=10,jitter=5` delays every push of every trainer by 10 +- 5 ms,
+  a shared network where BSP waits for the slowest push of each step.
+`trainers=N` slows the last N trainers (`trainer=ID` one); `episodes=K` cuts the window into
+K equal episodes with K - 1 equal breaks between them (`transport.delay.in_episode`), so an
+online policy must also switch back.
+
 With `start=25%,duration=50%` the window is a share of the job instead: it opens when a
 quarter of the job's examples are trained and closes at three quarters, whatever the clock
 says, so every protocol meets the straggler over the same stretch of work ("the middle half
@@ -30,18 +41,26 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from shadowsync.errors import UserError
+from shadowsync.transport.delay import LinkDelay, in_episode
 
-FIELDS = ("trainer", "slowdown", "start", "duration")
+FIELDS = ("kind", "trainer", "trainers", "slowdown", "ms", "jitter", "start", "duration",
+          "episodes")
+KINDS = ("compute", "delay", "jitter")
 REFERENCE_STEPS = 20  # the last steps before the window that set the normal step time
 
 
 @dataclass(frozen=True)
 class Straggler:
-    trainer: int
+    trainer: int  # the first slowed trainer
     slowdown: float
     start: float  # seconds after the first step, or a fraction of the job with `of_job`
     duration: float
     of_job: bool = False  # start and duration are fractions of the job's examples
+    kind: str = "compute"
+    count: int = 1  # trainers slowed: trainer, trainer + 1, ...
+    ms: float = 0.0  # delay and jitter: milliseconds added to each push
+    jitter_ms: float = 0.0
+    episodes: int = 1
 
     @staticmethod
     def parse(text: str, trainers: int) -> Straggler:
@@ -52,6 +71,9 @@ class Straggler:
                 raise UserError(f"--straggler: '{item}' must be KEY=VALUE with KEY one of "
                                 f"{', '.join(FIELDS)}")
             values[key.strip()] = value.strip()
+        kind = values.get("kind", "compute")
+        if kind not in KINDS:
+            raise UserError(f"--straggler: kind={kind} is not one of {', '.join(KINDS)}")
         window = [values[k] for k in ("start", "duration") if k in values]
         of_job = any(v.endswith("%") for v in window)
         if of_job and not all(v.endswith("%") for v in window):
@@ -61,26 +83,51 @@ class Straggler:
         try:
             start = float(values.get("start", "0").removesuffix("%")) / scale
             duration = float(values.get("duration", "inf").removesuffix("%")) / scale
-            s = Straggler(int(values.get("trainer", "0")), float(values.get("slowdown", "3")),
-                          start, duration, of_job)
+            count = int(values.get("trainers", "1"))
+            first = int(values.get("trainer", str(trainers - count if "trainers" in values
+                                                  else 0)))
+            if kind == "jitter":
+                first, count = 0, trainers
+            s = Straggler(first, float(values.get("slowdown", "3")), start, duration, of_job,
+                          kind, count, float(values.get("ms", "0")),
+                          float(values.get("jitter", "0")), int(values.get("episodes", "1")))
         except ValueError:
             raise UserError(f"--straggler: '{text}' has a value that is not a number") from None
-        if not 0 <= s.trainer < trainers:
-            raise UserError(f"--straggler: trainer={s.trainer} is not in [0, {trainers})")
+        if count < 1 or not 0 <= s.trainer or s.trainer + count > trainers:
+            raise UserError(f"--straggler: trainer={s.trainer} is not in [0, {trainers})"
+                            if count == 1 else f"--straggler: trainers={count} needs at least "
+                            f"{count} trainers from trainer {s.trainer} on")
         if not s.slowdown >= 1 or s.start < 0 or not s.duration > 0:
             raise UserError("--straggler: needs slowdown >= 1, start >= 0 and duration > 0")
+        if s.episodes < 1 or s.ms < 0 or s.jitter_ms < 0:
+            raise UserError("--straggler: needs episodes >= 1, ms >= 0 and jitter >= 0")
+        if kind != "compute" and s.ms <= 0:
+            raise UserError(f"--straggler: kind={kind} needs ms > 0 (the delay of each push)")
         return s
+
+    @property
+    def trainers(self) -> tuple[int, ...]:
+        return tuple(range(self.trainer, self.trainer + self.count))
 
     def at(self, since_start_s: float, progress: float) -> float:
         """Where the job is on the window's scale: seconds, or the fraction of the job."""
         return progress if self.of_job else since_start_s
 
     def active(self, trainer: int, at: float) -> bool:
-        return trainer == self.trainer and self.start <= at < self.start + self.duration
+        return trainer in self.trainers and in_episode(at, self.start, self.duration,
+                                                       self.episodes)
 
-    def pace(self, trainer: int) -> StragglerPace:
-        """One worker's injection state (each worker keeps its own reference)."""
-        return StragglerPace(self, trainer)
+    def pace(self, trainer: int) -> StragglerPace | None:
+        """One worker's injection state (each worker keeps its own reference); None for a
+        network kind (applied to the pushes, `link`)."""
+        return StragglerPace(self, trainer) if self.kind == "compute" else None
+
+    def link(self) -> LinkDelay | None:
+        """The delay a network kind adds to the pushes (`transport.delay`)."""
+        if self.kind == "compute":
+            return None
+        return LinkDelay(self.trainers, self.ms, self.jitter_ms, self.start, self.duration,
+                         self.episodes, self.of_job)
 
 
 @dataclass
@@ -93,7 +140,7 @@ class StragglerPace:
     def delay(self, at: float, step_s: float) -> float:
         """Seconds to sleep after a step that took `step_s`; `at`: where the job is on the
         window's scale (`Straggler.at`)."""
-        if self.trainer != self.spec.trainer:
+        if self.trainer not in self.spec.trainers:
             return 0.0
         if not self.spec.active(self.trainer, at):
             if self.reference_s is None:

@@ -200,6 +200,8 @@ class Trainer:
         ctx = self.context
         messages = ctx.Queue()
         hook = self.sync.worker_hook(ctx, self.cfg.workers) if self.sync else None
+        if hook is not None and self.cfg.straggler:  # a network straggler delays the pushes
+            hook.link = Straggler.parse(self.cfg.straggler, self.cfg.trainers).link()
         ready = ctx.Barrier(self.cfg.workers)
         specs = self.worker_specs()
         self._procs = []

@@ -1,8 +1,17 @@
 """The elastic online policy of Sync-Switch (Li, Mangoubi, Xu, Guo, ICDCS 2021, arXiv
-2104.08364): like greedy, but rides out short slowdowns. It leaves BSP only once a straggler
-has lasted `patience_s` seconds since the detector first saw it, so a blip costs no switch
-(each switch back to BSP has to wait for the slowest worker), and returns to BSP as soon as
-the straggler clears while the BSP quota is not done.
+2104.08364; the timing policy's online part, section IV-C of the arXiv text): ride out what
+is short, switch for what lasts.
+
+    mode(t) = ASP  if a straggler has been detected without a break since s, t - s >= P,
+                   or B(t) >= Q
+              BSP  otherwise
+
+with B(t) and Q as in `greedy` and P the patience (`--switch-patience`, seconds). A slowdown
+the detector clears within P costs no switch at all (greedy pays two), a lasting one is left
+for ASP once it has lasted P, and when the detector clears the policy returns to BSP at once
+while the quota is not done, so the job still gets its BSP share. The patience trades the BSP
+time lost to a real straggler in its first P seconds against the switches a false alarm would
+cost.
 """
 
 from __future__ import annotations

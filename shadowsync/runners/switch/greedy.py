@@ -1,10 +1,16 @@
 """The greedy online policy of Sync-Switch (Li, Mangoubi, Xu, Guo, ICDCS 2021, arXiv
-2104.08364): ASP while any straggler lasts, BSP otherwise until the job's BSP quota (the
-offline plan's BSP share of the budget) is done, then ASP for the rest.
+2104.08364; the timing policy's online part, section IV-C of the arXiv text): react at once.
 
-A straggler holds every BSP step back to its pace; under ASP the others go on without it. The
-BSP quota is counted in gradients applied under BSP, so the job still gets the BSP share that
-keeps its accuracy, only moved out of the straggler's way.
+    mode(t) = ASP  if a straggler is detected at t  or  B(t) >= Q
+              BSP  otherwise
+
+where B(t) is the gradients applied under BSP so far and Q the job's BSP quota (the offline
+plan's BSP share of its budget of gradients). So greedy leaves BSP on the detector's first
+verdict, returns to BSP the moment the detector clears (to finish the quota), and runs ASP
+once the quota is done. A straggler holds every BSP step back to its pace; under ASP the others
+go on without it, and the job still gets the BSP share that keeps its accuracy, only moved out
+of the straggler's way. Its cost: every false alarm is two switches, and each return to BSP
+waits for the slowest worker.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ each trainer's runner sees only its own workers).
 
 - `plan` (offline): the phases of `--switch-plan`, from the gradients applied so far;
 - `greedy` / `elastic` (online): the straggler detector (`detector`) and the policy
-  (`greedy`, `elastic`), with the plan's BSP share as the job's BSP quota.
+  (`greedy`, `elastic`), with the plan's BSP share as the job's BSP quota;
+- `isolate` (online, beyond the paper): BSP for the quota, with the detected stragglers'
+  pushes asynchronous meanwhile (`isolated`, `isolate`).
 
 The server asks `decide` only between steps (never while a BSP step is half collected), and
 replies carry the decision, so every worker changes protocol on the same step. The object
@@ -19,16 +21,18 @@ from typing import Any
 from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S, Elastic
 from shadowsync.runners.switch.greedy import Greedy
+from shadowsync.runners.switch.isolate import Isolate
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.state_dicts import nest, part
 
-POLICIES = ("plan", "greedy", "elastic")
+POLICIES = ("plan", "greedy", "elastic", "isolate")
 
 
 class Schedule:
     def __init__(self, plan: SwitchPlan, budget: int, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S) -> None:
+                 patience_s: float = DEFAULT_PATIENCE_S, trainers: int = 1,
+                 workers_per_trainer: int = 1) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown switch policy {policy!r}")
         self.plan = plan
@@ -37,7 +41,10 @@ class Schedule:
         self.detector = StragglerDetector(detector) if policy != "plan" else None
         quota = round(plan.share_of("bsp") * budget)
         self.online: Any = (Greedy(quota) if policy == "greedy"
-                            else Elastic(quota, patience_s) if policy == "elastic" else None)
+                            else Elastic(quota, patience_s) if policy == "elastic"
+                            else Isolate(quota, trainers) if policy == "isolate" else None)
+        self.workers_per_trainer = workers_per_trainer  # the workers an isolated trainer takes
+        self.isolated: tuple[int, ...] = ()  # `isolate`: trainers asynchronous for now
 
     def first_mode(self) -> str:
         return self.decide(0, 0)
@@ -67,5 +74,7 @@ class Schedule:
         """The protocol from now on, after `applied` gradients (`bsp_applied` under BSP)."""
         if self.online is None:
             return self.plan.phases[self.plan.phase_at(applied, self.budget)].mode
+        if isinstance(self.online, Isolate):
+            self.isolated = self.online.isolated(self.stragglers, bsp_applied)
         return self.online.mode(bool(self.stragglers), bsp_applied,
                                 time.monotonic() if now is None else now)

@@ -3,11 +3,16 @@
 final metric, once, and reuse it (`--switch-at auto`).
 
 The search runs the job at full BSP, then with the BSP share halving from 50% (50, 25, 12.5,
-6.25 ... down to `min_share`), `seeds` runs per point, and keeps the smallest share whose mean
+6.25 ... down to `min_share`), `seeds` runs per point, keeping the smallest share whose mean
 final metric is within `tolerance` of full BSP's mean (accuracy points as fractions, NE as a
-ratio - 1). It stops at the first share that misses: the metric falls as the share does, so
-the halving goes no further than the job allows. The result is stored as
-`STORE/NAME.json`, with a plot of the metric against the share beside it.
+ratio - 1). Once a share misses, the smallest share that passes lies between it and the last
+share that passed; the search bisects that bracket (the metric falls as the share does) until
+it has measured `probes` points in all, full BSP included, and returns the smallest share that
+passed. Halving alone could stop at twice the share the job needs; each probe left after the
+halving halves the bracket (6 probes, a miss at 25%: 3 halvings, within 1/8 of it). This is
+the paper's offline policy for recurring jobs (section IV-C of the arXiv text: a binary
+search over the switch point). The result is stored as `STORE/NAME.json`, with a plot of the
+metric against the share beside it; `probes` keeps the order the points were measured in.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from shadowsync.errors import UserError
 from shadowsync.runners.switch.plan import Phase, SwitchPlan, parse_share
 
 DEFAULT_STORE = "runs/switch-search"
+DEFAULT_PROBES = 6  # points measured in all, full BSP included
 
 # run(share, seed) -> the run's final metric
 RunFn = Callable[[float, int], float]
@@ -39,6 +45,8 @@ class SearchResult:
     bsp_mean: float
     points: dict[str, list[float]] = field(default_factory=dict)  # share -> metrics
     wall_s: float | None = None  # what the search took
+    probes: list[float] = field(default_factory=list)  # shares in the order measured
+    bracket: list[float] | None = None  # [largest share that missed, smallest that passed]
 
     def mean(self, share: float) -> float:
         return statistics.fmean(self.points[f"{share:g}"])
@@ -60,29 +68,49 @@ def within(value: float, reference: float, tolerance: float, higher_is_better: b
 
 
 def search(run: RunFn, name: str, metric: str, higher_is_better: bool, tolerance: float,
-           seeds: int = 2, min_share: float = 1 / 16, progress: Any = None) -> SearchResult:
+           seeds: int = 2, min_share: float = 1 / 16, progress: Any = None,
+           probes: int = DEFAULT_PROBES) -> SearchResult:
     """Find the share. `progress(share)` is called before each point (a progress bar)."""
     points: dict[str, list[float]] = {}
+    order: list[float] = []
 
-    def measure(share: float) -> float:
+    def passes(share: float) -> bool:
         if progress is not None:
             progress(share)
         points[f"{share:g}"] = [run(share, seed) for seed in range(seeds)]
-        return statistics.fmean(points[f"{share:g}"])
+        order.append(share)
+        return within(statistics.fmean(points[f"{share:g}"]), bsp, tolerance,
+                      higher_is_better)
 
     started = time.perf_counter()
-    bsp = measure(1.0)
-    best = 1.0
+    if progress is not None:
+        progress(1.0)
+    points["1"] = [run(1.0, seed) for seed in range(seeds)]
+    order.append(1.0)
+    bsp = statistics.fmean(points["1"])
+    best, missed = 1.0, None
     for share in shares(min_share):
-        if not within(measure(share), bsp, tolerance, higher_is_better):
+        if len(order) >= probes:
+            break
+        if not passes(share):
+            missed = share
             break
         best = share
+    while missed is not None and len(order) < probes:
+        mid = (missed + best) / 2
+        if passes(mid):
+            best = mid
+        else:
+            missed = mid
     return SearchResult(name, best, metric, higher_is_better, tolerance, bsp, points,
-                        time.perf_counter() - started)
+                        time.perf_counter() - started, order,
+                        [missed, best] if missed is not None else None)
 
 
-def store(result: SearchResult, root: str | Path = DEFAULT_STORE) -> Path:
-    path = Path(root) / f"{result.name}.json"
+def store(result: SearchResult, root: str | Path = DEFAULT_STORE,
+          name: str | None = None) -> Path:
+    """`ROOT/NAME.json` and the plot beside it (`name`: another file name than the job's)."""
+    path = Path(root) / f"{name or result.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(result), indent=2) + "\n")
     plot(result, path.with_suffix(".png"))
@@ -132,6 +160,9 @@ def plot(result: SearchResult, path: Path) -> None:
         ax.plot([x] * len(ys), ys, "o", color="tab:gray", alpha=0.5)
     ax.plot(xs, [result.mean(x) for x in xs], "o-", color="tab:blue", label="mean")
     ax.axvline(result.share, color="tab:green", ls="--", label=f"chosen {result.share:g}")
+    ax.axhline(result.bsp_mean - result.tolerance if result.higher_is_better
+               else result.bsp_mean * (1 + result.tolerance), color="tab:red", ls=":",
+               label="tolerance")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("BSP share of the job")
     ax.set_ylabel(f"final {result.metric}")

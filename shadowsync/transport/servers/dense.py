@@ -58,6 +58,7 @@ class Reply:
     phase: int = 0  # and its phase index (one more at every switch)
     done: bool = False  # the budget is spent: the worker stops
     taken: bool = True  # False: released unapplied by a stop of the job
+    isolated: tuple[int, ...] = ()  # trainers whose next steps are ASP while the rest run BSP
 
 
 @dataclass
@@ -80,6 +81,10 @@ class TrainedTensor:
     switches: list[dict[str, Any]] = field(default_factory=list)
     stopped: bool = False  # the job was stopped: nothing more is applied
     step_first: float = 0.0  # when the current BSP step's first gradient arrived
+    step_compute: float = 0.0  # the longest compute among the current BSP step's gradients
+    clock: Any = time.perf_counter  # seconds; a test may script it
+    isolated: tuple[int, ...] = ()  # `isolate`: trainers pushing ASP while the rest run BSP
+    workers: int = 0  # every worker of the job (BSP's n with nobody isolated)
 
     @property
     def done(self) -> bool:
@@ -114,11 +119,12 @@ class TrainedTensor:
 
     def reply(self, staleness: int, taken: bool = True) -> Reply:
         return Reply(self.state.params.clone(), self.state.version, staleness, self.applied,
-                     self.mode, self.decided_phase, self.done, taken)
+                     self.mode, self.decided_phase, self.done, taken, self.isolated)
 
 
 class DenseServer:
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time.perf_counter) -> None:
+        self.clock = clock
         self.tensors: dict[str, torch.Tensor] = {}
         self.locks: dict[str, threading.Lock] = {}
         self.trained: dict[str, TrainedTensor] = {}
@@ -175,7 +181,8 @@ class DenseServer:
         with self._create:
             if key not in self.trained:
                 t = TrainedTensor(ServerState(value.clone()), optimizer,
-                                  BulkSynchronous(workers), schedule, budget)
+                                  BulkSynchronous(workers), schedule, budget, clock=self.clock,
+                                  workers=workers)
                 if schedule is not None:
                     t.mode = schedule.first_mode()
                 if key in self._restored:
@@ -215,12 +222,14 @@ class DenseServer:
                 staleness = Asynchronous.staleness(t.state.version, push.grad_version)
                 apply_update(t.state, grad, t.optimizer, push.lr, push.momentum)
                 t.applied += 1
+                self._first_step_done(t, push.phase, push.compute_s)
                 self._decide(t)
                 fut.set_result(t.reply(staleness))
                 if t.done:
                     release, t.waiting = t.waiting, []
             elif push.mode == "bsp":
                 t.waiting.append(fut)
+                t.step_compute = max(t.step_compute, push.compute_s)
                 mean = t.bsp.offer(grad)
                 if mean is None:
                     return fut
@@ -228,6 +237,8 @@ class DenseServer:
                 apply_update(t.state, mean, t.optimizer, push.lr, push.momentum)
                 t.applied += t.bsp.workers
                 t.bsp_applied += t.bsp.workers
+                self._first_step_done(t, push.phase, t.step_compute)
+                t.step_compute = 0.0
                 self._decide(t)
                 reply = t.reply(staleness)
                 release, t.waiting = t.waiting, []
@@ -246,7 +257,7 @@ class DenseServer:
         link to this server shows in the second part, slow compute in both."""
         if push.mode != "bsp":
             return push.compute_s + push.wait_s
-        now = time.perf_counter()
+        now = t.clock()
         if t.bsp.waiting == 0:  # the step's first gradient
             t.step_first = now
         return push.compute_s + (now - t.step_first)
@@ -261,20 +272,40 @@ class DenseServer:
         if t.mode == "bsp" and t.bsp_applied == t.bsp_at_switch and t.decided_phase > 0:
             return
         mode = t.schedule.decide(t.applied, t.bsp_applied)
-        if mode != t.mode:
+        isolated = tuple(getattr(t.schedule, "isolated", ()))
+        if mode != t.mode or isolated != t.isolated:
             t.bsp_at_switch = t.bsp_applied
             t.switches.append({"phase": t.decided_phase + 1, "from": t.mode, "to": mode,
                                "applied": t.applied, "wall_time": time.time(),
-                               "stragglers": t.schedule.stragglers})
+                               "decided_s": t.clock(), "stragglers": t.schedule.stragglers,
+                               "isolated": list(isolated)})
+            if isolated != t.isolated:  # BSP steps among the others (none half collected)
+                per_trainer = getattr(t.schedule, "workers_per_trainer", 1)
+                t.bsp = BulkSynchronous(t.workers - len(isolated) * per_trainer)
+                t.isolated = isolated
             t.mode, t.decided_phase = mode, t.decided_phase + 1
 
     @staticmethod
+    def _first_step_done(t: TrainedTensor, phase: int, compute_s: float) -> None:
+        """The time a switch took the job, as the paper counts its overhead (summed into a
+        share of the training time, "as low as 1.7%" with its checkpoint and restart): from
+        the decision to the first step under the new protocol applied, less that step's own
+        compute (training, not switching; the longest of a BSP step's gradients). What is
+        left is the reply carrying the decision, a momentum reset, and into BSP the wait for
+        the workers still finishing an ASP step. Every gradient of that step was computed
+        after its worker heard the decision, so the difference is not negative."""
+        entry = next((sw for sw in reversed(t.switches) if sw["phase"] == phase), None)
+        if entry is None or "decided_s" not in entry or "switch_s" in entry:
+            return
+        entry["switch_s"] = t.clock() - entry["decided_s"] - compute_s
+
+    @staticmethod
     def _enter_phase(t: TrainedTensor, push: Push) -> None:
-        t0 = time.perf_counter()
+        t0 = t.clock()
         t.phase = push.phase
         if push.reset_momentum:
             reset_momentum(t.state, t.optimizer)
-        server_s = time.perf_counter() - t0
+        server_s = t.clock() - t0
         entry = next((sw for sw in t.switches if sw["phase"] == push.phase), None)
         if entry is None:  # decided elsewhere (a shard other than 0, or no schedule)
             entry = {"phase": push.phase, "to": push.mode, "wall_time": time.time()}
@@ -405,7 +436,7 @@ class TrainedTensorClient(_Sharded):
         return Reply(torch.cat([r.params for r in replies]), first.version,
                      max(r.staleness for r in replies), first.applied, first.mode,
                      first.phase, any(r.done for r in replies),
-                     all(r.taken for r in replies))
+                     all(r.taken for r in replies), first.isolated)
 
     def params(self) -> tuple[torch.Tensor, int, int]:
         """The current parameters, their version and the gradients applied (first shard)."""
