@@ -92,16 +92,27 @@ def test_checkpoint_evaluates_loads_and_exports_as_the_run_scored_it(layout, tmp
     EXPORTED[layout] = (program, pred_file)
 
 
-def test_the_cli_eval_of_the_default_layout_matches_its_run(tmp_path):
+def test_the_cli_evaluates_and_exports_the_default_layout(tmp_path):
     if "one-embedding-server" not in EXPORTED:
         pytest.skip("the one-embedding-server layout did not run")
-    run = EXPORTED["one-embedding-server"][0].parent / "run"
+    program, predictions = EXPORTED["one-embedding-server"]
+    run = program.parent / "run"
     res = run_cli(["eval", "--checkpoint", str(run), "--data", "synthetic",
                    "--predictions", str(tmp_path / "p.npy")], timeout=90)
     assert res.returncode == 0, res.stderr
     ne = float(next(ln.split()[1] for ln in res.stdout.splitlines() if ln.split()[0] == "ne"))
     assert ne == pytest.approx(summary(run)["eval_ne"], abs=1e-4)  # printed to 4 places
-    assert np.array_equal(np.load(tmp_path / "p.npy"), np.load(EXPORTED["one-embedding-server"][1]))
+    assert np.array_equal(np.load(tmp_path / "p.npy"), np.load(predictions))
+
+    out = program.parent / "cli.pt2"
+    res = run_cli(["export", "--checkpoint", str(run), "--out", str(out)], timeout=90)
+    assert res.returncode == 0, res.stderr
+    assert out.is_file() and Path(str(out) + ".schema.json").is_file()
+    EXPORTED["cli-export"] = (out, predictions)  # checked with torch alone below
+
+    res = run_cli(["export", "--checkpoint", str(run), "--out", str(tmp_path / "m.onnx")], 60)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "an exported program is a .pt2 file" in res.stderr
 
 
 # Run with -I (no user site, no PYTHONPATH, no current directory on the path) and a finder that
@@ -126,7 +137,7 @@ import torch
 
 worst = {}
 for layout, (program, predictions) in json.loads(sys.argv[1]).items():
-    folder = program.rsplit("/", 1)[0]
+    folder = program.rsplit("/", 1)[0]  # the layout's rows were saved beside its program
     model = torch.export.load(program).module()
     with torch.no_grad():
         logits = model(torch.from_numpy(np.load(folder + "/dense.npy")),

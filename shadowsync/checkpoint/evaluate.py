@@ -64,9 +64,9 @@ def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
         piece = {"state/weight": torch.empty(sum(plan.server_pieces(i)), width)}
         load_shard(step / name, piece, f"embedding server {i}", strict=False)
         held.append(piece["state/weight"])
-    every = torch.cat(held)
+    every = held[0] if len(held) == 1 else torch.cat(held)
     del held
-    return [every.index_select(0, plan.table_keys(t)) for t in range(len(table_rows))]
+    return [every[plan.table_keys(t)].clone() for t in range(len(table_rows))]
 
 
 def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
@@ -112,11 +112,10 @@ def load_model(path: str | Path, model: Any = None,
             raise UserError(f"checkpoint {step}: the dense servers hold {flat.numel()} "
                             f"parameters, the model has {numel}")
         load_flat(flat, dense.parameters())
-    tables: list[torch.Tensor] = []
-    if features.num_tables:
-        tables = _tables(step, cfg, manifest, features.table_rows)
+    # The digits task has no categorical features (and one placeholder table, never read).
+    tables = _tables(step, cfg, manifest, features.table_rows) if cfg.task == "ctr" else []
     output = "softmax" if cfg.task == "digits" else "sigmoid"
-    names = feature_names(features.num_tables)
+    names = feature_names(len(tables))
     return cfg, TrainedModel(dense, dict(zip(names, tables, strict=True)), features.num_dense,
                              output), step
 
