@@ -48,8 +48,9 @@ class RunResult:
 def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
     """Train with `config` (default: every default) overridden by `options`, named like the
     long command-line options with underscores (`embedding_servers=1`). `model` may also be
-    a function (num_dense, num_tables, embedding_dim) -> nn.Module defined at the top level of
-    a module. Raises `shadowsync.errors.UserError` for bad options or data."""
+    a function (num_dense, num_tables, embedding_dim) -> nn.Module, defined anywhere (one from
+    a notebook or `__main__` is sent to the job's processes by value). `result.model()` gives
+    the trained model. Raises `shadowsync.errors.UserError` for bad options or data."""
     from shadowsync.logs import setup_logging
 
     if config is None and options.get("resume"):
