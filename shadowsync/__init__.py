@@ -2,6 +2,7 @@
 
     import shadowsync
     result = shadowsync.train(trainers=2, sync="s-bmuf", examples=200_000)
+    model = result.model()  # or shadowsync.load("runs/..."): a plain torch.nn.Module
 
 `import shadowsync` stays light: torch is imported when `train` runs.
 """
@@ -21,6 +22,7 @@ install_in_job_process()
 
 from shadowsync.api import RunResult, train  # noqa: E402
 from shadowsync.config import TrainConfig  # noqa: E402
+from shadowsync.inference import export, load  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["RunResult", "TrainConfig", "__version__", "train"]
+__all__ = ["RunResult", "TrainConfig", "__version__", "export", "load", "train"]

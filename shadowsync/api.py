@@ -37,12 +37,20 @@ class RunResult:
         path = self.summary.get("checkpoint")
         return Path(path) if path else None
 
+    def model(self) -> Any:
+        """The trained model as a plain `torch.nn.Module` on CPU (`shadowsync.load`)."""
+        from shadowsync.inference import load
+
+        factory = self.config.model if callable(self.config.model) else None
+        return load(self.checkpoint or self.out, model=factory)
+
 
 def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
     """Train with `config` (default: every default) overridden by `options`, named like the
     long command-line options with underscores (`embedding_servers=1`). `model` may also be
-    a function (num_dense, num_tables, embedding_dim) -> nn.Module defined at the top level of
-    a module. Raises `shadowsync.errors.UserError` for bad options or data."""
+    a function (num_dense, num_tables, embedding_dim) -> nn.Module, defined anywhere (one from
+    a notebook or `__main__` is sent to the job's processes by value). `result.model()` gives
+    the trained model. Raises `shadowsync.errors.UserError` for bad options or data."""
     from shadowsync.logs import setup_logging
 
     if config is None and options.get("resume"):
@@ -147,23 +155,11 @@ SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embe
                  "sync", "sync_groups")
 
 
-# Shape options added after checkpoints were first written, with the value every run before
-# them had: a checkpoint whose config.toml lacks one was saved by such a run.
-PREDATED = {"id_bias": False}
-
-
 def resume_base(path: str | Path) -> TrainConfig:
     """The configuration a checkpoint was saved with (the base of a resumed run's options)."""
-    from shadowsync.checkpoint.store import CONFIG, find_checkpoint
-    from shadowsync.config import load_config
+    from shadowsync.checkpoint.store import find_checkpoint, saved_config
 
-    step = find_checkpoint(path, "--resume")
-    return load_config(_Args(config=str(step / CONFIG)), absent=PREDATED)
-
-
-class _Args:
-    def __init__(self, **values: Any) -> None:
-        self.__dict__.update(values)
+    return saved_config(find_checkpoint(path, "--resume"))
 
 
 def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:

@@ -52,6 +52,15 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from shadowsync.inference import export
+    from shadowsync.train.report import format_table
+
+    result = export(args.checkpoint, args.out)
+    print(format_table(result, ["out", "schema", "bytes", "load_s", "export_s", "checkpoint"]))
+    return 0
+
+
 def _synth(args: argparse.Namespace) -> int:
     from shadowsync.data.synth import write_tsv_dataset
 
@@ -218,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--predictions", metavar="OUT.npy", help="also write the predictions")
     ev.add_argument("--skip-bad-lines", action="store_true")
     ev.set_defaults(func=_eval)
+
+    exp = sub.add_parser(
+        "export", help="write a checkpoint's model as a torch.export program (.pt2) that "
+        "loads with torch alone, and its feature schema beside it",
+        description="torch.export.load(FILE).module()(dense, sparse) gives logits; the "
+        "schema (feature names, table sizes, dense width) goes to FILE.schema.json.")
+    exp.add_argument("--checkpoint", required=True, metavar="DIR",
+                     help="a run directory or one of its checkpoint/step-N directories")
+    exp.add_argument("--out", required=True, metavar="FILE.pt2")
+    exp.set_defaults(func=_export)
 
     data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)
     synth = data.add_parser("synth", help="write planted-teacher data in Criteo TSV format")

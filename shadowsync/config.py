@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import difflib
 import importlib.util
-import pickle
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -276,17 +275,12 @@ class TrainConfig:
     def _check_model(self) -> None:
         if not callable(self.model):
             return
-        # Every process builds the model, so the factory travels to them by pickle, by name.
-        # A notebook's or an interactive session's __main__ cannot be imported by them.
-        main = sys.modules.get("__main__")
-        interactive = self.model.__module__ == "__main__" and not getattr(main, "__file__", None)
-        try:
-            pickle.dumps(self.model)
-        except Exception:
-            interactive = True
-        if interactive:
-            raise UserError(f"model: {model_name(self.model)} cannot be sent to other processes; "
-                            "pass a function defined at the top level of a module file")
+        # Every process builds the model, so the factory travels to them by pickle: by name
+        # where they can import it, else by value (a notebook's or a script's __main__, a
+        # function defined inside another).
+        from shadowsync.by_value import portable
+
+        self.model = portable(self.model)
 
     def table_rows(self, num_tables: int) -> list[int]:
         """Rows of each of the data's `num_tables` tables."""

@@ -140,6 +140,10 @@ def start_worker(context: Any, target: Callable[..., None], args: tuple[Any, ...
     process's environment. One request to a fork server carries at most about 250 file
     descriptors, one per shared tensor: a model with more parameters (and their optimizer
     state) than that is spawned instead."""
+    from shadowsync.by_value import send_modules_by_value
+
+    send_modules_by_value(args)  # a model class from a notebook or a factory's body
+
     def process(ctx: Any) -> Any:
         return ctx.Process(target=run_worker, args=(dict(os.environ), target, *args),
                            daemon=True)

@@ -121,3 +121,25 @@ def test_shared_memory_path_matches_rpc_bitwise():
     for a, b in zip(over_rpc, in_place):
         assert torch.equal(a, b)
     assert not torch.equal(over_rpc[0], over_rpc[-2])  # the updates did move the rows
+
+
+@pytest.mark.parametrize("servers,rows,limit", [(2, ROWS, 100), (3, (7, 50, 11, 64), 10),
+                                                (1, (5, 9), 1)])
+def test_table_keys_put_every_table_back_together_in_id_order(servers, rows, limit):
+    # Each server's rows hold their key, so reading the keys of a table back through
+    # table_keys must give, for id i of table t, the key its lookup routes to: RowKeys.of.
+    plan = ShardingPlan(servers, rows, row_split_limit=limit)
+    keys = plan.keys()
+    every = torch.arange(int(keys.starts[-1]))
+    assert len(every) == sum(rows)  # one row per (table, id), none lost or doubled
+    seen = torch.cat([every[plan.table_keys(t)] for t in range(len(rows))])
+    assert sorted(seen.tolist()) == every.tolist()
+    for t, n in enumerate(rows):
+        ids = torch.zeros(n, len(rows), dtype=torch.long)
+        ids[:, t] = torch.arange(n)
+        routed = keys.of(ids).view(n, len(rows))[:, t]
+        assert torch.equal(every[plan.table_keys(t)], routed)
+    if servers > 1 and max(rows) > limit:  # a split table's ids alternate between servers
+        t = max(range(len(rows)), key=lambda i: rows[i])
+        server_of = torch.searchsorted(keys.starts, every[plan.table_keys(t)], right=True) - 1
+        assert server_of[:servers].tolist() == list(range(servers))

@@ -94,5 +94,12 @@ def test_model_mistakes_are_one_line(spec, message):
 
 
 def test_a_factory_that_cannot_travel_to_other_processes_is_refused():
+    import pickle
+    import threading
+
+    lock = threading.Lock()
     with pytest.raises(UserError, match="cannot be sent to other processes"):
-        TrainConfig(model=lambda d, t, e: None)
+        TrainConfig(model=lambda d, t, e: lock)
+    # A lambda alone travels by value (cloudpickle), as a notebook's factory does.
+    cfg = pickle.loads(pickle.dumps(TrainConfig(model=lambda d, t, e: (d, t, e))))
+    assert cfg.model(1, 2, 3) == (1, 2, 3)

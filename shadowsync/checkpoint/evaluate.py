@@ -1,8 +1,21 @@
-"""`shadowsync eval`: score a checkpoint's model on any data, without the job that made it.
+"""A checkpoint's model read back whole, and `shadowsync eval`, which scores it on any data.
 
-The dense model comes from trainer 0's shard, the embeddings from the embedding servers'
-shards (or trainer 0's, for a run whose tables lived in its single trainer). Loading every
-part this way is also the proof that a checkpoint is complete.
+Where each part of the model is in a checkpoint step directory (docs/model-export.md says the
+same for users):
+
+- the dense model: trainer 0's shard, ``model/<parameter name>``; under bsp / asp / switch
+  the dense servers hold the parameters the protocol trains (``state/trained/dense/params``
+  of ``dense0``, ``dense1``...: one flat vector in `model.parameters()` order, cut into
+  contiguous pieces in server order), and those are read instead: at a save during training
+  they are newer than trainer 0's copy (at the final save both are the same);
+- the embedding tables of a run with tables local to its one trainer: trainer 0's
+  ``tables/weight``, every table's rows end to end in feature order;
+- the tables of a run with embedding servers: ``state/weight`` of ``emb0``, ``emb1``...,
+  each the rows its server holds (`ShardingPlan` says which: whole tables, and the pieces of
+  row-split tables, id % servers picking the server, id // servers the row there).
+
+With --id-bias a row has one more column, the bias of its id. Optimizer state (Adagrad
+accumulators, momenta) is in the same shards and not read here.
 """
 
 from __future__ import annotations
@@ -14,86 +27,112 @@ from typing import Any
 import numpy as np
 import torch
 
-from shadowsync.checkpoint.store import find_checkpoint, load_shard, read_manifest
+from shadowsync.checkpoint.store import (
+    find_checkpoint,
+    load_all,
+    load_shard,
+    read_manifest,
+    saved_config,
+)
 from shadowsync.errors import UserError
+from shadowsync.models.trained import TrainedModel
 
 
-class ShardedTables:
-    """Embedding tables read back from the servers' shards, looked up the way the servers'
-    clients route ids (table-wise placement, row-split tables by id % servers)."""
-
-    def __init__(self, plan: Any, servers: list[Any]) -> None:
-        self.plan = plan
-        self.servers = servers  # EmbeddingTables of each server, loaded
-        self.dim = servers[0].dim
-        self.owner, self.offset, self.split = plan.routing()
-
-    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        e = self.plan.servers
-        server = torch.where(self.split, ids % e, self.owner.expand_as(ids))
-        row = torch.where(self.split, ids // e, ids)
-        base = self.offset.gather(1, server.t()).t()
-        flat_server, flat_row = server.reshape(-1), (base + row).reshape(-1)
-        out = torch.empty(len(flat_row), self.dim)
-        for s, tables in enumerate(self.servers):
-            pos = (flat_server == s).nonzero().squeeze(1)
-            if len(pos):
-                out[pos] = tables.lookup_rows(flat_row[pos])
-        return out.view(*ids.shape, self.dim)
+def feature_names(num_tables: int) -> list[str]:
+    """C1..CT, as Criteo names its categorical fields."""
+    return [f"C{i + 1}" for i in range(num_tables)]
 
 
-def load_model(step: Path) -> tuple[Any, torch.nn.Module, Any]:
-    """The configuration, dense model and embedding tables saved in checkpoint `step`."""
-    from shadowsync.api import resume_base
-    from shadowsync.cluster.roles import embedding_plan
-    from shadowsync.embeddings import EmbeddingTables
+def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
+            table_rows: tuple[int, ...]) -> list[torch.Tensor]:
+    """Every table whole, [rows, width] each, in feature order."""
+    width = cfg.table_width()
+    servers = sorted((s for s in manifest.get("shards", []) if s.startswith("emb")),
+                     key=lambda s: int(s[3:]))
+    if not servers:
+        fused = {"tables/weight": torch.empty(sum(table_rows), width)}
+        load_shard(step / "trainer0", fused, "the embedding tables", strict=False)
+        return [t.clone() for t in fused["tables/weight"].split(list(table_rows))]
+    if cfg.embedding_transport == "unshared":
+        raise UserError(f"checkpoint {step}: --embedding-transport unshared kept a private "
+                        "copy of the tables in each trainer, and those were not saved")
+    from shadowsync.transport.servers.embedding import ShardingPlan
+
+    plan = ShardingPlan(len(servers), table_rows, cfg.row_split_limit)
+    held = []
+    for i, name in enumerate(servers):
+        piece = {"state/weight": torch.empty(sum(plan.server_pieces(i)), width)}
+        load_shard(step / name, piece, f"embedding server {i}", strict=False)
+        held.append(piece["state/weight"])
+    every = held[0] if len(held) == 1 else torch.cat(held)
+    del held
+    return [every[plan.table_keys(t)].clone() for t in range(len(table_rows))]
+
+
+def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
+    """The dense parameters trained on the dense servers (bsp, asp, switch), or None."""
+    from shadowsync.runners.protocol import KEY
+    from shadowsync.transport.servers.dense import TRAINED
+
+    names = sorted((s for s in manifest.get("shards", []) if s.startswith("dense")),
+                   key=lambda s: int(s[5:]))
+    key = f"state/{TRAINED}{KEY}/params"
+    pieces = [part[key] for i, name in enumerate(names)
+              if key in (part := load_all(step / name, f"dense server {i}"))]
+    return torch.cat(pieces) if pieces else None
+
+
+def load_model(path: str | Path, model: Any = None,
+               option: str = "--checkpoint") -> tuple[Any, TrainedModel, Path]:
+    """The configuration, the whole model and the step directory of the checkpoint at `path`
+    (a run directory: its newest). `model`: the factory the run's --model named, for one that
+    cannot be imported here (defined in a notebook or a script's __main__)."""
+    from shadowsync.runners.protocol import load_flat
     from shadowsync.train.trainer import build_dense_model, features_of
 
-    manifest = read_manifest(step)
-    cfg = resume_base(step)
+    step = find_checkpoint(path, option)
+    manifest = read_manifest(step, option)
+    cfg = saved_config(step)
+    if model is not None:
+        cfg = replace(cfg, model=model)
+    elif cfg.model.startswith("__main__:") or "<locals>" in cfg.model:
+        raise UserError(f"checkpoint {step}: its --model {cfg.model} was defined in a notebook "
+                        "or script; pass the same function: shadowsync.load(path, model=...)")
     features = features_of(cfg)
-    model = build_dense_model(cfg, features)
-    targets = {f"model/{k}": v for k, v in model.state_dict().items()}
-    tables: Any = None
-    if cfg.task == "ctr":
-        servers = [s for s in manifest.get("shards", []) if s.startswith("emb")]
-
-        def table(rows: list[int], seed: int) -> EmbeddingTables:
-            return EmbeddingTables(rows, cfg.table_width(), seed=seed, **cfg.table_optimizer())
-
-        if servers:
-            plan = embedding_plan(cfg)
-            held = [table(plan.server_pieces(i), 0) for i in range(len(servers))]
-            for i, t in enumerate(held):
-                load_shard(step / f"emb{i}", {f"state/{k}": v for k, v in t.state_dict().items()},
-                           f"embedding server {i}")
-            tables = ShardedTables(plan, held)
-        else:
-            local = table(list(features.table_rows), 0)
-            targets.update({f"tables/{k}": v for k, v in local.state_dict().items()})
-            tables = local
-    load_shard(step / "trainer0", targets, "the dense model", strict=False)
+    dense = build_dense_model(cfg, features)
+    state = {f"model/{k}": v for k, v in dense.state_dict().items()}
+    load_shard(step / "trainer0", state, "the dense model", strict=False)
     with torch.no_grad():
-        for k, v in model.state_dict().items():
-            v.copy_(targets[f"model/{k}"])
-    model.eval()
-    return cfg, model, tables
+        for k, v in dense.state_dict().items():
+            v.copy_(state[f"model/{k}"])
+    flat = _server_params(step, manifest)
+    if flat is not None:
+        numel = sum(p.numel() for p in dense.parameters())
+        if flat.numel() != numel:
+            raise UserError(f"checkpoint {step}: the dense servers hold {flat.numel()} "
+                            f"parameters, the model has {numel}")
+        load_flat(flat, dense.parameters())
+    # The digits task has no categorical features (and one placeholder table, never read).
+    tables = _tables(step, cfg, manifest, features.table_rows) if cfg.task == "ctr" else []
+    output = "softmax" if cfg.task == "digits" else "sigmoid"
+    names = feature_names(len(tables))
+    return cfg, TrainedModel(dense, dict(zip(names, tables, strict=True)), features.num_dense,
+                             output), step
 
 
 def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
-                        skip_bad_lines: bool = False) -> dict[str, Any]:
+                        skip_bad_lines: bool = False, model: Any = None) -> dict[str, Any]:
     """Metrics of the checkpoint at `path` (a run directory: its newest) on `data`: every
     row of a file or directory, or the held-out rows of the built-in data."""
+    from shadowsync.data.dataset import batches
     from shadowsync.metrics import evaluate_predictions
-    from shadowsync.train.evaluate import predict
     from shadowsync.train.trainer import features_of, plan_data
 
-    step = find_checkpoint(path)
     if predictions is not None:
         parent = Path(predictions).resolve().parent
         if not parent.is_dir():
             raise UserError(f"--predictions {predictions}: no directory {parent}")
-    cfg, model, tables = load_model(step)
+    cfg, trained, step = load_model(path, model)
     if cfg.task == "digits" or data in ("synthetic", "digits"):
         plan = plan_data(replace(cfg, eval_data=None, data=cfg.data if cfg.task == "digits"
                                  else data))
@@ -108,16 +147,16 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
                             f"{f.num_dense} and {f.num_tables}")
+    preds, labels = [], []
+    table_rows = trained.table_rows.tolist() or [1]
+    for dense, ids, y in batches(rows, start, stop, 4096, table_size=table_rows):
+        preds.append(trained.predict(dense, ids).numpy())
+        labels.append(y.numpy())
+    pred, y = np.concatenate(preds), np.concatenate(labels)
     if cfg.task == "digits":
-        x = torch.from_numpy(np.asarray(rows.dense[start:stop]))
-        y = np.asarray(rows.labels[start:stop]).astype(np.int64)
-        with torch.no_grad():
-            prob = torch.softmax(model(x, None), 1).numpy()
-        result: dict[str, Any] = {"accuracy": float((prob.argmax(1) == y).mean())}
-        pred = prob
+        result: dict[str, Any] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))
+                                                    .mean())}
     else:
-        table_rows = cfg.table_rows(rows.num_tables)
-        pred, y = predict(model, tables, rows, start, stop, table_rows)
         result = evaluate_predictions(pred, y)
     result.update({"examples": stop - start, "checkpoint": str(step)})
     if predictions is not None:

@@ -127,6 +127,20 @@ def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, Any]:
     return manifest
 
 
+# Options added after checkpoints were first written, with the value every run before them
+# had: a checkpoint whose config.toml lacks one was saved by such a run.
+PREDATED = {"id_bias": False}
+
+
+def saved_config(step: Path) -> Any:
+    """The resolved options (`TrainConfig`) checkpoint `step` was saved with."""
+    from types import SimpleNamespace
+
+    from shadowsync.config import load_config
+
+    return load_config(SimpleNamespace(config=str(Path(step) / CONFIG)), absent=PREDATED)
+
+
 def run_of(step: Path) -> Path:
     """The run directory a step directory belongs to."""
     return step.parent.parent

@@ -4,10 +4,11 @@
 function itself. The function is called as `FUNCTION(num_dense, num_tables, embedding_dim)`
 and returns an `nn.Module` whose `forward(dense [B, D], emb [B, T, E])` returns logits [B].
 Every process of a job builds its own copy (trainers, their Hogwild workers, the launcher
-that checks the options), so the function must be importable there: a module on the path
-or in the current directory, or a function defined at the top level of one (it travels by
-pickle, by name). The model's class must be importable the same way: the built model is
-handed to the worker processes by pickle too.
+that checks the options). `MODULE:FUNCTION` must be importable there: a module on the path
+or in the current directory. A function given from Python travels by pickle: by name where
+the other processes can import it, else by value (cloudpickle; `shadowsync.by_value`), so a
+factory and a model class defined in a notebook, a script's `__main__` or inside the
+factory work too. The built model is handed to the worker processes the same way.
 """
 
 from __future__ import annotations

@@ -79,6 +79,18 @@ class ShardingPlan:
                        torch.tensor(split, dtype=torch.long),
                        torch.tensor(split_base, dtype=torch.long).reshape(len(split), e))
 
+    def table_keys(self, table: int) -> slice | torch.Tensor:
+        """The keys (rows of the servers' matrices laid end to end) of `table`'s ids in id
+        order: `weights[table_keys(t)]` is table t whole again. A table placed whole is one
+        range of keys (a slice, read as a view); a row-split one alternates between servers."""
+        keys = self.keys()
+        cut = (keys.split == table).nonzero().flatten()
+        if len(cut) == 0:
+            first = int(keys.whole[table])
+            return slice(first, first + self.table_rows[table])
+        ids = torch.arange(self.table_rows[table])
+        return keys.split_base[int(cut[0])][ids % self.servers] + ids // self.servers
+
 
 @dataclass(frozen=True)
 class RowKeys:

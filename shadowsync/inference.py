@@ -1,0 +1,88 @@
+"""Use a trained model: load a checkpoint into plain PyTorch, score rows, export it.
+
+    import shadowsync
+    model = shadowsync.load("runs/my-run")          # a torch.nn.Module on CPU
+    clicks = model.predict(dense, sparse)             # probabilities, batched
+    shadowsync.export("runs/my-run", "model.pt2")    # loads with torch alone
+
+The export is a `torch.export` program (``.pt2``): `torch.export.load(FILE).module()` runs
+it in a Python that has torch and nothing else, and no pickled Python class is read back
+(TorchScript, the other choice, is deprecated in torch 2.x and scripts only a subset of
+Python; a user's `--model` written for training is more often traceable than scriptable).
+Its feature schema is written beside it as ``FILE.schema.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shadowsync.errors import UserError
+
+if TYPE_CHECKING:  # `import shadowsync` stays light: torch comes with the first call
+    from shadowsync.models.trained import TrainedModel
+
+EXPORT_SUFFIX = ".pt2"
+
+
+def load(path: str | Path, model: Callable[..., Any] | None = None) -> TrainedModel:
+    """The model of a run directory (its newest checkpoint) or of one checkpoint, as a plain
+    `torch.nn.Module` on CPU in eval mode. `model`: the factory the run was trained with,
+    needed only when it cannot be imported by name (defined in a notebook or `__main__`)."""
+    from shadowsync.checkpoint.evaluate import load_model
+
+    return load_model(path, model, option="path")[1]
+
+
+def schema_path(out: str | Path) -> Path:
+    return Path(str(out) + ".schema.json")
+
+
+def export(checkpoint: str | Path, out: str | Path,
+           model: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Write the checkpoint's model as a `torch.export` program to `out` (``.pt2``) and its
+    feature schema to ``out.schema.json``; returns what was written, with sizes and times."""
+    import torch
+
+    from shadowsync.checkpoint.evaluate import load_model
+
+    out = Path(out)
+    if out.suffix != EXPORT_SUFFIX:
+        raise UserError(f"--out {out}: an exported program is a {EXPORT_SUFFIX} file")
+    if not out.resolve().parent.is_dir():
+        raise UserError(f"--out {out}: no directory {out.resolve().parent}")
+    t0 = time.perf_counter()
+    cfg, trained, step = load_model(checkpoint, model)
+    t_load = time.perf_counter() - t0
+    program = export_program(trained, cfg.model if isinstance(cfg.model, str) else "a factory")
+    torch.export.save(program, str(out))
+    schema = {**trained.schema(), "checkpoint": str(step), "format": "torch.export",
+              "torch": torch.__version__,
+              "inputs": ["dense float32 [B, dense_width]", "sparse int64 [B, len(features)]"],
+              "returns": "logits [B]" if trained.output == "sigmoid" else "logits [B, classes]"}
+    schema_path(out).write_text(json.dumps(schema, indent=1), encoding="utf-8")
+    return {"out": str(out), "schema": str(schema_path(out)),
+            "bytes": out.stat().st_size, "load_s": round(t_load, 3),
+            "export_s": round(time.perf_counter() - t0 - t_load, 3), "checkpoint": str(step)}
+
+
+def export_program(trained: TrainedModel, name: str) -> Any:
+    """`torch.export` of the whole model, the batch dimension left free. Its parameters are
+    constants of the program (no gradients: it scores)."""
+    import torch
+
+    trained.requires_grad_(False)
+    batch = torch.export.Dim("batch", min=1)
+    dense = torch.zeros(4, trained.num_dense)
+    sparse = torch.zeros(4, len(trained.tables), dtype=torch.long)
+    try:
+        with torch.no_grad():
+            return torch.export.export(trained, (dense, sparse),
+                                       dynamic_shapes=({0: batch}, {0: batch}), strict=False)
+    except Exception as e:  # noqa: BLE001 - a model torch.export cannot trace: one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(f"export: torch.export cannot trace --model {name}: "
+                        f"{type(e).__name__}: {first}") from None
