@@ -20,26 +20,21 @@ from shadowsync.errors import UserError
 
 class ShardedTables:
     """Embedding tables read back from the servers' shards, looked up the way the servers'
-    clients route ids (table-wise placement, row-split tables by id % servers)."""
+    clients route ids: every (table, id) is a key into the servers' rows laid end to end."""
 
     def __init__(self, plan: Any, servers: list[Any]) -> None:
         self.plan = plan
         self.servers = servers  # EmbeddingTables of each server, loaded
         self.dim = servers[0].dim
-        self.owner, self.offset, self.split = plan.routing()
+        self.keys = plan.keys()
+        self.weight = torch.cat([tables.weight for tables in servers])
 
-    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        e = self.plan.servers
-        server = torch.where(self.split, ids % e, self.owner.expand_as(ids))
-        row = torch.where(self.split, ids // e, ids)
-        base = self.offset.gather(1, server.t()).t()
-        flat_server, flat_row = server.reshape(-1), (base + row).reshape(-1)
-        out = torch.empty(len(flat_row), self.dim)
-        for s, tables in enumerate(self.servers):
-            pos = (flat_server == s).nonzero().squeeze(1)
-            if len(pos):
-                out[pos] = tables.lookup_rows(flat_row[pos])
-        return out.view(*ids.shape, self.dim)
+    def lookup(self, ids: Any) -> torch.Tensor:
+        """ids [B, tables] or `Bags` -> vectors [B, tables, dim]."""
+        from shadowsync.embeddings.pooling import Bags
+
+        rows = self.weight.index_select(0, self.keys.keys(ids))
+        return ids.pool(rows) if isinstance(ids, Bags) else rows.view(*ids.shape, self.dim)
 
 
 def load_model(step: Path) -> tuple[Any, torch.nn.Module, Any]:

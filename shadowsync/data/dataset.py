@@ -17,7 +17,9 @@ import torch
 
 from shadowsync.data import arrays, criteo, synth
 from shadowsync.data.cache import built_once, cache_root
+from shadowsync.data.jagged import Jagged
 from shadowsync.data.schema import NUM_CAT, NUM_DENSE
+from shadowsync.embeddings.pooling import Bags
 from shadowsync.errors import UserError
 from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
 
@@ -30,7 +32,8 @@ class CtrData:
     """Rows of CTR examples: labels [n], dense features [n, D], raw ids or hashes [n, T].
 
     Criteo and synthetic data have D = 13 (log-transformed counts) and T = 26; arrays given
-    by the user have their own D and T.
+    by the user have their own D and T, and may add ``multi_hot`` features (several ids per
+    row, `Jagged`), whose tables come after the T of ``cats``.
 
     Arrays are usually read-only memory maps of a cache. ``probs`` holds the true click
     probabilities when the data is synthetic; ``teacher_ne_hint`` is the teacher's NE read
@@ -47,6 +50,7 @@ class CtrData:
         skipped_lines: int = 0,
         probs: np.ndarray | None = None,
         teacher_ne_hint: float | None = None,
+        multi_hot: Sequence[Jagged] = (),
     ) -> None:
         n = len(labels)
         if dense.ndim != 2 or cats.ndim != 2 or len(dense) != n or len(cats) != n:
@@ -56,6 +60,9 @@ class CtrData:
             )
         if probs is not None and probs.shape != (n,):
             raise ValueError(f"probs shape {probs.shape} does not match {n} rows")
+        if any(len(feature) != n for feature in multi_hot):
+            raise ValueError(f"multi-hot features of {[len(f) for f in multi_hot]} rows, not {n}")
+        self.multi_hot = tuple(multi_hot)
         self.labels = labels
         self.dense = dense
         self.cats = cats
@@ -73,7 +80,8 @@ class CtrData:
 
     @property
     def num_tables(self) -> int:
-        return self.cats.shape[1]
+        """Embedding tables: the single-id columns of ``cats``, then the multi-hot features."""
+        return self.cats.shape[1] + len(self.multi_hot)
 
     def __repr__(self) -> str:
         return f"CtrData({self.source!r}, rows={len(self)}, skipped_lines={self.skipped_lines})"
@@ -94,6 +102,7 @@ class CtrData:
             skipped_lines=self.skipped_lines,
             probs=None if self.probs is None else self.probs[:rows],
             teacher_ne_hint=self.teacher_ne_hint if rows >= len(self) else None,
+            multi_hot=[feature.head(rows) for feature in self.multi_hot],
         )
 
 
@@ -113,7 +122,8 @@ def open_data(
         return _open_synthetic(examples or DEFAULT_SYNTHETIC_EXAMPLES, seed)
     if arrays.is_array_dir(path):
         labels, dense, cats = arrays.load(path)
-        data = CtrData(labels, dense, cats, source=path)
+        data = CtrData(labels, dense, cats, source=path,
+                       multi_hot=arrays.load_multi_hot(path, len(labels)))
         return data if examples is None else data.head(examples)
     parsed = criteo.load(path, skip_bad_lines=skip_bad_lines)
     data = CtrData(
@@ -233,11 +243,26 @@ def batches(
     total = num_batches(start, stop, batch_size, drop_last)
     for b in range(shard + skip * num_shards, total, num_shards):
         lo = start + b * batch_size
-        hi = min(lo + batch_size, stop)
-        # Copies out of the (read-only) memory map, so the tensors own writable memory.
-        dense = np.array(data.dense[lo:hi], dtype=np.float32)
-        # int64 hashes are reinterpreted as unsigned; narrower ids (checked >= 0) are widened.
-        cats = np.asarray(data.cats[lo:hi], dtype=np.int64)
-        ids = (cats.view(np.uint64) % modulus).view(np.int64)
-        labels = np.array(data.labels[lo:hi], dtype=np.float32)
-        yield torch.from_numpy(dense), torch.from_numpy(ids), torch.from_numpy(labels)
+        yield batch_of(data, slice(lo, min(lo + batch_size, stop)), modulus)
+
+
+def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray
+             ) -> tuple[torch.Tensor, torch.Tensor | Bags, torch.Tensor]:
+    """``(dense, ids, labels)`` of the rows ``rows`` picks (consecutive rows, or any row
+    numbers), ids reduced modulo ``modulus`` (uint64, one for all tables or one per table).
+
+    ``ids`` is a tensor [B, T] when every feature has one id per row, else `Bags`: the
+    single ids and each multi-hot feature's ids, for the tables to look up and pool.
+    """
+    # Copies out of the (read-only) memory map, so the tensors own writable memory.
+    dense = np.array(data.dense[rows], dtype=np.float32)
+    # int64 hashes are reinterpreted as unsigned; narrower ids (checked >= 0) are widened.
+    cats = np.asarray(data.cats[rows], dtype=np.int64)
+    single = cats.shape[1]
+    ids = torch.from_numpy((cats.view(np.uint64) % modulus[:single or 1]).view(np.int64))
+    labels = np.array(data.labels[rows], dtype=np.float32)
+    if data.multi_hot:
+        last = len(modulus) - 1
+        ids = Bags.build(ids, [f.batch(rows, int(modulus[min(single + m, last)]))
+                               for m, f in enumerate(data.multi_hot)])
+    return torch.from_numpy(dense), ids, torch.from_numpy(labels)

@@ -2,8 +2,9 @@
 
 All tables handled by one holder (a trainer, or one embedding parameter server) live in one
 fused weight matrix with a row offset per table, so a batch's lookup is a single gather and
-its update a single scatter however many features there are. Lookups are EmbeddingBag
-lookups with bags of one id (Criteo has one value per categorical feature).
+its update a single scatter however many features there are. Ids [B, T] (one per feature,
+as in Criteo) are looked up as they are; a batch with multi-hot features comes as `Bags`
+(see `shadowsync.embeddings.pooling`), its rows read, then pooled per example and feature.
 
 The weights and the optimizer state can be placed in shared memory; Hogwild workers then
 read and update them without locks, as in Recht et al. 2011 and the ShadowSync trainers.
@@ -15,6 +16,7 @@ from enum import Enum
 
 import torch
 
+from shadowsync.embeddings.pooling import Bags
 from shadowsync.embeddings.unique import unique_with_inverse
 
 
@@ -96,20 +98,24 @@ class EmbeddingTables:
     def detach(self) -> None:
         pass
 
-    def _flat_ids(self, ids: torch.Tensor) -> torch.Tensor:
+    def _flat_ids(self, ids: torch.Tensor | Bags) -> torch.Tensor:
+        if isinstance(ids, Bags):
+            return self.offsets.index_select(0, ids.tables) + ids.ids
         return (ids + self.offsets).reshape(-1)
 
-    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, num_tables] (already < rows) -> vectors [B, num_tables, dim]."""
-        return self.lookup_rows(self._flat_ids(ids)).view(*ids.shape, self.dim)
+    def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:
+        """ids [B, num_tables] (already < rows), or Bags -> vectors [B, num_tables, dim]."""
+        rows = self.lookup_rows(self._flat_ids(ids))
+        return ids.pool(rows) if isinstance(ids, Bags) else rows.view(*ids.shape, self.dim)
 
-    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor,
+    def apply_gradients(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
                         lr_scale: float = 1.0) -> None:
         """Apply d(loss)/d(vectors) [B, num_tables, dim] to the rows ids point at."""
-        self.apply_rows(self._flat_ids(ids), grads.reshape(-1, self.dim), lr_scale=lr_scale)
+        per_row = ids.unpool(grads) if isinstance(ids, Bags) else grads.reshape(-1, self.dim)
+        self.apply_rows(self._flat_ids(ids), per_row, lr_scale=lr_scale)
 
-    def update_and_lookup(self, ids: torch.Tensor, grads: torch.Tensor,
-                          next_ids: torch.Tensor | None,
+    def update_and_lookup(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
+                          next_ids: torch.Tensor | Bags | None,
                           lr_scale: float = 1.0) -> torch.Tensor | None:
         """Apply one step's gradients, then read the next step's vectors (if any)."""
         self.apply_gradients(ids, grads, lr_scale)
