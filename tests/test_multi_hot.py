@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from shadowsync.data.dataset import batches, feature_counts, open_data
+from shadowsync.data.dataset import batch_of, batches, feature_counts, open_data
 from shadowsync.data.jagged import Jagged
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.pooling import Bags
@@ -137,6 +137,59 @@ def test_server_keys_of_pairs_agree_with_single_id_keys(split_limit):
     assert len(torch.unique(keys.of_pairs(tables, all_ids))) == 37
 
 
+SERVER_PLAN = ShardingPlan(2, (6, 6, 6), row_split_limit=4)  # every table split over both
+
+
+def _sgd_server(index: int, port: int, results) -> None:
+    from shadowsync.transport.rpc import RpcEndpoint
+    from shadowsync.transport.servers.embedding import serve
+
+    serve(SERVER_PLAN, index, 4, {"optimizer": "sgd", "lr": 0.1}, seed=0)
+    RpcEndpoint("127.0.0.1", port).join(f"emb{index}", index, 3)
+    RpcEndpoint.leave()
+
+
+def _bags_client(port: int, results) -> None:
+    from shadowsync.transport.layout import ClusterLayout
+    from shadowsync.transport.rpc import RpcEndpoint
+    from shadowsync.transport.servers.embedding import RemoteEmbeddings
+
+    layout = ClusterLayout(embedding_servers=2, dense_servers=0, trainers=1, workers=0)
+    client = RemoteEmbeddings(SERVER_PLAN, layout, RpcEndpoint("127.0.0.1", port), 4,
+                              {"trainer0": 2}, transport="rpc")
+    client.attach("trainer0")
+    every_row = torch.arange(6).unsqueeze(1).expand(6, 3).contiguous()
+    before = client.lookup(every_row)
+    pooled = client.lookup(_bags())
+    grads = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    client.apply_gradients(_bags(), grads)
+    client.flush()
+    after = client.lookup(every_row)
+    client.detach()
+    results.put([t.tolist() for t in (before, pooled, grads, after)])
+
+
+@pytest.mark.timeout(60)
+def test_bags_through_rpc_servers_pool_and_update_by_the_closed_forms():
+    from shadowsync.cluster.launch import free_port
+    from tests.helpers import run_spawned
+
+    port = free_port("127.0.0.1")
+    [lists] = run_spawned([(_sgd_server, (0, port)), (_sgd_server, (1, port)),
+                           (_bags_client, (port,))], 1, timeout=45)
+    before, pooled, g, after = map(torch.tensor, lists)
+    w = before.transpose(0, 1).reshape(18, 4)  # table t's row i at 6 t + i, as in one local matrix
+    expected = torch.stack([
+        torch.stack([w[3], 0.5 * w[6 + 1] + 2.0 * w[6 + 1] - w[6 + 4], (w[12] + w[14]) / 2]),
+        torch.stack([w[5], torch.zeros(4), w[14]])])
+    assert torch.allclose(pooled, expected, atol=1e-6)
+    moved = w.clone()
+    for row, grad in {3: g[0, 0], 5: g[1, 0], 7: 2.5 * g[0, 1], 10: -g[0, 1],
+                      12: g[0, 2] / 2, 14: g[0, 2] / 2 + g[1, 2]}.items():
+        moved[row] -= 0.1 * grad
+    assert torch.allclose(after.transpose(0, 1).reshape(18, 4), moved, atol=1e-6)
+
+
 # --- the arrays format --------------------------------------------------------------------
 
 def test_jagged_rows_by_slice_and_by_index_match_a_loop():
@@ -168,6 +221,12 @@ def test_batches_carry_every_feature(tmp_path):
     assert np.array_equal(ids.ids[first].numpy(), items.values[items.offsets[10]:items.offsets[74]])
     tables = EmbeddingTables([30, ITEMS, 10], 4, seed=0)
     assert tables.lookup(ids).shape == (64, 3, 4)
+    # any rows in any order (a shuffled pass): the same as those rows cut one by one
+    modulus = np.array([30, ITEMS, 10], dtype=np.uint64)
+    picked = np.array([7, 400, 3, 3, 499])
+    _, shuffled, _ = batch_of(data, picked, modulus)
+    one_by_one = [batch_of(data, slice(i, i + 1), modulus)[1] for i in picked]
+    assert torch.equal(tables.lookup(shuffled), torch.cat([tables.lookup(b) for b in one_by_one]))
 
 
 def _spoil(path, name, arr):
