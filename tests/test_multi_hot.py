@@ -319,3 +319,11 @@ def test_two_trainers_and_an_embedding_server_then_eval_from_the_checkpoint(tmp_
     # The server's shard read back and looked up with the same pooling: the same scores.
     assert scored["ne"] == pytest.approx(s["eval_ne"], abs=1e-4)
     assert scored["auc"] == pytest.approx(s["eval_auc"], abs=1e-4)
+    # the same ids pooled another way are not what the model learnt from: one line, exit 2
+    spec = json.loads((held / "features.json").read_text())
+    spec["multi_hot"][0]["pooling"] = "mean"
+    (held / "features.json").write_text(json.dumps(spec))
+    res = run_cli(["eval", "--checkpoint", str(out), "--data", str(held)], timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "sparse features 1 single-id, items (mean), tags (weighted mean), but the " \
+        "checkpoint's model was trained on 1 single-id, items (sum)" in res.stderr

@@ -37,6 +37,16 @@ class ShardedTables:
         return ids.pool(rows) if isinstance(ids, Bags) else rows.view(*ids.shape, self.dim)
 
 
+def _trained_layout(path: str) -> str | None:
+    """How the training data's ids were pooled, when those data are still there to say."""
+    from shadowsync.data.dataset import sparse_layout
+
+    try:
+        return sparse_layout(path) if Path(path).is_dir() else None
+    except (UserError, OSError):
+        return None
+
+
 def load_model(step: Path) -> tuple[Any, torch.nn.Module, Any]:
     """The configuration, dense model and embedding tables saved in checkpoint `step`."""
     from shadowsync.api import resume_base
@@ -103,6 +113,10 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
                             f"{f.num_dense} and {f.num_tables}")
+        trained_on = _trained_layout(cfg.data)
+        if trained_on is not None and rows.sparse_layout() != trained_on:
+            raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
+                            f"checkpoint's model was trained on {trained_on}")
     if cfg.task == "digits":
         x = torch.from_numpy(np.asarray(rows.dense[start:stop]))
         y = np.asarray(rows.labels[start:stop]).astype(np.int64)

@@ -83,6 +83,12 @@ class CtrData:
         """Embedding tables: the single-id columns of ``cats``, then the multi-hot features."""
         return self.cats.shape[1] + len(self.multi_hot)
 
+    def sparse_layout(self) -> str:
+        """How the ids are pooled, which a model trained on other data must share: the single-id
+        columns, then each multi-hot feature's name, pooling and weighting."""
+        return _layout(self.cats.shape[1],
+                       [(f.name, f.weights is not None, f.pooling) for f in self.multi_hot])
+
     def __repr__(self) -> str:
         return f"CtrData({self.source!r}, rows={len(self)}, skipped_lines={self.skipped_lines})"
 
@@ -135,6 +141,21 @@ def open_data(
         teacher_ne_hint=_teacher_hint(path),
     )
     return data if examples is None else data.head(examples)
+
+
+def sparse_layout(path: str) -> str:
+    """`CtrData.sparse_layout` of the data at ``path``, from the files' headers only."""
+    if path == SYNTHETIC or not arrays.is_array_dir(path):
+        return _layout(NUM_CAT, [])
+    specs = arrays.multi_hot_specs(path)
+    return _layout(arrays.shapes(path)[1] - len(specs),
+                   [(s["name"], s["weighted"], s["pooling"]) for s in specs])
+
+
+def _layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
+    named = [f"{name} ({'weighted ' if weighted else ''}{pooling})"
+             for name, weighted, pooling in multi]
+    return ", ".join([f"{single} single-id", *named])
 
 
 def feature_counts(path: str) -> tuple[int, int]:

@@ -41,6 +41,9 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
             raise UserError(f"--eval-data {cfg.eval_data}: {ev.num_dense} dense and "
                             f"{ev.num_tables} categorical features, but --data has "
                             f"{train.num_dense} and {train.num_tables}")
+        if ev.sparse_layout() != train.sparse_layout():
+            raise UserError(f"--eval-data {cfg.eval_data}: sparse features {ev.sparse_layout()}, "
+                            f"but --data has {train.sparse_layout()}")
         train_stop, eval_start, eval_stop = len(train), 0, len(ev)
     else:
         ev = train
