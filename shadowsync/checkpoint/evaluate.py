@@ -33,8 +33,9 @@ class ShardedTables:
         """ids [B, tables] or `Bags` -> vectors [B, tables, dim]."""
         from shadowsync.embeddings.pooling import Bags
 
-        rows = self.weight.index_select(0, self.keys.keys(ids))
-        return ids.pool(rows) if isinstance(ids, Bags) else rows.view(*ids.shape, self.dim)
+        if isinstance(ids, Bags):
+            return ids.pool(self.weight, self.keys.keys(ids))
+        return self.weight.index_select(0, self.keys.keys(ids)).view(*ids.shape, self.dim)
 
 
 def _trained_layout(path: str) -> str | None:

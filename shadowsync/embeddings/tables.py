@@ -105,8 +105,9 @@ class EmbeddingTables:
 
     def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:
         """ids [B, num_tables] (already < rows), or Bags -> vectors [B, num_tables, dim]."""
-        rows = self.lookup_rows(self._flat_ids(ids))
-        return ids.pool(rows) if isinstance(ids, Bags) else rows.view(*ids.shape, self.dim)
+        if isinstance(ids, Bags):
+            return ids.pool(self.weight, self._flat_ids(ids))
+        return self.lookup_rows(self._flat_ids(ids)).view(*ids.shape, self.dim)
 
     def apply_gradients(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
                         lr_scale: float = 1.0) -> None:

@@ -354,8 +354,9 @@ class RemoteEmbeddings:
                 distinct = torch.empty(req.distinct, self.dim)
                 for s, span, _ in req.per_server:
                     distinct[span] = replies[s]
-            rows = distinct.index_select(0, req.inverse)
-            return ids.pool(rows) if isinstance(ids, Bags) else rows.view(*ids.shape, self.dim)
+            if isinstance(ids, Bags):
+                return ids.pool(distinct, req.inverse)
+            return distinct.index_select(0, req.inverse).view(*ids.shape, self.dim)
 
     def _summed(self, req: _Requests, grads: torch.Tensor) -> torch.Tensor:
         with self._timed("sum_grads"):
