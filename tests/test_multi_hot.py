@@ -327,3 +327,18 @@ def test_two_trainers_and_an_embedding_server_then_eval_from_the_checkpoint(tmp_
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "sparse features 1 single-id, items (mean), tags (weighted mean), but the " \
         "checkpoint's model was trained on 1 single-id, items (sum)" in res.stderr
+
+
+@pytest.mark.timeout(200)
+def test_bench_embedding_reports_bags_next_to_single_ids(tmp_path):
+    res = run_cli(["bench", "embedding", "--steps", "4", "--repeats", "1",
+                   "--out", str(tmp_path)], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    medians = bench["multi_hot"]["medians"]
+    for mode in ("rpc", "shm", "local"):
+        single, multi = medians[f"{mode}-single"], medians[f"{mode}-multi"]
+        assert single["ids_per_batch"] == 26 * 256
+        assert 3 * 26 * 256 < multi["ids_per_batch"] < 5 * 26 * 256  # bags of 4 ids on average
+        assert multi["lookups_per_s"] > 0 and multi["updates_per_s"] > 0
+        assert f"multi_vs_single_lookups_per_s_{mode}" in bench["ratios"]
