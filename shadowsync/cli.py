@@ -37,6 +37,13 @@ def _train(args: argparse.Namespace) -> int:
     _, summary = run(cfg)
     logging.getLogger("shadowsync").info("done, outputs in %s/", summary["out"])
     print(format_table(summary, SUMMARY_KEYS))
+    best = summary.get("best")
+    if best:  # --val-share: which model the run keeps, and why it stopped
+        print(f"  best model: epoch {best.get('epoch')} ({best.get('examples', 0):,} examples), "
+              f"validation NE {best.get('val_ne', float('nan')):.4f} AUC "
+              f"{best.get('val_auc', float('nan')):.4f}"
+              f"{'; stopped early' if summary.get('early_stopped') else ''}"
+              f"; last model's eval AUC {summary.get('last_eval_auc', float('nan')):.4f}")
     return 0
 
 

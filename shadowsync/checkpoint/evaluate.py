@@ -26,19 +26,18 @@ class ShardedTables:
         self.plan = plan
         self.servers = servers  # EmbeddingTables of each server, loaded
         self.dim = servers[0].dim
-        self.owner, self.offset, self.split = plan.routing()
+        self.keys = plan.keys()
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        e = self.plan.servers
-        server = torch.where(self.split, ids % e, self.owner.expand_as(ids))
-        row = torch.where(self.split, ids // e, ids)
-        base = self.offset.gather(1, server.t()).t()
-        flat_server, flat_row = server.reshape(-1), (base + row).reshape(-1)
-        out = torch.empty(len(flat_row), self.dim)
+        keys = self.keys.of(ids)  # the servers' rows end to end
+        starts = self.keys.starts
+        server = torch.searchsorted(starts, keys, right=True) - 1
+        row = keys - starts[server]
+        out = torch.empty(len(keys), self.dim)
         for s, tables in enumerate(self.servers):
-            pos = (flat_server == s).nonzero().squeeze(1)
+            pos = (server == s).nonzero().squeeze(1)
             if len(pos):
-                out[pos] = tables.lookup_rows(flat_row[pos])
+                out[pos] = tables.lookup_rows(row[pos])
         return out.view(*ids.shape, self.dim)
 
 

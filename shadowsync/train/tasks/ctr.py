@@ -49,14 +49,28 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         if eval_start == eval_stop:
             raise UserError(f"{cfg.data}: too few examples ({len(train)}) to hold 10% out; "
                             "pass --eval-data")
-    if cfg.examples:
-        train_stop = min(train_stop, cfg.examples)
+    if cfg.examples and cfg.data != "synthetic":
+        if cfg.examples > train_stop:
+            raise UserError(f"--examples {cfg.examples}: {cfg.data} holds {train_stop:,} "
+                            "training rows; to train on them more than once, use --epochs")
+        train_stop = cfg.examples
+    val_start = val_stop = None
+    if cfg.val_share > 0:
+        held = int(round(train_stop * cfg.val_share))
+        if held < 1 or held >= train_stop:
+            raise UserError(f"--val-share {cfg.val_share}: {held} of {train_stop:,} training "
+                            "rows would validate; choose a share that leaves both some rows")
+        val_start, val_stop = train_stop - held, train_stop
+        train_stop = val_start
+    epoch_rows = train_stop if cfg.epochs > 1 else None
+    train_stop *= cfg.epochs
     teacher = ev.teacher_ne(eval_start, eval_stop)
     if teacher is None:
         teacher = ev.teacher_ne_hint
     features = Features(train.num_dense, tuple(cfg.table_rows(train.num_tables)))
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
-                    open_examples=len(train) if cfg.data == "synthetic" else None)
+                    open_examples=len(train) if cfg.data == "synthetic" else None,
+                    epoch_rows=epoch_rows, val_start=val_start, val_stop=val_stop)
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
