@@ -107,6 +107,10 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
                             f"{f.num_dense} and {f.num_tables}")
+        from shadowsync.data import arrays
+
+        if arrays.is_array_dir(data):
+            arrays.check_ids(data, rows.cats, f.table_rows)
     if cfg.task == "digits":
         x = torch.from_numpy(np.asarray(rows.dense[start:stop]))
         y = np.asarray(rows.labels[start:stop]).astype(np.int64)

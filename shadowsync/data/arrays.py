@@ -2,7 +2,7 @@
 
     DIR/labels.npy   (N,)    clicks: 0/1 (bool, integer or float in [0, 1])
     DIR/dense.npy    (N, D)  float32 dense features, already normalised as the model wants
-    DIR/cats.npy     (N, T)  integer ids, >= 0; reduced modulo the table size when read
+    DIR/cats.npy     (N, T)  integer ids, >= 0 and below their table's size (``check_ids``)
 
 The arrays are memory-mapped, not copied, and checked once when opened; a problem is one
 line naming the file.
@@ -85,3 +85,32 @@ def load(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             raise UserError(f"{where['cats.npy']}: row {row}: negative id "
                             f"{int(cats[row].min())} (ids must be >= 0)")
     return labels, dense, cats
+
+
+def check_ids(path: str, cats: np.ndarray, table_rows: tuple[int, ...] | list[int],
+              names: list[str] | None = None) -> None:
+    """Every id below its table's size, or one line naming the file, column and row, and
+    the --table-size that would hold them all. (Criteo text instead takes its hashes modulo
+    the size: that is its format; an array's id past its table is a mistake.)"""
+    sizes = np.asarray(table_rows, dtype=np.int64)
+    if cats.shape[1] == 0:
+        return
+    top = np.full(cats.shape[1], -1, dtype=np.int64)
+    first: tuple[int, int] | None = None
+    for lo in range(0, len(cats), _CHECK_ROWS):
+        chunk = np.asarray(cats[lo:lo + _CHECK_ROWS], dtype=np.int64)
+        top = np.maximum(top, chunk.max(axis=0))
+        past = chunk >= sizes
+        if first is None and past.any():
+            row = int(np.argmax(past.any(axis=1)))
+            first = (lo + row, int(np.argmax(past[row])))
+    if first is None:
+        return
+    row, col = first
+    column = names[col] if names else f"column {col}"
+    need = np.maximum(sizes, top + 1)
+    size_text = (str(int(need.max())) if len(set(sizes.tolist())) == 1
+                 else ",".join(str(int(v)) for v in need))
+    raise UserError(f"{Path(path) / 'cats.npy'}: row {row}, {column}: id {int(cats[row, col])} "
+                    f"is past its table of {int(sizes[col]):,} rows; pass --table-size "
+                    f"{size_text}")

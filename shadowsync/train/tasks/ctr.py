@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from shadowsync.config import TrainConfig
+from shadowsync.data import arrays
 from shadowsync.data.dataset import feature_counts, open_data
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
@@ -68,6 +69,9 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     if teacher is None:
         teacher = ev.teacher_ne_hint
     features = Features(train.num_dense, tuple(cfg.table_rows(train.num_tables)))
+    for path, rows in ((cfg.data, train), (cfg.eval_data, ev)):
+        if path and path != "synthetic" and arrays.is_array_dir(path):
+            arrays.check_ids(path, rows.cats, features.table_rows)
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
                     open_examples=len(train) if cfg.data == "synthetic" else None,
                     epoch_rows=epoch_rows, val_start=val_start, val_stop=val_stop)
