@@ -52,6 +52,10 @@ class TrainConfig:
     data: str = _opt("synthetic",
                      "training data: 'synthetic', a Criteo TSV file, .gz or directory, or a "
                      "directory of labels.npy, dense.npy, cats.npy")
+    schema: str | None = _opt(
+        None, "a TOML file naming the label, dense, categorical and multi-hot columns of "
+        "Parquet or CSV --data / --eval-data (converted once into a cache; table sizes come "
+        "from it; see docs/real-data.md)")
     eval_data: str | None = _opt(None, "held-out data (default: the last 10%% of --data)")
     examples: int | None = _opt(
         None, "training examples of one pass (default: 1.5M synthetic, or all of --data; "

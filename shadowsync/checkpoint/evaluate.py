@@ -98,9 +98,9 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                                  else data))
         rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
     else:
-        from shadowsync.data.dataset import open_data
+        from shadowsync.data.dataset import open_data, resolve
 
-        rows = open_data(data, skip_bad_lines=skip_bad_lines)
+        rows = open_data(resolve(data, cfg.schema), skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
         f = features_of(cfg)
         if (rows.num_dense, rows.num_tables) != (f.num_dense, f.num_tables):
@@ -109,8 +109,8 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                             f"{f.num_dense} and {f.num_tables}")
         from shadowsync.data import arrays
 
-        if arrays.is_array_dir(data):
-            arrays.check_ids(data, rows.cats, f.table_rows)
+        if arrays.is_array_dir(rows.source):
+            arrays.check_ids(rows.source, rows.cats, f.table_rows)
     if cfg.task == "digits":
         x = torch.from_numpy(np.asarray(rows.dense[start:stop]))
         y = np.asarray(rows.labels[start:stop]).astype(np.int64)
@@ -119,7 +119,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         result: dict[str, Any] = {"accuracy": float((prob.argmax(1) == y).mean())}
         pred = prob
     else:
-        table_rows = cfg.table_rows(rows.num_tables)
+        table_rows = features_of(cfg).table_rows
         pred, y = predict(model, tables, rows, start, stop, table_rows)
         result = evaluate_predictions(pred, y)
     result.update({"examples": stop - start, "checkpoint": str(step)})

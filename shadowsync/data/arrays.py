@@ -35,6 +35,37 @@ def _load(path: Path) -> np.ndarray:
         raise UserError(f"{path}: not a readable .npy array ({str(e).splitlines()[0]})") from None
 
 
+FEATURES = "features.json"  # optional: feature names, table sizes, multi-hot features
+
+
+def declared(path: str) -> dict | None:
+    """The directory's features.json (as the Parquet / CSV conversion writes it), or None."""
+    import json
+
+    f = Path(path) / FEATURES
+    if not f.is_file():
+        return None
+    try:
+        doc = json.loads(f.read_text())
+    except ValueError as e:
+        raise UserError(f"{f}: not valid JSON ({e})") from None
+    if doc.get("multi_hot"):
+        n = len(_load(Path(path) / "labels.npy"))
+        for m in doc["multi_hot"]:
+            check_multi_hot(path, m["name"], int(m["table_size"]), n)
+        names = ", ".join(m["name"] for m in doc["multi_hot"])
+        raise UserError(f"{f}: multi-hot features ({names}) need a shadowsync whose embedding "
+                        "path reads them; drop the [[multi_hot]] entries from the schema to "
+                        "train on the rest")
+    return doc
+
+
+def declared_table_rows(path: str) -> list[int] | None:
+    """Table sizes the directory declares (features.json), in cats.npy's column order."""
+    doc = declared(path)
+    return None if doc is None else [int(c["table_size"]) for c in doc.get("categorical", [])]
+
+
 def shapes(path: str) -> tuple[int, int]:
     """(D, T) of an array directory, from the files' headers only."""
     p = Path(path)
@@ -114,3 +145,52 @@ def check_ids(path: str, cats: np.ndarray, table_rows: tuple[int, ...] | list[in
     raise UserError(f"{Path(path) / 'cats.npy'}: row {row}, {column}: id {int(cats[row, col])} "
                     f"is past its table of {int(sizes[col]):,} rows; pass --table-size "
                     f"{size_text}")
+
+
+def check_multi_hot(path: str, name: str, table_size: int,
+                    rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(values, offsets, weights or None) of multi-hot feature `name`, checked: row i's ids
+    are ``values[offsets[i]:offsets[i + 1]]`` (TorchRec's KeyedJaggedTensor layout)."""
+    p = Path(path)
+    vf, of, wf = (p / f"{name}.{part}.npy" for part in ("values", "offsets", "weights"))
+    values, offsets = _load(vf), _load(of)
+    weights = _load(wf) if wf.exists() else None
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+        raise UserError(f"{vf}: {values.dtype} of shape {values.shape}, expected 1-D integer ids")
+    if offsets.ndim != 1 or not np.issubdtype(offsets.dtype, np.integer):
+        raise UserError(f"{of}: {offsets.dtype} of shape {offsets.shape}, expected 1-D integers")
+    if len(offsets) != rows + 1:
+        raise UserError(f"{of}: {len(offsets)} offsets, expected {rows + 1} (one per row and "
+                        "one more)")
+    if offsets[0] != 0:
+        raise UserError(f"{of}: starts at {int(offsets[0])}, expected 0")
+    if offsets[-1] != len(values):
+        raise UserError(f"{of}: ends at {int(offsets[-1])}, but {vf.name} holds {len(values)} "
+                        "ids")
+    step = np.diff(offsets)
+    if (step < 0).any():
+        row = int(np.argmax(step < 0))
+        raise UserError(f"{of}: row {row}: offsets go down ({int(offsets[row])} then "
+                        f"{int(offsets[row + 1])})")
+    for lo in range(0, len(values), _CHECK_ROWS):
+        chunk = np.asarray(values[lo:lo + _CHECK_ROWS])
+        bad = np.flatnonzero((chunk < 0) | (chunk >= table_size))
+        if len(bad):
+            i = lo + int(bad[0])
+            row = int(np.searchsorted(offsets, i, side="right")) - 1
+            v = int(values[i])
+            if v < 0:
+                raise UserError(f"{vf}: row {row}: negative id {v} (ids must be >= 0)")
+            top = int(np.max(values))
+            raise UserError(f"{vf}: row {row}: id {v} is past its table of {table_size:,} rows; "
+                            f"set its table_size to {top + 1} in features.json")
+    if weights is not None:
+        if weights.shape != values.shape or weights.dtype != np.float32:
+            raise UserError(f"{wf}: {weights.dtype} of shape {weights.shape}, expected float32 "
+                            f"of shape {values.shape} (one weight per id)")
+        finite = np.isfinite(weights)
+        if not finite.all():
+            i = int(np.argmin(finite))
+            row = int(np.searchsorted(offsets, i, side="right")) - 1
+            raise UserError(f"{wf}: row {row}: weight {weights[i]} is not a finite number")
+    return values, offsets, weights

@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -125,6 +126,27 @@ def open_data(
         teacher_ne_hint=_teacher_hint(path),
     )
     return data if examples is None else data.head(examples)
+
+
+def resolve(path: str, schema: str | None) -> str:
+    """Where rows of `path` are read from: with a schema, the array directory its Parquet or
+    CSV files convert into (once, cached; see ``shadowsync.data.tabular``)."""
+    from shadowsync.data import tabular
+
+    if schema is not None and path != SYNTHETIC:
+        return str(tabular.convert(path, schema))
+    if Path(path).suffix.lower() in tabular.SUFFIXES:
+        raise UserError(f"{path}: Parquet and CSV data needs --schema naming its columns "
+                        "(see docs/real-data.md)")
+    return path
+
+
+def table_rows_of(path: str, num_tables: int, given: Any) -> tuple[int, ...]:
+    """Table sizes: those an array directory declares (features.json), else `given(T)`
+    (--table-size)."""
+    declared = arrays.declared_table_rows(path) if (
+        path != SYNTHETIC and arrays.is_array_dir(path)) else None
+    return tuple(declared if declared is not None else given(num_tables))
 
 
 def feature_counts(path: str) -> tuple[int, int]:

@@ -200,7 +200,7 @@ class Trainer:
         return [
             WorkerSpec(
                 trainer=self.index, worker=w,
-                data=DataSlice(cfg.task, cfg.data, plan.open_examples,
+                data=DataSlice(cfg.task, plan.open_path or cfg.data, plan.open_examples,
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.workers + w, num_shards=shards,
                                epoch_rows=plan.epoch_rows),

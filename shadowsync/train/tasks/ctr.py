@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from shadowsync.config import TrainConfig
 from shadowsync.data import arrays
-from shadowsync.data.dataset import feature_counts, open_data
+from shadowsync.data.dataset import feature_counts, open_data, resolve, table_rows_of
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
 from shadowsync.metrics.ctr import roc_auc
@@ -25,8 +25,9 @@ DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
 
 def features_of(cfg: TrainConfig) -> Features:
     """From the data's headers only: cheap in every process, converts nothing."""
-    num_dense, num_tables = feature_counts(cfg.data)
-    return Features(num_dense, tuple(cfg.table_rows(num_tables)))
+    path = resolve(cfg.data, cfg.schema)
+    num_dense, num_tables = feature_counts(path)
+    return Features(num_dense, table_rows_of(path, num_tables, cfg.table_rows))
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
@@ -35,9 +36,9 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         total = n_train + n_train // 9  # the last 10% of the generated rows are held out
         train = open_data("synthetic", examples=total, seed=cfg.seed)
     else:
-        train = open_data(cfg.data, skip_bad_lines=cfg.skip_bad_lines)
+        train = open_data(resolve(cfg.data, cfg.schema), skip_bad_lines=cfg.skip_bad_lines)
     if cfg.eval_data:
-        ev = open_data(cfg.eval_data, skip_bad_lines=cfg.skip_bad_lines)
+        ev = open_data(resolve(cfg.eval_data, cfg.schema), skip_bad_lines=cfg.skip_bad_lines)
         if (ev.num_dense, ev.num_tables) != (train.num_dense, train.num_tables):
             raise UserError(f"--eval-data {cfg.eval_data}: {ev.num_dense} dense and "
                             f"{ev.num_tables} categorical features, but --data has "
@@ -68,12 +69,14 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     teacher = ev.teacher_ne(eval_start, eval_stop)
     if teacher is None:
         teacher = ev.teacher_ne_hint
-    features = Features(train.num_dense, tuple(cfg.table_rows(train.num_tables)))
-    for path, rows in ((cfg.data, train), (cfg.eval_data, ev)):
-        if path and path != "synthetic" and arrays.is_array_dir(path):
-            arrays.check_ids(path, rows.cats, features.table_rows)
+    features = Features(train.num_dense,
+                        table_rows_of(train.source, train.num_tables, cfg.table_rows))
+    for rows in (train, ev):
+        if rows.source != "synthetic" and arrays.is_array_dir(rows.source):
+            arrays.check_ids(rows.source, rows.cats, features.table_rows)
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
                     open_examples=len(train) if cfg.data == "synthetic" else None,
+                    open_path=train.source if cfg.schema else None,
                     epoch_rows=epoch_rows, val_start=val_start, val_stop=val_stop)
 
 
