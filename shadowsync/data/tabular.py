@@ -205,10 +205,11 @@ def convert(path: str, schema_path: str) -> Path:
     use (one process converts, the others wait), then found again."""
     schema = TableSchema.load(schema_path)
     dest = cache_dir(path, schema)
-    return built_once(dest, "meta.json", lambda tmp: _build(tmp, path, schema))
+    return built_once(dest, "meta.json", lambda tmp: build(tmp, path, schema))
 
 
-def _build(tmp: Path, path: str, schema: TableSchema) -> None:
+def build(tmp: Path, path: str, schema: TableSchema) -> None:
+    """Convert `path` into the array directory `tmp`."""
     writer = _Writer(tmp, schema)
     for f in list_files(path):
         if f.suffix.lower() == ".csv":
