@@ -234,17 +234,17 @@ def _spoil(path, name, arr):
 
 
 @pytest.mark.parametrize("name, make, message", [
-    ("items.offsets.npy", lambda o, v: o[:-1], "items.offsets.npy: 500 entries, expected 501"),
+    ("items.offsets.npy", lambda o, v: o[:-1], "items.offsets.npy: 500 offsets, expected 501"),
     ("items.offsets.npy", lambda o, v: np.where(np.arange(len(o)) == 40, o[41] + 1, o),
-     "items.offsets.npy: row 40: offsets decrease"),
+     "items.offsets.npy: row 40: offsets go down"),
     ("items.offsets.npy", lambda o, v: np.append(o[:-1], o[-1] - 1),
-     "items.offsets.npy: row 499: ends at"),
+     "items.offsets.npy: ends at"),
     ("items.values.npy", lambda o, v: np.where(np.arange(len(v)) == o[77], -3, v),
      "items.values.npy: row 77: negative id -3"),
     ("items.values.npy", lambda o, v: np.where(np.arange(len(v)) == o[12], ITEMS, v),
-     f"items.values.npy: row 12: id {ITEMS} is past the table of {ITEMS} rows"),
+     f"items.values.npy: row 12: id {ITEMS} is past its table of {ITEMS} rows"),
     ("tags.weights.npy", lambda o, v: np.ones(3, np.float32),
-     "tags.weights.npy: shape (3,), expected"),
+     "tags.weights.npy: float32 of shape (3,), expected"),
 ])
 def test_bad_multi_hot_arrays_name_the_file_and_row(tmp_path, name, make, message):
     path = write_multi_hot_dir(tmp_path / "a", rows=500)
@@ -262,7 +262,7 @@ def test_a_bad_multi_hot_file_exits_2_in_one_line(tmp_path):
     res = run_cli(["train", "--data", str(path), *LOCAL, "--out", str(tmp_path / "run")],
                   timeout=50)
     assert res.returncode == 2, res.stderr[-2000:]
-    assert "items.offsets.npy: 400 entries" in res.stderr and "Traceback" not in res.stderr
+    assert "items.offsets.npy: 400 offsets" in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 

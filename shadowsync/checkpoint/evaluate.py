@@ -38,12 +38,12 @@ class ShardedTables:
         return self.weight.index_select(0, self.keys.keys(ids)).view(*ids.shape, self.dim)
 
 
-def _trained_layout(path: str) -> str | None:
+def _trained_layout(path: str, schema: str | None) -> str | None:
     """How the training data's ids were pooled, when those data are still there to say."""
-    from shadowsync.data.dataset import sparse_layout
+    from shadowsync.data.dataset import resolve, sparse_layout
 
     try:
-        return sparse_layout(path) if Path(path).is_dir() else None
+        return sparse_layout(resolve(path, schema)) if Path(path).is_dir() else None
     except (UserError, OSError):
         return None
 
@@ -105,19 +105,24 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                                  else data))
         rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
     else:
-        from shadowsync.data.dataset import open_data
+        from shadowsync.data.dataset import open_data, resolve
 
-        rows = open_data(data, skip_bad_lines=skip_bad_lines)
+        rows = open_data(resolve(data, cfg.schema), skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
         f = features_of(cfg)
         if (rows.num_dense, rows.num_tables) != (f.num_dense, f.num_tables):
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
                             f"{f.num_dense} and {f.num_tables}")
-        trained_on = _trained_layout(cfg.data)
+        trained_on = _trained_layout(cfg.data, cfg.schema)
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")
+        from shadowsync.data import arrays
+
+        if arrays.is_array_dir(rows.source):
+            arrays.check_ids(rows.source, rows.cats, f.table_rows)
+            arrays.check_bag_ids(rows.source, rows.multi_hot, f.table_rows[rows.cats.shape[1]:])
     if cfg.task == "digits":
         x = torch.from_numpy(np.asarray(rows.dense[start:stop]))
         y = np.asarray(rows.labels[start:stop]).astype(np.int64)
@@ -126,7 +131,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         result: dict[str, Any] = {"accuracy": float((prob.argmax(1) == y).mean())}
         pred = prob
     else:
-        table_rows = cfg.table_rows(rows.num_tables)
+        table_rows = features_of(cfg).table_rows
         pred, y = predict(model, tables, rows, start, stop, table_rows)
         result = evaluate_predictions(pred, y)
     result.update({"examples": stop - start, "checkpoint": str(step)})

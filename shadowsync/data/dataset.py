@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -158,6 +159,27 @@ def _layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
     return ", ".join([f"{single} single-id", *named])
 
 
+def resolve(path: str, schema: str | None) -> str:
+    """Where rows of `path` are read from: with a schema, the array directory its Parquet or
+    CSV files convert into (once, cached; see ``shadowsync.data.tabular``)."""
+    from shadowsync.data import tabular
+
+    if schema is not None and path != SYNTHETIC:
+        return str(tabular.convert(path, schema))
+    if Path(path).suffix.lower() in tabular.SUFFIXES:
+        raise UserError(f"{path}: Parquet and CSV data needs --schema naming its columns "
+                        "(see docs/real-data.md)")
+    return path
+
+
+def table_rows_of(path: str, num_tables: int, given: Any) -> tuple[int, ...]:
+    """Table sizes: those an array directory declares (features.json), else `given(T)`
+    (--table-size)."""
+    declared = arrays.declared_table_rows(path) if (
+        path != SYNTHETIC and arrays.is_array_dir(path)) else None
+    return tuple(declared if declared is not None else given(num_tables))
+
+
 def feature_counts(path: str) -> tuple[int, int]:
     """(dense features D, categorical features T) of the data at ``path``, without reading
     or converting its rows: what the model and the embedding tables are sized by."""
@@ -231,6 +253,41 @@ def num_batches(start: int, stop: int, batch_size: int, drop_last: bool = False)
     return rows // batch_size if drop_last else math.ceil(rows / batch_size)
 
 
+class EpochOrder:
+    """Passes over the first ``rows`` rows, each in its own seeded random order.
+
+    Training over several epochs reads logical rows [0, epochs x rows): logical row ``r``
+    is row ``perm_e[r % rows]`` of the data, where ``e = r // rows`` and ``perm_e`` is a
+    permutation drawn from ``(seed, e)``. Every process draws the same permutations, so the
+    shards of one pass still never overlap, and a position (steps into the logical rows)
+    resumes at the same row.
+    """
+
+    def __init__(self, rows: int, seed: int) -> None:
+        if rows < 1:
+            raise ValueError("an epoch needs at least one row")
+        self.rows, self.seed = rows, seed
+        self._cached: dict[int, np.ndarray] = {}
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        if epoch not in self._cached:
+            if len(self._cached) >= 2:  # a batch spans at most two passes
+                self._cached.pop(min(self._cached))
+            rng = np.random.default_rng([self.seed, epoch, 0x5EED])
+            self._cached[epoch] = rng.permutation(self.rows)
+        return self._cached[epoch]
+
+    def rows_of(self, lo: int, hi: int) -> np.ndarray:
+        """Data rows of logical rows [lo, hi)."""
+        logical = np.arange(lo, hi, dtype=np.int64)
+        epoch, within = np.divmod(logical, self.rows)
+        out = np.empty(len(logical), dtype=np.int64)
+        for e in np.unique(epoch):
+            mask = epoch == e
+            out[mask] = self.permutation(int(e))[within[mask]]
+        return out
+
+
 def batches(
     data: CtrData,
     start: int,
@@ -241,6 +298,7 @@ def batches(
     table_size: int | Sequence[int] = DEFAULT_TABLE_SIZE,
     drop_last: bool = False,
     skip: int = 0,
+    order: EpochOrder | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """One pass of ``(dense [B, D] float32, ids [B, T] int64, labels [B] float32)``.
 
@@ -249,7 +307,8 @@ def batches(
     once. ``ids`` are the raw hashes modulo the table size (one for all tables or one per
     table; taken as unsigned 64-bit numbers, as ``int(hex, 16) % table_size`` would).
     ``drop_last`` drops a short final batch; ``skip`` skips the shard's first batches (a
-    resumed run starts where its checkpoint says the shard was).
+    resumed run starts where its checkpoint says the shard was). With ``order``, [start, stop)
+    are logical rows of several shuffled passes (see ``EpochOrder``).
     """
     sizes = np.atleast_1d(np.asarray(table_size, dtype=np.int64))
     if batch_size < 1 or (sizes < 1).any():
@@ -258,13 +317,15 @@ def batches(
         raise ValueError(f"{len(sizes)} table sizes for {data.num_tables} tables")
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in [0, {num_shards})")
-    if not 0 <= start <= stop <= len(data):
+    if not 0 <= start <= stop <= (len(data) if order is None else math.inf):
         raise ValueError(f"rows [{start}, {stop}) are not within [0, {len(data)})")
     modulus = sizes.astype(np.uint64)
     total = num_batches(start, stop, batch_size, drop_last)
     for b in range(shard + skip * num_shards, total, num_shards):
         lo = start + b * batch_size
-        yield batch_of(data, slice(lo, min(lo + batch_size, stop)), modulus)
+        hi = min(lo + batch_size, stop)
+        rows: slice | np.ndarray = slice(lo, hi) if order is None else order.rows_of(lo, hi)
+        yield batch_of(data, rows, modulus)
 
 
 def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray

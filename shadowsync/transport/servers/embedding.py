@@ -229,7 +229,8 @@ def _shared_info() -> dict[str, Any] | None:
         return None
     t = _server_tables()
     return {"host": shm.host_id(), "paths": dict(_SHARED.paths), "rows": t.rows, "dim": t.dim,
-            "optimizer": t.optimizer.value, "lr": t.lr, "eps": t.eps}
+            "optimizer": t.optimizer.value, "lr": t.lr, "eps": t.eps,
+            "weight_decay": t.weight_decay}
 
 
 def _attached() -> None:
@@ -441,7 +442,7 @@ def _map_shared(info: dict[str, Any] | None) -> EmbeddingTables | None:
     except (OSError, ValueError, RuntimeError):  # names already gone: RPC it is
         return None
     return EmbeddingTables.from_tensors(rows, dim, info["optimizer"], info["lr"], info["eps"],
-                                        weight, state)
+                                        weight, state, info.get("weight_decay", 0.0))
 
 
 @dataclass
