@@ -37,6 +37,13 @@ def _train(args: argparse.Namespace) -> int:
     _, summary = run(cfg)
     logging.getLogger("shadowsync").info("done, outputs in %s/", summary["out"])
     print(format_table(summary, SUMMARY_KEYS))
+    best = summary.get("best")
+    if best:  # --val-share: which model the run keeps, and why it stopped
+        print(f"  best model: epoch {best.get('epoch')} ({best.get('examples', 0):,} examples), "
+              f"validation NE {best.get('val_ne', float('nan')):.4f} AUC "
+              f"{best.get('val_auc', float('nan')):.4f}"
+              f"{'; stopped early' if summary.get('early_stopped') else ''}"
+              f"; last model's eval AUC {summary.get('last_eval_auc', float('nan')):.4f}")
     return 0
 
 
@@ -58,6 +65,17 @@ def _export(args: argparse.Namespace) -> int:
 
     result = export(args.checkpoint, args.out)
     print(format_table(result, ["out", "schema", "bytes", "load_s", "export_s", "checkpoint"]))
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from shadowsync.data.prepare import prepare
+
+    info = prepare(args.name, args.out, args.seed, args.format, args.multi_hot)
+    for part, f in info["files"].items():
+        print(f"{part}: {f['path']} ({f['rows']:,} rows, click rate {f['click_rate']:.3f})")
+    if args.format == "parquet":
+        print(f"schema: {info['schema']}")
     return 0
 
 
@@ -188,6 +206,16 @@ def _bench_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_realdata(args: argparse.Namespace) -> int:
+    from shadowsync.bench.realdata import run_realdata_bench
+
+    if args.seeds < 1 or args.epochs < 1:
+        raise UserError("--seeds and --epochs must be >= 1")
+    run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs, val_share=args.val_share,
+                       early_stop=args.early_stop, multi_hot=args.multi_hot)
+    return 0
+
+
 def interrupted_line(e: Interrupted) -> str:
     if e.checkpoint is None:
         return f"stopped by {e}; no checkpoint was saved, nothing to resume"
@@ -244,6 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--examples", type=int, default=1_000_000)
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(func=_synth)
+    prep = data.add_parser("prepare", help="a real public data set (movielens100k) as "
+                           "Parquet + schema.toml, or arrays, with a fixed train/eval split")
+    prep.add_argument("name", help="movielens100k")
+    prep.add_argument("--out", required=True, help="output directory")
+    prep.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
+    prep.add_argument("--format", default="parquet", choices=("parquet", "arrays"))
+    prep.add_argument("--multi-hot", action=argparse.BooleanOptionalAction, default=True,
+                      help="declare list features (movie genres) in the schema")
+    prep.set_defaults(func=_prepare)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     hog = bench.add_parser("hogwild", help="Hogwild scaling and trainer overhead")
@@ -360,6 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
     data_bench.add_argument("--lines", type=int, default=500_000)
     data_bench.add_argument("--repeats", type=int, default=3)
     data_bench.set_defaults(func=_bench_data)
+    real = bench.add_parser("realdata", help="MovieLens 100K: the default job, 1 local "
+                            "trainer and a plain PyTorch DeepFM, AUC / NE / time side by side")
+    real.add_argument("--out", default="runs/bench-realdata")
+    real.add_argument("--seeds", type=int, default=3)
+    real.add_argument("--epochs", type=int, default=10)
+    real.add_argument("--val-share", type=float, default=0.1)
+    real.add_argument("--early-stop", type=int, default=4)
+    real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"))
+    real.set_defaults(func=_bench_realdata)
     return parser
 
 

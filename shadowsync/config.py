@@ -51,10 +51,24 @@ class TrainConfig:
     data: str = _opt("synthetic",
                      "training data: 'synthetic', a Criteo TSV file, .gz or directory, or a "
                      "directory of labels.npy, dense.npy, cats.npy")
+    schema: str | None = _opt(
+        None, "a TOML file naming the label, dense, categorical and multi-hot columns of "
+        "Parquet or CSV --data / --eval-data (converted once into a cache; table sizes come "
+        "from it; see docs/real-data.md)")
     eval_data: str | None = _opt(None, "held-out data (default: the last 10%% of --data)")
     examples: int | None = _opt(
-        None, "training examples, one pass (default: 1.5M synthetic, or all of --data)"
+        None, "training examples of one pass (default: 1.5M synthetic, or all of --data; "
+        "more than the data holds is an error: use --epochs)"
     )
+    epochs: int = _opt(1, "passes over the training rows; with more than one, each pass reads "
+                       "them in a new order drawn from --seed")
+    val_share: float = _opt(
+        0.0, "share of the training rows held out at their end for validation: evaluated at "
+        "each epoch's end and --eval-points times within, the best model kept as "
+        "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off)")
+    early_stop: int | None = _opt(
+        None, "with --val-share: stop after this many validations without improvement "
+        "(default: train every epoch)")
     skip_bad_lines: bool = _opt(False, "skip malformed data lines and count them")
     seed: int = _opt(0, "random seed (data generation, initialisation, shuffling)")
     # model
@@ -78,6 +92,9 @@ class TrainConfig:
     embedding_initial_accumulator: float = _opt(
         0.05, "where every embedding row's Adagrad accumulator starts (0: at zero, as torch "
         "does): above zero, a rare id's first steps are shrunk instead of a full --embedding-lr")
+    embedding_weight_decay: float = _opt(
+        0.0, "L2 weight decay on the embedding rows a batch reads (added to their gradient, "
+        "before row-wise Adagrad); small real data overfits rare ids without it")
     warmup_steps: int = _opt(
         300, "worker steps over which the dense learning rate rises linearly to --lr (0: off)")
     lr_decay_share: float = _opt(
@@ -211,6 +228,7 @@ class TrainConfig:
                             "pip install 'shadowsync[tensorboard]'")
         if self.examples is not None and self.examples <= 0:
             raise UserError(f"--examples must be positive, got {self.examples}")
+        self._check_epochs()
         for name in ("embedding_servers", "dense_servers", "warmup_steps", "max_restarts"):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -272,6 +290,31 @@ class TrainConfig:
                 raise UserError(f"--{_flag(f.name)}: {value!r} is not one of {', '.join(choices)}")
         return self
 
+    def _check_epochs(self) -> None:
+        if self.epochs < 1:
+            raise UserError(f"--epochs must be positive, got {self.epochs}")
+        if not 0 <= self.val_share < 1:
+            raise UserError(f"--val-share must be in [0, 1), got {self.val_share}")
+        if self.early_stop is not None:
+            if self.early_stop < 1:
+                raise UserError(f"--early-stop must be positive, got {self.early_stop}")
+            if self.val_share <= 0:
+                raise UserError("--early-stop needs --val-share (the rows it validates on)")
+            from shadowsync.runners.modes import PROTOCOL, mode_of
+
+            if mode_of(self.sync).builder == PROTOCOL:
+                raise UserError(f"--early-stop: --sync {self.sync} cannot stop its workers "
+                                "early; use epochs, or another --sync")
+        if self.val_share > 0:
+            if self.task != "ctr":
+                raise UserError("--val-share needs --task ctr")
+            if self.checkpoint_every == "never":
+                raise UserError("--val-share keeps the best model as a checkpoint: not with "
+                                "--checkpoint-every never")
+        if not 0 <= self.embedding_weight_decay < float("inf"):
+            raise UserError("--embedding-weight-decay must be a number >= 0, got "
+                            f"{self.embedding_weight_decay}")
+
     def _check_model(self) -> None:
         if not callable(self.model):
             return
@@ -299,7 +342,8 @@ class TrainConfig:
         """How every embedding table of the job learns, wherever it lives (a server, a
         trainer, a checkpoint being evaluated, a peer's tables)."""
         return {"optimizer": self.optimizer, "lr": self.embedding_lr,
-                "initial_accumulator": self.embedding_initial_accumulator}
+                "initial_accumulator": self.embedding_initial_accumulator,
+                "weight_decay": self.embedding_weight_decay}
 
     def sync_interval_s(self) -> float | None:
         """The background pace in seconds, or None for auto."""

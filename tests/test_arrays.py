@@ -74,3 +74,28 @@ def test_table_sizes_must_match_the_tables(array_dir):
         features_of(cfg)
     assert features_of(TrainConfig(data=str(array_dir), table_size=[10, 20, 30])).table_rows \
         == (10, 20, 30)
+
+
+def test_an_id_past_its_table_names_file_column_row_and_the_size_to_pass(array_dir):
+    from shadowsync.config import TrainConfig
+    from shadowsync.train.trainer import plan_data
+
+    cats = np.load(array_dir / "cats.npy")
+    row = int(np.argmax(cats[:, 1] >= 40))
+    with pytest.raises(UserError) as e:
+        plan_data(TrainConfig(data=str(array_dir), table_size=[60, 40, 70]))
+    assert str(e.value) == (f"{array_dir / 'cats.npy'}: row {row}, column 1: id {cats[row, 1]} "
+                            "is past its table of 40 rows; pass --table-size 60,50,70")
+    with pytest.raises(UserError, match="pass --table-size 50$"):
+        plan_data(TrainConfig(data=str(array_dir), table_size=[30]))
+
+
+@pytest.mark.timeout(60)
+def test_an_id_past_its_table_exits_2_in_one_line(tmp_path):
+    data = write_array_dir(tmp_path / "a", rows=1000)
+    res = run_cli(["train", "--data", str(data), "--table-size", "20", "--trainers", "1",
+                   "--embedding-servers", "0", "--sync", "none", "--out",
+                   str(tmp_path / "r")], timeout=50)
+    assert res.returncode == 2, res.stderr
+    assert "is past its table of 20 rows; pass --table-size 50" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr

@@ -13,6 +13,13 @@ interleaved and repeated (medians of per-step milliseconds):
 Phases come from the client's profile (`route_unique`, `sum_grads`, `send`, `wait`,
 `gather`) and the server's (`apply`, `lookup`); `dense_step` is the DLRM forward, backward
 and optimizer step on the same batch, for scale.
+
+Multi-hot features next to single ids: the same 26 tables fed bags of 1 to 7 ids (4 on
+average, drawn from the same skewed ids; odd tables mean-pooled, even ones weighted sums).
+For `rpc`, `shm` and `local`, each kind of batch is timed alone for its lookups (pooled
+vectors back) and for its updates (pooled gradients spread to every id and applied, waited
+for), interleaved in the same repeats: ids looked up and updated per second, and the
+multi-hot rate over the single-id rate.
 """
 
 from __future__ import annotations
@@ -28,6 +35,31 @@ from shadowsync.bench.common import print_table, write_bench
 
 MODES = ("rpc", "shm", "local", "echo", "ping")
 TABLES, ROWS, DIM, BATCH = 26, 100_000, 16, 256
+BAG_LENGTHS = (1, 8)  # a multi-hot bag holds 1 to 7 ids
+KINDS = ("single", "multi")
+JAGGED_MODES = ("rpc", "shm", "local")
+
+
+def multi_hot_batches(cats: torch.Tensor, batches: int, seed: int = 0) -> list[Any]:
+    """`batches` batches of BATCH examples whose every table gets a bag of ids drawn from that
+    table's column of `cats` (as skewed as single ids), odd tables mean-pooled, even ones
+    weighted sums."""
+    from shadowsync.embeddings.pooling import Bags
+
+    gen = torch.Generator().manual_seed(seed)
+    column = cats.t().contiguous()  # [TABLES, rows]
+    out = []
+    for _ in range(batches):
+        multi = []
+        for t in range(TABLES):
+            lengths = torch.randint(*BAG_LENGTHS, (BATCH,), generator=gen)
+            offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+            nnz = int(offsets[-1])
+            values = column[t, torch.randint(0, column.shape[1], (nnz,), generator=gen)]
+            weights = torch.rand(nnz, generator=gen) if t % 2 == 0 else None
+            multi.append((values, offsets, weights, "sum" if t % 2 == 0 else "mean"))
+        out.append(Bags.build(torch.empty(BATCH, 0, dtype=torch.long), multi))
+    return out
 
 
 def _table_optimizer() -> dict[str, Any]:
@@ -79,6 +111,29 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
     opt = make_dense_optimizer("adagrad", model.parameters(), 0.01)
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(BATCH, TABLES, DIM, generator=gen) * 1e-3 for _ in range(8)]
+    kinds = {"single": ids, "multi": multi_hot_batches(torch.from_numpy(data.cats % ROWS),
+                                                       steps + 1)}
+
+    def jagged(mode: str, kind: str) -> dict[str, float]:
+        """Lookups alone, then updates alone (each waited for), of one kind of batch."""
+        holder = local if mode == "local" else client
+        client._shared = mapped if mode == "shm" else {}
+        batches = kinds[kind]
+        t0 = time.perf_counter()
+        for i in range(steps):
+            holder.lookup(batches[i])
+        t1 = time.perf_counter()
+        for i in range(steps):
+            holder.apply_gradients(batches[i], grads[i % len(grads)])
+            if mode != "local":
+                client.flush()
+        t2 = time.perf_counter()
+        ids_per_batch = sum(len(b.ids) if kind == "multi" else b.numel()
+                            for b in batches[:steps]) / steps
+        return {"lookup_ms": (t1 - t0) / steps * 1e3, "update_ms": (t2 - t1) / steps * 1e3,
+                "ids_per_batch": ids_per_batch,
+                "lookups_per_s": ids_per_batch * steps / (t1 - t0),
+                "updates_per_s": ids_per_batch * steps / (t2 - t1)}
 
     def run(mode: str) -> dict[str, float]:
         prof: dict[str, float] = {}
@@ -127,6 +182,9 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
         for mode in MODES:
             runs.append({"variant": mode, "repeat": r, **run(mode)})
         runs.append({"variant": "dense_step", "repeat": r, **dense_step()})
+        for mode in JAGGED_MODES:
+            for kind in KINDS:
+                runs.append({"variant": f"{mode}-{kind}", "repeat": r, **jagged(mode, kind)})
     client.profile = None
     client._shared = mapped
     results.put(runs)
@@ -156,11 +214,20 @@ def run_embedding_bench(out: str, steps: int = 400, repeats: int = 3) -> dict[st
         for p in procs:
             if p.is_alive():
                 os.kill(p.pid, signal.SIGKILL)
+    jagged_variants = [f"{m}-{k}" for m in JAGGED_MODES for k in KINDS]
+    jagged_runs = [r for r in runs if r["variant"] in jagged_variants]
+    runs_by_step = [r for r in runs if r["variant"] not in jagged_variants]
     variants = [*MODES, "dense_step"]
-    phases = sorted({k for r in runs for k in r if k not in ("variant", "repeat")})
-    med = {v: {k: statistics.median(r[k] for r in runs if r["variant"] == v)
-               for k in phases if any(k in r for r in runs if r["variant"] == v)}
+    phases = sorted({k for r in runs_by_step for k in r if k not in ("variant", "repeat")})
+    med = {v: {k: statistics.median(r[k] for r in runs_by_step if r["variant"] == v)
+               for k in phases if any(k in r for r in runs_by_step if r["variant"] == v)}
            for v in variants}
+    rates = ("lookups_per_s", "updates_per_s", "lookup_ms", "update_ms", "ids_per_batch")
+    jag = {v: {k: statistics.median(r[k] for r in jagged_runs if r["variant"] == v)
+               for k in rates} for v in jagged_variants}
+    spread = {v: {k: (min(r[k] for r in jagged_runs if r["variant"] == v),
+                      max(r[k] for r in jagged_runs if r["variant"] == v))
+                  for k in ("lookups_per_s", "updates_per_s")} for v in jagged_variants}
     dense_ms = med["dense_step"]["step"]
     rpc_, shm_, local_ = med["rpc"], med["shm"], med["local"]
     ratios = {
@@ -173,13 +240,30 @@ def run_embedding_bench(out: str, steps: int = 400, repeats: int = 3) -> dict[st
         "rpc_server_work_share": (rpc_.get("apply", 0) + rpc_.get("lookup", 0)) / rpc_["step"],
         "rpc_transport_share": (med["echo"]["wait"]) / rpc_["step"],
         "rpc_fixed_round_trip_ms": med["ping"]["step"],
+        **{f"{kind}_{what}_{mode}": jag[f"{mode}-{kind}"][what]
+           for mode in JAGGED_MODES for kind in KINDS
+           for what in ("lookups_per_s", "updates_per_s")},
+        # ids a second with bags against single ids, through the same servers
+        **{f"multi_vs_single_{what}_{mode}": (jag[f"{mode}-multi"][what]
+                                              / jag[f"{mode}-single"][what])
+           for mode in JAGGED_MODES for what in ("lookups_per_s", "updates_per_s")},
     }
     print_table([[v, *[med[v].get(k, float("nan")) for k in phases]] for v in variants],
                 ["ms/step", *phases])
     print()
+    def millions(v: str, what: str) -> list[str]:
+        lo, hi = spread[v][what]
+        return [f"{jag[v][what] / 1e6:.2f}", f"{lo / 1e6:.2f}-{hi / 1e6:.2f}"]
+
+    print_table([[v, jag[v]["ids_per_batch"], *millions(v, "lookups_per_s"),
+                  *millions(v, "updates_per_s")] for v in jagged_variants],
+                ["ids", "ids/batch", "lookups M/s", "(min-max)", "updates M/s", "(min-max)"])
+    print()
     print_table([[k, v] for k, v in ratios.items()], ["ratio", "value"])
     path = write_bench(Path(out), "embedding", runs, ratios,
                        {"steps": steps, "repeats": repeats, "medians": med,
+                        "multi_hot": {"medians": jag, "spread": spread,
+                                      "bag_lengths": list(BAG_LENGTHS)},
                         "shape": {"tables": TABLES, "rows": ROWS, "dim": DIM, "batch": BATCH}})
     print(f"wrote {path}")
     return {"ratios": ratios, "medians": med}

@@ -20,7 +20,7 @@ from typing import Any
 
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.interval import parse_every
-from shadowsync.checkpoint.store import CHECKPOINT_DIR, prune, publish, step_dir
+from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, prune, publish, step_dir
 from shadowsync.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,18 @@ class Checkpointer:
             except Exception:  # noqa: BLE001 - a process already gone
                 pass
 
-    def save(self, final: bool, reason: str = "") -> Path | None:
+    def save_best(self, best: dict[str, Any]) -> Path | None:
+        """Save the job as it is now as OUT/checkpoint/best (replacing the one before),
+        `best` (where and how well it validated) in its manifest. Not a step: it is never
+        pruned and never resumed from unless named."""
+        try:
+            return self.save(final=False, reason="best", best=best)
+        except NoSpace as e:
+            log.warning("%s; training goes on", e)
+            return None
+
+    def save(self, final: bool, reason: str = "",
+             best: dict[str, Any] | None = None) -> Path | None:
         import torch.distributed.rpc as rpc
 
         t0 = time.perf_counter()
@@ -165,6 +176,10 @@ class Checkpointer:
             "shards": sorted(i["shard"] for i in infos), "time": time.time(),
             "save_s": round(time.perf_counter() - t0, 3), **self.extra,
         }
+        if best is not None:
+            manifest["best"] = best
+            return publish(staging, self.run / CHECKPOINT_DIR / BEST, manifest,
+                           self.config_toml)
         path = publish(staging, step_dir(self.run, trained), manifest, self.config_toml)
         prune(self.run, self.keep)
         self.latest = path

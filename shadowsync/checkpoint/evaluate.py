@@ -43,6 +43,16 @@ def feature_names(num_tables: int) -> list[str]:
     return [f"C{i + 1}" for i in range(num_tables)]
 
 
+def _trained_layout(path: str, schema: str | None) -> str | None:
+    """How the training data's ids were pooled, when those data are still there to say."""
+    from shadowsync.data.dataset import resolve, sparse_layout
+
+    try:
+        return sparse_layout(resolve(path, schema)) if Path(path).is_dir() else None
+    except (UserError, OSError):
+        return None
+
+
 def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
             table_rows: tuple[int, ...]) -> list[torch.Tensor]:
     """Every table whole, [rows, width] each, in feature order."""
@@ -138,15 +148,23 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                                  else data))
         rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
     else:
-        from shadowsync.data.dataset import open_data
+        from shadowsync.data import arrays
+        from shadowsync.data.dataset import open_data, resolve
 
-        rows = open_data(data, skip_bad_lines=skip_bad_lines)
+        rows = open_data(resolve(data, cfg.schema), skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
         f = features_of(cfg)
         if (rows.num_dense, rows.num_tables) != (f.num_dense, f.num_tables):
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
                             f"{f.num_dense} and {f.num_tables}")
+        trained_on = _trained_layout(cfg.data, cfg.schema)
+        if trained_on is not None and rows.sparse_layout() != trained_on:
+            raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
+                            f"checkpoint's model was trained on {trained_on}")
+        if arrays.is_array_dir(rows.source):
+            arrays.check_ids(rows.source, rows.cats, f.table_rows)
+            arrays.check_bag_ids(rows.source, rows.multi_hot, f.table_rows[rows.cats.shape[1]:])
     preds, labels = [], []
     table_rows = trained.table_rows.tolist() or [1]
     for dense, ids, y in batches(rows, start, stop, 4096, table_size=table_rows):

@@ -38,6 +38,7 @@ import torch
 from shadowsync.errors import UserError
 
 CHECKPOINT_DIR = "checkpoint"
+BEST = "best"  # --val-share: the model that validated best (the run's model for eval / load)
 MANIFEST = "manifest.json"
 CONFIG = "config.toml"
 FORMAT = 1
@@ -97,15 +98,22 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def find_checkpoint(path: str | Path, option: str = "--checkpoint") -> Path:
-    """A run directory (its newest checkpoint), its checkpoint/ directory, or one step."""
+def find_checkpoint(path: str | Path, option: str = "--checkpoint",
+                    latest: bool | None = None) -> Path:
+    """A run directory or its checkpoint/ directory (its best model if it kept one, else its
+    newest step; `latest`, default for --resume: always the newest step), or one step."""
     p = Path(path)
+    latest = option == "--resume" if latest is None else latest
     if not p.exists():
         raise UserError(f"{option} {p}: no such file or directory")
     if (p / MANIFEST).exists() or _STEP.match(p.name):
         read_manifest(p, option)
         return p
     run = p.parent if p.name == CHECKPOINT_DIR else p
+    best = run / CHECKPOINT_DIR / BEST
+    if not latest and (best / MANIFEST).is_file():
+        read_manifest(best, option)
+        return best
     found = published(run)
     if not found:
         raise UserError(f"{option} {p}: no checkpoint there (expected {CHECKPOINT_DIR}/step-N/ "

@@ -148,6 +148,11 @@ def _report_error(cfg: TrainConfig, message: str) -> None:
 
 def _run_role(cfg: TrainConfig) -> None:
     layout = layout_of(cfg)
+    if cfg.val_share > 0:
+        # Each new best model is saved while the job trains: import the checkpoint writer now,
+        # while every process starts (seconds), rather than in the first save, where it held
+        # up trainer 0's validations while the workers trained on.
+        import torch.distributed.checkpoint  # noqa: F401
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     if world != layout.world_size:

@@ -11,13 +11,16 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from shadowsync.data import arrays, criteo, synth
 from shadowsync.data.cache import built_once, cache_root
+from shadowsync.data.jagged import Jagged
 from shadowsync.data.schema import NUM_CAT, NUM_DENSE
+from shadowsync.embeddings.pooling import Bags
 from shadowsync.errors import UserError
 from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
 
@@ -30,7 +33,8 @@ class CtrData:
     """Rows of CTR examples: labels [n], dense features [n, D], raw ids or hashes [n, T].
 
     Criteo and synthetic data have D = 13 (log-transformed counts) and T = 26; arrays given
-    by the user have their own D and T.
+    by the user have their own D and T, and may add ``multi_hot`` features (several ids per
+    row, `Jagged`), whose tables come after the T of ``cats``.
 
     Arrays are usually read-only memory maps of a cache. ``probs`` holds the true click
     probabilities when the data is synthetic; ``teacher_ne_hint`` is the teacher's NE read
@@ -47,6 +51,7 @@ class CtrData:
         skipped_lines: int = 0,
         probs: np.ndarray | None = None,
         teacher_ne_hint: float | None = None,
+        multi_hot: Sequence[Jagged] = (),
     ) -> None:
         n = len(labels)
         if dense.ndim != 2 or cats.ndim != 2 or len(dense) != n or len(cats) != n:
@@ -56,6 +61,9 @@ class CtrData:
             )
         if probs is not None and probs.shape != (n,):
             raise ValueError(f"probs shape {probs.shape} does not match {n} rows")
+        if any(len(feature) != n for feature in multi_hot):
+            raise ValueError(f"multi-hot features of {[len(f) for f in multi_hot]} rows, not {n}")
+        self.multi_hot = tuple(multi_hot)
         self.labels = labels
         self.dense = dense
         self.cats = cats
@@ -73,7 +81,14 @@ class CtrData:
 
     @property
     def num_tables(self) -> int:
-        return self.cats.shape[1]
+        """Embedding tables: the single-id columns of ``cats``, then the multi-hot features."""
+        return self.cats.shape[1] + len(self.multi_hot)
+
+    def sparse_layout(self) -> str:
+        """How the ids are pooled, which a model trained on other data must share: the single-id
+        columns, then each multi-hot feature's name, pooling and weighting."""
+        return _layout(self.cats.shape[1],
+                       [(f.name, f.weights is not None, f.pooling) for f in self.multi_hot])
 
     def __repr__(self) -> str:
         return f"CtrData({self.source!r}, rows={len(self)}, skipped_lines={self.skipped_lines})"
@@ -94,6 +109,7 @@ class CtrData:
             skipped_lines=self.skipped_lines,
             probs=None if self.probs is None else self.probs[:rows],
             teacher_ne_hint=self.teacher_ne_hint if rows >= len(self) else None,
+            multi_hot=[feature.head(rows) for feature in self.multi_hot],
         )
 
 
@@ -113,7 +129,8 @@ def open_data(
         return _open_synthetic(examples or DEFAULT_SYNTHETIC_EXAMPLES, seed)
     if arrays.is_array_dir(path):
         labels, dense, cats = arrays.load(path)
-        data = CtrData(labels, dense, cats, source=path)
+        data = CtrData(labels, dense, cats, source=path,
+                       multi_hot=arrays.load_multi_hot(path, len(labels)))
         return data if examples is None else data.head(examples)
     parsed = criteo.load(path, skip_bad_lines=skip_bad_lines)
     data = CtrData(
@@ -125,6 +142,42 @@ def open_data(
         teacher_ne_hint=_teacher_hint(path),
     )
     return data if examples is None else data.head(examples)
+
+
+def sparse_layout(path: str) -> str:
+    """`CtrData.sparse_layout` of the data at ``path``, from the files' headers only."""
+    if path == SYNTHETIC or not arrays.is_array_dir(path):
+        return _layout(NUM_CAT, [])
+    specs = arrays.multi_hot_specs(path)
+    return _layout(arrays.shapes(path)[1] - len(specs),
+                   [(s["name"], s["weighted"], s["pooling"]) for s in specs])
+
+
+def _layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
+    named = [f"{name} ({'weighted ' if weighted else ''}{pooling})"
+             for name, weighted, pooling in multi]
+    return ", ".join([f"{single} single-id", *named])
+
+
+def resolve(path: str, schema: str | None) -> str:
+    """Where rows of `path` are read from: with a schema, the array directory its Parquet or
+    CSV files convert into (once, cached; see ``shadowsync.data.tabular``)."""
+    from shadowsync.data import tabular
+
+    if schema is not None and path != SYNTHETIC:
+        return str(tabular.convert(path, schema))
+    if Path(path).suffix.lower() in tabular.SUFFIXES:
+        raise UserError(f"{path}: Parquet and CSV data needs --schema naming its columns "
+                        "(see docs/real-data.md)")
+    return path
+
+
+def table_rows_of(path: str, num_tables: int, given: Any) -> tuple[int, ...]:
+    """Table sizes: those an array directory declares (features.json), else `given(T)`
+    (--table-size)."""
+    declared = arrays.declared_table_rows(path) if (
+        path != SYNTHETIC and arrays.is_array_dir(path)) else None
+    return tuple(declared if declared is not None else given(num_tables))
 
 
 def feature_counts(path: str) -> tuple[int, int]:
@@ -200,6 +253,41 @@ def num_batches(start: int, stop: int, batch_size: int, drop_last: bool = False)
     return rows // batch_size if drop_last else math.ceil(rows / batch_size)
 
 
+class EpochOrder:
+    """Passes over the first ``rows`` rows, each in its own seeded random order.
+
+    Training over several epochs reads logical rows [0, epochs x rows): logical row ``r``
+    is row ``perm_e[r % rows]`` of the data, where ``e = r // rows`` and ``perm_e`` is a
+    permutation drawn from ``(seed, e)``. Every process draws the same permutations, so the
+    shards of one pass still never overlap, and a position (steps into the logical rows)
+    resumes at the same row.
+    """
+
+    def __init__(self, rows: int, seed: int) -> None:
+        if rows < 1:
+            raise ValueError("an epoch needs at least one row")
+        self.rows, self.seed = rows, seed
+        self._cached: dict[int, np.ndarray] = {}
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        if epoch not in self._cached:
+            if len(self._cached) >= 2:  # a batch spans at most two passes
+                self._cached.pop(min(self._cached))
+            rng = np.random.default_rng([self.seed, epoch, 0x5EED])
+            self._cached[epoch] = rng.permutation(self.rows)
+        return self._cached[epoch]
+
+    def rows_of(self, lo: int, hi: int) -> np.ndarray:
+        """Data rows of logical rows [lo, hi)."""
+        logical = np.arange(lo, hi, dtype=np.int64)
+        epoch, within = np.divmod(logical, self.rows)
+        out = np.empty(len(logical), dtype=np.int64)
+        for e in np.unique(epoch):
+            mask = epoch == e
+            out[mask] = self.permutation(int(e))[within[mask]]
+        return out
+
+
 def batches(
     data: CtrData,
     start: int,
@@ -210,6 +298,7 @@ def batches(
     table_size: int | Sequence[int] = DEFAULT_TABLE_SIZE,
     drop_last: bool = False,
     skip: int = 0,
+    order: EpochOrder | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """One pass of ``(dense [B, D] float32, ids [B, T] int64, labels [B] float32)``.
 
@@ -218,7 +307,8 @@ def batches(
     once. ``ids`` are the raw hashes modulo the table size (one for all tables or one per
     table; taken as unsigned 64-bit numbers, as ``int(hex, 16) % table_size`` would).
     ``drop_last`` drops a short final batch; ``skip`` skips the shard's first batches (a
-    resumed run starts where its checkpoint says the shard was).
+    resumed run starts where its checkpoint says the shard was). With ``order``, [start, stop)
+    are logical rows of several shuffled passes (see ``EpochOrder``).
     """
     sizes = np.atleast_1d(np.asarray(table_size, dtype=np.int64))
     if batch_size < 1 or (sizes < 1).any():
@@ -227,17 +317,34 @@ def batches(
         raise ValueError(f"{len(sizes)} table sizes for {data.num_tables} tables")
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not in [0, {num_shards})")
-    if not 0 <= start <= stop <= len(data):
+    if not 0 <= start <= stop <= (len(data) if order is None else math.inf):
         raise ValueError(f"rows [{start}, {stop}) are not within [0, {len(data)})")
     modulus = sizes.astype(np.uint64)
     total = num_batches(start, stop, batch_size, drop_last)
     for b in range(shard + skip * num_shards, total, num_shards):
         lo = start + b * batch_size
         hi = min(lo + batch_size, stop)
-        # Copies out of the (read-only) memory map, so the tensors own writable memory.
-        dense = np.array(data.dense[lo:hi], dtype=np.float32)
-        # int64 hashes are reinterpreted as unsigned; narrower ids (checked >= 0) are widened.
-        cats = np.asarray(data.cats[lo:hi], dtype=np.int64)
-        ids = (cats.view(np.uint64) % modulus).view(np.int64)
-        labels = np.array(data.labels[lo:hi], dtype=np.float32)
-        yield torch.from_numpy(dense), torch.from_numpy(ids), torch.from_numpy(labels)
+        rows: slice | np.ndarray = slice(lo, hi) if order is None else order.rows_of(lo, hi)
+        yield batch_of(data, rows, modulus)
+
+
+def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray
+             ) -> tuple[torch.Tensor, torch.Tensor | Bags, torch.Tensor]:
+    """``(dense, ids, labels)`` of the rows ``rows`` picks (consecutive rows, or any row
+    numbers), ids reduced modulo ``modulus`` (uint64, one for all tables or one per table).
+
+    ``ids`` is a tensor [B, T] when every feature has one id per row, else `Bags`: the
+    single ids and each multi-hot feature's ids, for the tables to look up and pool.
+    """
+    # Copies out of the (read-only) memory map, so the tensors own writable memory.
+    dense = np.array(data.dense[rows], dtype=np.float32)
+    # int64 hashes are reinterpreted as unsigned; narrower ids (checked >= 0) are widened.
+    cats = np.asarray(data.cats[rows], dtype=np.int64)
+    single = cats.shape[1]
+    ids = torch.from_numpy((cats.view(np.uint64) % modulus[:single or 1]).view(np.int64))
+    labels = np.array(data.labels[rows], dtype=np.float32)
+    if data.multi_hot:
+        last = len(modulus) - 1
+        ids = Bags.build(ids, [f.batch(rows, int(modulus[min(single + m, last)]))
+                               for m, f in enumerate(data.multi_hot)])
+    return torch.from_numpy(dense), ids, torch.from_numpy(labels)

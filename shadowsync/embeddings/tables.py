@@ -2,8 +2,9 @@
 
 All tables handled by one holder (a trainer, or one embedding parameter server) live in one
 fused weight matrix with a row offset per table, so a batch's lookup is a single gather and
-its update a single scatter however many features there are. Lookups are EmbeddingBag
-lookups with bags of one id (Criteo has one value per categorical feature).
+its update a single scatter however many features there are. Ids [B, T] (one per feature,
+as in Criteo) are looked up as they are; a batch with multi-hot features comes as `Bags`
+(see `shadowsync.embeddings.pooling`), its rows read, then pooled per example and feature.
 
 The weights and the optimizer state can be placed in shared memory; Hogwild workers then
 read and update them without locks, as in Recht et al. 2011 and the ShadowSync trainers.
@@ -15,6 +16,7 @@ from enum import Enum
 
 import torch
 
+from shadowsync.embeddings.pooling import Bags
 from shadowsync.embeddings.unique import unique_with_inverse
 
 
@@ -35,8 +37,9 @@ class EmbeddingTables:
         seed: int = 0,
         eps: float = 1e-8,
         initial_accumulator: float = 0.0,
+        weight_decay: float = 0.0,
     ) -> None:
-        self._set_layout(rows, dim, optimizer, lr, eps)
+        self._set_layout(rows, dim, optimizer, lr, eps, weight_decay)
         total = sum(self.rows)
         gen = torch.Generator().manual_seed(seed)
         # DLRM's initialisation: uniform in +-1/sqrt(rows) of each table.
@@ -52,11 +55,11 @@ class EmbeddingTables:
     @classmethod
     def from_tensors(cls, rows: list[int], dim: int, optimizer: SparseOptimizer | str, lr: float,
                      eps: float, weight: torch.Tensor,
-                     state: torch.Tensor | None) -> EmbeddingTables:
+                     state: torch.Tensor | None, weight_decay: float = 0.0) -> EmbeddingTables:
         """Tables over existing weight and optimizer-state tensors (for example another
         process's, mapped from shared memory): no initialisation, updates land in them."""
         tables = cls.__new__(cls)
-        tables._set_layout(rows, dim, optimizer, lr, eps)
+        tables._set_layout(rows, dim, optimizer, lr, eps, weight_decay)
         if weight.shape != (sum(tables.rows), dim):
             raise ValueError(f"weight of shape {tuple(weight.shape)} for {sum(rows)} rows x {dim}")
         tables.weight = weight
@@ -64,8 +67,9 @@ class EmbeddingTables:
         return tables
 
     def _set_layout(self, rows: list[int], dim: int, optimizer: SparseOptimizer | str,
-                    lr: float, eps: float) -> None:
+                    lr: float, eps: float, weight_decay: float = 0.0) -> None:
         self.rows = list(rows)
+        self.weight_decay = weight_decay
         self.dim = dim
         self.optimizer = SparseOptimizer(optimizer)
         self.lr = lr
@@ -96,20 +100,25 @@ class EmbeddingTables:
     def detach(self) -> None:
         pass
 
-    def _flat_ids(self, ids: torch.Tensor) -> torch.Tensor:
+    def _flat_ids(self, ids: torch.Tensor | Bags) -> torch.Tensor:
+        if isinstance(ids, Bags):
+            return self.offsets.index_select(0, ids.tables) + ids.ids
         return (ids + self.offsets).reshape(-1)
 
-    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, num_tables] (already < rows) -> vectors [B, num_tables, dim]."""
+    def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:
+        """ids [B, num_tables] (already < rows), or Bags -> vectors [B, num_tables, dim]."""
+        if isinstance(ids, Bags):
+            return ids.pool(self.weight, self._flat_ids(ids))
         return self.lookup_rows(self._flat_ids(ids)).view(*ids.shape, self.dim)
 
-    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor,
+    def apply_gradients(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
                         lr_scale: float = 1.0) -> None:
         """Apply d(loss)/d(vectors) [B, num_tables, dim] to the rows ids point at."""
-        self.apply_rows(self._flat_ids(ids), grads.reshape(-1, self.dim), lr_scale=lr_scale)
+        per_row = ids.unpool(grads) if isinstance(ids, Bags) else grads.reshape(-1, self.dim)
+        self.apply_rows(self._flat_ids(ids), per_row, lr_scale=lr_scale)
 
-    def update_and_lookup(self, ids: torch.Tensor, grads: torch.Tensor,
-                          next_ids: torch.Tensor | None,
+    def update_and_lookup(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
+                          next_ids: torch.Tensor | Bags | None,
                           lr_scale: float = 1.0) -> torch.Tensor | None:
         """Apply one step's gradients, then read the next step's vectors (if any)."""
         self.apply_gradients(ids, grads, lr_scale)
@@ -123,8 +132,19 @@ class EmbeddingTables:
                    lr_scale: float = 1.0) -> None:
         """Apply gradients [n, dim] to rows of the fused weight matrix at `lr_scale` times the
         tables' learning rate (a schedule's factor). Repeats are allowed unless `unique` says
-        the caller has already summed them."""
+        the caller has already summed them.
+
+        With `weight_decay` wd, each row the batch read takes the gradient of
+        ``loss + wd/2 * ||w||^2`` once: ``g_row = sum of its gradients + wd * w_row``, the L2
+        penalty on the rows a batch reads (rows never read are left alone, as sparse
+        optimizers do), inside the row-wise Adagrad step."""
         lr = self.lr * lr_scale
+        if self.weight_decay > 0:
+            if not unique:
+                rows, inverse = unique_with_inverse(rows)
+                grads = torch.zeros(len(rows), self.dim).index_add_(0, inverse, grads)
+                unique = True
+            grads = grads + self.weight_decay * self.weight.index_select(0, rows)
         # The steps are scaled before index_add_ rather than through its `alpha`: on a large
         # table torch's CPU index_add_ with alpha != 1 took 3.4x as long (1.0 ms against 0.3 ms
         # for 2,300 rows of a 2.6M-row table), a seventh of a whole training step.

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from shadowsync.embeddings.pooling import Bags
+
 OUTPUTS = ("sigmoid", "softmax")  # a click probability per example, or class probabilities
 
 
@@ -52,8 +54,11 @@ class TrainedModel(nn.Module):
         """Columns of every table's rows (the embedding width, plus one with --id-bias)."""
         return next(iter(self.tables.values())).embedding_dim if len(self.tables) else 0
 
-    def embed(self, sparse: torch.Tensor) -> torch.Tensor:
-        """ids [B, num_tables] -> the pooled vectors [B, num_tables, table_width]."""
+    def embed(self, sparse: torch.Tensor | Bags) -> torch.Tensor:
+        """ids [B, num_tables], or `Bags` of multi-hot features -> the pooled vectors
+        [B, num_tables, table_width]."""
+        if isinstance(sparse, Bags):
+            return self._embed_bags(sparse)
         batch = sparse.shape[0]
         if len(self.tables) == 0:
             return torch.zeros(batch, 0, 0)
@@ -62,7 +67,16 @@ class TrainedModel(nn.Module):
         return torch.stack([bag(ids[:, i], offsets)
                             for i, bag in enumerate(self.tables.values())], dim=1)
 
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor | None = None) -> torch.Tensor:
+    def _embed_bags(self, bags: Bags) -> torch.Tensor:
+        rows = torch.empty(len(bags.ids), self.table_width)
+        for t, bag in enumerate(self.tables.values()):
+            lookups = (bags.tables == t).nonzero().squeeze(1)
+            ids = bags.ids.index_select(0, lookups).remainder(int(self.table_rows[t]))
+            rows.index_copy_(0, lookups, bag.weight.index_select(0, ids))
+        return bags.pool(rows)
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor | Bags | None = None
+                ) -> torch.Tensor:
         if sparse is None:
             sparse = torch.zeros(dense.shape[0], 0, dtype=torch.long)
         return self.dense_model(dense, self.embed(sparse))
@@ -76,6 +90,12 @@ class TrainedModel(nn.Module):
         (tensors or arrays), `batch_size` rows at a time: [n] clicks, or [n, classes]."""
         x = torch.as_tensor(np.asarray(dense, dtype=np.float32))
         n = len(x)
+        if isinstance(sparse, Bags):  # a batch of multi-hot features, scored whole
+            if sparse.shape != (n, len(self.tables)):
+                raise ValueError(f"sparse bags are {list(sparse.shape)}, expected "
+                                 f"[{n}, {len(self.tables)}]")
+            with torch.no_grad():
+                return self.probabilities(self(x, sparse))
         ids = (torch.zeros(n, 0, dtype=torch.long) if sparse is None
                else torch.as_tensor(np.asarray(sparse, dtype=np.int64)))
         if x.dim() != 2 or x.shape[1] != self.num_dense:

@@ -22,6 +22,8 @@ def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, Any]:
     # with this process): meanwhile, import what the evaluations need, which would otherwise
     # wait until the first evaluation (after training, with --eval-points 0).
     task_of(cfg.task).prepare_evaluation()
+    if cfg.val_share > 0:  # best models are saved while training (see roles._run_role)
+        import torch.distributed.checkpoint  # noqa: F401
     summary = run_replica(cfg, plan, local_tables(cfg, plan.features))
     assert summary is not None  # the only trainer is trainer 0
     return summary

@@ -162,6 +162,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     if checkpointer is not None:
         saved = final_save(checkpointer, stopped)
     final = trainer.final_eval() if lead and not stopped else None
+    best_final = best_eval(trainer) if final is not None else None
     train_metric = trainer.running.value
     if stopped and lead and remote_shards:
         # Saved: end every process now rather than through RPC's graceful shutdown (a
@@ -194,6 +195,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     summary["examples_lost"] = attempts.examples_lost(out, cfg.trainers)
     summary.update(resumed)
     resumed_eps(summary)
+    summary.update(selection_summary(trainer, final, best_final))
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
                    "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,
                    f"eval_{trainer.task.metric}": final[trainer.task.metric]})
@@ -204,6 +206,39 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
             xlabel=xlabel)
     return summary
+
+
+def best_eval(trainer: Trainer) -> dict[str, float] | None:
+    """--val-share: the best checkpoint's metrics on the held-out rows (None: none kept)."""
+    if trainer.best_checkpoint is None:
+        return None
+    from shadowsync.checkpoint.evaluate import load_model
+    from shadowsync.train.evaluate import evaluate
+
+    _, model, tables = load_model(Path(trainer.best_checkpoint))
+    p = trainer.plan
+    return evaluate(model, tables, p.eval, p.eval_start, p.eval_stop, p.features.table_rows)
+
+
+def selection_summary(trainer: Trainer, final: dict[str, float],
+                      best: dict[str, float] | None) -> dict[str, Any]:
+    """Epochs, the validation's best point, early stopping; with a best checkpoint, the
+    summary's eval_* are its (the model eval and load use), last_eval_* the final model's."""
+    cfg = trainer.cfg
+    out: dict[str, Any] = {"epochs": cfg.epochs, "val_share": cfg.val_share}
+    if not trainer.validating:
+        return out
+    sel = trainer.selection
+    out.update({"best": {**sel.best_at, "checkpoint": str(trainer.best_checkpoint)
+                         if trainer.best_checkpoint else None},
+                "validations": sel.evaluations, "early_stopped": trainer.early_stopped,
+                "last_eval_ne": final["ne"], "last_eval_auc": final["auc"]})
+    if best is not None:
+        teacher = trainer.plan.teacher_eval_ne
+        out.update({"eval_ne": best["ne"], "eval_auc": best["auc"],
+                    "eval_logloss": best["logloss"], "calibration": best["calibration"],
+                    "ne_vs_teacher": best["ne"] / teacher if teacher else None})
+    return out
 
 
 def final_save(checkpointer: Any, stopped: int | None) -> Any:

@@ -9,10 +9,12 @@ spine runs a single local trainer and one trainer of a cluster.
 
 from __future__ import annotations
 
+import logging
 import queue as queue_mod
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
+from shadowsync.train.selection import ModelSelection, validation_points
 from shadowsync.train.state import WorkerSlots, examples_in
 from shadowsync.train.stop import STOP
 from shadowsync.train.straggler import Straggler
@@ -31,7 +34,12 @@ from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
 from shadowsync.transport.layout import ClusterLayout
 
+log = logging.getLogger(__name__)
+
 EVAL_SAMPLE = 20_000
+# Written under OUT by trainer 0 when --early-stop ends training; every trainer's workers
+# stop after their current step when they see it.
+EARLY_STOP_FLAG = ".early-stop"
 # How often a trainer looks at its processes and peers, notes its progress and (trainer 0)
 # decides on a checkpoint, whatever its workers report: a dead peer is seen, and a checkpoint
 # is taken, within about this long.
@@ -132,6 +140,16 @@ class Trainer:
         self._evaluating = False
         self._slices: list[Any] | None = None  # each worker's rows (`_examples_at`)
         self.stats.examples = self.resumed_examples()
+        # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
+        self.validating = plan.val_start is not None and index == 0
+        self.selection = ModelSelection(self.task.higher_is_better, cfg.early_stop)
+        self.best_checkpoint: Any = None
+        self.early_stopped = False
+        self._last_val_examples: int | None = None
+        self._val_at: list[int] = []  # trainer examples at which to validate next
+        self._t0 = 0.0
+        self.early_stop_flag = (Path(cfg.out or ".") / EARLY_STOP_FLAG
+                                if cfg.early_stop is not None else None)
 
     def resumed_examples(self) -> int:
         """Examples this trainer's workers had trained when its checkpoint was saved."""
@@ -182,9 +200,10 @@ class Trainer:
         return [
             WorkerSpec(
                 trainer=self.index, worker=w,
-                data=DataSlice(cfg.task, cfg.data, plan.open_examples,
+                data=DataSlice(cfg.task, plan.open_path or cfg.data, plan.open_examples,
                                cfg.seed, cfg.skip_bad_lines, 0, stop,
-                               shard=self.index * cfg.workers + w, num_shards=shards),
+                               shard=self.index * cfg.workers + w, num_shards=shards,
+                               epoch_rows=plan.epoch_rows),
                 batch_size=cfg.batch_size, table_size=list(plan.features.table_rows),
                 optimizer=cfg.optimizer, lr=cfg.lr, schedule=LrSchedule.of(cfg),
                 report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
@@ -223,6 +242,9 @@ class Trainer:
                     adopt(p.pid)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if self.early_stop_flag is not None and self.index == 0:
+            # Before the job meets (below): no trainer looks for it until then.
+            self.early_stop_flag.unlink(missing_ok=True)
         try:
             # Joining RPC waits for every member of the job, the workers just started
             # included; if the job ends meanwhile, the workers go before this process does.
@@ -232,6 +254,8 @@ class Trainer:
             if self.sync:
                 self.sync.start()
             self._follow(messages, self._procs, t0)
+            if self.validating and self.stop_signal is None:
+                self._validate(time.perf_counter() - t0, final=True)
         except BaseException as e:
             # A lost peer fails the attempt: what the workers would train now is lost anyway.
             self._terminate(at_once=isinstance(e, PeerLost) or not STOP.running)
@@ -271,6 +295,10 @@ class Trainer:
         next_log = (start // cfg.log_every + 1) * cfg.log_every
         eval_every = max(1, expected // max(1, cfg.eval_points))
         next_eval = (start // eval_every + 1) * eval_every
+        per_epoch = plan.rows_per_epoch // cfg.trainers
+        self._val_at = [v for v in validation_points(per_epoch, cfg.epochs, cfg.eval_points)
+                        if v > start] if self.validating else []
+        self._t0 = t0
         done: set[int] = set()
         told = False
         next_tick = 0.0
@@ -316,7 +344,7 @@ class Trainer:
             if s.examples >= next_log:
                 next_log += cfg.log_every
                 row = self._metrics_row(wall)
-            if s.examples >= next_eval and cfg.eval_points > 0:
+            if s.examples >= next_eval and cfg.eval_points > 0 and not self.validating:
                 next_eval += eval_every
                 row = row or self._metrics_row(wall)
                 row[f"eval_{self.task.metric}"] = self.sample_eval()
@@ -327,6 +355,11 @@ class Trainer:
         """Every TICK_S while training: stop on a dead worker or peer, note progress, and
         (trainer 0) checkpoint when due."""
         self._check_workers(procs, done)
+        if (self.early_stop_flag is not None and not self.early_stopped and self.index > 0
+                and self.early_stop_flag.exists()):
+            self.early_stopped = True
+            if self.stop_event is not None:
+                self.stop_event.set()
         if self.stop_signal is None and STOP.signum is None and self.lost_peer is not None:
             # A process of the job died: what this attempt trains from now on is lost (the
             # job restarts from its last checkpoint), so stop now rather than when the
@@ -337,6 +370,55 @@ class Trainer:
         self._note_progress()
         if self.checkpointer is not None and self.stop_signal is None:
             self.checkpointer.maybe_save(self.trained_now())
+        if self._val_at and not self.early_stopped and self.stop_signal is None:
+            # By the workers' shared step counts, not their reports (which trail).
+            now = self.trained_now()
+            if now >= self._val_at[0]:
+                while self._val_at and now >= self._val_at[0]:
+                    self._val_at.pop(0)
+                self._validate(time.perf_counter() - self._t0)
+
+    def _validate(self, wall: float, final: bool = False) -> None:
+        """Trainer 0, --val-share: score the validation rows, keep the best model as
+        OUT/checkpoint/best, and stop the job after --early-stop evaluations without
+        improvement. `final`: after training, unless the last validation was just now."""
+        cfg, plan = self.cfg, self.plan
+        trained = self.trained_now()
+        if final and (self._last_val_examples == trained or self.early_stopped):
+            return
+        self._last_val_examples = trained
+        from shadowsync.train.evaluate import evaluate
+
+        m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
+                     plan.features.table_rows)
+        epoch = trained * cfg.trainers / plan.rows_per_epoch
+        value = m[self.task.metric]
+        improved = self.selection.observe(value, epoch=round(epoch, 3),
+                                          examples=trained * cfg.trainers,
+                                          val_ne=m["ne"], val_auc=m["auc"])
+        if improved and self.checkpointer is not None:
+            self.best_checkpoint = self.checkpointer.save_best(self.selection.best_at)
+        log.info("epoch %.2f: validation NE %.4f, AUC %.4f%s", epoch, m["ne"], m["auc"],
+                 " (best so far)" if improved else
+                 f" ({self.selection.since_best} without improvement)")
+        row = self._metrics_row(wall)
+        row.update({"examples": trained, "epoch": round(epoch, 4), "val_ne": m["ne"],
+                    "val_auc": m["auc"], "best": improved})
+        if self.log is not None:
+            self.log.write(row)
+        if self.selection.should_stop and not final and not self.early_stopped:
+            self.stop_early()
+
+    def stop_early(self) -> None:
+        """End training after every worker's current step, the job's normal ending after it
+        (final checkpoint, evaluation, summary): trainer 0 tells the others by a file."""
+        self.early_stopped = True
+        log.info("early stop: %d validations without improvement", self.selection.since_best)
+        if self.early_stop_flag is not None:
+            self.early_stop_flag.parent.mkdir(parents=True, exist_ok=True)
+            self.early_stop_flag.touch()
+        if self.stop_event is not None:
+            self.stop_event.set()
 
     def _check_workers(self, procs: list[Any], done: set[int]) -> None:
         dead = [i for i, p in enumerate(procs)

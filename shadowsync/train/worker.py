@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from shadowsync.data.dataset import batches, num_batches
+from shadowsync.data.dataset import EpochOrder, batches, num_batches
 from shadowsync.errors import failure_line
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
@@ -47,6 +47,7 @@ class DataSlice:
     stop: int
     shard: int
     num_shards: int
+    epoch_rows: int | None = None  # --epochs: [start, stop) are logical rows of shuffled passes
 
 
 @dataclass
@@ -192,11 +193,13 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         # around (a fast worker under ASP) skips them within the pass it was in.
         skip = [spec.start_step % planned if hook.endless_data and planned
                 else spec.start_step]
+        order = EpochOrder(d.epoch_rows, d.seed) if d.epoch_rows else None
 
         def one_pass() -> Any:
             first, skip[0] = skip[0], 0
             return batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
-                           num_shards=d.num_shards, table_size=spec.table_size, skip=first)
+                           num_shards=d.num_shards, table_size=spec.table_size, skip=first,
+                           order=order)
 
         stream = endless(one_pass) if hook.endless_data else one_pass()
         batch = next(stream, None)

@@ -43,6 +43,17 @@ class DataPlan:
     teacher_eval_ne: float | None
     features: Features
     open_examples: int | None = None  # what workers pass to Task.open_data for the same rows
+    open_path: str | None = None  # where workers open the rows (None: --data as given)
+    # --epochs: rows of one pass; training then reads logical rows [0, train_stop) of
+    # shuffled passes (`shadowsync.data.dataset.EpochOrder`). None: one pass, in order.
+    epoch_rows: int | None = None
+    # --val-share: validation rows [val_start, val_stop) of `train` (None: no validation)
+    val_start: int | None = None
+    val_stop: int | None = None
+
+    @property
+    def rows_per_epoch(self) -> int:
+        return self.epoch_rows if self.epoch_rows is not None else self.train_stop
 
     @property
     def skipped_lines(self) -> int:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.embeddings.pooling import Bags
 from shadowsync.embeddings.unique import unique_with_inverse
 from shadowsync.transport import shm
 from shadowsync.transport.layout import ClusterLayout
@@ -112,6 +113,23 @@ class RowKeys:
             piece = torch.arange(len(self.split)) * e + sid % e
             keys[:, self.split] = self.split_base.view(-1)[piece] + sid // e
         return keys.reshape(-1)
+
+    def of_pairs(self, tables: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """(table, id) pairs [L] -> keys [L] (the lookups of a batch with multi-hot features)."""
+        keys = self.whole.index_select(0, tables) + ids
+        if len(self.split):
+            e = self.split_base.shape[1]
+            piece_of = torch.full((len(self.whole),), -1, dtype=torch.long)
+            piece_of[self.split] = torch.arange(len(self.split))
+            piece = piece_of.index_select(0, tables)
+            at = (piece >= 0).nonzero().squeeze(1)
+            sid = ids.index_select(0, at)
+            keys[at] = self.split_base.view(-1)[piece[at] * e + sid % e] + sid // e
+        return keys
+
+    def keys(self, ids: torch.Tensor | Bags) -> torch.Tensor:
+        """The keys of a batch's lookups: ids [B, tables] flattened, or a `Bags`' pairs."""
+        return self.of_pairs(ids.tables, ids.ids) if isinstance(ids, Bags) else self.of(ids)
 
 
 @dataclass
@@ -223,7 +241,8 @@ def _shared_info() -> dict[str, Any] | None:
         return None
     t = _server_tables()
     return {"host": shm.host_id(), "paths": dict(_SHARED.paths), "rows": t.rows, "dim": t.dim,
-            "optimizer": t.optimizer.value, "lr": t.lr, "eps": t.eps}
+            "optimizer": t.optimizer.value, "lr": t.lr, "eps": t.eps,
+            "weight_decay": t.weight_decay}
 
 
 def _attached() -> None:
@@ -304,14 +323,14 @@ class RemoteEmbeddings:
         self._shared.clear()
         RpcEndpoint.leave()
 
-    def _requests(self, ids: torch.Tensor) -> _Requests:
+    def _requests(self, ids: torch.Tensor | Bags) -> _Requests:
         """Which distinct rows each server is asked for. Ads ids are heavily skewed, so a batch
         repeats many of them (about 3 in 4 here): each distinct row travels once."""
         if self._last is not None and self._last.ids is ids:
             return self._last
         assert self._keys is not None, "attach() first"
         with self._timed("route_unique"):
-            keys, inverse = unique_with_inverse(self._keys.of(ids))
+            keys, inverse = unique_with_inverse(self._keys.keys(ids))
             start = self._keys.starts
             bounds = torch.searchsorted(keys, start).tolist()
             per_server = []
@@ -332,13 +351,13 @@ class RemoteEmbeddings:
         fut.set_result(_LOCAL_CALLS[kind](local, *args))
         return fut
 
-    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+    def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:
         req = self._requests(ids)
         calls = {s: self._call(s, "lookup", rows) for s, _, rows in req.per_server}
         return self._gather(req, calls, ids)
 
     def _gather(self, req: _Requests, calls: dict[int, torch.futures.Future],
-                ids: torch.Tensor) -> torch.Tensor:
+                ids: torch.Tensor | Bags) -> torch.Tensor:
         with self._timed("wait"):
             replies = {s: fut.wait() for s, fut in calls.items()}
         with self._timed("gather"):
@@ -348,20 +367,24 @@ class RemoteEmbeddings:
                 distinct = torch.empty(req.distinct, self.dim)
                 for s, span, _ in req.per_server:
                     distinct[span] = replies[s]
+            if isinstance(ids, Bags):
+                return ids.pool(distinct, req.inverse)
             return distinct.index_select(0, req.inverse).view(*ids.shape, self.dim)
 
     def _summed(self, req: _Requests, grads: torch.Tensor) -> torch.Tensor:
         with self._timed("sum_grads"):
-            return torch.zeros(req.distinct, self.dim).index_add_(
-                0, req.inverse, grads.reshape(-1, self.dim).detach())
+            grads = grads.detach()
+            per_row = (req.ids.unpool(grads) if isinstance(req.ids, Bags)
+                       else grads.reshape(-1, self.dim))
+            return torch.zeros(req.distinct, self.dim).index_add_(0, req.inverse, per_row)
 
-    def apply_gradients(self, ids: torch.Tensor, grads: torch.Tensor,
+    def apply_gradients(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
                         lr_scale: float = 1.0) -> None:
         """Push asynchronously; waits only when too many pushes are still in flight."""
         self.update_and_lookup(ids, grads, None, lr_scale)
 
-    def update_and_lookup(self, ids: torch.Tensor, grads: torch.Tensor,
-                          next_ids: torch.Tensor | None,
+    def update_and_lookup(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
+                          next_ids: torch.Tensor | Bags | None,
                           lr_scale: float = 1.0) -> torch.Tensor | None:
         """Push one step's gradients (applied at `lr_scale` times the tables' learning rate)
         and fetch the next step's rows in one call per server, halving the round trips of a
@@ -431,12 +454,12 @@ def _map_shared(info: dict[str, Any] | None) -> EmbeddingTables | None:
     except (OSError, ValueError, RuntimeError):  # names already gone: RPC it is
         return None
     return EmbeddingTables.from_tensors(rows, dim, info["optimizer"], info["lr"], info["eps"],
-                                        weight, state)
+                                        weight, state, info.get("weight_decay", 0.0))
 
 
 @dataclass
 class _Requests:
-    ids: torch.Tensor  # the batch these were computed for
+    ids: torch.Tensor | Bags  # the batch these were computed for
     distinct: int
     inverse: torch.Tensor  # position of every (example, table) among the distinct rows
     # server, its distinct rows' span among all of them (None: all), its rows

@@ -1,0 +1,528 @@
+"""Parquet and CSV files described by a schema, converted once into an array directory.
+
+``--data PATH --schema schema.toml``: PATH is a ``.parquet`` / ``.csv`` file or a directory
+of them (read in name order). The schema says which column is what::
+
+    label = "click"                       # 0/1 (bool, integer or float in [0, 1])
+    dense = ["age", "price"]              # numbers; a null, NaN or infinity is an error
+
+    [[categorical]]                       # one id per row
+    name = "user_id"
+    table_size = 1000                     # ids must be in [0, table_size) ...
+    hash = false                          # ... unless hash = true: id % table_size, and
+                                          # strings hashed (stable across runs) first
+
+    [[multi_hot]]                         # a list of ids per row (Parquet list column; in
+    name = "genres"                       # CSV a string split at `separator`, default "|")
+    table_size = 20
+    pooling = "sum"                       # or "mean"
+    weights = "genre_weights"             # optional list column of floats, one per id
+
+The files are read with pyarrow in record batches (bounded memory) and written into a cache
+of ``.npy`` files in the array-directory layout (``labels.npy``, ``dense.npy``, ``cats.npy``,
+``NAME.values.npy`` / ``NAME.offsets.npy`` / ``NAME.weights.npy`` per multi-hot feature and
+``features.json``), once; later runs map the cache. A bad value stops the conversion with one
+line: ``FILE:ROW: column 'x' ...`` (ROW counts data rows from 1; a CSV's line is ROW + 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shadowsync.data.cache import NpyWriter, built_once, cache_root
+from shadowsync.errors import UserError
+
+FORMAT_VERSION = 1
+SUFFIXES = (".parquet", ".pq", ".csv")
+BATCH_ROWS = 65_536  # rows per record batch: what the conversion holds in memory at a time
+POOLINGS = ("sum", "mean")
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A categorical (one id) or multi-hot (a list of ids) column."""
+
+    name: str
+    table_size: int
+    hash: bool = False
+    pooling: str = "sum"
+    weights: str | None = None
+    separator: str = "|"
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    path: str
+    label: str
+    dense: tuple[str, ...]
+    categorical: tuple[Sparse, ...]
+    multi_hot: tuple[Sparse, ...]
+
+    @classmethod
+    def load(cls, path: str) -> TableSchema:
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except FileNotFoundError:
+            raise UserError(f"--schema {path}: no such file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise UserError(f"--schema {path}: invalid TOML: {e}") from None
+        known = {"label", "dense", "categorical", "multi_hot"}
+        for key in doc:
+            if key not in known:
+                expected = ", ".join(sorted(known))
+                raise UserError(f"{path}: unknown key '{key}' (expected {expected})")
+        label = doc.get("label")
+        if not isinstance(label, str) or not label:
+            raise UserError(f"{path}: 'label' must name the label column")
+        dense = doc.get("dense", [])
+        if not isinstance(dense, list) or not all(isinstance(d, str) for d in dense):
+            raise UserError(f"{path}: 'dense' must be a list of column names")
+        cats = tuple(_sparse(path, "categorical", i, t)
+                     for i, t in enumerate(_tables(path, doc, "categorical")))
+        multi = tuple(_sparse(path, "multi_hot", i, t)
+                      for i, t in enumerate(_tables(path, doc, "multi_hot")))
+        if not cats and not multi:
+            raise UserError(f"{path}: no [[categorical]] or [[multi_hot]] column (at least one "
+                            "is needed)")
+        schema = cls(path, label, tuple(dense), cats, multi)
+        names = schema.columns()
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise UserError(f"{path}: column '{dup}' is named twice")
+        return schema
+
+    def columns(self) -> list[str]:
+        return [self.label, *self.dense, *(c.name for c in self.categorical),
+                *(m.name for m in self.multi_hot),
+                *(m.weights for m in self.multi_hot if m.weights)]
+
+    def role(self, column: str) -> str:
+        if column == self.label:
+            return "label"
+        if column in self.dense:
+            return "dense"
+        if any(c.name == column for c in self.categorical):
+            return "categorical"
+        if any(m.weights == column for m in self.multi_hot):
+            return "multi-hot weights"
+        return "multi_hot"
+
+    def digest(self) -> str:
+        text = json.dumps([self.label, self.dense, [vars(c) for c in self.categorical],
+                           [vars(m) for m in self.multi_hot]], sort_keys=True)
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def features(self) -> dict[str, Any]:
+        """features.json of the converted directory (the shared array-directory format)."""
+        return {"dense": list(self.dense),
+                "categorical": [{"name": c.name, "table_size": c.table_size}
+                                for c in self.categorical],
+                "multi_hot": [{"name": m.name, "table_size": m.table_size,
+                               "pooling": m.pooling, "weighted": m.weights is not None}
+                              for m in self.multi_hot]}
+
+
+def _tables(path: str, doc: dict, key: str) -> list[dict]:
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise UserError(f"{path}: '{key}' must be [[{key}]] tables")
+    return value
+
+
+def _sparse(path: str, kind: str, i: int, t: dict) -> Sparse:
+    where = f"{path}: [[{kind}]] #{i + 1}"
+    allowed = {"name", "table_size", "hash"} | ({"pooling", "weights", "separator"}
+                                                if kind == "multi_hot" else set())
+    for key in t:
+        if key not in allowed:
+            raise UserError(f"{where}: unknown key '{key}' (expected {', '.join(sorted(allowed))})")
+    name = t.get("name")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"{where}: 'name' must name a column")
+    size = t.get("table_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise UserError(f"{where} ({name}): 'table_size' must be a positive integer")
+    pooling = t.get("pooling", "sum")
+    if pooling not in POOLINGS:
+        raise UserError(f"{where} ({name}): 'pooling' must be one of {', '.join(POOLINGS)}")
+    hashed = t.get("hash", False)
+    if not isinstance(hashed, bool):
+        raise UserError(f"{where} ({name}): 'hash' must be true or false")
+    weights = t.get("weights")
+    if weights is not None and (not isinstance(weights, str) or not weights):
+        raise UserError(f"{where} ({name}): 'weights' must name a column")
+    sep = t.get("separator", "|")
+    if not isinstance(sep, str) or not sep:
+        raise UserError(f"{where} ({name}): 'separator' must be a non-empty string")
+    return Sparse(name, size, hashed, pooling, weights, sep)
+
+
+# -- files --
+
+def is_tabular(path: str) -> bool:
+    p = Path(path)
+    if p.is_file():
+        return p.suffix.lower() in SUFFIXES
+    return p.is_dir() and any(f.suffix.lower() in SUFFIXES for f in p.iterdir())
+
+
+def list_files(path: str) -> list[Path]:
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path}: no such file or directory")
+    files = ([p] if p.is_file() else
+             sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES))
+    if not files:
+        raise UserError(f"{path}: no .parquet or .csv files")
+    bad = [f for f in files if f.suffix.lower() not in SUFFIXES]
+    if bad:
+        raise UserError(f"{bad[0]}: --schema reads .parquet or .csv files")
+    return files
+
+
+def cache_dir(path: str, schema: TableSchema) -> Path:
+    files = list_files(path)
+    stamp = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    key = hashlib.sha1(json.dumps([stamp, schema.digest(), FORMAT_VERSION]).encode())
+    return cache_root() / "tables" / f"{Path(path).name}-{key.hexdigest()[:16]}"
+
+
+def convert(path: str, schema_path: str) -> Path:
+    """The array directory holding `path` as `schema_path` describes it: converted on first
+    use (one process converts, the others wait), then found again."""
+    schema = TableSchema.load(schema_path)
+    dest = cache_dir(path, schema)
+    return built_once(dest, "meta.json", lambda tmp: build(tmp, path, schema))
+
+
+def build(tmp: Path, path: str, schema: TableSchema) -> None:
+    """Convert `path` into the array directory `tmp`."""
+    writer = _Writer(tmp, schema)
+    for f in list_files(path):
+        if f.suffix.lower() == ".csv":
+            _read_csv(f, schema, writer)
+        else:
+            _read_parquet(f, schema, writer)
+    writer.close(path)
+
+
+# -- checks of one batch --
+
+class _Writer:
+    def __init__(self, tmp: Path, schema: TableSchema) -> None:
+        self.tmp, self.schema = tmp, schema
+        self.labels = NpyWriter(tmp / "labels.npy", np.float32, ())
+        self.dense = NpyWriter(tmp / "dense.npy", np.float32, (len(schema.dense),))
+        self.cats = NpyWriter(tmp / "cats.npy", np.int64, (len(schema.categorical),))
+        self.values = {m.name: NpyWriter(tmp / f"{m.name}.values.npy", np.int64, ())
+                       for m in schema.multi_hot}
+        self.weights = {m.name: NpyWriter(tmp / f"{m.name}.weights.npy", np.float32, ())
+                        for m in schema.multi_hot if m.weights}
+        self.offsets = {m.name: NpyWriter(tmp / f"{m.name}.offsets.npy", np.int64, ())
+                        for m in schema.multi_hot}
+        for w in self.offsets.values():
+            w.append(np.zeros(1, np.int64))
+        self.rows = 0
+        self.ends = {m.name: 0 for m in schema.multi_hot}  # each multi-hot feature's ids so far
+        # the largest id of each sparse column, and the first id past its table
+        self.top: dict[str, int] = {}
+        self.past: tuple[str, str, int, int] | None = None  # (where, column, id, size)
+
+    def note_ids(self, column: Sparse, ids: np.ndarray, where_of: Any) -> None:
+        if not len(ids):
+            return
+        self.top[column.name] = max(self.top.get(column.name, -1), int(ids.max()))
+        if self.past is None and not column.hash:
+            over = np.flatnonzero(ids >= column.table_size)
+            if len(over):
+                self.past = (where_of(int(over[0])), column.name, int(ids[over[0]]),
+                             column.table_size)
+
+    def close(self, path: str) -> None:
+        if self.past is not None:
+            where, name, value, size = self.past
+            raise UserError(f"{where}: column '{name}': id {value} is past its table of "
+                            f"{size:,} rows; set table_size = {self.top[name] + 1} for it in "
+                            f"{self.schema.path} (or hash = true)")
+        if self.rows == 0:
+            raise UserError(f"{path}: no rows")
+        for w in [self.labels, self.dense, self.cats, *self.values.values(),
+                  *self.weights.values(), *self.offsets.values()]:
+            w.close()
+        (self.tmp / "features.json").write_text(json.dumps(self.schema.features(), indent=1))
+        (self.tmp / "meta.json").write_text(json.dumps(
+            {"format": "shadowsync-table", "version": FORMAT_VERSION, "source": str(path),
+             "schema": self.schema.path, "rows": self.rows}, indent=1))
+
+
+def _numbers(values: Any, where: Any, column: str, kind: str) -> np.ndarray:
+    """A numeric or bool arrow array -> float64, a null named at its row."""
+    import pyarrow as pa
+
+    if values.null_count:
+        raise UserError(f"{where(_first_null(values))}: column '{column}' ({kind}) is empty")
+    if pa.types.is_boolean(values.type):
+        return values.to_numpy(zero_copy_only=False).astype(np.float64)
+    return values.to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _first_null(values: Any) -> int:
+    return int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+
+
+def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
+    """An integer or (hashed) string arrow array of ids -> int64, checked."""
+    import pyarrow as pa
+
+    t = values.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if not column.hash:
+            raise UserError(f"{where(0)}: column '{column.name}' holds strings; set hash = true "
+                            "for it in the schema (or give integer ids)")
+        return _hash_strings(values) % np.uint64(column.table_size)
+    ids = values.to_numpy(zero_copy_only=False).astype(np.int64)
+    if column.hash:
+        return (ids.view(np.uint64) % np.uint64(column.table_size)).astype(np.int64)
+    neg = np.flatnonzero(ids < 0)
+    if len(neg):
+        raise UserError(f"{where(int(neg[0]))}: column '{column.name}': negative id "
+                        f"{int(ids[neg[0]])} (ids must be >= 0)")
+    return ids
+
+
+def _hash_strings(values: Any) -> np.ndarray:
+    """Stable 64-bit hashes of strings (blake2b), each distinct string hashed once."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(values)
+    uniq = enc.dictionary.to_pylist()
+    table = np.array([int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(),
+                                     "little") for s in uniq], dtype=np.uint64)
+    return table[enc.indices.to_numpy(zero_copy_only=False)].astype(np.uint64)
+
+
+def _type_ok(t: Any, role: str, column: Sparse | None) -> bool:
+    import pyarrow as pa
+
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+    if role in ("label", "dense"):
+        return numeric
+    if role == "categorical":
+        return pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+    if role == "multi-hot weights":
+        return (pa.types.is_list(t) or pa.types.is_large_list(t)) and \
+            (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        v = t.value_type
+        return pa.types.is_integer(v) or pa.types.is_string(v) or pa.types.is_large_string(v)
+    return False
+
+
+EXPECTED = {"label": "0/1 numbers", "dense": "numbers", "categorical": "integer ids (or strings "
+            "with hash = true)", "multi_hot": "lists of integer ids",
+            "multi-hot weights": "lists of numbers"}
+
+
+def _check_columns(f: Path, schema: TableSchema, arrow_schema: Any) -> None:
+    present = {field.name: field.type for field in arrow_schema}
+    for name in schema.columns():
+        role = schema.role(name)
+        if name not in present:
+            raise UserError(f"{f}: no column '{name}' (the schema {schema.path} names it as "
+                            f"{role})")
+        if not _type_ok(present[name], role, None):
+            raise UserError(f"{f}: column '{name}' ({role}) is {present[name]}, expected "
+                            f"{EXPECTED[role]}")
+
+
+def _add_batch(batch: Any, schema: TableSchema, w: _Writer, f: Path, first_row: int,
+               line_offset: int = 0) -> None:
+    """One record batch: checked, appended to the writer. `first_row`: the batch's first row
+    in its file, counted from 1."""
+    n = batch.num_rows
+
+    def where(i: int) -> str:
+        return f"{f}:{first_row + i + line_offset}"
+
+    cols = {name: batch.column(name) for name in batch.schema.names}
+    y = _numbers(cols[schema.label], where, schema.label, "label")
+    bad = np.flatnonzero(~((y >= 0) & (y <= 1)))
+    if len(bad):
+        raise UserError(f"{where(int(bad[0]))}: column '{schema.label}': label {y[bad[0]]} is not "
+                        "in [0, 1]")
+    dense = np.empty((n, len(schema.dense)), np.float32)
+    for j, name in enumerate(schema.dense):
+        v = _numbers(cols[name], where, name, "dense")
+        bad = np.flatnonzero(~np.isfinite(v))
+        if len(bad):
+            raise UserError(f"{where(int(bad[0]))}: column '{name}' (dense): {v[bad[0]]} is not "
+                            "a finite number")
+        dense[:, j] = v
+    cats = np.empty((n, len(schema.categorical)), np.int64)
+    for j, c in enumerate(schema.categorical):
+        col = cols[c.name]
+        if col.null_count:
+            raise UserError(f"{where(_first_null(col))}: column '{c.name}' (categorical) is empty")
+        ids = _ids(col, c, where)
+        w.note_ids(c, ids, where)
+        cats[:, j] = ids
+    for m in schema.multi_hot:
+        col = cols[m.name]
+        lengths = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = col.flatten()
+        row_of = np.repeat(np.arange(n), lengths)
+        if flat.null_count:
+            raise UserError(f"{where(int(row_of[_first_null(flat)]))}: column '{m.name}' "
+                            "(multi_hot): a null id in the list")
+        ids = _ids(flat, m, lambda i, r=row_of: where(int(r[i]) if len(r) else 0))
+        w.note_ids(m, ids, lambda i, r=row_of: where(int(r[i])))
+        w.values[m.name].append(ids)
+        if m.weights:
+            wcol = cols[m.weights]
+            wl = wcol.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+            diff = np.flatnonzero(wl != lengths)
+            if len(diff):
+                r = int(diff[0])
+                raise UserError(f"{where(r)}: column '{m.weights}' has {int(wl[r])} weights for "
+                                f"{int(lengths[r])} ids of '{m.name}'")
+            wv = wcol.flatten()
+            if wv.null_count:
+                raise UserError(f"{where(int(row_of[_first_null(wv)]))}: column '{m.weights}': "
+                                "a null weight")
+            wv = wv.to_numpy(zero_copy_only=False).astype(np.float32)
+            bad = np.flatnonzero(~np.isfinite(wv))
+            if len(bad):
+                raise UserError(f"{where(int(row_of[bad[0]]))}: column '{m.weights}': weight "
+                                f"{wv[bad[0]]} is not a finite number")
+            w.weights[m.name].append(wv)
+        offs = w.ends[m.name] + np.cumsum(lengths)
+        w.offsets[m.name].append(offs)
+        w.ends[m.name] = int(offs[-1]) if n else w.ends[m.name]
+    w.labels.append(y.astype(np.float32))
+    w.dense.append(dense)
+    w.cats.append(cats)
+    w.rows += n
+
+
+def _read_parquet(f: Path, schema: TableSchema, w: _Writer) -> None:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(f)
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors for a file that is not Parquet
+        raise UserError(f"{f}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    _check_columns(f, schema, pf.schema_arrow)
+    row = 1
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=schema.columns()):
+        _add_batch(batch, schema, w, f, row)
+        row += batch.num_rows
+
+
+def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pcsv
+
+    types: dict[str, Any] = {schema.label: pa.float64()}
+    types.update({d: pa.float64() for d in schema.dense})
+    types.update({c.name: pa.string() if c.hash else pa.int64() for c in schema.categorical})
+    types.update({m.name: pa.string() for m in schema.multi_hot})
+    types.update({m.weights: pa.string() for m in schema.multi_hot if m.weights})
+    try:
+        header = pcsv.open_csv(f, read_options=pcsv.ReadOptions(block_size=1 << 20))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UserError(f"{f}: not a readable CSV file ({str(e).splitlines()[0]})") from None
+    present = set(header.schema.names)
+    for name in schema.columns():
+        if name not in present:
+            raise UserError(f"{f}: no column '{name}' (the schema {schema.path} names it as "
+                            f"{schema.role(name)})")
+    try:
+        reader = pcsv.open_csv(
+            f, read_options=pcsv.ReadOptions(block_size=1 << 22),
+            convert_options=pcsv.ConvertOptions(column_types=types,
+                                                include_columns=schema.columns(),
+                                                strings_can_be_null=False))
+    except pa.ArrowInvalid as e:  # the first block is read on opening
+        raise _csv_error(f, schema, types, str(e)) from None
+    row = 1
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            break
+        except pa.ArrowInvalid as e:
+            raise _csv_error(f, schema, types, str(e)) from None
+        arrays, names = [], []
+        for name in batch.schema.names:
+            col = batch.column(name)
+            m = next((m for m in schema.multi_hot if name in (m.name, m.weights)), None)
+            if m is not None:
+                sep = m.separator
+                parts = pc.split_pattern(col, sep)
+                empty = pc.equal(col, "")
+                parts = pc.if_else(empty, pa.scalar([], pa.list_(pa.string())), parts)
+                target = (pa.list_(pa.float32()) if name == m.weights else
+                          pa.list_(pa.string()) if m.hash else pa.list_(pa.int64()))
+                try:
+                    col = parts.cast(target)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    bad = _first_bad(parts, target.value_type)
+                    what = "numbers" if name == m.weights else "integer ids"
+                    raise UserError(f"{f}:{row + bad + 1}: column '{name}': "
+                                    f"{col[bad].as_py()!r} is not a '{sep}'-separated list "
+                                    f"of {what}") from None
+            arrays.append(col)
+            names.append(name)
+        _add_batch(pa.RecordBatch.from_arrays(arrays, names=names), schema, w, f, row,
+                   line_offset=1)
+        row += batch.num_rows
+
+
+def _first_bad(parts: Any, value_type: Any) -> int:
+    for i, items in enumerate(parts.to_pylist()):
+        for v in items or []:
+            try:
+                float(v) if value_type != "int64" and "int" not in str(value_type) else int(v)
+            except ValueError:
+                return i
+    return 0
+
+
+def _csv_error(f: Path, schema: TableSchema, types: dict[str, Any], message: str) -> UserError:
+    """pyarrow names the column but not the row of a value it cannot convert: find it."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    names = [n for n in schema.columns() if f"'{n}'" in message] or \
+        [n for n in schema.columns() if types.get(n) != pa.string()]
+    as_text = pcsv.open_csv(f, convert_options=pcsv.ConvertOptions(
+        column_types={n: pa.string() for n in names}, include_columns=names))
+    row = 1
+    for batch in as_text:
+        for name in names:
+            for i, text in enumerate(batch.column(name).to_pylist()):
+                try:
+                    v = float(text) if types[name] == pa.float64() else int(text)
+                    if isinstance(v, float) and math.isnan(v):
+                        raise ValueError
+                except (TypeError, ValueError):
+                    role = schema.role(name)
+                    what = "an integer id" if types[name] == pa.int64() else "a number"
+                    return UserError(f"{f}:{row + i + 1}: column '{name}' ({role}): {text!r} is "
+                                     f"not {what}")
+        row += batch.num_rows
+    return UserError(f"{f}: {message.splitlines()[0]}")

@@ -1,0 +1,154 @@
+"""Epochs, the validation tail, the best checkpoint and early stopping; embedding weight
+decay."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from shadowsync.checkpoint.store import find_checkpoint
+from shadowsync.config import TrainConfig
+from shadowsync.data.dataset import CtrData, EpochOrder, batches
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.errors import UserError
+from shadowsync.train.selection import ModelSelection, validation_points
+from tests.conftest import write_array_dir
+from tests.helpers import run_cli, summary
+
+
+def test_each_pass_reads_every_row_once_in_its_own_order():
+    order = EpochOrder(10, seed=3)
+    rows = order.rows_of(0, 30)
+    passes = rows.reshape(3, 10)
+    for p in passes:
+        assert sorted(p) == list(range(10))
+    assert not (passes[0] == passes[1]).all()
+    again = EpochOrder(10, seed=3)
+    assert (again.rows_of(7, 23) == rows[7:23]).all()  # any process, any span: same rows
+    assert not (EpochOrder(10, seed=4).rows_of(0, 10) == passes[0]).all()
+
+
+def test_sharded_batches_over_three_epochs_read_each_row_three_times():
+    n = 37
+    data = CtrData(np.arange(n, dtype=np.float32) % 2, np.arange(n, dtype=np.float32)[:, None],
+                   np.zeros((n, 1), dtype=np.int64), source="t")
+    order = EpochOrder(n, seed=0)
+    seen = []
+    for shard in range(2):
+        for dense, _, _ in batches(data, 0, 3 * n, 4, shard=shard, num_shards=2, table_size=5,
+                                   order=order):
+            seen += dense[:, 0].int().tolist()
+    assert sorted(seen) == sorted(list(range(n)) * 3)
+
+
+def test_model_selection_keeps_the_best_and_stops_after_patience():
+    sel = ModelSelection(higher_is_better=False, patience=2)
+    assert sel.observe(0.9, epoch=1)
+    assert sel.observe(0.8, epoch=2)
+    assert not sel.observe(0.8, epoch=3)  # a tie keeps the earlier model
+    assert not sel.should_stop
+    assert not sel.observe(float("nan"), epoch=4)
+    assert sel.should_stop and sel.best == 0.8 and sel.best_at == {"epoch": 2}
+    auc = ModelSelection(higher_is_better=True)
+    assert auc.observe(0.7) and not auc.observe(0.6) and auc.observe(0.71)
+    assert not auc.should_stop  # no patience: never
+
+
+def test_validation_points_end_each_epoch():
+    assert validation_points(100, 2, 4) == [25, 50, 75, 100, 125, 150, 175, 200]
+    assert validation_points(10, 3, 0) == [10, 20, 30]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"epochs": 0}, "--epochs must be positive"),
+    ({"val_share": 1.0}, "--val-share must be in [0, 1)"),
+    ({"early_stop": 3}, "--early-stop needs --val-share"),
+    ({"early_stop": 3, "val_share": 0.1, "sync": "bsp"}, "--early-stop: --sync bsp"),
+    ({"val_share": 0.1, "checkpoint_every": "never"}, "not with --checkpoint-every never"),
+    ({"embedding_weight_decay": -1.0}, "--embedding-weight-decay must be"),
+])
+def test_bad_options_name_the_option(options, message):
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        TrainConfig(**options)
+
+
+def test_examples_past_the_data_is_an_error_that_says_epochs(tmp_path):
+    from shadowsync.train.trainer import plan_data
+
+    data = write_array_dir(tmp_path / "a", rows=1000)
+    with pytest.raises(UserError, match="holds 900 training rows; .* use --epochs"):
+        plan_data(TrainConfig(data=str(data), examples=5000, table_size=[50]))
+    plan = plan_data(TrainConfig(data=str(data), epochs=3, val_share=0.1, table_size=[50]))
+    # 900 training rows: the last 90 validate, 810 a pass, 3 passes
+    assert (plan.val_start, plan.val_stop, plan.epoch_rows, plan.train_stop) == \
+        (810, 900, 810, 2430)
+
+
+def test_weight_decay_is_l2_on_the_rows_read_inside_row_wise_adagrad():
+    wd, lr, acc0 = 0.1, 0.5, 0.2
+    t = EmbeddingTables([4], 3, lr=lr, initial_accumulator=acc0, weight_decay=wd)
+    w0 = t.weight.clone()
+    g = torch.tensor([[1.0, 0.0, -1.0], [0.5, 0.5, 0.5]])
+    t.apply_rows(torch.tensor([2, 2]), g)  # id 2 twice: one step on the summed gradient
+    total = g.sum(0) + wd * w0[2]
+    acc = acc0 + total.pow(2).mean()
+    assert torch.allclose(t.weight[2], w0[2] - lr * total / (acc.sqrt() + 1e-8))
+    assert torch.equal(t.weight[[0, 1, 3]], w0[[0, 1, 3]])  # rows not read: left alone
+    assert torch.allclose(t.state[2], acc)
+
+
+def test_finder_prefers_best_but_resume_takes_the_newest(tmp_path):
+    for name in ("step-10", "step-20", "best"):
+        d = tmp_path / "checkpoint" / name
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text(json.dumps({"format": 1}))
+        (d / "config.toml").write_text("")
+    assert find_checkpoint(tmp_path).name == "best"
+    assert find_checkpoint(tmp_path / "checkpoint").name == "best"
+    assert find_checkpoint(tmp_path, "--resume").name == "step-20"
+    assert find_checkpoint(tmp_path / "checkpoint" / "step-10").name == "step-10"
+
+
+LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
+         "--table-size", "50"]
+
+
+@pytest.mark.timeout(240)
+def test_epochs_keep_the_best_model_and_eval_uses_it(tmp_path):
+    data = write_array_dir(tmp_path / "a", rows=6000)
+    out = tmp_path / "run"
+    res = run_cli(["train", *LOCAL, "--data", str(data), "--epochs", "3", "--val-share", "0.2",
+                   "--eval-points", "2", "--batch-size", "64", "--out", str(out)], timeout=200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    s = summary(out)
+    assert s["epochs"] == 3 and s["examples"] == 3 * 4320  # 5400 training rows, 20% validate
+    assert s["validations"] >= 3
+    best = s["best"]
+    assert 0 < best["epoch"] <= 3.0 and best["checkpoint"].endswith("checkpoint/best")
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    vals = [r for r in rows if "val_ne" in r]
+    assert min(r["val_ne"] for r in vals) == pytest.approx(best["val_ne"])
+    assert s["eval_auc"] > 0.7  # the best model's, on the held-out rows
+    assert "best model: epoch" in res.stdout
+    ev = run_cli(["eval", "--checkpoint", str(out), "--data", str(data)], timeout=100)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert "checkpoint/best" in ev.stdout
+
+
+@pytest.mark.timeout(300)
+def test_early_stop_ends_the_default_job_and_reports_the_best(tmp_path):
+    data = write_array_dir(tmp_path / "a", rows=6000)
+    out = tmp_path / "run"
+    # A rate far too high for 50-row tables: validation gets worse after the first epochs.
+    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
+                   "--epochs", "200", "--val-share", "0.2", "--eval-points", "1",
+                   "--early-stop", "2", "--embedding-lr", "2", "--lr", "0.5",
+                   "--batch-size", "64", "--out", str(out)], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = summary(out)
+    assert s["early_stopped"] is True
+    assert s["examples"] < 200 * 4320 // 4  # stopped long before the 200 epochs
+    assert (out / "checkpoint" / "best" / "manifest.json").is_file()
+    assert not list(out.glob("**/.tmp-*"))
