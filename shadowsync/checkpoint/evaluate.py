@@ -82,13 +82,23 @@ def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
     return torch.cat(pieces) if pieces else None
 
 
+def _features(manifest: dict[str, Any], cfg: Any) -> Any:
+    """The model's input shape: from the manifest (saved since the shape was recorded there,
+    so the data need not be at hand), else from the data's headers."""
+    from shadowsync.train.trainer import Features, features_of
+
+    if "num_dense" in manifest and "table_rows" in manifest:
+        return Features(int(manifest["num_dense"]), tuple(int(r) for r in manifest["table_rows"]))
+    return features_of(cfg)
+
+
 def load_model(path: str | Path, model: Any = None,
                option: str = "--checkpoint") -> tuple[Any, TrainedModel, Path]:
     """The configuration, the whole model and the step directory of the checkpoint at `path`
     (a run directory: its newest). `model`: the factory the run's --model named, for one that
     cannot be imported here (defined in a notebook or a script's __main__)."""
     from shadowsync.runners.protocol import load_flat
-    from shadowsync.train.trainer import build_dense_model, features_of
+    from shadowsync.train.trainer import build_dense_model
 
     step = find_checkpoint(path, option)
     manifest = read_manifest(step, option)
@@ -97,8 +107,9 @@ def load_model(path: str | Path, model: Any = None,
         cfg = replace(cfg, model=model)
     elif cfg.model.startswith("__main__:") or "<locals>" in cfg.model:
         raise UserError(f"checkpoint {step}: its --model {cfg.model} was defined in a notebook "
-                        "or script; pass the same function: shadowsync.load(path, model=...)")
-    features = features_of(cfg)
+                        "or script; pass the same function: shadowsync.load(path, model=...) "
+                        "or shadowsync.export(path, out, model=...)")
+    features = _features(manifest, cfg)
     dense = build_dense_model(cfg, features)
     state = {f"model/{k}": v for k, v in dense.state_dict().items()}
     load_shard(step / "trainer0", state, "the dense model", strict=False)
