@@ -137,7 +137,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
     row of a file or directory, or the held-out rows of the built-in data."""
     from shadowsync.data.dataset import batches
     from shadowsync.metrics import evaluate_predictions
-    from shadowsync.train.trainer import features_of, plan_data
+    from shadowsync.train.trainer import plan_data
 
     if predictions is not None:
         parent = Path(predictions).resolve().parent
@@ -153,11 +153,11 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
 
         rows = open_data(data, skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
-        f = features_of(cfg)
-        if (rows.num_dense, rows.num_tables) != (f.num_dense, f.num_tables):
+        takes = (trained.num_dense, len(trained.tables))
+        if (rows.num_dense, rows.num_tables) != takes:
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
-                            f"{f.num_dense} and {f.num_tables}")
+                            f"{takes[0]} and {takes[1]}")
     preds, labels = [], []
     table_rows = trained.table_rows.tolist() or [1]
     for dense, ids, y in batches(rows, start, stop, 4096, table_size=table_rows):
