@@ -159,3 +159,25 @@ def test_exported_programs_predict_the_same_with_torch_alone(tmp_path):
     worst = json.loads(res.stdout)
     assert set(worst) == set(EXPORTED)
     assert all(v <= 1e-6 for v in worst.values()), worst
+
+
+@pytest.mark.timeout(150)
+def test_a_run_on_arrays_loads_after_its_data_is_gone(tmp_path):
+    import shutil
+
+    import shadowsync
+    from tests.conftest import write_array_dir
+
+    data = write_array_dir(tmp_path / "arrays", rows=8_000, num_dense=5, num_tables=3)
+    out = tmp_path / "run"
+    res = run_cli(["train", *TINY, "--data", str(data), "--trainers", "1",
+                   "--embedding-servers", "0", "--sync", "none", "--table-size", "50,60,70",
+                   "--out", str(out)], timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    dense = np.load(data / "dense.npy")[:100]
+    ids = np.load(data / "cats.npy")[:100]
+    before = shadowsync.load(out).predict(dense, ids)
+    shutil.rmtree(data)  # the model ships without its data: the manifest has its shape
+    model = shadowsync.load(out)
+    assert model.num_dense == 5 and model.table_rows.tolist() == [50, 60, 70]
+    assert np.array_equal(model.predict(dense, ids).numpy(), before.numpy())

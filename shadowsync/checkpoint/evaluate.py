@@ -92,13 +92,23 @@ def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
     return torch.cat(pieces) if pieces else None
 
 
+def _features(manifest: dict[str, Any], cfg: Any) -> Any:
+    """The model's input shape: from the manifest (saved since the shape was recorded there,
+    so the data need not be at hand), else from the data's headers."""
+    from shadowsync.train.trainer import Features, features_of
+
+    if "num_dense" in manifest and "table_rows" in manifest:
+        return Features(int(manifest["num_dense"]), tuple(int(r) for r in manifest["table_rows"]))
+    return features_of(cfg)
+
+
 def load_model(path: str | Path, model: Any = None,
                option: str = "--checkpoint") -> tuple[Any, TrainedModel, Path]:
     """The configuration, the whole model and the step directory of the checkpoint at `path`
     (a run directory: its newest). `model`: the factory the run's --model named, for one that
     cannot be imported here (defined in a notebook or a script's __main__)."""
     from shadowsync.runners.protocol import load_flat
-    from shadowsync.train.trainer import build_dense_model, features_of
+    from shadowsync.train.trainer import build_dense_model
 
     step = find_checkpoint(path, option)
     manifest = read_manifest(step, option)
@@ -107,8 +117,9 @@ def load_model(path: str | Path, model: Any = None,
         cfg = replace(cfg, model=model)
     elif cfg.model.startswith("__main__:") or "<locals>" in cfg.model:
         raise UserError(f"checkpoint {step}: its --model {cfg.model} was defined in a notebook "
-                        "or script; pass the same function: shadowsync.load(path, model=...)")
-    features = features_of(cfg)
+                        "or script; pass the same function: shadowsync.load(path, model=...) "
+                        "or shadowsync.export(path, out, model=...)")
+    features = _features(manifest, cfg)
     dense = build_dense_model(cfg, features)
     state = {f"model/{k}": v for k, v in dense.state_dict().items()}
     load_shard(step / "trainer0", state, "the dense model", strict=False)
@@ -136,7 +147,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
     row of a file or directory, or the held-out rows of the built-in data."""
     from shadowsync.data.dataset import batches
     from shadowsync.metrics import evaluate_predictions
-    from shadowsync.train.trainer import features_of, plan_data
+    from shadowsync.train.trainer import plan_data
 
     if predictions is not None:
         parent = Path(predictions).resolve().parent
@@ -153,18 +164,19 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
 
         rows = open_data(resolve(data, cfg.schema), skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
-        f = features_of(cfg)
-        if (rows.num_dense, rows.num_tables) != (f.num_dense, f.num_tables):
+        takes = (trained.num_dense, len(trained.tables))
+        if (rows.num_dense, rows.num_tables) != takes:
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
-                            f"{f.num_dense} and {f.num_tables}")
+                            f"{takes[0]} and {takes[1]}")
         trained_on = _trained_layout(cfg.data, cfg.schema)
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")
         if arrays.is_array_dir(rows.source):
-            arrays.check_ids(rows.source, rows.cats, f.table_rows)
-            arrays.check_bag_ids(rows.source, rows.multi_hot, f.table_rows[rows.cats.shape[1]:])
+            sizes = trained.table_rows.tolist()
+            arrays.check_ids(rows.source, rows.cats, sizes)
+            arrays.check_bag_ids(rows.source, rows.multi_hot, sizes[rows.cats.shape[1]:])
     preds, labels = [], []
     table_rows = trained.table_rows.tolist() or [1]
     for dense, ids, y in batches(rows, start, stop, 4096, table_size=table_rows):

@@ -95,7 +95,10 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> An
                         config_to_toml(replace(cfg, port=None, resume=None)), cfg.trainers,
                         remote,
                         [r for r in remote if r.startswith("trainer")], examples,
-                        resumable(cfg), {"sync": cfg.sync, "task": cfg.task},
+                        resumable(cfg), {"sync": cfg.sync, "task": cfg.task,
+                                          # the model's input shape, known without the data
+                                          "num_dense": plan.features.num_dense,
+                                          "table_rows": list(plan.features.table_rows)},
                         aligned=resumes_aligned(cfg))
 
 
