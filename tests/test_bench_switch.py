@@ -161,6 +161,9 @@ def test_bounds_and_goals_from_a_runs_own_medians():
     assert met["switch_acc_minus_bsp_straggler"] is True  # -0.5 >= -1
     assert met["greedy_acc_minus_bsp_delay1"] is False  # -1.5 < -1
     assert met["greedy_time_vs_bsp_delay1"] is True  # 0.47 <= 0.6
+    # -1.0 points as accuracies give it (100 x (0.9667 - 0.9767) = -1.0000000000000009)
+    assert goal_met("switch_acc_minus_bsp_straggler",
+                    {"switch_acc_minus_bsp_straggler": 100 * (0.9667 - 0.9767)}) is True
     assert met["switch_overhead_share"] is False  # 0.6% > 0.5%
     assert met["switch_time_vs_bsp"] is None  # no goal
     assert goal_met("asp_time_vs_bsp_jitter", ratios) is None  # not measured

@@ -489,7 +489,9 @@ def goal_met(name: str, ratios: dict[str, float | None]) -> bool | None:
     limit = ratios.get(bound) if isinstance(bound, str) else bound
     if limit is None:
         return None
-    return bool(_OPS[op](ratios[name], limit))
+    # a value at the bound up to float noise meets it (-1.0 points is 100 x (a - b))
+    value = round(float(ratios[name]), 9)
+    return bool(_OPS[op](value, round(float(limit), 9)))
 
 
 def goal_text(name: str) -> str:
