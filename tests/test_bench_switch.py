@@ -171,10 +171,11 @@ def test_bounds_and_goals_from_a_runs_own_medians():
 
 def test_variants_compare_with_bsp_under_the_same_slowdown_and_asp_first_keeps_the_share():
     assert compared_with("elastic+delay2") == "bsp+delay2"
-    assert compared_with("switch/linear") == "bsp"
+    assert compared_with("switch/zero") == "bsp"
     base = VARIANTS["switch"]
     assert settings_of(VARIANTS["switch/asp-first"], digits_job(4, 1000, 0.5)) == {
         "switch_plan": "asp:0.5,bsp"}
     assert settings_of(base, digits_job(4, 1000, 0.5)) == {}
-    assert VARIANTS["switch/linear"].settings == (("switch_compensate_momentum", False),)
+    assert VARIANTS["switch/compensate"].settings == (("switch_compensate_momentum", True),)
+    assert not digits_job(4, 1000, 0.5).switch_compensate_momentum  # the paper's, by default
     assert all(compared_with(v) in VARIANTS for v in VARIANTS)
