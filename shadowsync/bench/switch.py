@@ -66,8 +66,8 @@ class Variant:
     settings: tuple[tuple[str, Any], ...] = ()  # TrainConfig fields changed
 
 
-# The configuration-policy ablation (`--full`; Sync-Switch's configuration policy, section
-# IV-B of the arXiv text, and the order of protocols, section IV-A), each beside `switch`,
+# The configuration-policy ablation (`--full`; Sync-Switch's configuration policy, and its
+# protocol policy: the order of protocols), each beside `switch`,
 # the default and the paper's policy (linear scaling, momentum kept): ASP steps at BSP's
 # learning rate (`no-scale`); scaling plus momentum compensation (`compensate`); the paper's
 # momentum policies at the switch with scaling (`zero`, `ramp`); ASP first. Measured (3 seeds,
