@@ -15,9 +15,11 @@ from shadowsync.bench.switch import (
     digits_job,
     goal_met,
     greedy_bound,
+    overhead_by_variant,
     paired,
     ratios_of,
     settings_of,
+    switch_fields,
     time_split,
 )
 from shadowsync.train.attempts import Progress, reset
@@ -179,3 +181,16 @@ def test_variants_compare_with_bsp_under_the_same_slowdown_and_asp_first_keeps_t
     assert VARIANTS["switch/compensate"].settings == (("switch_compensate_momentum", True),)
     assert not digits_job(4, 1000, 0.5).switch_compensate_momentum  # the paper's, by default
     assert all(compared_with(v) in VARIANTS for v in VARIANTS)
+
+
+def test_the_overhead_goal_sees_the_variant_that_spent_most_time_switching():
+    """A run's share comes from its summary (`switch_fields`); per variant the median, and
+    the goal takes the largest: greedy's many switches, not the plan's one."""
+    summary = {"switches": [{"cost_s": 0.0, "params_identical": True, "step": 5}],
+               "switch_overhead": {"switch_s": [0.01], "share_of_run": 0.001}}
+    assert switch_fields(summary)["switch_share"] == 0.001
+    assert switch_fields({"switches": []})["switch_share"] is None  # no switch, no share
+    runs = [{"variant": "switch", "switch_share": s} for s in (0.001, 0.0005, 0.002)]
+    runs += [{"variant": "greedy+straggler", "switch_share": s} for s in (0.01, 0.004, 0.006)]
+    runs += [{"variant": "bsp", "switch_share": None}]
+    assert overhead_by_variant(runs) == {"switch": 0.001, "greedy+straggler": 0.006}

@@ -202,11 +202,7 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     med = {v: {k: median_of(runs, v, k) for k in keys} for v in variants}
     spreads = {v: {k: spread(runs, v, k) for k in keys} for v in variants}
     costs = [c for r in runs for c in r["switch_cost_s"]]
-    # the share of a run's time spent switching, median per variant; the goal is on the
-    # variant that switched most (an online policy, not a plan's single switch)
-    by_variant = {v: statistics.median(x) for v in variants if (x := [
-        r["switch_share"] for r in runs if r["variant"] == v and r.get("switch_share")
-        is not None])}
+    by_variant = overhead_by_variant(runs)
     shares = [r["switch_share"] for r in runs if r.get("switch_share") is not None]
     return {"runs": runs, "medians": med, "spreads": spreads, "metric": metric,
             "paired": {v: paired(runs, v, compared_with(v), metric) for v in variants
@@ -221,6 +217,16 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "switch_overhead_share_max": max(shares) if shares else None,
             "switches": {v: median_of(runs, v, "switches") for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
+
+
+def overhead_by_variant(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """The share of a run's time spent switching, median per variant that switched; the goal
+    is on the largest (an online policy's many switches, not a plan's single one)."""
+    shares: dict[str, list[float]] = {}
+    for r in runs:
+        if r.get("switch_share") is not None:
+            shares.setdefault(r["variant"], []).append(r["switch_share"])
+    return {v: statistics.median(x) for v, x in shares.items()}
 
 
 def settings_of(v: Variant, base: TrainConfig) -> dict[str, Any]:
