@@ -349,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "on digits; ctr at 200k examples")
     sw.add_argument("--variants", metavar="A,B", help="run these digits variants (and the "
                     "baselines their ratios need) instead of the default's, e.g. the "
-                    "configuration ablation: switch/linear,switch/no-scale,switch/zero,"
+                    "configuration ablation: switch/no-scale,switch/compensate,switch/zero,"
                     "switch/ramp,switch/asp-first")
     sw.add_argument("--no-ctr", action="store_true", help="digits only")
     sw.add_argument("--no-digits", action="store_true", help="ctr only")

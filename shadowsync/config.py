@@ -147,7 +147,7 @@ class TrainConfig:
         True, "ASP steps use --lr / (trainers x workers): BSP's global batch at --lr becomes "
         "one worker's batch at --lr / n")
     switch_compensate_momentum: bool = _opt(
-        True, "ASP steps run at momentum max(0, m - (1 - 1/n)): asynchrony adds about 1 - 1/n")
+        False, "ASP steps run at momentum max(0, m - (1 - 1/n)): asynchrony adds about 1 - 1/n")
     switch_policy: str = _opt(
         "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
         "one lasts; elastic: only once it lasted --switch-patience s; isolate: only the "

@@ -66,19 +66,18 @@ class Variant:
     settings: tuple[tuple[str, Any], ...] = ()  # TrainConfig fields changed
 
 
-# The configuration-policy ablation (`--full`; Sync-Switch's configuration policy, section
-# IV-B of the arXiv text, and the order of protocols, section IV-A): the offline plan with
-# ASP steps at BSP's learning rate (`no-scale`); the paper's linear scaling alone (`linear`,
-# momentum kept); `switch` itself (scaling plus momentum compensation, the default); the
-# paper's momentum policies at the switch with scaling (`zero`, `ramp`); ASP first.
+# The configuration-policy ablation (`--full`; Sync-Switch's configuration policy, and its
+# protocol policy: the order of protocols), each beside `switch`,
+# the default and the paper's policy (linear scaling, momentum kept): ASP steps at BSP's
+# learning rate (`no-scale`); scaling plus momentum compensation (`compensate`); the paper's
+# momentum policies at the switch with scaling (`zero`, `ramp`); ASP first. Measured (3 seeds,
+# paired with BSP, `configure`): no-scale -89 points (chance), compensate -0.33, the paper's
+# +0.33, zero +0.33, ramp 0.0, ASP first 0.0.
 ABLATION = {
-    "switch/no-scale": Variant("switch", settings=(("switch_scale_lr", False),
-                                                   ("switch_compensate_momentum", False))),
-    "switch/linear": Variant("switch", settings=(("switch_compensate_momentum", False),)),
-    "switch/zero": Variant("switch", settings=(("switch_compensate_momentum", False),
-                                               ("switch_momentum", "zero"))),
-    "switch/ramp": Variant("switch", settings=(("switch_compensate_momentum", False),
-                                               ("switch_momentum", "ramp"))),
+    "switch/no-scale": Variant("switch", settings=(("switch_scale_lr", False),)),
+    "switch/compensate": Variant("switch", settings=(("switch_compensate_momentum", True),)),
+    "switch/zero": Variant("switch", settings=(("switch_momentum", "zero"),)),
+    "switch/ramp": Variant("switch", settings=(("switch_momentum", "ramp"),)),
     "switch/asp-first": Variant("switch", settings=(("switch_plan", "asp-first"),)),
 }
 VARIANTS: dict[str, Variant] = {
@@ -99,8 +98,9 @@ CTR_VARIANTS = CORE_VARIANTS
 CTR_EXAMPLES, CTR_EXAMPLES_FULL = 100_000, 200_000
 # digits: 96,000 examples (about 64 passes over the 1,497 training images, 750 steps a
 # trainer), BSP at lr 0.025 with momentum 0.9 (global batch 4 x 32); ASP steps at lr 0.025 / 4
-# with momentum compensated to 0.15 (`switch.configure`). Chosen where ASP alone ends visibly
-# below BSP (about 4 points; at lr 0.1 ASP caught up within 0.3 points at this length) and
+# (`switch.configure`). Chosen, when ASP's momentum was still compensated to 0.15 by default,
+# where ASP alone ends visibly below BSP (about 4 points; at lr 0.1 ASP caught up within 0.3
+# points at this length) and
 # the 50% BSP share matches BSP (25% lost about a point). The job is long enough that the
 # straggler detector's 15 steps are 2% of it; at 24,000 examples they were 8%.
 DIGITS_EXAMPLES = 96_000
@@ -202,6 +202,7 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     med = {v: {k: median_of(runs, v, k) for k in keys} for v in variants}
     spreads = {v: {k: spread(runs, v, k) for k in keys} for v in variants}
     costs = [c for r in runs for c in r["switch_cost_s"]]
+    by_variant = overhead_by_variant(runs)
     shares = [r["switch_share"] for r in runs if r.get("switch_share") is not None]
     return {"runs": runs, "medians": med, "spreads": spreads, "metric": metric,
             "paired": {v: paired(runs, v, compared_with(v), metric) for v in variants
@@ -211,10 +212,21 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "bsp_share": SwitchPlan.parse(base.switch_plan).share_of("bsp"),
             "switch_overhead_s": statistics.mean(costs) if costs else None,
             "switch_overhead_max_s": max(costs) if costs else None,
-            "switch_overhead_share": statistics.median(shares) if shares else None,
+            "switch_overhead_share": max(by_variant.values()) if by_variant else None,
+            "switch_overhead_share_by_variant": by_variant,
             "switch_overhead_share_max": max(shares) if shares else None,
             "switches": {v: median_of(runs, v, "switches") for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
+
+
+def overhead_by_variant(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """The share of a run's time spent switching, median per variant that switched; the goal
+    is on the largest (an online policy's many switches, not a plan's single one)."""
+    shares: dict[str, list[float]] = {}
+    for r in runs:
+        if r.get("switch_share") is not None:
+            shares.setdefault(r["variant"], []).append(r["switch_share"])
+    return {v: statistics.median(x) for v, x in shares.items()}
 
 
 def settings_of(v: Variant, base: TrainConfig) -> dict[str, Any]:
@@ -489,7 +501,9 @@ def goal_met(name: str, ratios: dict[str, float | None]) -> bool | None:
     limit = ratios.get(bound) if isinstance(bound, str) else bound
     if limit is None:
         return None
-    return bool(_OPS[op](ratios[name], limit))
+    # a value at the bound up to float noise meets it (-1.0 points is 100 x (a - b))
+    value = round(float(ratios[name]), 9)
+    return bool(_OPS[op](value, round(float(limit), 9)))
 
 
 def goal_text(name: str) -> str:

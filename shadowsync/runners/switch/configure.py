@@ -7,13 +7,18 @@ after a switch without this scaling. Momentum across a switch is kept, zeroed, o
 ramped back linearly over `RAMP_STEPS` steps; the paper found that momentum tricks did not
 help, so `keep` is the default.
 
-Momentum compensation (on by default, `--no-switch-compensate-momentum` to turn it off): n
+Momentum compensation (off by default, `--switch-compensate-momentum` to turn it on): n
 asynchronous workers already act like momentum 1 - 1/n (Mitliagkas, Zhang, Hadjis, Re,
 "Asynchrony begets momentum", 2016), so ASP steps run at explicit momentum
-max(0, m - (1 - 1/n)) and the total stays near m. Measured on `digits` (4 trainers, lr 0.1,
-m 0.9, BSP 50% then ASP): keeping 0.9 under ASP stalled at chance (10% accuracy, the
-staleness of about 3 gradients amplified by the momentum), while the compensated 0.15
-matched BSP.
+max(0, m - (1 - 1/n)) and the total stays near m. The configuration ablation of `bench switch`
+(digits, 4 trainers, lr 0.025, m 0.9, BSP 50% then ASP; 3 seeds, paired with BSP) found the
+paper's policy (linear scaling, momentum kept) at +0.33 accuracy points against BSP (range
+-0.67 to +1.33) and the compensated 0.15 at -0.33 (-0.67 to +0.33): 0.67 points, two of the
+300 held-out images, inside the spread of the seeds, but no gain from compensating, so the
+paper's policy is the default. Without the scaling the job fell to chance (-89 points). An
+earlier single run by hand at lr 0.1 had stalled at chance with momentum 0.9 kept under ASP
+and matched BSP with 0.15; the option stays for such settings. Pure ASP at momentum 0.9 kept
+reached 0.980 on seeds 0-2 (BSP 0.967-0.987): compensation had made ASP itself worse.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The elastic online policy of Sync-Switch (Li, Mangoubi, Xu, Guo, ICDCS 2021, arXiv
-2104.08364; the timing policy's online part, section IV-C of the arXiv text): ride out what
-is short, switch for what lasts.
+2104.08364; its timing policy, the online part for transient stragglers): ride out what is
+short, switch for what lasts.
 
     mode(t) = ASP  if a straggler has been detected without a break since s, t - s >= P,
                    or B(t) >= Q

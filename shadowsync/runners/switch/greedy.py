@@ -1,5 +1,5 @@
 """The greedy online policy of Sync-Switch (Li, Mangoubi, Xu, Guo, ICDCS 2021, arXiv
-2104.08364; the timing policy's online part, section IV-C of the arXiv text): react at once.
+2104.08364; its timing policy, the online part for transient stragglers): react at once.
 
     mode(t) = ASP  if a straggler is detected at t  or  B(t) >= Q
               BSP  otherwise

@@ -10,8 +10,8 @@ share that passed; the search bisects that bracket (the metric falls as the shar
 it has measured `probes` points in all, full BSP included, and returns the smallest share that
 passed. Halving alone could stop at twice the share the job needs; each probe left after the
 halving halves the bracket (6 probes, a miss at 25%: 3 halvings, within 1/8 of it). This is
-the paper's offline policy for recurring jobs (section IV-C of the arXiv text: a binary
-search over the switch point). The result is stored as `STORE/NAME.json`, with a plot of the
+the paper's offline timing policy for recurring jobs (a binary search over the switch
+point). The result is stored as `STORE/NAME.json`, with a plot of the
 metric against the share beside it; `probes` keeps the order the points were measured in.
 """
 
