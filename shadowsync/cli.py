@@ -212,7 +212,8 @@ def _bench_realdata(args: argparse.Namespace) -> int:
     if args.seeds < 1 or args.epochs < 1:
         raise UserError("--seeds and --epochs must be >= 1")
     run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs, val_share=args.val_share,
-                       early_stop=args.early_stop, multi_hot=args.multi_hot)
+                       early_stop=args.early_stop, eval_points=args.eval_points,
+                       multi_hot=args.multi_hot)
     return 0
 
 
@@ -404,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     real.add_argument("--epochs", type=int, default=10)
     real.add_argument("--val-share", type=float, default=0.1)
     real.add_argument("--early-stop", type=int, default=4)
+    real.add_argument("--eval-points", type=int, default=2, help="validations an epoch")
     real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"))
     real.set_defaults(func=_bench_realdata)
     return parser

@@ -342,3 +342,40 @@ def test_bench_embedding_reports_bags_next_to_single_ids(tmp_path):
         assert 3 * 26 * 256 < multi["ids_per_batch"] < 5 * 26 * 256  # bags of 4 ids on average
         assert multi["lookups_per_s"] > 0 and multi["updates_per_s"] > 0
         assert f"multi_vs_single_lookups_per_s_{mode}" in bench["ratios"]
+
+
+@pytest.mark.timeout(200)
+def test_a_multi_hot_id_past_the_table_size_given_is_one_line(tmp_path):
+    data = write_multi_hot_dir(tmp_path / "a", rows=2000)
+    spec = json.loads((data / "features.json").read_text())
+    del spec["categorical"]  # no sizes for the single-id column: --table-size sizes them all
+    (data / "features.json").write_text(json.dumps(spec))
+    res = run_cli(["train", "--data", str(data), *LOCAL, "--table-size", "30,100,10",
+                   "--out", str(tmp_path / "run")], timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert re.search(r"items\.values\.npy: row \d+: id 1\d\d is past its table of 100 rows; "
+                     r"its table needs 200", res.stderr), res.stderr
+
+
+@pytest.mark.timeout(200)
+def test_parquet_list_columns_train_as_multi_hot_features(tmp_path, private_cache_root):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    data = open_data(str(write_multi_hot_dir(tmp_path / "a", rows=20_000)))
+    items = data.multi_hot[0]
+    lists = [items.values[items.offsets[i]:items.offsets[i + 1]].tolist()
+             for i in range(len(data))]
+    pq.write_table(pa.table({"click": data.labels, "d0": data.dense[:, 0],
+                             "d1": data.dense[:, 1], "c0": data.cats[:, 0],
+                             "items": pa.array(lists, pa.list_(pa.int64()))}),
+                   tmp_path / "d.parquet")
+    (tmp_path / "schema.toml").write_text(
+        'label = "click"\ndense = ["d0", "d1"]\n\n[[categorical]]\nname = "c0"\n'
+        f'table_size = 30\n\n[[multi_hot]]\nname = "items"\ntable_size = {ITEMS}\n'
+        'pooling = "sum"\n')
+    out = tmp_path / "run"
+    res = run_cli(["train", "--data", str(tmp_path / "d.parquet"), "--schema",
+                   str(tmp_path / "schema.toml"), *LOCAL, "--epochs", "2", "--out", str(out)],
+                  timeout=150)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert summary(out)["eval_auc"] > 0.72  # the bags' ids are what the label is made of

@@ -103,13 +103,15 @@ def _deepfm(data: Path, seed: int, val_share: float) -> dict[str, Any]:
 
 
 def run_realdata_bench(out: str, seeds: int = 3, epochs: int = 10, val_share: float = 0.1,
-                       early_stop: int = 4, multi_hot: str = "auto",
+                       early_stop: int = 4, eval_points: int = 2, multi_hot: str = "auto",
                        extra: list[str] | None = None) -> dict[str, Any]:
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     data, used_multi_hot = prepare_data(root, multi_hot)
+    # --eval-points validations an epoch: --early-stop counts them (4 at 2 an epoch: two
+    # epochs without improvement)
     options = ["--epochs", str(epochs), "--val-share", str(val_share), "--early-stop",
-               str(early_stop), *(extra or [])]
+               str(early_stop), "--eval-points", str(eval_points), *(extra or [])]
     counter = {"default": 0, "local": 0, "deepfm": 0}
 
     def seed_of(name: str) -> int:

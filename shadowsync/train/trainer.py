@@ -150,6 +150,8 @@ class Trainer:
         self._t0 = 0.0
         self.early_stop_flag = (Path(cfg.out or ".") / EARLY_STOP_FLAG
                                 if cfg.early_stop is not None else None)
+        if self.validating and cfg.resume:
+            self._resume_selection()
 
     def resumed_examples(self) -> int:
         """Examples this trainer's workers had trained when its checkpoint was saved."""
@@ -408,6 +410,21 @@ class Trainer:
             self.log.write(row)
         if self.selection.should_stop and not final and not self.early_stopped:
             self.stop_early()
+
+    def _resume_selection(self) -> None:
+        """A resumed run goes on from the best model its run kept (a later one must beat it)."""
+        import json
+
+        from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
+
+        best = Path(self.cfg.out or ".") / CHECKPOINT_DIR / BEST
+        try:
+            at = json.loads((best / MANIFEST).read_text())["best"]
+            value = float(at[f"val_{self.task.metric}"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self.selection.best, self.selection.best_at = value, at
+        self.best_checkpoint = best
 
     def stop_early(self) -> None:
         """End training after every worker's current step, the job's normal ending after it
