@@ -17,7 +17,6 @@ import torch
 
 from shadowsync.embeddings.unique import unique_with_inverse
 
-
 # DLRM draws a table's rows uniformly in +-1/sqrt(rows): a 3-row table (a gender) starts at
 # +-0.58, and its vectors' dot products with every other feature's swamp the first steps of
 # the interaction; the model then fits noise before it fits the signal. Small tables start as
