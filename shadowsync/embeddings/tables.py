@@ -19,6 +19,15 @@ import torch
 from shadowsync.embeddings.pooling import Bags
 from shadowsync.embeddings.unique import unique_with_inverse
 
+# DLRM draws a table's rows uniformly in +-1/sqrt(rows): a 3-row table (a gender) starts at
+# +-0.58, and its vectors' dot products with every other feature's swamp the first steps of
+# the interaction; the model then fits noise before it fits the signal. Small tables start as
+# a table of this many rows would (+-0.032); larger ones as DLRM does. On MovieLens 100K
+# (tables of 3 to 1,683 rows) the default job's eval AUC rose from 0.767-0.771 to 0.780-0.781
+# (two seeds, 10 epochs, best of a validation tail); a bound of 0.01 gave 0.776. The synthetic
+# and Criteo defaults (100,000 rows a table) start as before.
+INIT_MIN_ROWS = 1000
+
 
 class SparseOptimizer(str, Enum):
     SGD = "sgd"
@@ -42,8 +51,10 @@ class EmbeddingTables:
         self._set_layout(rows, dim, optimizer, lr, eps, weight_decay)
         total = sum(self.rows)
         gen = torch.Generator().manual_seed(seed)
-        # DLRM's initialisation: uniform in +-1/sqrt(rows) of each table.
-        bounds = torch.cat([torch.full((r,), r**-0.5) for r in self.rows]).unsqueeze(1)
+        # DLRM's initialisation, uniform in +-1/sqrt(rows) of each table, but no wider than a
+        # table of INIT_MIN_ROWS rows gets (see there).
+        bounds = torch.cat([torch.full((r,), max(r, INIT_MIN_ROWS)**-0.5)
+                            for r in self.rows]).unsqueeze(1)
         self.weight = (torch.rand(total, dim, generator=gen) * 2 - 1) * bounds
         # A row's Adagrad step is its gradient over sqrt(accumulator): from zero, the first
         # step of a row is a full `lr` whatever its gradient, so a rare id's vector is set by

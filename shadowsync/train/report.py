@@ -96,6 +96,10 @@ def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None,
     drawing its one point took a second of importing and rendering)."""
     train = [(r["examples"], r["train_ne"]) for r in rows if _num(r.get("train_ne"))]
     evals = [(r["examples"], r["eval_ne"]) for r in rows if _num(r.get("eval_ne"))]
+    held_out = "eval NE (held-out sample)"
+    validation = [(r["examples"], r["val_ne"]) for r in rows if _num(r.get("val_ne"))]
+    if validation:  # --val-share: the validation tail is what training watched
+        evals, held_out = validation, "validation NE (tail of the training data)"
     if len(train) < 2 and len(evals) < 2:
         return None
     import matplotlib
@@ -107,7 +111,7 @@ def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None,
     if train:
         ax.plot(*zip(*train), label="train NE (running window)", color="tab:blue")
     if evals:
-        ax.plot(*zip(*evals), "o-", label="eval NE (held-out sample)", color="tab:orange")
+        ax.plot(*zip(*evals), "o-", label=held_out, color="tab:orange")
     if teacher_ne:
         ax.axhline(teacher_ne, ls="--", color="gray", label=f"teacher eval NE {teacher_ne:.4f}")
     ax.set_xlabel(xlabel)
