@@ -94,8 +94,9 @@ def _bench_embedding(args: argparse.Namespace) -> int:
 def _bench_scale(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from shadowsync.bench.scale import run_scale_bench
+    from shadowsync.bench.scale import require_scipy, run_scale_bench
 
+    require_scipy()
     if args.examples < 5_000 or args.repeats < 1:
         raise UserError("--examples must be >= 5000 and --repeats >= 1")
     if args.points and not Path(args.points).is_file():
