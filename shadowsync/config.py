@@ -45,6 +45,12 @@ def _sizes(text: str) -> list[int]:
 
 @dataclass
 class TrainConfig:
+    """Every option of a training run, each field named as its long command-line option
+    with underscores (`--embedding-servers` is `embedding_servers`). Values are checked when
+    the object is made: a bad one raises `shadowsync.errors.UserError` naming the option.
+    The fields, their defaults and their help texts are listed in the CLI reference
+    (`shadowsync train --help`)."""
+
     # task
     task: str = _opt("ctr", "what to train: ctr (DLRM on CTR rows, NE) or digits (scikit-learn's "
                      "8x8 digits, a small CNN, accuracy)", TASK_CHOICES)
