@@ -20,25 +20,24 @@ from shadowsync.errors import UserError
 
 class ShardedTables:
     """Embedding tables read back from the servers' shards, looked up the way the servers'
-    clients route ids (table-wise placement, row-split tables by id % servers)."""
+    clients find rows: each (table, id) is a key of the plan's one key space, in which every
+    server holds a contiguous range (`ShardingPlan.keys`)."""
 
     def __init__(self, plan: Any, servers: list[Any]) -> None:
         self.plan = plan
         self.servers = servers  # EmbeddingTables of each server, loaded
         self.dim = servers[0].dim
-        self.owner, self.offset, self.split = plan.routing()
+        self.keys = plan.keys()
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        e = self.plan.servers
-        server = torch.where(self.split, ids % e, self.owner.expand_as(ids))
-        row = torch.where(self.split, ids // e, ids)
-        base = self.offset.gather(1, server.t()).t()
-        flat_server, flat_row = server.reshape(-1), (base + row).reshape(-1)
-        out = torch.empty(len(flat_row), self.dim)
+        keys = self.keys.of(ids.long())
+        starts = self.keys.starts
+        server = torch.bucketize(keys, starts[1:], right=True)  # starts[s] <= key < starts[s+1]
+        out = torch.empty(len(keys), self.dim)
         for s, tables in enumerate(self.servers):
-            pos = (flat_server == s).nonzero().squeeze(1)
+            pos = (server == s).nonzero().squeeze(1)
             if len(pos):
-                out[pos] = tables.lookup_rows(flat_row[pos])
+                out[pos] = tables.lookup_rows(keys[pos] - starts[s])
         return out.view(*ids.shape, self.dim)
 
 
