@@ -57,6 +57,48 @@ side by side, interleaved and repeated, and report medians and ratios. Each writ
 - The figures below come from a 2-core virtual machine shared with other work, where one
   job's throughput moves by up to a third between runs. Rerun the bench on your machines;
   `python scripts/bench_page.py --add DIR/bench.json` puts its result on this page.
+
+## The benches
+
+```bash
+shadowsync bench sync --out runs/bench-sync         # every --sync side by side; slow network
+shadowsync bench switch --out runs/bench-switch     # BSP, ASP, Sync-Switch; a straggler
+shadowsync bench faults --out runs/bench-faults     # signals, kills, a NaN, a memory soak
+shadowsync bench scale --out runs/bench-scale       # a cost model, 1 to 64 trainers
+shadowsync bench embedding --out runs/bench-embed   # where an embedding step's time goes
+shadowsync bench hogwild --out runs/bench-hogwild   # 1 vs 2 worker processes
+shadowsync bench data --out runs/bench-data         # TSV conversion and reader speed
+```
+
+The slow-network parts run every process on its own emulated host (network namespaces, a
+`tc` rate limit between them) and need root; elsewhere they are skipped with one line.
+
+## Peers: TorchRec and torchft
+
+`bench sync` runs two other libraries' ways of training the same job when the optional
+`peers` extra is installed; without it the bench prints one line per peer and leaves their
+ratios empty. Install them with `--no-deps` (a plain `torchrec` install pulls the CUDA
+`fbgemm-gpu`; `fbgemm-gpu-cpu` 1.9 does not load against torch 2.13), then the small
+packages they import:
+
+```bash
+.venv/bin/pip install --no-deps torchrec==1.8.0 fbgemm-gpu-cpu==1.8.0 torchft
+.venv/bin/pip install tensordict torchmetrics==1.0.3 pyre-extensions \\
+    opentelemetry-api opentelemetry-sdk opentelemetry-exporter-otlp-proto-http
+```
+
+- **TorchRec** (`shadowsync/bench/peers/torchrec_dmp.py`): DistributedModelParallel over an
+  EmbeddingBagCollection of the job's 26 tables with fbgemm's fused row-wise Adagrad at the
+  job's embedding learning rate and starting accumulator, the same DLRM dense part under
+  DDP, 2 gloo CPU ranks, the same rows in the same global batches, eval NE on the same
+  held-out rows. fbgemm takes only rows whose width is a multiple of 4, so the peer's tables
+  are padded and its rate and accumulators scaled so that the padded rows train as ours (a
+  test checks this). TorchRec offers no row-wise sharding on CPU: its planner places whole
+  tables on the two ranks.
+- **torchft** (`--sync torchft-ma`): torchft's LocalSGD averages the trainers' dense
+  replicas in the foreground every `--sync-every` steps after a quorum from its lighthouse;
+  the bench runs it at s-ma's syncs per minute. torchft's per-replica manager listens on
+  every interface, so the bench runs it only inside a private network namespace (root).
 """
 
 

@@ -149,7 +149,7 @@ def test_readme_commands_run_as_written(tmp_path: Path):
     assert outputs[RUN[0]].strip() == f"shadowsync {shadowsync.__version__}"
     assert "synchronization:" in outputs[RUN[1]]
     assert "trainers = 3" in (tmp_path / "job.toml").read_text()
-    assert "eval_ne" in outputs[RUN[4]] and "teacher" not in outputs[RUN[4]]
+    assert "eval_ne" in outputs[RUN[4]] and "ne_vs_teacher" in outputs[RUN[4]]  # teacher.json
     assert (tmp_path / "runs" / "ckpt" / "summary.json").exists()
     assert re.search(r"^\s+ne\s+0\.\d+", outputs[RUN[-1]], re.M)
 
