@@ -74,3 +74,29 @@ def test_two_hosts_recipe_parses_and_explains_itself():
     bare = subprocess.run([script], capture_output=True, text=True, timeout=10)
     assert bare.returncode == 2 and "HOST0 0" in bare.stderr
     assert "-m shadowsync.run" in Path(script).read_text()
+
+
+@pytest.mark.timeout(300)
+def test_two_hosts_recipe_runs_a_job_as_two_hosts_on_this_machine(tmp_path: Path):
+    """Both 'hosts' here: two torchrun agents, ranks 0-1 and 2-3, meeting on loopback."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT), "PORT": str(port), "OUT": "run"}
+    options = ["--examples", "20000", "--checkpoint-every", "never", "--eval-points", "0"]
+    hosts = [subprocess.Popen([str(EXAMPLES / "two_hosts.sh"), "127.0.0.1", str(rank), *options],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for rank in (0, 1)]
+    try:
+        outputs = [h.communicate(timeout=240) for h in hosts]
+    finally:
+        leftover = [pid for h in hosts for pid in _kill_session(h.pid)]
+    for h, (_, err) in zip(hosts, outputs):
+        assert h.returncode == 0, err[-3000:]
+    assert leftover == []
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["examples"] == 20000 and summary["trainers"] == 3
