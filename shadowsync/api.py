@@ -72,6 +72,9 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     With --on-divergence rollback, a run that diverges resumes from its last good
     checkpoint (never one holding a NaN: those are refused) at half the learning rate, at
     most MAX_ROLLBACKS times."""
+    import time
+
+    started = time.perf_counter()
     rollbacks: list[dict[str, Any]] = []
     if cfg.out is None and not cfg.resume:
         cfg = replace(cfg, out=str(default_out_dir()))
@@ -79,10 +82,13 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
         try:
             cfg, summary = run_once(cfg)
             summary["rollbacks"] = rollbacks
-            if rollbacks:
-                from shadowsync.train.report import write_summary
+            # The whole run as its caller waits for it: data preparation, process start-up,
+            # training, the final checkpoint and evaluation (`wall_s`, which `eps` divides
+            # by, is the training alone: from the job's processes meeting to the last step).
+            summary["total_s"] = round(time.perf_counter() - started, 3)
+            from shadowsync.train.report import write_summary
 
-                write_summary(Path(summary["out"]), summary)
+            write_summary(Path(summary["out"]), summary)
             return cfg, summary
         except UserError as e:
             if cfg.on_divergence != "rollback" or "training diverged" not in str(e):

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import re
 import sys
 import warnings
+from typing import Any, NoReturn
 
 from shadowsync.errors import UserError
 from shadowsync.train.stop import Interrupted
 
 SUMMARY_KEYS = [
-    "examples", "wall_s", "eps", "train_ne", "train_loss", "eval_ne", "eval_accuracy",
+    "examples", "wall_s", "eps", "total_s", "train_ne", "train_loss", "eval_ne", "eval_accuracy",
     "teacher_eval_ne", "ne_vs_teacher",
     "eval_auc", "eval_logloss", "calibration", "trainers", "workers", "sync",
     "syncs_per_min", "sync_blocked_fraction", "skipped_lines",
@@ -121,8 +124,9 @@ def _bench_embedding(args: argparse.Namespace) -> int:
 def _bench_scale(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from shadowsync.bench.scale import run_scale_bench
+    from shadowsync.bench.scale import require_scipy, run_scale_bench
 
+    require_scipy()
     if args.examples < 5_000 or args.repeats < 1:
         raise UserError("--examples must be >= 5000 and --repeats >= 1")
     if args.points and not Path(args.points).is_file():
@@ -217,6 +221,10 @@ def _bench_realdata(args: argparse.Namespace) -> int:
     return 0
 
 
+OUT_HELP = "output directory (bench.json, runs.jsonl, plots)"
+REPEATS_HELP = "interleaved repeats of every variant (medians and spread over them)"
+
+
 def interrupted_line(e: Interrupted) -> str:
     if e.checkpoint is None:
         return f"stopped by {e}; no checkpoint was saved, nothing to resume"
@@ -227,12 +235,69 @@ def interrupted_line(e: Interrupted) -> str:
             f"shadowsync train --resume {run}")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows an option's default after its help, unless the help already says it or there is
+    none to show (a flag, an option that is off unless given)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default in (None, False, argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        default = super()._get_default_metavar_for_optional(action)
+        return {int: "N", float: "X"}.get(action.type, default)  # type: ignore[call-overload]
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, with the closest option or choice
+    where the user mistyped one, instead of the usage block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        hint = suggestion(message, self)
+        sys.stderr.write(f"{self.prog}: error: {message}{hint} (see: {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Every long option of this parser and of the commands under it."""
+    found = {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _option_strings(sub)
+    return found
+
+
+def suggestion(message: str, parser: argparse.ArgumentParser) -> str:
+    """'; did you mean --sync?' for a mistyped option, or the closest valid choice."""
+    if message.startswith("unrecognized arguments:"):
+        words = [w.split("=")[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+        known = sorted(_option_strings(parser))
+        close = [m[0] for w in words if (m := difflib.get_close_matches(w, known, n=1))]
+        return f"; did you mean {', '.join(close)}?" if close else ""
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        options = re.findall(r"'([^']*)'", choice[2]) or choice[2].split(", ")
+        close = difflib.get_close_matches(choice[1], options, n=1)
+        return f"; did you mean '{close[0]}'?" if close else ""
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     from shadowsync import __version__
     from shadowsync.config import add_config_arguments
 
-    parser = argparse.ArgumentParser(prog="shadowsync", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"shadowsync {__version__}")
+    parser = Parser(prog="shadowsync", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"shadowsync {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser(
@@ -253,8 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", required=True, metavar="DATA",
                     help="what train --data takes: every row is scored ('synthetic': the "
                     "held-out rows of the run's built-in data)")
-    ev.add_argument("--predictions", metavar="OUT.npy", help="also write the predictions")
-    ev.add_argument("--skip-bad-lines", action="store_true")
+    ev.add_argument("--predictions", metavar="OUT.npy",
+                    help="also write the predictions (one per row, in the data's order)")
+    ev.add_argument("--skip-bad-lines", action="store_true",
+                    help="skip malformed data lines and count them instead of stopping")
     ev.set_defaults(func=_eval)
 
     exp = sub.add_parser(
@@ -269,9 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)
     synth = data.add_parser("synth", help="write planted-teacher data in Criteo TSV format")
-    synth.add_argument("--out", required=True, help="output directory")
-    synth.add_argument("--examples", type=int, default=1_000_000)
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--out", required=True, help="output directory (train.tsv, eval.tsv, "
+                       "teacher.json)")
+    synth.add_argument("--examples", type=int, default=1_000_000,
+                       help="examples in all, the last 10%% written to eval.tsv")
+    synth.add_argument("--seed", type=int, default=0, help="seed of the teacher and the rows")
     synth.set_defaults(func=_synth)
     prep = data.add_parser("prepare", help="a real public data set (movielens100k) as "
                            "Parquet + schema.toml, or arrays, with a fixed train/eval split")
@@ -285,12 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
     hog = bench.add_parser("hogwild", help="Hogwild scaling and trainer overhead")
-    hog.add_argument("--out", default="runs/bench-hogwild")
+    hog.add_argument("--out", default="runs/bench-hogwild", help=OUT_HELP)
     hog.add_argument("--examples", type=int, default=400_000, help="examples per timed run")
-    hog.add_argument("--repeats", type=int, default=5)
+    hog.add_argument("--repeats", type=int, default=5, help=REPEATS_HELP)
     hog.set_defaults(func=_bench_hogwild)
     sync = bench.add_parser("sync", help="every --sync side by side; frontier; slow network")
-    sync.add_argument("--out", default="runs/bench-sync")
+    sync.add_argument("--out", default="runs/bench-sync", help=OUT_HELP)
     sync.add_argument("--examples", type=int, default=None,
                       help="examples per throughput run (default: 500k, with --full 1M; "
                       "at most 300k on the namespace hosts)")
@@ -299,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "with --full 3M)")
     sync.add_argument("--full", action="store_true",
                       help="the whole frontier: foreground rules, fixed intervals, overwrite")
-    sync.add_argument("--repeats", type=int, default=3)
+    sync.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     sync.add_argument("--no-slow-net", action="store_true",
                       help="skip the network-namespace hosts part")
     sync.add_argument("--slow-net-only", action="store_true",
@@ -308,9 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     sync.set_defaults(func=_bench_sync)
     emb = bench.add_parser("embedding", help="where a step's time goes on the embedding path: "
                            "RPC, shared memory, local tables")
-    emb.add_argument("--out", default="runs/bench-embedding")
+    emb.add_argument("--out", default="runs/bench-embedding", help=OUT_HELP)
     emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
-    emb.add_argument("--repeats", type=int, default=3)
+    emb.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     emb.set_defaults(func=_bench_embedding)
     scale = bench.add_parser(
         "scale", help="a cost model of EPS and syncs per minute fitted on 1 to 4 trainers, "
@@ -319,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with a rate-limited link), fits a small cost model, reports its error on held-out "
         "runs and predicts EPS and syncs per minute for 1 to 64 trainers per mode and link "
         "rate (bench.json, scale.png). About 20 minutes on 2 cores; --quick a few.")
-    scale.add_argument("--out", default="runs/bench-scale")
+    scale.add_argument("--out", default="runs/bench-scale", help=OUT_HELP)
     scale.add_argument("--examples", type=int, default=40_000,
                        help="examples per trainer in each run (a run of n trainers trains n "
                        "times as many)")
@@ -333,16 +402,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="refit and predict from an earlier run's runs.jsonl (no new runs)")
     scale.set_defaults(func=_bench_scale)
     sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
-    sw.add_argument("--out", default="runs/bench-switch")
-    sw.add_argument("--trainers", type=int, default=4)
+    sw.add_argument("--out", default="runs/bench-switch", help=OUT_HELP)
+    sw.add_argument("--trainers", type=int, default=4, help="trainers of the digits job")
     sw.add_argument("--digits-examples", type=int, default=None,
                     help="examples per digits run (default 96k)")
     sw.add_argument("--ctr-examples", type=int, default=None,
                     help="examples per ctr run (default 100k, with --full 200k)")
-    sw.add_argument("--ctr-trainers", type=int, default=2)
+    sw.add_argument("--ctr-trainers", type=int, default=2, help="trainers of the ctr job")
     sw.add_argument("--share", type=float, default=0.5,
                     help="BSP share of the digits switch plan (the quota of the online policies)")
-    sw.add_argument("--repeats", type=int, default=3)
+    sw.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     sw.add_argument("--full", action="store_true",
                     help="also DDP, the offline plan and elastic under the straggler, greedy "
                     "and elastic under a 30 ms push delay on 1 and on 2 trainers, BSP, ASP and "
@@ -364,9 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
                               "processes killed, a NaN rolled back, each next to the same run "
                               "uninterrupted; then a memory soak")
-    faults.add_argument("--out", default="runs/bench-faults")
+    faults.add_argument("--out", default="runs/bench-faults", help=OUT_HELP)
     faults.add_argument("--examples", type=int, default=300_000, help="examples per run")
-    faults.add_argument("--repeats", type=int, default=1)
+    faults.add_argument("--repeats", type=int, default=1, help=REPEATS_HELP)
     faults.add_argument("--scenarios", default="all",
                         help="comma list of: sigint-resume, sigterm-resume, kill-trainer, "
                         "kill-worker, kill-embedding-server, kill-dense-server, nan-rollback "
@@ -378,42 +447,65 @@ def build_parser() -> argparse.ArgumentParser:
         dest="switch_cmd", required=True)
     ss = switch.add_parser(
         "search", help="find the smallest BSP share that keeps full BSP's metric",
-        description="Run the job at full BSP, then with the BSP share halving from 50%%, "
+        description="Run the job at full BSP, then with the BSP share halving from 50%, "
         "SEEDS runs per point, until a share misses --tolerance of full BSP's mean final "
         "metric (accuracy: absolute; NE: relative); then bisect between it and the last share "
         "that passed until --search-probes points are measured; keep the smallest share that "
         "passed. Later runs use it with --sync switch --switch-at auto --job-name NAME.")
     ss.add_argument("--config", metavar="JOB.toml", help="the job (as `train --config` reads)")
     ss.add_argument("--name", help="name to store the result under (default: the file's stem)")
-    ss.add_argument("--tolerance", type=float, default=0.005)
+    ss.add_argument("--tolerance", type=float, default=0.005,
+                    help="how far a share's mean metric may fall from full BSP's (accuracy: "
+                    "absolute, as a fraction; NE: relative)")
     ss.add_argument("--seeds", type=int, default=2, help="runs per point (R)")
-    ss.add_argument("--min-share", type=float, default=1 / 16)
+    ss.add_argument("--min-share", type=float, default=1 / 16,
+                    help="the smallest BSP share tried")
     ss.add_argument("--search-probes", type=int, default=6,
-                    help="points measured in all, full BSP included (default 6)")
-    ss.add_argument("--store", default="runs/switch-search")
+                    help="points measured in all, full BSP included")
+    ss.add_argument("--store", default="runs/switch-search",
+                    help="directory of the stored results that --switch-at auto reads")
     ss.add_argument("--out", help="where the runs go (default: runs/switch-search-NAME)")
     ss.set_defaults(func=_switch_search)
     data_bench = bench.add_parser("data", help="TSV conversion and cache reader speed")
-    data_bench.add_argument("--out", default="runs/bench-data")
-    data_bench.add_argument("--lines", type=int, default=500_000)
-    data_bench.add_argument("--repeats", type=int, default=3)
+    data_bench.add_argument("--out", default="runs/bench-data", help=OUT_HELP)
+    data_bench.add_argument("--lines", type=int, default=500_000,
+                            help="lines of the Criteo TSV file converted and read")
+    data_bench.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     data_bench.set_defaults(func=_bench_data)
     real = bench.add_parser("realdata", help="MovieLens 100K: the default job, 1 local "
                             "trainer and a plain PyTorch DeepFM, AUC / NE / time side by side")
-    real.add_argument("--out", default="runs/bench-realdata")
-    real.add_argument("--seeds", type=int, default=3)
-    real.add_argument("--epochs", type=int, default=10)
-    real.add_argument("--val-share", type=float, default=0.1)
-    real.add_argument("--early-stop", type=int, default=4)
+    real.add_argument("--out", default="runs/bench-realdata", help=OUT_HELP)
+    real.add_argument("--seeds", type=int, default=3, help="seeds of every learner")
+    real.add_argument("--epochs", type=int, default=10, help="passes over the training rows")
+    real.add_argument("--val-share", type=float, default=0.1,
+                      help="validation tail of the training rows")
+    real.add_argument("--early-stop", type=int, default=4,
+                      help="validations without improvement before stopping")
     real.add_argument("--eval-points", type=int, default=2, help="validations an epoch")
-    real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"))
+    real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"),
+                      help="genres as a multi-hot feature (auto: when the data has them)")
     real.set_defaults(func=_bench_realdata)
+    for _, leaf in _leaves(parser):
+        leaf.set_defaults(parser_of_command=leaf)
     return parser
+
+
+def _leaves(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
+    """(command words, parser) of every command that takes options (no subcommands)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield words, parser
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from _leaves(sub, (*words, name))
 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # told by the command they were given to, which knows its own options
+        args.parser_of_command.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
     except UserError as e:

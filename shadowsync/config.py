@@ -19,7 +19,8 @@ from typing import Any, get_args, get_origin
 from shadowsync.errors import UserError
 from shadowsync.runners.modes import SYNC_CHOICES
 
-TASK_CHOICES = ("ctr", "digits")  # shadowsync.train.tasks.TASKS
+TASK_CHOICES = ("ctr", "digits")
+TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
 DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
 
 if sys.version_info >= (3, 11):
@@ -29,9 +30,10 @@ else:  # pragma: no cover
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None,
-         parse: Callable[[str], Any] | None = None, **kw: Any) -> Any:
-    """`parse`: how the command line's one word becomes the value (default: the field's type)."""
-    meta = {"help": help, "choices": choices, "parse": parse}
+         parse: Callable[[str], Any] | None = None, group: str | None = None, **kw: Any) -> Any:
+    """`parse`: how the command line's one word becomes the value (default: the field's type).
+    `group`: the --help topic of this option where it is not its neighbours' (HELP_SECTIONS)."""
+    meta = {"help": help, "choices": choices, "parse": parse, "group": group}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta, **kw)
@@ -44,6 +46,12 @@ def _sizes(text: str) -> list[int]:
 
 @dataclass
 class TrainConfig:
+    """Every option of a training run, each field named as its long command-line option
+    with underscores (`--embedding-servers` is `embedding_servers`). Values are checked when
+    the object is made: a bad one raises `shadowsync.errors.UserError` naming the option.
+    The fields, their defaults and their help texts are listed in the CLI reference
+    (`shadowsync train --help`)."""
+
     # task
     task: str = _opt("ctr", "what to train: ctr (DLRM on CTR rows, NE) or digits (scikit-learn's "
                      "8x8 digits, a small CNN, accuracy)", TASK_CHOICES)
@@ -55,7 +63,7 @@ class TrainConfig:
         None, "a TOML file naming the label, dense, categorical and multi-hot columns of "
         "Parquet or CSV --data / --eval-data (converted once into a cache; table sizes come "
         "from it; see docs/real-data.md)")
-    eval_data: str | None = _opt(None, "held-out data (default: the last 10%% of --data)")
+    eval_data: str | None = _opt(None, "held-out data (default: the last 10% of --data)")
     examples: int | None = _opt(
         None, "training examples of one pass (default: 1.5M synthetic, or all of --data; "
         "more than the data holds is an error: use --epochs)"
@@ -170,7 +178,7 @@ class TrainConfig:
         "shares of the job's examples: start=25%,duration=50%); kind=delay,ms=30,trainers=N "
         "delays each push of the last N trainers (emulated link delay), kind=jitter,ms=D,"
         "jitter=J every trainer's by D +- J ms; episodes=K repeats the window's slowdown K "
-        "times")
+        "times", group=TESTING)
     # network
     addr: str = _opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = _opt(None, "rendezvous port of the local cluster (default: a free one)")
@@ -198,8 +206,8 @@ class TrainConfig:
         "stop", "on a NaN / Inf loss: stop with one line, or roll back to the last good "
         "checkpoint at half the learning rate (at most 3 times)", ("stop", "rollback"))
     inject_nan_at: int | None = _opt(
-        None, "testing: poison trainer 0's dense model once the job has trained about N "
-        "examples")
+        None, "poison trainer 0's dense model once the job has trained about N examples "
+        "(to test --on-divergence)", group=TESTING)
     tensorboard: bool = _opt(False, "also write TensorBoard scalars under OUT/tensorboard "
                              "(pip install 'shadowsync[tensorboard]')")
 
@@ -376,7 +384,8 @@ def _base_type(tp: Any) -> Any:
 
 
 # The first option of each topic in --help, in field order; the options after it, up to the
-# next one listed, belong to the same topic.
+# next one listed, belong to the same topic (an option's own `group` overrides it). The
+# topics are shown in this order.
 HELP_SECTIONS = {
     "data": "data",
     "model": "model and optimisation",
@@ -384,7 +393,11 @@ HELP_SECTIONS = {
     "sync": "synchronization",
     "addr": "cluster",
     "out": "output",
+    "checkpoint_every": "checkpoints and recovery",
+    "tensorboard": "output",
 }
+HELP_ORDER = ("data", "model and optimisation", "cluster", "synchronization", "output",
+              "checkpoints and recovery", TESTING)
 
 
 def _default_text(f: dataclasses.Field) -> str:
@@ -403,12 +416,12 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfi
     can fill the gaps (--help shows the real defaults)."""
     parser.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file")
     hints = _type_hints(cls)
-    groups: dict[str, Any] = {}
-    group: Any = parser
+    groups = {title: parser.add_argument_group(title) for title in HELP_ORDER}
+    section: Any = parser
     for f in dataclasses.fields(cls):
         if f.name in HELP_SECTIONS:
-            title = HELP_SECTIONS[f.name]
-            group = groups.setdefault(title, parser.add_argument_group(title))
+            section = groups[HELP_SECTIONS[f.name]]
+        group = groups[f.metadata["group"]] if f.metadata.get("group") else section
         tp = _base_type(hints[f.name])
         text = (f.metadata.get("help") or "") + _default_text(f)
         # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
@@ -422,6 +435,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfi
             kw.update(type=item, nargs="+", metavar="N" if item is int else "VALUE")
         else:
             kw.update(type=tp, choices=f.metadata.get("choices"))
+            if not f.metadata.get("choices"):
+                kw["metavar"] = {int: "N", float: "X"}.get(tp, "TEXT")
         flags = [f"--{_flag(f.name)}"]
         if f.name == "log_level":
             group.add_argument("-q", "--quiet", dest="log_level", action="store_const",

@@ -136,8 +136,20 @@ def setting_of(point: dict[str, Any]) -> Setting:
     return Setting(**{k: v for k, v in point.items() if k in keys})
 
 
+def require_scipy() -> None:
+    """The fit needs scipy (the `bench` extra): say so in one line before anything runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("scipy") is None:
+        from shadowsync.errors import UserError
+
+        raise UserError("bench scale fits its cost model with scipy, which is not installed: "
+                        "pip install 'shadowsync[bench]'")
+
+
 def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     """Least squares with every coefficient >= 0 (each is a time or a rate's coefficient)."""
+    require_scipy()
     from scipy.optimize import nnls
 
     return nnls(np.stack(cols, axis=1), y)[0]

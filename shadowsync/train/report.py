@@ -53,6 +53,9 @@ def summarize(cfg: Any, plan: Any, stats: list[Any],
     examples = sum(s.examples for s in stats)
     return {
         "examples": examples,
+        # The job's training time, from its processes meeting to the trainers' last step:
+        # start-up, data preparation, the final checkpoint and evaluation are not in it (the
+        # launcher adds total_s, the whole run).
         "wall_s": round(wall_s, 3),
         "eps": examples / wall_s if wall_s > 0 else 0.0,
         "train_eps": sum(s.train_eps for s in stats),
@@ -130,10 +133,12 @@ def _num(v: Any) -> bool:
 
 
 def format_table(summary: dict[str, Any], keys: list[str]) -> str:
+    """The summary's `keys` as aligned rows; a metric that does not apply to this run (absent,
+    or None such as the teacher's NE on a user's own data) has no row."""
     width = max(len(k) for k in keys)
     lines = []
     for k in keys:
-        if k not in summary:
+        if summary.get(k) is None:
             continue
         v = summary[k]
         if isinstance(v, float):

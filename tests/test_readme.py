@@ -1,0 +1,175 @@
+"""Every command the README shows is run here, or by something this file checks runs it (CI,
+the docs build, scripts/check_wheel), so the README cannot drift from the code. The README
+stays short and says what is true now: no run numbers, commit ids or history."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import shadowsync
+from tests.helpers import run_python
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+# Run by CI itself (.ci/run is scripts/test, which runs scripts/setup first).
+BY_CI = {"scripts/setup && .venv/bin/shadowsync train", "scripts/test"}
+# Run elsewhere: the command, and a (file, text) pair that shows where.
+ELSEWHERE = {
+    ".venv/bin/mkdocs build --strict": ("tests/test_docs.py", '"mkdocs", "build", "--strict"'),
+    "pip install -e .": ("scripts/setup", 'pip_install -e ".['),
+    "python -m build --wheel": ("scripts/check_wheel", "-m build --wheel"),
+    f"pip install dist/shadowsync-{shadowsync.__version__}-py3-none-any.whl":
+        ("scripts/check_wheel", "pip install \"$wheel\""),
+}
+# Run as written here, in order, in one directory (later ones use what earlier ones made).
+RUN = [
+    ".venv/bin/shadowsync --version",
+    ".venv/bin/shadowsync train --help",
+    ".venv/bin/shadowsync train --trainers 3 --sync s-easgd --print-config > job.toml",
+    ".venv/bin/shadowsync data synth --out data/ --examples 40000",
+    ".venv/bin/shadowsync train --data data/train.tsv --eval-data data/eval.tsv --out runs/tsv",
+    ".venv/bin/shadowsync train --examples 100000 --checkpoint-every 40000 --out runs/ckpt",
+    ".venv/bin/shadowsync eval --checkpoint runs/ckpt --data synthetic",
+]
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's bash blocks: continuation lines joined, comments cut."""
+    text = README.read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            command = re.split(r"\s+#", line, maxsplit=1)[0].strip()
+            if command and not command.startswith("#"):
+                commands.append(" ".join(command.split()))
+    return commands
+
+
+def readme_python() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def _shadowsync_wrapper(where: Path) -> None:
+    """.venv/bin/shadowsync in a scratch directory: this checkout's CLI."""
+    script = where / ".venv" / "bin" / "shadowsync"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shadowsync.cli \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def _train_checked(command: str) -> str:
+    """A train command that would run a whole job, made to check every option and exit."""
+    head, redirect, tail = command.partition(" > ")
+    return head + " --print-config" + (redirect + tail if redirect else " > /dev/null")
+
+
+def test_readme_is_short_and_undated():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    commit_id = r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
+    for pattern in (r"\bruns? \d+\b", commit_id, r"\bbefore/after\b", r"at this version",
+                    r"\b20\d\d-\d\d-\d\d\b", r"git worktree"):
+        assert not re.search(pattern, text, re.I), pattern
+
+
+def test_every_readme_command_is_classified():
+    """A new command in the README must be added to one of the lists above, so it is run."""
+    commands = readme_commands()
+    assert commands[:2] == ["scripts/setup && .venv/bin/shadowsync train", "scripts/test"]
+    for command in commands:
+        if command in BY_CI or command in RUN or command in ELSEWHERE:
+            continue
+        if command.startswith(".venv/bin/shadowsync train "):  # checked, not trained
+            continue
+        if command.startswith("torchrun "):
+            continue
+        raise AssertionError(f"README command not run by any test: {command}")
+    assert set(RUN) <= set(commands), "RUN lists a command the README no longer shows"
+
+
+def test_commands_run_elsewhere_are_run_there():
+    commands = readme_commands()
+    for command, (path, text) in ELSEWHERE.items():
+        assert command in commands, f"{command} is no longer in the README"
+        assert text in (ROOT / path).read_text(encoding="utf-8"), (command, path)
+
+
+def test_sync_and_option_examples_are_valid(tmp_path: Path):
+    """The train commands that would train a whole job: every option checked (by
+    --print-config, which builds the configuration and exits)."""
+    _shadowsync_wrapper(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    (tmp_path / "job.toml").write_text("trainers = 3\n")
+    checked = [c for c in readme_commands()
+               if c.startswith(".venv/bin/shadowsync train ") and c not in RUN]
+    assert len(checked) >= 5
+    for command in checked:
+        res = subprocess.run(_train_checked(command), shell=True, cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, (command, res.stderr)
+
+
+def test_torchrun_command_parses(tmp_path: Path):
+    """torchrun's own options parse, and shadowsync.run takes the rest (it stops with its
+    one line because no torchrun started it)."""
+    from torch.distributed.run import get_args_parser
+
+    (command,) = [c for c in readme_commands() if c.startswith("torchrun ")]
+    argv = shlex.split(command)[1:]
+    args = get_args_parser().parse_args(argv)
+    assert args.nnodes == "3" and args.module and args.training_script == "shadowsync.run"
+    (tmp_path / "job.toml").write_text("embedding_servers = 1\ntrainers = 2\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    res = subprocess.run([sys.executable, "-m", "shadowsync.run", *args.training_script_args],
+                         cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "is started by torchrun" in res.stderr, res.stderr
+
+
+@pytest.mark.timeout(420)
+def test_readme_commands_run_as_written(tmp_path: Path):
+    _shadowsync_wrapper(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    outputs = {}
+    for command in RUN:
+        res = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=240, start_new_session=True)
+        assert res.returncode == 0, (command, res.stderr[-3000:])
+        outputs[command] = res.stdout
+    assert outputs[RUN[0]].strip() == f"shadowsync {shadowsync.__version__}"
+    assert "synchronization:" in outputs[RUN[1]]
+    assert "trainers = 3" in (tmp_path / "job.toml").read_text()
+    assert "eval_ne" in outputs[RUN[4]] and "ne_vs_teacher" in outputs[RUN[4]]  # teacher.json
+    assert (tmp_path / "runs" / "ckpt" / "summary.json").exists()
+    assert re.search(r"^\s+ne\s+0\.\d+", outputs[RUN[-1]], re.M)
+
+
+@pytest.mark.timeout(200)
+def test_readme_python_runs(tmp_path: Path):
+    """The README's Python block, as written, next to examples/my_model.py and arrays."""
+    (block,) = readme_python()
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from own_arrays import write_arrays
+    finally:
+        sys.path.pop(0)
+    write_arrays(str(tmp_path / "my_arrays"), 12_000)
+    (tmp_path / "my_model.py").write_text((ROOT / "examples" / "my_model.py").read_text())
+    script = "if __name__ == '__main__':\n" + textwrap.indent(block, "    ")
+    (tmp_path / "readme_block.py").write_text(script)
+    res = run_python(["readme_block.py"], timeout=170, cwd=tmp_path,
+                     env={"PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    eval_ne, out, checkpoint = res.stdout.split()
+    assert 0 < float(eval_ne) < 1 and out == "runs/mine" and "checkpoint/step-" in checkpoint
