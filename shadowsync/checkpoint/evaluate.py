@@ -141,11 +141,23 @@ def load_model(path: str | Path, model: Any = None,
                              output), step
 
 
+def score(trained: TrainedModel, rows: Any, start: int, stop: int,
+          batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions and labels of rows [start, stop) of `rows` (a `CtrData`)."""
+    from shadowsync.data.dataset import batches
+
+    preds, labels = [], []
+    table_rows = trained.table_rows.tolist() or [1]
+    for dense, ids, y in batches(rows, start, stop, batch_size, table_size=table_rows):
+        preds.append(trained.predict(dense, ids).numpy())
+        labels.append(y.numpy())
+    return np.concatenate(preds), np.concatenate(labels)
+
+
 def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                         skip_bad_lines: bool = False, model: Any = None) -> dict[str, Any]:
     """Metrics of the checkpoint at `path` (a run directory: its newest) on `data`: every
     row of a file or directory, or the held-out rows of the built-in data."""
-    from shadowsync.data.dataset import batches
     from shadowsync.metrics import evaluate_predictions
     from shadowsync.train.trainer import plan_data
 
@@ -177,12 +189,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             sizes = trained.table_rows.tolist()
             arrays.check_ids(rows.source, rows.cats, sizes)
             arrays.check_bag_ids(rows.source, rows.multi_hot, sizes[rows.cats.shape[1]:])
-    preds, labels = [], []
-    table_rows = trained.table_rows.tolist() or [1]
-    for dense, ids, y in batches(rows, start, stop, 4096, table_size=table_rows):
-        preds.append(trained.predict(dense, ids).numpy())
-        labels.append(y.numpy())
-    pred, y = np.concatenate(preds), np.concatenate(labels)
+    pred, y = score(trained, rows, start, stop)
     if cfg.task == "digits":
         result: dict[str, Any] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))
                                                     .mean())}

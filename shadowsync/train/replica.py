@@ -215,12 +215,13 @@ def best_eval(trainer: Trainer) -> dict[str, float] | None:
     """--val-share: the best checkpoint's metrics on the held-out rows (None: none kept)."""
     if trainer.best_checkpoint is None:
         return None
-    from shadowsync.checkpoint.evaluate import load_model
-    from shadowsync.train.evaluate import evaluate
+    from shadowsync.checkpoint.evaluate import load_model, score
+    from shadowsync.metrics import evaluate_predictions
 
-    _, model, tables = load_model(Path(trainer.best_checkpoint))
+    factory = trainer.cfg.model if callable(trainer.cfg.model) else None
+    _, trained, _ = load_model(Path(trainer.best_checkpoint), factory)
     p = trainer.plan
-    return evaluate(model, tables, p.eval, p.eval_start, p.eval_stop, p.features.table_rows)
+    return evaluate_predictions(*score(trained, p.eval, p.eval_start, p.eval_stop))
 
 
 def selection_summary(trainer: Trainer, final: dict[str, float],
