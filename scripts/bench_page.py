@@ -198,6 +198,13 @@ def commit() -> str:
         return "unknown"
 
 
+def goal_text(goal: object) -> str:
+    """A bench's goal as the page shows it: benches write a text, or {goal, value, met}."""
+    if isinstance(goal, dict):
+        return str(goal.get("goal") or "")
+    return "" if goal is None else str(goal)
+
+
 def add(bench_json: Path, label: str) -> Path:
     """Make a bench.json the current result of its bench."""
     data = json.loads(bench_json.read_text(encoding="utf-8"))
@@ -220,7 +227,8 @@ def add(bench_json: Path, label: str) -> Path:
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
         "machine": machine_info(),
-        "goals": {**old.get("goals", {}), **{k: str(v) for k, v in data.get("goals", {}).items()}},
+        "goals": ({k: goal_text(v) for k, v in data["goals"].items() if goal_text(v)}
+                  if data.get("goals") else old.get("goals", {})),
         "runs": [run],
         "reading": old.get("reading", []),
     }
