@@ -61,7 +61,7 @@ def export(checkpoint: str | Path, out: str | Path,
     torch.export.save(program, str(out))
     schema = {**trained.schema(), "checkpoint": str(step), "format": "torch.export",
               "torch": torch.__version__,
-              "inputs": ["dense float32 [B, dense_width]", "sparse int64 [B, len(features)]"],
+              "inputs": program_inputs(trained),
               "returns": "logits [B]" if trained.output == "sigmoid" else "logits [B, classes]"}
     schema_path(out).write_text(json.dumps(schema, indent=1), encoding="utf-8")
     return {"out": str(out), "schema": str(schema_path(out)),
@@ -69,19 +69,54 @@ def export(checkpoint: str | Path, out: str | Path,
             "export_s": round(time.perf_counter() - t0 - t_load, 3), "checkpoint": str(step)}
 
 
+def program_inputs(trained: TrainedModel) -> list[dict[str, Any]]:
+    """The exported program's positional inputs, in order: dense, the single-id features'
+    ids, then each multi-hot feature's values, offsets [B + 1] and, when weighted, weights."""
+    single = [f.name for f in trained.features if not f.multi_hot]
+    inputs = [{"name": "dense", "dtype": "float32", "shape": ["B", trained.num_dense]},
+              {"name": "sparse", "dtype": "int64", "shape": ["B", len(single)],
+               "features": single}]
+    for f in trained.multi_hot:
+        inputs += [{"name": f"{f.name}.values", "dtype": "int64", "shape": [f"nnz_{f.name}"]},
+                   {"name": f"{f.name}.offsets", "dtype": "int64", "shape": ["B + 1"]}]
+        if f.weighted:
+            inputs.append({"name": f"{f.name}.weights", "dtype": "float32",
+                           "shape": [f"nnz_{f.name}"]})
+    return inputs
+
+
 def export_program(trained: TrainedModel, name: str) -> Any:
-    """`torch.export` of the whole model, the batch dimension left free. Its parameters are
-    constants of the program (no gradients: it scores)."""
+    """`torch.export` of the whole model, the batch dimension (and each multi-hot feature's
+    number of ids) left free. Its parameters are constants of the program (no gradients: it
+    scores)."""
+    import contextlib
+
     import torch
 
     trained.requires_grad_(False)
     batch = torch.export.Dim("batch", min=1)
     dense = torch.zeros(4, trained.num_dense)
-    sparse = torch.zeros(4, len(trained.tables), dtype=torch.long)
+    sparse = torch.zeros(4, trained.num_single, dtype=torch.long)
+    args: list[torch.Tensor] = [dense, sparse]
+    shapes: list[dict[int, Any]] = [{0: batch}, {0: batch}]
+    for m, f in enumerate(trained.multi_hot):
+        ids = torch.export.Dim(f"ids{m}")
+        args += [torch.zeros(6, dtype=torch.long), torch.tensor([0, 1, 3, 5, 6])]
+        shapes += [{0: ids}, {0: batch + 1}]
+        if f.weighted:
+            args.append(torch.ones(6))
+            shapes.append({0: ids})
+    # Offsets of [batch + 1] entries: without size-oblivious reasoning the trace would guard
+    # batch != 1 (a batch of one row would then be refused).
+    from torch.fx.experimental import _config as fx_config
+
+    oblivious: Any = contextlib.nullcontext()
+    if trained.multi_hot and hasattr(fx_config, "backed_size_oblivious"):
+        oblivious = fx_config.patch(backed_size_oblivious=True)
     try:
-        with torch.no_grad():
-            return torch.export.export(trained, (dense, sparse),
-                                       dynamic_shapes=({0: batch}, {0: batch}), strict=False)
+        with torch.no_grad(), oblivious:
+            return torch.export.export(trained, tuple(args), dynamic_shapes=tuple(shapes),
+                                       strict=False)
     except Exception as e:  # noqa: BLE001 - a model torch.export cannot trace: one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise UserError(f"export: torch.export cannot trace --model {name}: "

@@ -35,12 +35,32 @@ from shadowsync.checkpoint.store import (
     saved_config,
 )
 from shadowsync.errors import UserError
-from shadowsync.models.trained import TrainedModel
+from shadowsync.models.trained import SparseFeature, TrainedModel
 
 
 def feature_names(num_tables: int) -> list[str]:
     """C1..CT, as Criteo names its categorical fields."""
     return [f"C{i + 1}" for i in range(num_tables)]
+
+
+def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
+                     ) -> list[SparseFeature]:
+    """Each table's feature: its name, and for a multi-hot one its pooling and weighting.
+    From the manifest (saved since they were recorded there), else from the training data's
+    headers while they are still there, else single-id features C1..CT."""
+    specs = manifest.get("sparse_features")
+    if specs is None and cfg.data != "synthetic" and Path(cfg.data).exists():
+        from shadowsync.data.dataset import resolve, sparse_features
+
+        try:
+            specs = sparse_features(resolve(cfg.data, cfg.schema), num_tables)
+        except (UserError, OSError):
+            specs = None
+    if specs is None or len(specs) != num_tables:
+        return [SparseFeature(name) for name in feature_names(num_tables)]
+    return [SparseFeature(str(s["name"]), bool(s.get("multi_hot", False)),
+                          str(s.get("pooling", "sum")), bool(s.get("weighted", False)))
+            for s in specs]
 
 
 def _trained_layout(path: str, schema: str | None) -> str | None:
@@ -136,9 +156,9 @@ def load_model(path: str | Path, model: Any = None,
     # The digits task has no categorical features (and one placeholder table, never read).
     tables = _tables(step, cfg, manifest, features.table_rows) if cfg.task == "ctr" else []
     output = "softmax" if cfg.task == "digits" else "sigmoid"
-    names = feature_names(len(tables))
-    return cfg, TrainedModel(dense, dict(zip(names, tables, strict=True)), features.num_dense,
-                             output), step
+    sparse = _sparse_features(manifest, cfg, len(tables))
+    return cfg, TrainedModel(dense, {f.name: t for f, t in zip(sparse, tables, strict=True)},
+                             features.num_dense, output, sparse), step
 
 
 def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,

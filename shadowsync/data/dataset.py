@@ -153,6 +153,23 @@ def sparse_layout(path: str) -> str:
                    [(s["name"], s["weighted"], s["pooling"]) for s in specs])
 
 
+def sparse_features(path: str, num_tables: int) -> list[dict[str, Any]]:
+    """Each table's feature, in the tables' order, from the files' headers: its name (an
+    array directory's features.json names, else C1..CT as Criteo names its fields), whether it
+    is multi-hot, and then its pooling and weighting. What a checkpoint's manifest records."""
+    specs = arrays.multi_hot_specs(path) if arrays.is_array_dir(path) else []
+    single = num_tables - len(specs)
+    doc = arrays.declared(path) if arrays.is_array_dir(path) else None
+    named = (doc or {}).get("categorical", [])
+    names = [f"C{i + 1}" for i in range(single)]
+    if (isinstance(named, list) and len(named) == single
+            and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in named)):
+        names = [c["name"] for c in named]
+    return [*({"name": name, "multi_hot": False} for name in names),
+            *({"name": s["name"], "multi_hot": True, "pooling": s["pooling"],
+               "weighted": s["weighted"]} for s in specs)]
+
+
 def _layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
     named = [f"{name} ({'weighted ' if weighted else ''}{pooling})"
              for name, weighted, pooling in multi]

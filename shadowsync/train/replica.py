@@ -98,8 +98,18 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> An
                         resumable(cfg), {"sync": cfg.sync, "task": cfg.task,
                                           # the model's input shape, known without the data
                                           "num_dense": plan.features.num_dense,
-                                          "table_rows": list(plan.features.table_rows)},
+                                          "table_rows": list(plan.features.table_rows),
+                                          "sparse_features": _sparse_features(cfg, plan)},
                         aligned=resumes_aligned(cfg))
+
+
+def _sparse_features(cfg: TrainConfig, plan: DataPlan) -> list[dict[str, Any]] | None:
+    """Each table's feature name, pooling and weighting, for the loaded model (ctr only)."""
+    if cfg.task != "ctr":
+        return None
+    from shadowsync.data.dataset import sparse_features
+
+    return sparse_features(plan.train.source, plan.features.num_tables)
 
 
 def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
