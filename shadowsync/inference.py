@@ -97,8 +97,8 @@ def export_program(trained: TrainedModel, name: str) -> Any:
     batch = torch.export.Dim("batch", min=1)
     dense = torch.zeros(4, trained.num_dense)
     sparse = torch.zeros(4, trained.num_single, dtype=torch.long)
-    args: list[torch.Tensor] = [dense, sparse]
-    shapes: list[dict[int, Any]] = [{0: batch}, {0: batch}]
+    args: list[torch.Tensor] = []  # forward's *bags
+    shapes: list[dict[int, Any]] = []
     for m, f in enumerate(trained.multi_hot):
         ids = torch.export.Dim(f"ids{m}")
         args += [torch.zeros(6, dtype=torch.long), torch.tensor([0, 1, 3, 5, 6])]
@@ -115,7 +115,9 @@ def export_program(trained: TrainedModel, name: str) -> Any:
         oblivious = fx_config.patch(backed_size_oblivious=True)
     try:
         with torch.no_grad(), oblivious:
-            return torch.export.export(trained, tuple(args), dynamic_shapes=tuple(shapes),
+            return torch.export.export(trained, (dense, sparse, *args),
+                                       dynamic_shapes=({0: batch}, {0: batch},
+                                                       *((tuple(shapes),) if shapes else ())),
                                        strict=False)
     except Exception as e:  # noqa: BLE001 - a model torch.export cannot trace: one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""

@@ -51,8 +51,10 @@ class SparseFeature:
 
 
 def _module_key(name: str) -> str:
-    """A feature name as an `nn.ModuleDict` key (which cannot hold a dot)."""
-    return name.replace(".", "_") or "_"
+    """A feature name as an `nn.ModuleDict` key, which cannot hold a dot nor be one of its
+    attributes (``items``, ``values``...): those get a trailing underscore."""
+    key = name.replace(".", "_")
+    return f"{key}_" if not key or hasattr(nn.ModuleDict, key) else key
 
 
 def _as_tensor(value: Any, dtype: np.dtype, what: str) -> torch.Tensor:
@@ -104,6 +106,13 @@ class TrainedModel(nn.Module):
     @property
     def feature_names(self) -> list[str]:
         return [f.name for f in self.features]
+
+    def table(self, name: str) -> nn.EmbeddingBag:
+        """The table of the feature `name` (``tables`` keys it by name, less dots, and with a
+        trailing underscore where the name is a ModuleDict attribute such as ``items``)."""
+        if name not in self.feature_names:
+            raise KeyError(f"no feature {name!r}; the model's are {self.feature_names}")
+        return self.tables[_module_key(name)]
 
     @property
     def multi_hot(self) -> list[SparseFeature]:
