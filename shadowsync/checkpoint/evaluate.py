@@ -73,6 +73,14 @@ def _trained_layout(path: str, schema: str | None) -> str | None:
         return None
 
 
+def _model_layout(trained: TrainedModel) -> str:
+    """`CtrData.sparse_layout` of the data the model was trained on, from its features."""
+    from shadowsync.data.dataset import layout
+
+    return layout(trained.num_single, [(f.name, f.weighted, f.pooling)
+                                       for f in trained.multi_hot])
+
+
 def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
             table_rows: tuple[int, ...]) -> list[torch.Tensor]:
     """Every table whole, [rows, width] each, in feature order."""
@@ -189,7 +197,8 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
                             f"{takes[0]} and {takes[1]}")
-        trained_on = _trained_layout(cfg.data, cfg.schema)
+        trained_on = (_model_layout(trained) if "sparse_features" in read_manifest(step)
+                      else _trained_layout(cfg.data, cfg.schema))
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")
