@@ -71,14 +71,14 @@ def export(checkpoint: str | Path, out: str | Path,
 
 def program_inputs(trained: TrainedModel) -> list[dict[str, Any]]:
     """The exported program's positional inputs, in order: dense, the single-id features'
-    ids, then each multi-hot feature's values, offsets [B + 1] and, when weighted, weights."""
+    ids, then each multi-hot feature's values, lengths [B] and, when weighted, weights."""
     single = [f.name for f in trained.features if not f.multi_hot]
     inputs = [{"name": "dense", "dtype": "float32", "shape": ["B", trained.num_dense]},
               {"name": "sparse", "dtype": "int64", "shape": ["B", len(single)],
                "features": single}]
     for f in trained.multi_hot:
         inputs += [{"name": f"{f.name}.values", "dtype": "int64", "shape": [f"nnz_{f.name}"]},
-                   {"name": f"{f.name}.offsets", "dtype": "int64", "shape": ["B + 1"]}]
+                   {"name": f"{f.name}.lengths", "dtype": "int64", "shape": ["B"]}]
         if f.weighted:
             inputs.append({"name": f"{f.name}.weights", "dtype": "float32",
                            "shape": [f"nnz_{f.name}"]})
@@ -89,8 +89,6 @@ def export_program(trained: TrainedModel, name: str) -> Any:
     """`torch.export` of the whole model, the batch dimension (and each multi-hot feature's
     number of ids) left free. Its parameters are constants of the program (no gradients: it
     scores)."""
-    import contextlib
-
     import torch
 
     trained.requires_grad_(False)
@@ -101,20 +99,13 @@ def export_program(trained: TrainedModel, name: str) -> Any:
     shapes: list[dict[int, Any]] = []
     for m, f in enumerate(trained.multi_hot):
         ids = torch.export.Dim(f"ids{m}")
-        args += [torch.zeros(6, dtype=torch.long), torch.tensor([0, 1, 3, 5, 6])]
-        shapes += [{0: ids}, {0: batch + 1}]
+        args += [torch.zeros(6, dtype=torch.long), torch.tensor([1, 2, 2, 1])]
+        shapes += [{0: ids}, {0: batch}]
         if f.weighted:
             args.append(torch.ones(6))
             shapes.append({0: ids})
-    # Offsets of [batch + 1] entries: without size-oblivious reasoning the trace would guard
-    # batch != 1 (a batch of one row would then be refused).
-    from torch.fx.experimental import _config as fx_config
-
-    oblivious: Any = contextlib.nullcontext()
-    if trained.multi_hot and hasattr(fx_config, "backed_size_oblivious"):
-        oblivious = fx_config.patch(backed_size_oblivious=True)
     try:
-        with torch.no_grad(), oblivious:
+        with torch.no_grad():
             return torch.export.export(trained, (dense, sparse, *args),
                                        dynamic_shapes=({0: batch}, {0: batch},
                                                        *((tuple(shapes),) if shapes else ())),

@@ -25,14 +25,21 @@ LAYOUTS = {
 }
 EXPORTED: dict[str, tuple[Path, Path]] = {}  # layout -> (program, eval's predictions)
 
-# The torch-only script of tests/test_eval_layouts.py, fed every input the schema lists: the
-# names are the array directory's files (sparse: cats.npy), written beside each program.
+# The torch-only script of tests/test_eval_layouts.py, fed every input the schema lists from
+# the array directory's files written beside each program (sparse: cats.npy; a bag's lengths:
+# the differences of NAME.offsets.npy).
 FEED_BY_SCHEMA = TORCH_ONLY.replace(
     """        logits = model(torch.from_numpy(np.load(folder + "/dense.npy")),
                        torch.from_numpy(np.load(folder + "/ids.npy")))""",
-    """        inputs = json.load(open(program + ".schema.json"))["inputs"]
-        files = [{"sparse": "cats"}.get(i["name"], i["name"]) for i in inputs]
-        logits = model(*(torch.from_numpy(np.load(f"{folder}/{f}.npy")) for f in files))""")
+    """        arrays = []
+        for i in json.load(open(program + ".schema.json"))["inputs"]:
+            stem, _, part = i["name"].rpartition(".")
+            if part == "lengths":  # the bags' sizes: differences of the stored offsets
+                arrays.append(np.diff(np.load(f"{folder}/{stem}.offsets.npy")))
+            else:
+                name = {"sparse": "cats"}.get(i["name"], i["name"])
+                arrays.append(np.load(f"{folder}/{name}.npy"))
+        logits = model(*(torch.from_numpy(a) for a in arrays))""")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +55,7 @@ def test_multi_hot_checkpoint_loads_predicts_and_exports_as_eval_scores_it(
         layout, data, tmp_path_factory):
     import shadowsync
     from shadowsync.checkpoint.evaluate import evaluate_checkpoint
+    from shadowsync.errors import UserError
 
     train, held = data
     tmp = tmp_path_factory.mktemp(layout)
@@ -80,10 +88,32 @@ def test_multi_hot_checkpoint_loads_predicts_and_exports_as_eval_scores_it(
     shadowsync.export(out, program)
     schema = json.loads(Path(str(program) + ".schema.json").read_text())
     assert [i["name"] for i in schema["inputs"]] == [
-        "dense", "sparse", "items.values", "items.offsets", "tags.values", "tags.offsets",
+        "dense", "sparse", "items.values", "items.lengths", "tags.values", "tags.lengths",
         "tags.weights"]
     assert schema["features"][2] == {"name": "tags", "rows": 10, "multi_hot": True,
                                      "pooling": "mean", "weighted": True}
+    # the same ids pooled another way are refused, from the model's own features
+    spoiled = tmp / "spoiled"
+    spoiled.mkdir()
+    for f in held.iterdir():
+        (spoiled / f.name).write_bytes(f.read_bytes())
+    spec = json.loads((spoiled / "features.json").read_text())
+    spec["multi_hot"][0]["pooling"] = "mean"
+    (spoiled / "features.json").write_text(json.dumps(spec))
+    with pytest.raises(UserError, match=r"items \(mean\), tags \(weighted mean\), but the "
+                       r"checkpoint's model was trained on 1 single-id, items \(sum\)"):
+        evaluate_checkpoint(str(out), str(spoiled))
+    # one row (a batch of 1 and bags of its own size) through the program, here
+    import torch
+
+    first = [arr("dense")[:1], arr("cats")[:1]]
+    for parts in bags.values():
+        end = int(parts[1][1])
+        first += [parts[0][:end], np.diff(parts[1][:2]), *(p[:end] for p in parts[2:])]
+    with torch.no_grad():
+        one = torch.sigmoid(torch.export.load(str(program)).module()(
+            *(torch.from_numpy(np.ascontiguousarray(a)) for a in first)))
+    assert abs(float(one[0]) - predictions[0]) <= 1e-6
     for f in held.glob("*.npy"):  # the held-out rows beside the program, for torch alone
         (tmp / f.name).write_bytes(f.read_bytes())
     EXPORTED[layout] = (program, pred_file)

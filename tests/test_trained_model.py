@@ -85,8 +85,8 @@ def test_multi_hot_bags_pool_as_the_closed_forms():
     m = multi_hot_model()
     # example 0: C1 id 1, items {1, 6 -> 1}, tags {0 w 0.5, 3 w 2}; example 1: C1 id 2, no items,
     # tags {2 w 1}
-    emb = m.embed(torch.tensor([[1], [2]]), torch.tensor([1, 6]), torch.tensor([0, 2, 2]),
-                  torch.tensor([0, 3, 2]), torch.tensor([0, 2, 3]), torch.tensor([0.5, 2, 1]))
+    emb = m.embed(torch.tensor([[1], [2]]), torch.tensor([1, 6]), torch.tensor([2, 0]),
+                  torch.tensor([0, 3, 2]), torch.tensor([2, 1]), torch.tensor([0.5, 2, 1]))
     rows = {"C1": torch.arange(6.0).view(3, 2), "items": 10 * torch.arange(10.0).view(5, 2),
             "tags": 100 * torch.arange(8.0).view(4, 2)}
     expected = torch.stack([
@@ -94,8 +94,8 @@ def test_multi_hot_bags_pool_as_the_closed_forms():
                      (0.5 * rows["tags"][0] + 2 * rows["tags"][3]) / 2]),
         torch.stack([rows["C1"][2], torch.zeros(2), rows["tags"][2]])])
     assert torch.allclose(emb, expected)
-    assert m.multi_hot_inputs() == ["items.values", "items.offsets", "tags.values",
-                                    "tags.offsets", "tags.weights"]
+    assert m.multi_hot_inputs() == ["items.values", "items.lengths", "tags.values",
+                                    "tags.lengths", "tags.weights"]
     assert m.schema()["features"][1:] == [
         {"name": "items", "rows": 5, "multi_hot": True, "pooling": "sum", "weighted": False},
         {"name": "tags", "rows": 4, "multi_hot": True, "pooling": "mean", "weighted": True}]
@@ -148,10 +148,14 @@ def test_the_exported_program_takes_multi_hot_tensors_for_any_batch_and_bag_size
     for n in (1, 2, 9):
         dense, ids = torch.randn(n, 2, generator=gen), torch.randint(0, 9, (n, 1), generator=gen)
         bags = _random_bags(n, gen)
-        flat = [t for name in ("items", "tags") for t in bags[name]]
+        # forward takes each bag's lengths, the offsets' differences
+        flat = [t.diff() if k == 1 else t for name in ("items", "tags")
+                for k, t in enumerate(bags[name])]
+        assert torch.allclose(m.predict(dense, ids, multi_hot=bags),
+                              torch.sigmoid(m(dense, ids, *flat)))
         with torch.no_grad():
             assert torch.allclose(program(dense, ids, *flat), m(dense, ids, *flat))
-    empty = [torch.zeros(0, dtype=torch.long), torch.zeros(4, dtype=torch.long)]  # no ids at all
+    empty = [torch.zeros(0, dtype=torch.long), torch.zeros(3, dtype=torch.long)]  # no ids at all
     with torch.no_grad():
         got = program(torch.ones(3, 2), torch.zeros(3, 1, dtype=torch.long), *empty, *empty,
                       torch.zeros(0))

@@ -9,14 +9,16 @@ the result can be scored, inspected, fine-tuned, saved with `torch.save` or expo
 Every feature is looked up as a bag: values, per-example offsets and the bag's pooling. A
 single-id feature has one id per example, so its bags hold one id each and pooling changes
 nothing; all of them come in as one tensor ids [B, S]. A multi-hot feature (`SparseFeature`
-with ``multi_hot``) comes in as its own values [nnz], offsets [B + 1] (example b's ids are
-``values[offsets[b]:offsets[b + 1]]``) and, when weighted, weights [nnz], pooled as training
-pooled it (docs/multi-hot.md):
+with ``multi_hot``) comes in as its own values [nnz], lengths [B] (example b's ids are the
+next lengths[b] values) and, when weighted, weights [nnz], as TorchRec's KeyedJaggedTensor
+holds one key, pooled as training pooled it (docs/multi-hot.md):
 
     sum:  v_b = sum_l w_l r(x_l)          mean: v_b = (1 / n_b) sum_l w_l r(x_l)
 
 (w_l = 1 unweighted, n_b the bag's ids, an empty bag pools to zero). As in the data, the
-single-id features come first, then the multi-hot ones.
+single-id features come first, then the multi-hot ones. (`predict` takes offsets [n + 1], as
+array directories store them; `forward`, and so the exported program, lengths: then the batch
+size is the only size its inputs share, and torch.export leaves it free, 1 included.)
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def _as_tensor(value: Any, dtype: np.dtype, what: str) -> torch.Tensor:
 
 class TrainedModel(nn.Module):
     """`forward(dense [B, num_dense], sparse [B, S] int64, *bags) -> logits`, `bags` being
-    each multi-hot feature's values, offsets (and weights when weighted) in feature order;
+    each multi-hot feature's values, lengths (and weights when weighted) in feature order;
     ids are taken modulo each table's rows, as training took them. `predict` gives
     probabilities, batched, with the multi-hot features as a dict by name."""
 
@@ -91,7 +93,7 @@ class TrainedModel(nn.Module):
         self.dense_model = dense_model
         self.tables = nn.ModuleDict({
             _module_key(f.name): nn.EmbeddingBag.from_pretrained(
-                weight, freeze=False, mode="sum", include_last_offset=f.multi_hot)
+                weight, freeze=False, mode="sum")
             for f, weight in zip(features, tables.values(), strict=True)})
         self.register_buffer("table_rows", torch.tensor([len(w) for w in tables.values()],
                                                         dtype=torch.long))
@@ -144,12 +146,13 @@ class TrainedModel(nn.Module):
                              f"{expected} tensors, got {len(bags)}")
         at = 0
         for f, bag in zip(self.multi_hot, modules[self.num_single:], strict=True):
-            values, offsets = bags[at], bags[at + 1]
+            values, lengths = bags[at], bags[at + 1]
             weights = bags[at + 2] if f.weighted else None
             at += 2 + f.weighted
-            v = bag(values.remainder(bag.num_embeddings), offsets, per_sample_weights=weights)
+            starts = torch.cumsum(lengths, 0) - lengths
+            v = bag(values.remainder(bag.num_embeddings), starts, per_sample_weights=weights)
             if f.pooling == "mean":
-                v = v / (offsets[1:] - offsets[:-1]).clamp(min=1).unsqueeze(1).to(v.dtype)
+                v = v / lengths.clamp(min=1).unsqueeze(1).to(v.dtype)
             pooled.append(v)
         return torch.stack(pooled, dim=1)
 
@@ -165,8 +168,9 @@ class TrainedModel(nn.Module):
                 *bags: torch.Tensor) -> torch.Tensor:
         """Logits of dense float32 [B, num_dense], the single-id features' ids int64 [B, S]
         (None when S = 0) and, feature after feature in `multi_hot_inputs()` order, each
-        multi-hot feature's values int64 [nnz], offsets int64 [B + 1] and, when weighted,
-        weights float32 [nnz]. `sparse` may instead be a `Bags` of every feature."""
+        multi-hot feature's values int64 [nnz], lengths int64 [B] (the bags' sizes: the
+        offsets' differences) and, when weighted, weights float32 [nnz]. `sparse` may instead
+        be a `Bags` of every feature."""
         if sparse is None:
             sparse = torch.zeros(dense.shape[0], 0, dtype=torch.long)
         return self.dense_model(dense, self.embed(sparse, *bags))
@@ -174,7 +178,7 @@ class TrainedModel(nn.Module):
     def multi_hot_inputs(self) -> list[str]:
         """The names of the tensors `forward` takes after `sparse`, in order."""
         return [f"{f.name}.{part}" for f in self.multi_hot
-                for part in ("values", "offsets", *(("weights",) if f.weighted else ()))]
+                for part in ("values", "lengths", *(("weights",) if f.weighted else ()))]
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(logits) if self.output == "sigmoid" else torch.softmax(logits, 1)
@@ -247,7 +251,7 @@ class TrainedModel(nn.Module):
                 cut: list[torch.Tensor] = []
                 for values, offsets, weights in bags:
                     lo, hi = int(offsets[i]), int(offsets[j])
-                    cut += [values[lo:hi], offsets[i:j + 1] - lo]
+                    cut += [values[lo:hi], offsets[i + 1:j + 1] - offsets[i:j]]
                     if weights is not None:
                         cut.append(weights[lo:hi])
                 parts.append(self.probabilities(self(x[i:j], ids[i:j], *cut)))
