@@ -221,8 +221,8 @@ class TrainedModel(nn.Module):
         return out
 
     @torch.no_grad()
-    def predict(self, dense: Any, sparse: Any = None, multi_hot: Mapping[str, Any] | None = None,
-                batch_size: int = 65_536) -> torch.Tensor:
+    def predict(self, dense: Any, sparse: Any = None, batch_size: int = 65_536, *,
+                multi_hot: Mapping[str, Any] | None = None) -> torch.Tensor:
         """Probabilities for rows of `dense` [n, num_dense], `sparse` [n, S] (the single-id
         features; tensors or arrays) and `multi_hot` {name: (values, offsets[, weights])},
         offsets [n + 1] as in an array directory, `batch_size` rows at a time: [n] clicks, or

@@ -225,12 +225,16 @@ def best_eval(trainer: Trainer) -> dict[str, float] | None:
     """--val-share: the best checkpoint's metrics on the held-out rows (None: none kept)."""
     if trainer.best_checkpoint is None:
         return None
+    from types import SimpleNamespace
+
     from shadowsync.checkpoint.evaluate import load_model
     from shadowsync.train.evaluate import evaluate
 
-    _, model, tables = load_model(Path(trainer.best_checkpoint))
+    _, trained, _ = load_model(Path(trainer.best_checkpoint))
     p = trainer.plan
-    return evaluate(model, tables, p.eval, p.eval_start, p.eval_stop, p.features.table_rows)
+    tables = SimpleNamespace(lookup=trained.embed)  # the loaded tables, as `evaluate` reads them
+    return evaluate(trained.dense_model, tables, p.eval, p.eval_start, p.eval_stop,
+                    p.features.table_rows)
 
 
 def selection_summary(trainer: Trainer, final: dict[str, float],
