@@ -3,13 +3,15 @@
     import shadowsync
     model = shadowsync.load("runs/my-run")          # a torch.nn.Module on CPU
     clicks = model.predict(dense, sparse)             # probabilities, batched
+    clicks = model.predict(dense, sparse, multi_hot={"genres": (values, offsets)})
     shadowsync.export("runs/my-run", "model.pt2")    # loads with torch alone
 
 The export is a `torch.export` program (``.pt2``): `torch.export.load(FILE).module()` runs
 it in a Python that has torch and nothing else, and no pickled Python class is read back
 (TorchScript, the other choice, is deprecated in torch 2.x and scripts only a subset of
 Python; a user's `--model` written for training is more often traceable than scriptable).
-Its feature schema is written beside it as ``FILE.schema.json``.
+Its feature schema is written beside it as ``FILE.schema.json``, with the program's inputs in
+order (multi-hot features: values and lengths, see docs/model-export.md).
 """
 
 from __future__ import annotations

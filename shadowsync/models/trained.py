@@ -83,13 +83,13 @@ class TrainedModel(nn.Module):
         features = tuple(features)
         if len(features) != len(tables):
             raise ValueError(f"{len(features)} features for {len(tables)} tables")
-        if any(f.multi_hot for f in features[:self._count_single(features)]) or any(
-                not f.multi_hot for f in features[self._count_single(features):]):
+        single = self._count_single(features)
+        if any(f.multi_hot for f in features[:single]):
             raise ValueError("single-id features come first, then the multi-hot ones")
         if len({_module_key(f.name) for f in features}) != len(features):
             raise ValueError(f"feature names are not distinct: {[f.name for f in features]}")
         self.features = features
-        self.num_single = self._count_single(features)
+        self.num_single = single
         self.dense_model = dense_model
         self.tables = nn.ModuleDict({
             _module_key(f.name): nn.EmbeddingBag.from_pretrained(
