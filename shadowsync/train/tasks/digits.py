@@ -48,6 +48,7 @@ class DigitsData:
     teacher_ne_hint = None
     num_dense = SIDE * SIDE
     num_tables = 0
+    multi_hot: tuple = ()  # no multi-hot features: the batch reader's rows have none
 
     def __init__(self, examples: int, seed: int) -> None:
         images, labels = digits_arrays()
