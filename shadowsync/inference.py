@@ -3,13 +3,15 @@
     import shadowsync
     model = shadowsync.load("runs/my-run")          # a torch.nn.Module on CPU
     clicks = model.predict(dense, sparse)             # probabilities, batched
+    clicks = model.predict(dense, sparse, multi_hot={"genres": (values, offsets)})
     shadowsync.export("runs/my-run", "model.pt2")    # loads with torch alone
 
 The export is a `torch.export` program (``.pt2``): `torch.export.load(FILE).module()` runs
 it in a Python that has torch and nothing else, and no pickled Python class is read back
 (TorchScript, the other choice, is deprecated in torch 2.x and scripts only a subset of
 Python; a user's `--model` written for training is more often traceable than scriptable).
-Its feature schema is written beside it as ``FILE.schema.json``.
+Its feature schema is written beside it as ``FILE.schema.json``, with the program's inputs in
+order (multi-hot features: values and lengths, see docs/model-export.md).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def export(checkpoint: str | Path, out: str | Path,
     torch.export.save(program, str(out))
     schema = {**trained.schema(), "checkpoint": str(step), "format": "torch.export",
               "torch": torch.__version__,
-              "inputs": ["dense float32 [B, dense_width]", "sparse int64 [B, len(features)]"],
+              "inputs": program_inputs(trained),
               "returns": "logits [B]" if trained.output == "sigmoid" else "logits [B, classes]"}
     schema_path(out).write_text(json.dumps(schema, indent=1), encoding="utf-8")
     return {"out": str(out), "schema": str(schema_path(out)),
@@ -69,19 +71,47 @@ def export(checkpoint: str | Path, out: str | Path,
             "export_s": round(time.perf_counter() - t0 - t_load, 3), "checkpoint": str(step)}
 
 
+def program_inputs(trained: TrainedModel) -> list[dict[str, Any]]:
+    """The exported program's positional inputs, in order: dense, the single-id features'
+    ids, then each multi-hot feature's values, lengths [B] and, when weighted, weights."""
+    single = [f.name for f in trained.features if not f.multi_hot]
+    inputs = [{"name": "dense", "dtype": "float32", "shape": ["B", trained.num_dense]},
+              {"name": "sparse", "dtype": "int64", "shape": ["B", len(single)],
+               "features": single}]
+    for f in trained.multi_hot:
+        inputs += [{"name": f"{f.name}.values", "dtype": "int64", "shape": [f"nnz_{f.name}"]},
+                   {"name": f"{f.name}.lengths", "dtype": "int64", "shape": ["B"]}]
+        if f.weighted:
+            inputs.append({"name": f"{f.name}.weights", "dtype": "float32",
+                           "shape": [f"nnz_{f.name}"]})
+    return inputs
+
+
 def export_program(trained: TrainedModel, name: str) -> Any:
-    """`torch.export` of the whole model, the batch dimension left free. Its parameters are
-    constants of the program (no gradients: it scores)."""
+    """`torch.export` of the whole model, the batch dimension (and each multi-hot feature's
+    number of ids) left free. Its parameters are constants of the program (no gradients: it
+    scores)."""
     import torch
 
     trained.requires_grad_(False)
     batch = torch.export.Dim("batch", min=1)
     dense = torch.zeros(4, trained.num_dense)
-    sparse = torch.zeros(4, len(trained.tables), dtype=torch.long)
+    sparse = torch.zeros(4, trained.num_single, dtype=torch.long)
+    args: list[torch.Tensor] = []  # forward's *bags
+    shapes: list[dict[int, Any]] = []
+    for m, f in enumerate(trained.multi_hot):
+        ids = torch.export.Dim(f"ids{m}")
+        args += [torch.zeros(6, dtype=torch.long), torch.tensor([1, 2, 2, 1])]
+        shapes += [{0: ids}, {0: batch}]
+        if f.weighted:
+            args.append(torch.ones(6))
+            shapes.append({0: ids})
     try:
         with torch.no_grad():
-            return torch.export.export(trained, (dense, sparse),
-                                       dynamic_shapes=({0: batch}, {0: batch}), strict=False)
+            return torch.export.export(trained, (dense, sparse, *args),
+                                       dynamic_shapes=({0: batch}, {0: batch},
+                                                       *((tuple(shapes),) if shapes else ())),
+                                       strict=False)
     except Exception as e:  # noqa: BLE001 - a model torch.export cannot trace: one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise UserError(f"export: torch.export cannot trace --model {name}: "

@@ -67,3 +67,96 @@ def test_a_model_torch_export_cannot_trace_is_one_line():
     with pytest.raises(UserError, match="torch.export cannot trace --model mine") as e:
         export_program(model(DataDependent()), "mine")
     assert "\n" not in str(e.value)
+
+
+# --- multi-hot features: a single-id C1, a summed `items`, a weighted mean `tags` ------------
+
+def multi_hot_model() -> TrainedModel:
+    from shadowsync.models.trained import SparseFeature
+
+    tables = {"C1": torch.arange(6.0).view(3, 2), "items": 10 * torch.arange(10.0).view(5, 2),
+              "tags": 100 * torch.arange(8.0).view(4, 2)}
+    features = [SparseFeature("C1"), SparseFeature("items", multi_hot=True),
+                SparseFeature("tags", multi_hot=True, pooling="mean", weighted=True)]
+    return TrainedModel(SumOfRows(), tables, num_dense=2, features=features)
+
+
+def test_multi_hot_bags_pool_as_the_closed_forms():
+    m = multi_hot_model()
+    # example 0: C1 id 1, items {1, 6 -> 1}, tags {0 w 0.5, 3 w 2}; example 1: C1 id 2, no items,
+    # tags {2 w 1}
+    emb = m.embed(torch.tensor([[1], [2]]), torch.tensor([1, 6]), torch.tensor([2, 0]),
+                  torch.tensor([0, 3, 2]), torch.tensor([2, 1]), torch.tensor([0.5, 2, 1]))
+    rows = {"C1": torch.arange(6.0).view(3, 2), "items": 10 * torch.arange(10.0).view(5, 2),
+            "tags": 100 * torch.arange(8.0).view(4, 2)}
+    expected = torch.stack([
+        torch.stack([rows["C1"][1], 2 * rows["items"][1],
+                     (0.5 * rows["tags"][0] + 2 * rows["tags"][3]) / 2]),
+        torch.stack([rows["C1"][2], torch.zeros(2), rows["tags"][2]])])
+    assert torch.allclose(emb, expected)
+    assert m.multi_hot_inputs() == ["items.values", "items.lengths", "tags.values",
+                                    "tags.lengths", "tags.weights"]
+    assert m.schema()["features"][1:] == [
+        {"name": "items", "rows": 5, "multi_hot": True, "pooling": "sum", "weighted": False},
+        {"name": "tags", "rows": 4, "multi_hot": True, "pooling": "mean", "weighted": True}]
+
+
+def _random_bags(n: int, gen: torch.Generator) -> dict:
+    def bag(max_len: int, ids: int, weighted: bool):
+        lengths = torch.randint(0, max_len + 1, (n,), generator=gen)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+        values = torch.randint(0, ids, (int(offsets[-1]),), generator=gen)
+        weights = torch.rand(len(values), generator=gen)
+        return (values, offsets, weights) if weighted else (values, offsets)
+    return {"items": bag(4, 40, False), "tags": bag(3, 9, True)}
+
+
+def test_predict_takes_multi_hot_features_by_name_and_batches_them():
+    from shadowsync.embeddings.pooling import Bags
+
+    m = multi_hot_model()
+    gen = torch.Generator().manual_seed(1)
+    n = 57
+    dense, ids = torch.randn(n, 2, generator=gen) / 100, torch.randint(0, 9, (n, 1), generator=gen)
+    bags = _random_bags(n, gen)
+    whole = m.predict(dense, ids, multi_hot=bags, batch_size=n)
+    assert torch.equal(m.predict(dense, ids, multi_hot=bags, batch_size=5), whole)
+    numpy_bags = {k: tuple(t.numpy() for t in v) for k, v in bags.items()}
+    assert torch.equal(m.predict(dense.numpy(), ids.numpy(), multi_hot=numpy_bags), whole)
+    # the same rows as the training batches carry them (one `Bags` of every feature)
+    as_bags = Bags.build(ids % 3, [(bags["items"][0] % 5, bags["items"][1], None, "sum"),
+                                   (bags["tags"][0] % 4, bags["tags"][1], bags["tags"][2],
+                                    "mean")])
+    assert torch.allclose(m.predict(dense, as_bags), whole, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="feature 'tags' is missing"):
+        m.predict(dense, ids, multi_hot={"items": bags["items"]})
+    with pytest.raises(ValueError, match="no multi-hot feature 'genres'"):
+        m.predict(dense, ids, multi_hot={**bags, "genres": bags["items"]})
+    with pytest.raises(ValueError, match=r"expected \(values, offsets, weights\)"):
+        m.predict(dense, ids, multi_hot={**bags, "tags": bags["tags"][:2]})
+    with pytest.raises(ValueError, match="offsets must be 58 non-decreasing"):
+        m.predict(dense, ids, multi_hot={**bags, "items": (bags["items"][0],
+                                                           bags["items"][1][:-1])})
+    with pytest.raises(ValueError, match=r"sparse must be \[57, 1\]"):
+        m.predict(dense, torch.zeros(n, 3, dtype=torch.long), multi_hot=bags)
+
+
+def test_the_exported_program_takes_multi_hot_tensors_for_any_batch_and_bag_size():
+    m = multi_hot_model()
+    program = export_program(multi_hot_model(), "sum-of-rows").module()
+    gen = torch.Generator().manual_seed(2)
+    for n in (1, 2, 9):
+        dense, ids = torch.randn(n, 2, generator=gen), torch.randint(0, 9, (n, 1), generator=gen)
+        bags = _random_bags(n, gen)
+        # forward takes each bag's lengths, the offsets' differences
+        flat = [t.diff() if k == 1 else t for name in ("items", "tags")
+                for k, t in enumerate(bags[name])]
+        assert torch.allclose(m.predict(dense, ids, multi_hot=bags),
+                              torch.sigmoid(m(dense, ids, *flat)))
+        with torch.no_grad():
+            assert torch.allclose(program(dense, ids, *flat), m(dense, ids, *flat))
+    empty = [torch.zeros(0, dtype=torch.long), torch.zeros(3, dtype=torch.long)]  # no ids at all
+    with torch.no_grad():
+        got = program(torch.ones(3, 2), torch.zeros(3, 1, dtype=torch.long), *empty, *empty,
+                      torch.zeros(0))
+    assert got.tolist() == [3.0, 3.0, 3.0]  # dense 1 + 1, C1 row 0 (0, 1), empty bags 0

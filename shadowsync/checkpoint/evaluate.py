@@ -35,12 +35,32 @@ from shadowsync.checkpoint.store import (
     saved_config,
 )
 from shadowsync.errors import UserError
-from shadowsync.models.trained import TrainedModel
+from shadowsync.models.trained import SparseFeature, TrainedModel
 
 
 def feature_names(num_tables: int) -> list[str]:
     """C1..CT, as Criteo names its categorical fields."""
     return [f"C{i + 1}" for i in range(num_tables)]
+
+
+def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
+                     ) -> list[SparseFeature]:
+    """Each table's feature: its name, and for a multi-hot one its pooling and weighting.
+    From the manifest (saved since they were recorded there), else from the training data's
+    headers while they are still there, else single-id features C1..CT."""
+    specs = manifest.get("sparse_features")
+    if specs is None and cfg.data != "synthetic" and Path(cfg.data).exists():
+        from shadowsync.data.dataset import resolve, sparse_features
+
+        try:
+            specs = sparse_features(resolve(cfg.data, cfg.schema), num_tables)
+        except (UserError, OSError):
+            specs = None
+    if specs is None or len(specs) != num_tables:
+        return [SparseFeature(name) for name in feature_names(num_tables)]
+    return [SparseFeature(str(s["name"]), bool(s.get("multi_hot", False)),
+                          str(s.get("pooling", "sum")), bool(s.get("weighted", False)))
+            for s in specs]
 
 
 def _trained_layout(path: str, schema: str | None) -> str | None:
@@ -51,6 +71,14 @@ def _trained_layout(path: str, schema: str | None) -> str | None:
         return sparse_layout(resolve(path, schema)) if Path(path).is_dir() else None
     except (UserError, OSError):
         return None
+
+
+def _model_layout(trained: TrainedModel) -> str:
+    """`CtrData.sparse_layout` of the data the model was trained on, from its features."""
+    from shadowsync.data.dataset import layout
+
+    return layout(trained.num_single, [(f.name, f.weighted, f.pooling)
+                                       for f in trained.multi_hot])
 
 
 def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
@@ -136,9 +164,9 @@ def load_model(path: str | Path, model: Any = None,
     # The digits task has no categorical features (and one placeholder table, never read).
     tables = _tables(step, cfg, manifest, features.table_rows) if cfg.task == "ctr" else []
     output = "softmax" if cfg.task == "digits" else "sigmoid"
-    names = feature_names(len(tables))
-    return cfg, TrainedModel(dense, dict(zip(names, tables, strict=True)), features.num_dense,
-                             output), step
+    sparse = _sparse_features(manifest, cfg, len(tables))
+    return cfg, TrainedModel(dense, {f.name: t for f, t in zip(sparse, tables, strict=True)},
+                             features.num_dense, output, sparse), step
 
 
 def score(trained: TrainedModel, rows: Any, start: int, stop: int,
@@ -181,7 +209,8 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
                             f"categorical features, but the checkpoint's model takes "
                             f"{takes[0]} and {takes[1]}")
-        trained_on = _trained_layout(cfg.data, cfg.schema)
+        trained_on = (_model_layout(trained) if "sparse_features" in read_manifest(step)
+                      else _trained_layout(cfg.data, cfg.schema))
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")

@@ -87,8 +87,8 @@ class CtrData:
     def sparse_layout(self) -> str:
         """How the ids are pooled, which a model trained on other data must share: the single-id
         columns, then each multi-hot feature's name, pooling and weighting."""
-        return _layout(self.cats.shape[1],
-                       [(f.name, f.weights is not None, f.pooling) for f in self.multi_hot])
+        return layout(self.cats.shape[1],
+                      [(f.name, f.weights is not None, f.pooling) for f in self.multi_hot])
 
     def __repr__(self) -> str:
         return f"CtrData({self.source!r}, rows={len(self)}, skipped_lines={self.skipped_lines})"
@@ -147,13 +147,32 @@ def open_data(
 def sparse_layout(path: str) -> str:
     """`CtrData.sparse_layout` of the data at ``path``, from the files' headers only."""
     if path == SYNTHETIC or not arrays.is_array_dir(path):
-        return _layout(NUM_CAT, [])
+        return layout(NUM_CAT, [])
     specs = arrays.multi_hot_specs(path)
-    return _layout(arrays.shapes(path)[1] - len(specs),
-                   [(s["name"], s["weighted"], s["pooling"]) for s in specs])
+    return layout(arrays.shapes(path)[1] - len(specs),
+                  [(s["name"], s["weighted"], s["pooling"]) for s in specs])
 
 
-def _layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
+def sparse_features(path: str, num_tables: int) -> list[dict[str, Any]]:
+    """Each table's feature, in the tables' order, from the files' headers: its name (an
+    array directory's features.json names, else C1..CT as Criteo names its fields), whether it
+    is multi-hot, and then its pooling and weighting. What a checkpoint's manifest records."""
+    specs = arrays.multi_hot_specs(path) if arrays.is_array_dir(path) else []
+    single = num_tables - len(specs)
+    doc = arrays.declared(path) if arrays.is_array_dir(path) else None
+    named = (doc or {}).get("categorical", [])
+    names = [f"C{i + 1}" for i in range(single)]
+    if (isinstance(named, list) and len(named) == single
+            and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in named)):
+        names = [c["name"] for c in named]
+    return [*({"name": name, "multi_hot": False} for name in names),
+            *({"name": s["name"], "multi_hot": True, "pooling": s["pooling"],
+               "weighted": s["weighted"]} for s in specs)]
+
+
+def layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
+    """How a model's ids are pooled, in words: its single-id count, then each multi-hot
+    feature's (name, weighted, pooling)."""
     named = [f"{name} ({'weighted ' if weighted else ''}{pooling})"
              for name, weighted, pooling in multi]
     return ", ".join([f"{single} single-id", *named])

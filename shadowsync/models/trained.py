@@ -7,65 +7,154 @@ the result can be scored, inspected, fine-tuned, saved with `torch.save` or expo
 `torch.export` without shadowsync.
 
 Every feature is looked up as a bag: values, per-example offsets and the bag's pooling. A
-Criteo-style feature has one id per example, so its bags hold one id each (offsets 0..B-1)
-and pooling changes nothing; a multi-hot feature would pass its own values and offsets to
-the same module.
+single-id feature has one id per example, so its bags hold one id each and pooling changes
+nothing; all of them come in as one tensor ids [B, S]. A multi-hot feature (`SparseFeature`
+with ``multi_hot``) comes in as its own values [nnz], lengths [B] (example b's ids are the
+next lengths[b] values) and, when weighted, weights [nnz], as TorchRec's KeyedJaggedTensor
+holds one key, pooled as training pooled it (docs/multi-hot.md):
+
+    sum:  v_b = sum_l w_l r(x_l)          mean: v_b = (1 / n_b) sum_l w_l r(x_l)
+
+(w_l = 1 unweighted, n_b the bag's ids, an empty bag pools to zero). As in the data, the
+single-id features come first, then the multi-hot ones. (`predict` takes offsets [n + 1], as
+array directories store them; `forward`, and so the exported program, lengths: then the batch
+size is the only size its inputs share, and torch.export leaves it free, 1 included.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from shadowsync.embeddings.pooling import Bags
+from shadowsync.embeddings.pooling import POOLINGS, Bags
 
 OUTPUTS = ("sigmoid", "softmax")  # a click probability per example, or class probabilities
 
 
+@dataclass(frozen=True)
+class SparseFeature:
+    """How one categorical feature is fed: one id per example, or a bag pooled by `pooling`,
+    with one weight per id when `weighted`."""
+
+    name: str
+    multi_hot: bool = False
+    pooling: str = "sum"
+    weighted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"feature {self.name}: pooling must be one of {POOLINGS}, "
+                             f"got {self.pooling!r}")
+
+
+def _module_key(name: str) -> str:
+    """A feature name as an `nn.ModuleDict` key, which cannot hold a dot nor be one of its
+    attributes (``items``, ``values``...): those get a trailing underscore."""
+    key = name.replace(".", "_")
+    return f"{key}_" if not key or hasattr(nn.ModuleDict, key) else key
+
+
+def _as_tensor(value: Any, dtype: np.dtype, what: str) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(value, dtype=dtype))
+    if t.dim() != 1:
+        raise ValueError(f"{what} must be one-dimensional, got {list(t.shape)}")
+    return t
+
+
 class TrainedModel(nn.Module):
-    """`forward(dense [B, num_dense], sparse [B, num_tables] int64) -> logits`; ids are taken
-    modulo each table's rows, as training took them. `predict` gives probabilities."""
+    """`forward(dense [B, num_dense], sparse [B, S] int64, *bags) -> logits`, `bags` being
+    each multi-hot feature's values, lengths (and weights when weighted) in feature order;
+    ids are taken modulo each table's rows, as training took them. `predict` gives
+    probabilities, batched, with the multi-hot features as a dict by name."""
 
     def __init__(self, dense_model: nn.Module, tables: Mapping[str, torch.Tensor],
-                 num_dense: int, output: str = "sigmoid") -> None:
+                 num_dense: int, output: str = "sigmoid",
+                 features: Sequence[SparseFeature] | None = None) -> None:
         super().__init__()
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if features is None:
+            features = [SparseFeature(name) for name in tables]
+        features = tuple(features)
+        if len(features) != len(tables):
+            raise ValueError(f"{len(features)} features for {len(tables)} tables")
+        single = self._count_single(features)
+        if any(f.multi_hot for f in features[:single]):
+            raise ValueError("single-id features come first, then the multi-hot ones")
+        if len({_module_key(f.name) for f in features}) != len(features):
+            raise ValueError(f"feature names are not distinct: {[f.name for f in features]}")
+        self.features = features
+        self.num_single = single
         self.dense_model = dense_model
         self.tables = nn.ModuleDict({
-            name: nn.EmbeddingBag.from_pretrained(weight, freeze=False, mode="sum")
-            for name, weight in tables.items()})
+            _module_key(f.name): nn.EmbeddingBag.from_pretrained(
+                weight, freeze=False, mode="sum")
+            for f, weight in zip(features, tables.values(), strict=True)})
         self.register_buffer("table_rows", torch.tensor([len(w) for w in tables.values()],
                                                         dtype=torch.long))
         self.num_dense = num_dense
         self.output = output
         self.eval()
 
+    @staticmethod
+    def _count_single(features: Sequence[SparseFeature]) -> int:
+        return sum(1 for f in features if not f.multi_hot)
+
     @property
     def feature_names(self) -> list[str]:
-        return list(self.tables.keys())
+        return [f.name for f in self.features]
+
+    def table(self, name: str) -> nn.EmbeddingBag:
+        """The table of the feature `name` (``tables`` keys it by name, less dots, and with a
+        trailing underscore where the name is a ModuleDict attribute such as ``items``)."""
+        if name not in self.feature_names:
+            raise KeyError(f"no feature {name!r}; the model's are {self.feature_names}")
+        return self.tables[_module_key(name)]
+
+    @property
+    def multi_hot(self) -> list[SparseFeature]:
+        """The multi-hot features, in the order `forward` takes their inputs."""
+        return [f for f in self.features if f.multi_hot]
 
     @property
     def table_width(self) -> int:
         """Columns of every table's rows (the embedding width, plus one with --id-bias)."""
         return next(iter(self.tables.values())).embedding_dim if len(self.tables) else 0
 
-    def embed(self, sparse: torch.Tensor | Bags) -> torch.Tensor:
-        """ids [B, num_tables], or `Bags` of multi-hot features -> the pooled vectors
-        [B, num_tables, table_width]."""
+    def embed(self, sparse: torch.Tensor | Bags, *bags: torch.Tensor) -> torch.Tensor:
+        """ids [B, S] and the multi-hot inputs (see `forward`), or one `Bags` of every
+        feature -> the pooled vectors [B, num_tables, table_width]."""
         if isinstance(sparse, Bags):
             return self._embed_bags(sparse)
         batch = sparse.shape[0]
         if len(self.tables) == 0:
             return torch.zeros(batch, 0, 0)
-        ids = sparse.remainder(self.table_rows)
-        offsets = torch.arange(batch, dtype=torch.long, device=sparse.device)
-        return torch.stack([bag(ids[:, i], offsets)
-                            for i, bag in enumerate(self.tables.values())], dim=1)
+        modules = list(self.tables.values())
+        pooled = []
+        if self.num_single:
+            ids = sparse.remainder(self.table_rows[:self.num_single])
+            offsets = torch.arange(batch, dtype=torch.long, device=sparse.device)
+            pooled = [bag(ids[:, i], offsets) for i, bag in enumerate(modules[:self.num_single])]
+        expected = sum(2 + f.weighted for f in self.multi_hot)
+        if len(bags) != expected:
+            raise ValueError(f"the multi-hot features {self.multi_hot_inputs()} are "
+                             f"{expected} tensors, got {len(bags)}")
+        at = 0
+        for f, bag in zip(self.multi_hot, modules[self.num_single:], strict=True):
+            values, lengths = bags[at], bags[at + 1]
+            weights = bags[at + 2] if f.weighted else None
+            at += 2 + f.weighted
+            starts = torch.cumsum(lengths, 0) - lengths
+            v = bag(values.remainder(bag.num_embeddings), starts, per_sample_weights=weights)
+            if f.pooling == "mean":
+                v = v / lengths.clamp(min=1).unsqueeze(1).to(v.dtype)
+            pooled.append(v)
+        return torch.stack(pooled, dim=1)
 
     def _embed_bags(self, bags: Bags) -> torch.Tensor:
         rows = torch.empty(len(bags.ids), self.table_width)
@@ -75,38 +164,97 @@ class TrainedModel(nn.Module):
             rows.index_copy_(0, lookups, bag.weight.index_select(0, ids))
         return bags.pool(rows)
 
-    def forward(self, dense: torch.Tensor, sparse: torch.Tensor | Bags | None = None
-                ) -> torch.Tensor:
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor | Bags | None = None,
+                *bags: torch.Tensor) -> torch.Tensor:
+        """Logits of dense float32 [B, num_dense], the single-id features' ids int64 [B, S]
+        (None when S = 0) and, feature after feature in `multi_hot_inputs()` order, each
+        multi-hot feature's values int64 [nnz], lengths int64 [B] (the bags' sizes: the
+        offsets' differences) and, when weighted, weights float32 [nnz]. `sparse` may instead
+        be a `Bags` of every feature."""
         if sparse is None:
             sparse = torch.zeros(dense.shape[0], 0, dtype=torch.long)
-        return self.dense_model(dense, self.embed(sparse))
+        return self.dense_model(dense, self.embed(sparse, *bags))
+
+    def multi_hot_inputs(self) -> list[str]:
+        """The names of the tensors `forward` takes after `sparse`, in order."""
+        return [f"{f.name}.{part}" for f in self.multi_hot
+                for part in ("values", "lengths", *(("weights",) if f.weighted else ()))]
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(logits) if self.output == "sigmoid" else torch.softmax(logits, 1)
 
+    def _bag_inputs(self, n: int, multi_hot: Mapping[str, Any] | None
+                    ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+        """`predict`'s multi-hot dict, checked: (values, offsets, weights) per feature."""
+        given = dict(multi_hot or {})
+        names = [f.name for f in self.multi_hot]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ValueError(f"multi_hot: no multi-hot feature {unknown[0]!r} (the model's "
+                             f"are {names or 'none'})")
+        out = []
+        for f in self.multi_hot:
+            if f.name not in given:
+                raise ValueError(f"multi_hot: feature {f.name!r} is missing: pass "
+                                 f"multi_hot={{{f.name!r}: (values, offsets"
+                                 f"{', weights' if f.weighted else ''})}}")
+            parts = tuple(given[f.name])
+            if len(parts) != 2 + f.weighted:
+                raise ValueError(f"multi_hot[{f.name!r}]: expected (values, offsets"
+                                 f"{', weights' if f.weighted else ''}), got {len(parts)} "
+                                 f"arrays ({'weighted' if f.weighted else 'not weighted'})")
+            values = _as_tensor(parts[0], np.int64, f"multi_hot[{f.name!r}] values")
+            offsets = _as_tensor(parts[1], np.int64, f"multi_hot[{f.name!r}] offsets")
+            if (len(offsets) != n + 1 or int(offsets[0]) != 0
+                    or int(offsets[-1]) != len(values) or bool((offsets.diff() < 0).any())):
+                raise ValueError(f"multi_hot[{f.name!r}] offsets must be {n + 1} non-decreasing"
+                                 f" entries from 0 to len(values) = {len(values)}")
+            if bool((values < 0).any()):
+                raise ValueError(f"multi_hot[{f.name!r}]: ids must be >= 0")
+            weights = None
+            if f.weighted:
+                weights = _as_tensor(parts[2], np.float32, f"multi_hot[{f.name!r}] weights")
+                if len(weights) != len(values):
+                    raise ValueError(f"multi_hot[{f.name!r}]: {len(weights)} weights for "
+                                     f"{len(values)} values")
+            out.append((values, offsets, weights))
+        return out
+
     @torch.no_grad()
-    def predict(self, dense: Any, sparse: Any = None, batch_size: int = 65_536) -> torch.Tensor:
-        """Probabilities for rows of `dense` [n, num_dense] and `sparse` [n, num_tables]
-        (tensors or arrays), `batch_size` rows at a time: [n] clicks, or [n, classes]."""
+    def predict(self, dense: Any, sparse: Any = None, batch_size: int = 65_536, *,
+                multi_hot: Mapping[str, Any] | None = None) -> torch.Tensor:
+        """Probabilities for rows of `dense` [n, num_dense], `sparse` [n, S] (the single-id
+        features; tensors or arrays) and `multi_hot` {name: (values, offsets[, weights])},
+        offsets [n + 1] as in an array directory, `batch_size` rows at a time: [n] clicks, or
+        [n, classes]. `sparse` may instead be a `Bags` of every feature (scored whole)."""
         x = torch.as_tensor(np.asarray(dense, dtype=np.float32))
         n = len(x)
         if isinstance(sparse, Bags):  # a batch of multi-hot features, scored whole
             if sparse.shape != (n, len(self.tables)):
                 raise ValueError(f"sparse bags are {list(sparse.shape)}, expected "
                                  f"[{n}, {len(self.tables)}]")
-            with torch.no_grad():
-                return self.probabilities(self(x, sparse))
+            return self.probabilities(self(x, sparse))
         ids = (torch.zeros(n, 0, dtype=torch.long) if sparse is None
                else torch.as_tensor(np.asarray(sparse, dtype=np.int64)))
         if x.dim() != 2 or x.shape[1] != self.num_dense:
             raise ValueError(f"dense must be [n, {self.num_dense}], got {list(x.shape)}")
-        if ids.dim() != 2 or ids.shape != (n, len(self.tables)):
-            raise ValueError(f"sparse must be [{n}, {len(self.tables)}], got {list(ids.shape)}")
+        if ids.dim() != 2 or ids.shape != (n, self.num_single):
+            raise ValueError(f"sparse must be [{n}, {self.num_single}] (the single-id "
+                             f"features), got {list(ids.shape)}")
+        bags = self._bag_inputs(n, multi_hot)
         was_training = self.training
         self.eval()
+        parts = []
         try:
-            parts = [self.probabilities(self(x[i:i + batch_size], ids[i:i + batch_size]))
-                     for i in range(0, n, batch_size)]
+            for i in range(0, n, batch_size):
+                j = min(i + batch_size, n)
+                cut: list[torch.Tensor] = []
+                for values, offsets, weights in bags:
+                    lo, hi = int(offsets[i]), int(offsets[j])
+                    cut += [values[lo:hi], offsets[i + 1:j + 1] - offsets[i:j]]
+                    if weights is not None:
+                        cut.append(weights[lo:hi])
+                parts.append(self.probabilities(self(x[i:j], ids[i:j], *cut)))
         finally:
             self.train(was_training)
         if parts:
@@ -115,7 +263,11 @@ class TrainedModel(nn.Module):
 
     def schema(self) -> dict[str, Any]:
         """What the inputs are: the feature schema an exported model is shipped with."""
-        return {"dense_width": self.num_dense,
-                "features": [{"name": name, "rows": int(rows)} for name, rows
-                             in zip(self.feature_names, self.table_rows.tolist(), strict=True)],
+        features = []
+        for f, rows in zip(self.features, self.table_rows.tolist(), strict=True):
+            entry: dict[str, Any] = {"name": f.name, "rows": int(rows)}
+            if f.multi_hot:
+                entry.update({k: v for k, v in asdict(f).items() if k != "name"})
+            features.append(entry)
+        return {"dense_width": self.num_dense, "features": features,
                 "table_width": self.table_width, "output": self.output}
