@@ -4,6 +4,7 @@ stays short and says what is true now: no run numbers, commit ids or history."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -40,6 +41,14 @@ RUN = [
     ".venv/bin/shadowsync train --data data/train.tsv --eval-data data/eval.tsv --out runs/tsv",
     ".venv/bin/shadowsync train --examples 100000 --checkpoint-every 40000 --out runs/ckpt",
     ".venv/bin/shadowsync eval --checkpoint runs/ckpt --data synthetic",
+    ".venv/bin/shadowsync export --checkpoint runs/ckpt --out model.pt2",
+]
+# The real-data path, run as written by its own test (it fetches MovieLens 100K once).
+REAL_DATA = [
+    ".venv/bin/shadowsync data prepare movielens100k --out ml",
+    ".venv/bin/shadowsync train --data ml/train.parquet --eval-data ml/eval.parquet "
+    "--schema ml/schema.toml --epochs 10 --val-share 0.1 --early-stop 4 --out runs/ml",
+    ".venv/bin/shadowsync eval --checkpoint runs/ml --data ml/eval.parquet",
 ]
 
 
@@ -87,7 +96,7 @@ def test_every_readme_command_is_classified():
     commands = readme_commands()
     assert commands[:2] == ["scripts/setup && .venv/bin/shadowsync train", "scripts/test"]
     for command in commands:
-        if command in BY_CI or command in RUN or command in ELSEWHERE:
+        if command in BY_CI or command in RUN or command in ELSEWHERE or command in REAL_DATA:
             continue
         if command.startswith(".venv/bin/shadowsync train "):  # checked, not trained
             continue
@@ -95,6 +104,7 @@ def test_every_readme_command_is_classified():
             continue
         raise AssertionError(f"README command not run by any test: {command}")
     assert set(RUN) <= set(commands), "RUN lists a command the README no longer shows"
+    assert set(REAL_DATA) <= set(commands), "REAL_DATA lists a command the README lost"
 
 
 def test_commands_run_elsewhere_are_run_there():
@@ -111,7 +121,7 @@ def test_sync_and_option_examples_are_valid(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     (tmp_path / "job.toml").write_text("trainers = 3\n")
     checked = [c for c in readme_commands()
-               if c.startswith(".venv/bin/shadowsync train ") and c not in RUN]
+               if c.startswith(".venv/bin/shadowsync train ") and c not in RUN + REAL_DATA]
     assert len(checked) >= 5
     for command in checked:
         res = subprocess.run(_train_checked(command), shell=True, cwd=tmp_path, env=env,
@@ -151,7 +161,9 @@ def test_readme_commands_run_as_written(tmp_path: Path):
     assert "trainers = 3" in (tmp_path / "job.toml").read_text()
     assert "eval_ne" in outputs[RUN[4]] and "ne_vs_teacher" in outputs[RUN[4]]  # teacher.json
     assert (tmp_path / "runs" / "ckpt" / "summary.json").exists()
-    assert re.search(r"^\s+ne\s+0\.\d+", outputs[RUN[-1]], re.M)
+    assert re.search(r"^\s+ne\s+0\.\d+", outputs[RUN[-2]], re.M)
+    assert (tmp_path / "model.pt2").stat().st_size > 0
+    assert "table_width" in (tmp_path / "model.pt2.schema.json").read_text()
 
 
 @pytest.mark.timeout(200)
@@ -171,5 +183,36 @@ def test_readme_python_runs(tmp_path: Path):
                      env={"PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
-    eval_ne, out, checkpoint = res.stdout.split()
+    first, *predicted = res.stdout.splitlines()
+    eval_ne, out, checkpoint = first.split()
     assert 0 < float(eval_ne) < 1 and out == "runs/mine" and "checkpoint/step-" in checkpoint
+    probs = [float(x) for x in " ".join(predicted).strip("tensor([])").replace(",", " ").split()]
+    assert len(probs) == 4 and all(0 < p < 1 for p in probs)
+
+
+@pytest.mark.timeout(420)
+def test_readme_real_data_path_runs_as_written(tmp_path: Path):
+    """prepare, train with epochs and the best model, eval: the commands as the README shows
+    them, and the summary says which epoch was best."""
+    from shadowsync.data import prepare
+    from shadowsync.errors import UserError
+
+    try:
+        prepare._read_bundled("users")
+    except UserError as e:
+        if "could not fetch" in str(e):
+            pytest.skip(f"MovieLens 100K cannot be had here: {e}")
+        raise
+    _shadowsync_wrapper(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    outputs = []
+    for command in REAL_DATA:
+        res = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=300, start_new_session=True)
+        assert res.returncode == 0, (command, res.stderr[-3000:])
+        outputs.append(res.stdout)
+    summary = json.loads((tmp_path / "runs" / "ml" / "summary.json").read_text())
+    assert (tmp_path / "runs" / "ml" / "checkpoint" / "best").is_dir()
+    assert summary["best"] and summary["eval_auc"] > 0.7
+    auc = re.search(r"^\s+auc\s+(0\.\d+)", outputs[-1], re.M)
+    assert auc and abs(float(auc.group(1)) - summary["eval_auc"]) < 1e-6
