@@ -215,4 +215,4 @@ def test_readme_real_data_path_runs_as_written(tmp_path: Path):
     assert (tmp_path / "runs" / "ml" / "checkpoint" / "best").is_dir()
     assert summary["best"] and summary["eval_auc"] > 0.7
     auc = re.search(r"^\s+auc\s+(0\.\d+)", outputs[-1], re.M)
-    assert auc and abs(float(auc.group(1)) - summary["eval_auc"]) < 1e-6
+    assert auc and abs(float(auc.group(1)) - summary["eval_auc"]) <= 5e-5  # printed to 4 places
