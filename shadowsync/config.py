@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import difflib
 import importlib.util
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,16 +17,11 @@ from typing import Any, get_args, get_origin
 
 from shadowsync.errors import UserError
 from shadowsync.runners.modes import SYNC_CHOICES
+from shadowsync.toml_file import read_toml
 
 TASK_CHOICES = ("ctr", "digits")
 TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
 DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None,
          parse: Callable[[str], Any] | None = None, group: str | None = None, **kw: Any) -> Any:
@@ -481,13 +475,7 @@ def load_config(args: argparse.Namespace, cls: type = TrainConfig,
     names = {f.name for f in dataclasses.fields(cls)}
     path = getattr(args, "config", None)
     if path:
-        try:
-            with open(path, "rb") as fh:
-                table = tomllib.load(fh)
-        except FileNotFoundError:
-            raise UserError(f"{path}: no such file or directory") from None
-        except tomllib.TOMLDecodeError as e:
-            raise UserError(f"{path}: invalid TOML: {e}") from None
+        table = read_toml(path, path)
         for key, value in table.items():
             name = key.replace("-", "_")
             if name not in names:

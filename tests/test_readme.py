@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import shadowsync
-from tests.helpers import run_python
+from tests.helpers import require_movielens, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -194,15 +194,7 @@ def test_readme_python_runs(tmp_path: Path):
 def test_readme_real_data_path_runs_as_written(tmp_path: Path):
     """prepare, train with epochs and the best model, eval: the commands as the README shows
     them, and the summary says which epoch was best."""
-    from shadowsync.data import prepare
-    from shadowsync.errors import UserError
-
-    try:
-        prepare._read_bundled("users")
-    except UserError as e:
-        if "could not fetch" in str(e):
-            pytest.skip(f"MovieLens 100K cannot be had here: {e}")
-        raise
+    require_movielens()
     _shadowsync_wrapper(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     outputs = []

@@ -38,17 +38,12 @@ import numpy as np
 
 from shadowsync.data.cache import NpyWriter, built_once, cache_root
 from shadowsync.errors import UserError
+from shadowsync.toml_file import read_toml
 
 FORMAT_VERSION = 1
 SUFFIXES = (".parquet", ".pq", ".csv")
 BATCH_ROWS = 65_536  # rows per record batch: what the conversion holds in memory at a time
 POOLINGS = ("sum", "mean")
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 
 @dataclass(frozen=True)
 class Sparse:
@@ -72,13 +67,7 @@ class TableSchema:
 
     @classmethod
     def load(cls, path: str) -> TableSchema:
-        try:
-            with open(path, "rb") as fh:
-                doc = tomllib.load(fh)
-        except FileNotFoundError:
-            raise UserError(f"--schema {path}: no such file") from None
-        except tomllib.TOMLDecodeError as e:
-            raise UserError(f"--schema {path}: invalid TOML: {e}") from None
+        doc = read_toml(path, f"--schema {path}")
         known = {"label", "dense", "categorical", "multi_hot"}
         for key in doc:
             if key not in known:
