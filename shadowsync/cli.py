@@ -331,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
         "schema (feature names, table sizes, dense width) goes to FILE.schema.json.")
     exp.add_argument("--checkpoint", required=True, metavar="DIR",
                      help="a run directory or one of its checkpoint/step-N directories")
-    exp.add_argument("--out", required=True, metavar="FILE.pt2")
+    exp.add_argument("--out", required=True, metavar="FILE.pt2",
+                     help="the program to write (.pt2); its schema goes to FILE.pt2.schema.json")
     exp.set_defaults(func=_export)
 
     data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)
@@ -344,10 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth.set_defaults(func=_synth)
     prep = data.add_parser("prepare", help="a real public data set (movielens100k) as "
                            "Parquet + schema.toml, or arrays, with a fixed train/eval split")
-    prep.add_argument("name", help="movielens100k")
+    prep.add_argument("name", choices=("movielens100k",), help="the data set")
     prep.add_argument("--out", required=True, help="output directory")
     prep.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
-    prep.add_argument("--format", default="parquet", choices=("parquet", "arrays"))
+    prep.add_argument("--format", default="parquet", choices=("parquet", "arrays"),
+                      help="Parquet files and schema.toml, or array directories")
     prep.add_argument("--multi-hot", action=argparse.BooleanOptionalAction, default=True,
                       help="declare list features (movie genres) in the schema")
     prep.set_defaults(func=_prepare)
