@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -218,9 +219,12 @@ def best_eval(trainer: Trainer) -> dict[str, float] | None:
     from shadowsync.checkpoint.evaluate import load_model
     from shadowsync.train.evaluate import evaluate
 
-    _, model, tables = load_model(Path(trainer.best_checkpoint))
+    _, trained, _ = load_model(Path(trainer.best_checkpoint))
     p = trainer.plan
-    return evaluate(model, tables, p.eval, p.eval_start, p.eval_stop, p.features.table_rows)
+    # the loaded model holds its tables itself: its embed() is the lookup evaluate() calls
+    tables = SimpleNamespace(lookup=trained.embed)
+    return evaluate(trained.dense_model, tables, p.eval, p.eval_start, p.eval_stop,
+                    p.features.table_rows)
 
 
 def selection_summary(trainer: Trainer, final: dict[str, float],
