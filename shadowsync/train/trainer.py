@@ -264,8 +264,6 @@ class Trainer:
             if self.sync:
                 self.sync.start()
             self._follow(messages, self._procs, t0)
-            if self.validating and self.stop_signal is None:
-                self._validate(time.perf_counter() - t0, final=True)
         except BaseException as e:
             # A lost peer fails the attempt: what the workers would train now is lost anyway.
             self._terminate(at_once=isinstance(e, PeerLost) or not STOP.running)
@@ -276,6 +274,10 @@ class Trainer:
         if self.sync:
             self.sync.stop()
         self.stats.wall_s = time.perf_counter() - t0
+        if self.validating and self.stop_signal is None:
+            # After the last round: the model the run ends with (with several trainers, the
+            # final average of their replicas, which no validation during training sees).
+            self._validate(time.perf_counter() - t0, final=True)
         return self.stats
 
     def close(self) -> None:
@@ -394,8 +396,9 @@ class Trainer:
         improvement. `final`: after training, unless the last validation was just now."""
         cfg, plan = self.cfg, self.plan
         trained = self.trained_now()
-        if final and (self._last_val_examples == trained or self.early_stopped):
-            return
+        if final and self.sync is None and (self._last_val_examples == trained
+                                            or self.early_stopped):
+            return  # the model it ends with is the one last validated (give or take a step)
         self._last_val_examples = trained
         from shadowsync.train.evaluate import evaluate
 
