@@ -104,6 +104,10 @@ class TrainConfig:
         0.3, "last share of each worker's pass over which the dense and embedding learning "
         "rates fall linearly to --lr-decay-floor of their value (0: off)")
     lr_decay_floor: float = _opt(0.3, "where the decay ends, as a share of the learning rates")
+    lr_decay_on_plateau: bool = _opt(
+        False, "with --val-share: the decay starts at the first validation without "
+        "improvement (and runs over --lr-decay-share of the run's steps from there) instead "
+        "of at the end of the run")
     batch_size: int = _opt(256, "examples per worker step")
     # processes
     workers: int = _opt(1, "Hogwild worker processes per trainer")

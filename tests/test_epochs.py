@@ -152,3 +152,29 @@ def test_early_stop_ends_the_default_job_and_reports_the_best(tmp_path):
     assert s["examples"] < 200 * 4320 // 4  # stopped long before the 200 epochs
     assert (out / "checkpoint" / "best" / "manifest.json").is_file()
     assert not list(out.glob("**/.tmp-*"))
+
+
+@pytest.mark.timeout(300)
+def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_path):
+    """With several trainers the run ends with a last synchronization round (s-bmuf: the
+    average of the replicas); the final validation scores that model, not trainer 0's replica
+    from before it."""
+    from shadowsync.inference import load
+    from shadowsync.metrics import evaluate_predictions
+
+    data = write_array_dir(tmp_path / "a", rows=6000)
+    out = tmp_path / "run"
+    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
+                   "--epochs", "2", "--val-share", "0.2", "--eval-points", "1",
+                   "--batch-size", "64", "--out", str(out)], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    last_val = [r for r in rows if "val_ne" in r][-1]
+    model = load(find_checkpoint(out, latest=True))  # the final step, not the best
+    dense, cats = np.load(data / "dense.npy"), np.load(data / "cats.npy")
+    labels = np.load(data / "labels.npy")
+    val = slice(4320, 5400)  # the last 20% of the 5400 training rows (600 are held out)
+    pred = model.predict(dense[val], cats[val]).numpy()
+    assert last_val["val_ne"] == pytest.approx(evaluate_predictions(pred, labels[val])["ne"],
+                                               rel=1e-4)

@@ -103,3 +103,20 @@ def test_default_settings_keep_the_bottom_relus_alive(seed):
             warmup.step()
             tables.apply_gradients(ids, vectors.grad)
     assert alive_bottom_units(model, probe) >= 12
+
+
+def test_decay_on_a_plateau_starts_where_it_is_told_and_runs_the_same_span():
+    s = LrSchedule(decay_share=0.5, decay_floor=0.2, total_steps=10).decaying_from(2)
+    # from step 2, down by 0.8 / 5 a step to 0.2 at step 7, held there to the end and past
+    assert [s.decay(k) for k in range(12)] == pytest.approx(
+        [1, 1, 1, 0.84, 0.68, 0.52, 0.36, 0.2, 0.2, 0.2, 0.2, 0.2])
+    assert s.dense(4) == s.embedding(4) == s.decay(4)
+
+
+def test_the_synthetic_default_job_keeps_its_schedule():
+    """`shadowsync train` without options: no decay on a plateau (it validates nothing), the
+    decay over the last 30% of the one pass as before."""
+    cfg = TrainConfig()
+    assert (cfg.epochs, cfg.val_share, cfg.lr_decay_on_plateau) == (1, 0.0, False)
+    assert LrSchedule.of(cfg).over(5000) == LrSchedule(300, 0.3, 0.3, 5000)
+    assert LrSchedule.of(cfg).over(5000).decay_start is None

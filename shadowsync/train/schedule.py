@@ -35,6 +35,7 @@ class LrSchedule:
     decay_share: float = 0.0  # the last share of `total_steps` over which both rates decay
     decay_floor: float = 1.0  # what the decay ends at, as a share of the rates
     total_steps: int = 0  # this worker's pass (0: not known, no decay)
+    decay_start: int | None = None  # where the decay started (on a plateau), else at the end
 
     @classmethod
     def of(cls, cfg: Any) -> LrSchedule:
@@ -43,6 +44,10 @@ class LrSchedule:
 
     def over(self, total_steps: int) -> LrSchedule:
         return replace(self, total_steps=total_steps)
+
+    def decaying_from(self, step: int) -> LrSchedule:
+        """The decay starts at `step` rather than `decay_share` before the end."""
+        return replace(self, decay_start=step)
 
     def warmup(self, step: int) -> float:
         return min(1.0, (step + 1) / self.warmup_steps) if self.warmup_steps > 0 else 1.0
@@ -53,7 +58,8 @@ class LrSchedule:
         span = self.decay_share * self.total_steps
         if span <= 0:
             return 1.0
-        into = step - (self.total_steps - span)
+        start = self.total_steps - span if self.decay_start is None else self.decay_start
+        into = step - start
         if into <= 0:
             return 1.0
         return max(self.decay_floor, 1.0 - (1.0 - self.decay_floor) * into / span)

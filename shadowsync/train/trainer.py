@@ -40,6 +40,9 @@ EVAL_SAMPLE = 20_000
 # Written under OUT by trainer 0 when --early-stop ends training; every trainer's workers
 # stop after their current step when they see it.
 EARLY_STOP_FLAG = ".early-stop"
+# Written under OUT by trainer 0, with --lr-decay-on-plateau, at the first validation without
+# improvement; every trainer's workers start the learning-rate decay when they see it.
+DECAY_FLAG = ".lr-decay"
 # How often a trainer looks at its processes and peers, notes its progress and (trainer 0)
 # decides on a checkpoint, whatever its workers report: a dead peer is seen, and a checkpoint
 # is taken, within about this long.
@@ -120,6 +123,8 @@ class Trainer:
         self.plan = plan
         self.tables = tables
         self.index = index
+        self.decay_flag = (Path(cfg.out or ".") / DECAY_FLAG
+                           if cfg.lr_decay_on_plateau and plan.val_start is not None else None)
         self.task = task_of(cfg.task)
         self.model = model if model is not None else build_dense_model(cfg, plan.features)
         self.model.share_memory()
@@ -212,6 +217,7 @@ class Trainer:
                 straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
                 start_step=start, slots=self.slots, stop=self.stop_event,
                 poison_at_step=self.poison_step(w),
+                decay_flag=str(self.decay_flag) if self.decay_flag is not None else None,
             )
             for w, start in zip(range(cfg.workers), self.slots.start_steps(), strict=True)
         ]
@@ -247,6 +253,8 @@ class Trainer:
         if self.early_stop_flag is not None and self.index == 0:
             # Before the job meets (below): no trainer looks for it until then.
             self.early_stop_flag.unlink(missing_ok=True)
+        if self.decay_flag is not None and self.index == 0 and not self.cfg.resume:
+            self.decay_flag.unlink(missing_ok=True)
         try:
             # Joining RPC waits for every member of the job, the workers just started
             # included; if the job ends meanwhile, the workers go before this process does.
@@ -256,8 +264,6 @@ class Trainer:
             if self.sync:
                 self.sync.start()
             self._follow(messages, self._procs, t0)
-            if self.validating and self.stop_signal is None:
-                self._validate(time.perf_counter() - t0, final=True)
         except BaseException as e:
             # A lost peer fails the attempt: what the workers would train now is lost anyway.
             self._terminate(at_once=isinstance(e, PeerLost) or not STOP.running)
@@ -268,6 +274,10 @@ class Trainer:
         if self.sync:
             self.sync.stop()
         self.stats.wall_s = time.perf_counter() - t0
+        if self.validating and self.stop_signal is None:
+            # After the last round: the model the run ends with (with several trainers, the
+            # final average of their replicas, which no validation during training sees).
+            self._validate(time.perf_counter() - t0, final=True)
         return self.stats
 
     def close(self) -> None:
@@ -386,8 +396,9 @@ class Trainer:
         improvement. `final`: after training, unless the last validation was just now."""
         cfg, plan = self.cfg, self.plan
         trained = self.trained_now()
-        if final and (self._last_val_examples == trained or self.early_stopped):
-            return
+        if final and self.sync is None and (self._last_val_examples == trained
+                                            or self.early_stopped):
+            return  # the model it ends with is the one last validated (give or take a step)
         self._last_val_examples = trained
         from shadowsync.train.evaluate import evaluate
 
@@ -408,6 +419,10 @@ class Trainer:
                     "val_auc": m["auc"], "best": improved})
         if self.log is not None:
             self.log.write(row)
+        if not improved and self.decay_flag is not None and not self.decay_flag.exists():
+            log.info("learning-rate decay starts (--lr-decay-on-plateau)")
+            self.decay_flag.parent.mkdir(parents=True, exist_ok=True)
+            self.decay_flag.touch()
         if self.selection.should_stop and not final and not self.early_stopped:
             self.stop_early()
 

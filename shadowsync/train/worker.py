@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -67,6 +68,7 @@ class WorkerSpec:
     slots: Any = None  # WorkerSlots: shared optimizer state and positions, for checkpoints
     stop: Any = None  # an Event: stop after the current step (None: this mode cannot stop early)
     poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
+    decay_flag: str | None = None  # --lr-decay-on-plateau: the decay starts when this exists
 
 
 def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
@@ -111,6 +113,8 @@ class TrainingDiverged(RuntimeError):
 
 # Mean loss per example above which training has exploded: far beyond any loss a model that
 # learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
+# Steps between a worker's looks for --lr-decay-on-plateau's flag (a file's stat each).
+PLATEAU_LOOK_EVERY = 8
 EXPLODED_LOSS = 100.0
 
 
@@ -179,6 +183,7 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             hook.attach_slots(spec.slots, spec.start_step)
         schedule = spec.schedule.over(planned)
         lr_steps = schedule.attach(opt, spec.start_step)
+        decay_flag = Path(spec.decay_flag) if spec.decay_flag else None
         opt = hook.wrap_optimizer(opt)
         n = loss_sum = label_sum = 0.0
         blocked = 0.0
@@ -222,6 +227,10 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
             (loss / len(labels)).backward()
             opt.step()
             lr_steps.step()
+            if (decay_flag is not None and steps % PLATEAU_LOOK_EVERY == 0
+                    and decay_flag.exists()):
+                schedule, decay_flag = schedule.decaying_from(steps), None
+                lr_steps = schedule.attach(lr_steps.optimizer, steps + 1)
             stop = hook.agree_stop(stopping())  # every step: lockstep hooks count the calls
             batch = next(stream, None) if not (hook.finished() or stop) else None
             # One round trip: this step's embedding gradients out, the next step's rows in.
