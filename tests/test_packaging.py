@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_metadata_names_the_license_and_the_extras():
-    from shadowsync.config import tomllib
+    from shadowsync.toml_file import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "BSD-3-Clause" and (ROOT / "LICENSE").exists()
