@@ -4,12 +4,13 @@
 #
 #   examples/recurring_switch_job.sh [WORK_DIR]        (default: runs/recurring)
 #
-# The search runs the job at full BSP and with the BSP share halving from 50%, SEEDS runs a
+# The search runs the job at full BSP, with the BSP share halving from 50%, then bisecting
+# between the share that missed and the last that passed (--search-probes), SEEDS runs a
 # point, and stores the chosen share under WORK_DIR/runs/switch-search/digits.json; every
 # later `--switch-at auto --job-name digits` run in WORK_DIR reads it. Smaller settings for a
 # quick try: EXAMPLES=4000 TRAINERS=2 SEEDS=1 MIN_SHARE=0.5.
 set -euo pipefail
-case "${1:-}" in -h | --help) sed -n '2,10p' "$0" | cut -c3-; exit 0 ;; esac
+case "${1:-}" in -h | --help) sed -n '2,11p' "$0" | cut -c3-; exit 0 ;; esac
 work=${1:-runs/recurring}
 mkdir -p "$work"
 cd "$work"

@@ -63,7 +63,7 @@ def test_recurring_switch_job(tmp_path: Path):
     stored = json.loads((tmp_path / "work" / "runs" / "switch-search" / "digits.json").read_text())
     summary = json.loads((tmp_path / "work" / "run-1" / "summary.json").read_text())
     assert summary["sync"] == "switch" and summary["config"]["switch_at"] == "auto"
-    assert stored["share"] in (0.5, 1.0)
+    assert 0.5 <= stored["share"] <= 1.0  # halving stops at --min-share; bisection lies above
 
 
 def test_two_hosts_recipe_parses_and_explains_itself():
