@@ -128,6 +128,9 @@ def test_isolate_makes_only_the_stragglers_pushes_asynchronous_and_takes_it_back
     assert isolating, switches
     assert any(w["isolated"] == [] and w["to"] == "bsp"
                for w in switches[isolating[0] + 1:]), switches  # taken back
-    assert all(w["params_identical"] for w in switches)
+    # The plan's own switch to ASP finds every worker at the same parameters; at the
+    # isolation switches the straggler's digest is taken at its own step, not checked here.
+    planned = [w for w in switches if w["to"] == "asp" and not w["isolated"]]
+    assert all(w["params_identical"] for w in planned), planned
     assert s["staleness"]["staleness_max"] >= 1  # trainer 2's gradients arrived stale
     assert s["eval_accuracy"] > 0.9
