@@ -172,14 +172,10 @@ def load_model(path: str | Path, model: Any = None,
 def score(trained: TrainedModel, rows: Any, start: int, stop: int,
           batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Predictions and labels of rows [start, stop) of `rows` (a `CtrData`)."""
-    from shadowsync.data.dataset import batches
+    from shadowsync.data.dataset import predict_rows
 
-    preds, labels = [], []
-    table_rows = trained.table_rows.tolist() or [1]
-    for dense, ids, y in batches(rows, start, stop, batch_size, table_size=table_rows):
-        preds.append(trained.predict(dense, ids).numpy())
-        labels.append(y.numpy())
-    return np.concatenate(preds), np.concatenate(labels)
+    return predict_rows(rows, start, stop, trained.table_rows.tolist() or [1], trained.predict,
+                        batch_size)
 
 
 def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,

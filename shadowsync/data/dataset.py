@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -367,3 +367,16 @@ def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray
         ids = Bags.build(ids, [f.batch(rows, int(modulus[min(single + m, last)]))
                                for m, f in enumerate(data.multi_hot)])
     return torch.from_numpy(dense), ids, torch.from_numpy(labels)
+
+
+def predict_rows(data: CtrData, start: int, stop: int, table_size: int | Sequence[int],
+                 probabilities: Callable[[torch.Tensor, Any], torch.Tensor],
+                 batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions and labels of rows [start, stop): `probabilities(dense, ids)` of each
+    batch, as `batches` cuts them, without gradients."""
+    preds, labels = [], []
+    with torch.no_grad():
+        for dense, ids, y in batches(data, start, stop, batch_size, table_size=table_size):
+            preds.append(probabilities(dense, ids).numpy())
+            labels.append(y.numpy())
+    return np.concatenate(preds), np.concatenate(labels)

@@ -8,18 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from shadowsync.data.dataset import CtrData, batches
+from shadowsync.data.dataset import CtrData, predict_rows
 from shadowsync.metrics import evaluate_predictions
 
 
-@torch.no_grad()
 def predict(model: torch.nn.Module, tables: Any, data: CtrData, start: int, stop: int,
             table_size: Sequence[int], batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    preds, labels = [], []
-    for dense, ids, y in batches(data, start, stop, batch_size, table_size=table_size):
-        preds.append(torch.sigmoid(model(dense, tables.lookup(ids))).numpy())
-        labels.append(y.numpy())
-    return np.concatenate(preds), np.concatenate(labels)
+    return predict_rows(data, start, stop, table_size,
+                        lambda dense, ids: torch.sigmoid(model(dense, tables.lookup(ids))),
+                        batch_size)
 
 
 def evaluate(model: torch.nn.Module, tables: Any, data: CtrData, start: int, stop: int,
