@@ -15,11 +15,22 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, Literal
 
 GROUPED = "shadowsync.runners.build:grouped_runner"
 WORKER_GROUP = "shadowsync.runners.ddp:worker_group_runner"
 PROTOCOL = "shadowsync.runners.protocol:protocol_runner"
+
+
+class Protocol(str, Enum):
+    """How a step's gradient reaches the dense parameter servers (Sync-Switch's two protocols)."""
+
+    BSP = "bsp"  # bulk-synchronous: the servers apply one mean gradient of every worker
+    ASP = "asp"  # asynchronous: each worker's gradient applied on arrival, with its staleness
+
+
+Family = Literal["background", "foreground"]
 
 
 @dataclass(frozen=True)
@@ -28,12 +39,17 @@ class SyncMode:
     help: str
     builder: str | None  # "module:function" taking a RunnerContext; None: no runner
     rule: str | None = None  # the rule of a rule-over-groups mode (--sync-groups accepts these)
-    family: str | None = None  # rule modes of one family share a runner: background/foreground
+    family: Family | None = None  # rule modes of one family share a runner
     dense_servers: bool = False
     lockstep: bool = False
     # Whether a run can stop early and resume from its workers' positions (every mode now;
     # a mode whose workers could not agree on the step they stop at would say False).
     resumable: bool = True
+    # The parameter-server protocols its workers push under (empty: no per-step pushes, so
+    # no push can be delayed by a delay or jitter straggler).
+    protocols: tuple[Protocol, ...] = ()
+    can_switch: bool = False  # --switch-plan / --switch-policy move it between protocols
+    can_fall_back: bool = False  # --straggler-fallback may replace its rounds while one straggles
 
     def build(self) -> Callable[..., Any] | None:
         if self.builder is None:
@@ -46,7 +62,9 @@ def _rule_modes(prefix: str, family: str, when: str) -> list[SyncMode]:
     rules = {"ma": "model averaging", "bmuf": "blockwise model-update filtering",
              "easgd": "elastic averaging against a centre on dense servers"}
     return [SyncMode(f"{prefix}{r}", f"{what}, {when}", GROUPED, rule=r, family=family,
-                     dense_servers=r == "easgd") for r, what in rules.items()]
+                     dense_servers=r == "easgd",
+                     can_fall_back=family == "background" and r != "easgd")
+            for r, what in rules.items()]
 
 
 MODES: dict[str, SyncMode] = {m.name: m for m in [
@@ -58,11 +76,12 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
     SyncMode("torchft-ma", "torchft LocalSGD, every --sync-every steps (optional peers extra)",
              "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True),
     SyncMode("bsp", "bulk-synchronous steps on dense parameter servers", PROTOCOL,
-             dense_servers=True, lockstep=True),
+             dense_servers=True, lockstep=True, protocols=(Protocol.BSP,)),
     SyncMode("asp", "asynchronous steps on dense parameter servers", PROTOCOL,
-             dense_servers=True),
+             dense_servers=True, protocols=(Protocol.ASP,)),
     SyncMode("switch", "Sync-Switch: BSP and ASP in turn (--switch-plan, --switch-policy)",
-             PROTOCOL, dense_servers=True, lockstep=True),
+             PROTOCOL, dense_servers=True, lockstep=True,
+             protocols=(Protocol.BSP, Protocol.ASP), can_switch=True),
 ]}
 
 SYNC_CHOICES = tuple(MODES)
