@@ -10,12 +10,25 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.config import TrainConfig, config_from_options, config_to_toml, default_out_dir
+import shadowsync.forkserver as forkserver
+from shadowsync.config import (
+    TrainConfig,
+    config_from_options,
+    config_to_dict,
+    config_to_toml,
+    default_out_dir,
+)
 from shadowsync.errors import UserError
+from shadowsync.inference import load
+from shadowsync.lifecycle.exits import TrainingDiverged
+from shadowsync.logs import setup_logging
+from shadowsync.train.report import write_summary
 
 CONFIG_FILE = "config.toml"
 
@@ -39,8 +52,6 @@ class RunResult:
 
     def model(self) -> Any:
         """The trained model as a plain `torch.nn.Module` on CPU (`shadowsync.load`)."""
-        from shadowsync.inference import load
-
         factory = self.config.model if callable(self.config.model) else None
         return load(self.checkpoint or self.out, model=factory)
 
@@ -51,8 +62,6 @@ def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
     a function (num_dense, num_tables, embedding_dim) -> nn.Module, defined anywhere (one from
     a notebook or `__main__` is sent to the job's processes by value). `result.model()` gives
     the trained model. Raises `shadowsync.errors.UserError` for bad options or data."""
-    from shadowsync.logs import setup_logging
-
     if config is None and options.get("resume"):
         config = resume_base(options["resume"])
     cfg = config_from_options(config, **options)
@@ -72,8 +81,6 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     With --on-divergence rollback, a run that diverges resumes from its last good
     checkpoint (never one holding a NaN: those are refused) at half the learning rate, at
     most MAX_ROLLBACKS times."""
-    import time
-
     started = time.perf_counter()
     rollbacks: list[dict[str, Any]] = []
     if cfg.out is None and not cfg.resume:
@@ -86,14 +93,12 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
             # training, the final checkpoint and evaluation (`wall_s`, which `eps` divides
             # by, is the training alone: from the job's processes meeting to the last step).
             summary["total_s"] = round(time.perf_counter() - started, 3)
-            from shadowsync.train.report import write_summary
-
             write_summary(Path(summary["out"]), summary)
             return cfg, summary
-        except UserError as e:
-            if cfg.on_divergence != "rollback" or "training diverged" not in str(e):
+        except TrainingDiverged as e:  # the typed signal (lifecycle.exits), never the words
+            if cfg.on_divergence != "rollback":
                 raise
-            from shadowsync.checkpoint.store import published
+            from shadowsync.checkpoint.store import published  # start-up cost: torch
 
             out = Path(cfg.out) if cfg.out else None
             good = published(out) if out is not None else []
@@ -111,8 +116,6 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 
 def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """One training run of `run` (no rollback)."""
-    from shadowsync import forkserver
-
     cfg, out = checked_resume(cfg) if cfg.resume else (cfg, free_out_dir(cfg))
     check_writable(out)
     # Every process of the job (or the workers of a local trainer) is forked from it. It
@@ -127,8 +130,9 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 
 
 def _checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any]]:
+    # Start-up cost: `import shadowsync` stays light (no torch) until a run starts.
     from shadowsync.cluster.launch import choose_port, launch_local
-    from shadowsync.cluster.roles import resolve
+    from shadowsync.cluster.parts import resolve
     from shadowsync.train.local import train_local
     from shadowsync.train.trainer import plan_data
 
@@ -163,16 +167,16 @@ SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embe
 
 def resume_base(path: str | Path) -> TrainConfig:
     """The configuration a checkpoint was saved with (the base of a resumed run's options)."""
-    from shadowsync.checkpoint.store import find_checkpoint, saved_config
+    from shadowsync.checkpoint.store import find_checkpoint, saved_config  # start-up: torch
 
     return saved_config(find_checkpoint(path, "--resume"))
 
 
 def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     """Find the checkpoint of --resume and check it can continue this configuration."""
+    # Start-up cost: `import shadowsync` stays light (no torch) until a run starts.
     from shadowsync.checkpoint.store import find_checkpoint, read_manifest, run_of
-    from shadowsync.cluster.roles import resolve
-    from shadowsync.config import config_to_dict
+    from shadowsync.cluster.parts import resolve
     from shadowsync.train.trainer import resumable
 
     assert cfg.resume is not None
@@ -201,8 +205,6 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
 def check_writable(out: Path) -> None:
     """--out, or the nearest directory above it that exists, must be writable (checked
     before anything is made or converted)."""
-    import os
-
     probe = out
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -11,7 +11,7 @@ import warnings
 from typing import Any, NoReturn
 
 from shadowsync.errors import UserError
-from shadowsync.train.stop import Interrupted
+from shadowsync.lifecycle.stop import Interrupted
 
 SUMMARY_KEYS = [
     "examples", "wall_s", "eps", "total_s", "train_ne", "train_loss", "eval_ne", "eval_accuracy",
@@ -51,7 +51,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from shadowsync.checkpoint.evaluate import evaluate_checkpoint
+    from shadowsync.evaluation import evaluate_checkpoint
     from shadowsync.train.report import format_table
 
     result = evaluate_checkpoint(args.checkpoint, args.data, args.predictions,

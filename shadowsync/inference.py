@@ -34,7 +34,7 @@ def load(path: str | Path, model: Callable[..., Any] | None = None) -> TrainedMo
     """The model of a run directory (its newest checkpoint) or of one checkpoint, as a plain
     `torch.nn.Module` on CPU in eval mode. `model`: the factory the run was trained with,
     needed only when it cannot be imported by name (defined in a notebook or `__main__`)."""
-    from shadowsync.checkpoint.evaluate import load_model
+    from shadowsync.train.saved_model import load_model
 
     return load_model(path, model, option="path")[1]
 
@@ -49,7 +49,7 @@ def export(checkpoint: str | Path, out: str | Path,
     feature schema to ``out.schema.json``; returns what was written, with sizes and times."""
     import torch
 
-    from shadowsync.checkpoint.evaluate import load_model
+    from shadowsync.train.saved_model import load_model
 
     out = Path(out)
     if out.suffix != EXPORT_SUFFIX:

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import torch
 
 from shadowsync.checkpoint.store import load_shard, save_shard, space_short
+from shadowsync.lifecycle.stop import STOP, silence_stderr
 from shadowsync.state_dicts import nest, part
-from shadowsync.train.stop import STOP, silence_stderr
 
 
 class Stateful(Protocol):
