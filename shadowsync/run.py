@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from shadowsync.api import CONFIG_FILE
+from shadowsync.cluster.job import CONFIG_FILE
 from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.roles import role_main
 from shadowsync.config import add_config_arguments, config_to_toml, load_config
