@@ -25,7 +25,7 @@ from shadowsync.lifecycle.exits import (
     exit_status,
 )
 from shadowsync.train.worker import check_loss
-from tests.helpers import run_python
+from tests.helpers import run_cli, run_python
 
 
 def test_exit_statuses_say_what_failed():
@@ -113,3 +113,21 @@ def test_a_diverged_role_process_ends_with_the_diverged_status(tmp_path):
     line = (Path(tmp_path) / ERROR_FILE).read_text().splitlines()[0]
     assert line.startswith("training diverged: loss is nan")
     assert attempts.refused_status(tmp_path) == EXIT_DIVERGED  # a restart would repeat it
+
+
+CLUSTER = ["--trainers", "2", "--embedding-servers", "1", "--sync", "s-bmuf", "--no-progress",
+           "--table-size", "2000", "--eval-points", "0", "-q", "--examples", "24000",
+           "--checkpoint-every", "5000", "--inject-nan-at", "16000", "--log-every", "4000"]
+
+
+@pytest.mark.timeout(300)
+def test_a_cluster_that_diverges_rolls_back_through_the_exit_status(tmp_path):
+    """The NaN is met in a worker of a trainer process of a launched job: only its exit
+    status reaches the launcher, which must raise the type the rollback acts on."""
+    res = run_cli(["train", *CLUSTER, "--on-divergence", "rollback", "--out",
+                   str(tmp_path / "rb")], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    s = json.loads((tmp_path / "rb" / "summary.json").read_text())
+    assert len(s["rollbacks"]) == 1 and s["rollbacks"][0]["error"].startswith("training diverged")
+    assert 0 < s["resumed_examples"] < 16000 and s["examples"] == 24000
