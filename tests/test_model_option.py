@@ -71,7 +71,7 @@ def test_the_id_bias_is_the_last_column_summed_into_the_logit():
     ({}, 17), ({"id_bias": False}, 16), ({"model": "tests.helpers:two_layer_mlp"}, 16),
 ])
 def test_the_tables_are_as_wide_as_the_model_reads(kw, width):
-    assert TrainConfig(**kw).table_width() == width
+    assert TrainConfig(**kw).model.table_width() == width
 
 
 def test_a_module_path_and_a_callable_build_the_same_model():
@@ -102,4 +102,4 @@ def test_a_factory_that_cannot_travel_to_other_processes_is_refused():
         TrainConfig(model=lambda d, t, e: lock)
     # A lambda alone travels by value (cloudpickle), as a notebook's factory does.
     cfg = pickle.loads(pickle.dumps(TrainConfig(model=lambda d, t, e: (d, t, e))))
-    assert cfg.model(1, 2, 3) == (1, 2, 3)
+    assert cfg.model.name(1, 2, 3) == (1, 2, 3)

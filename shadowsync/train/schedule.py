@@ -40,7 +40,7 @@ class LrSchedule:
     @classmethod
     def of(cls, cfg: Any) -> LrSchedule:
         """The schedule a TrainConfig asks for; `over()` sets the pass's length."""
-        return cls(cfg.warmup_steps, cfg.lr_decay_share, cfg.lr_decay_floor)
+        return cls(cfg.optim.warmup_steps, cfg.optim.lr_decay_share, cfg.optim.lr_decay_floor)
 
     def over(self, total_steps: int) -> LrSchedule:
         return replace(self, total_steps=total_steps)
