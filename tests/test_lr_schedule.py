@@ -62,8 +62,8 @@ def test_dense_rate_is_warmup_times_decay_and_a_resumed_worker_carries_on():
 
 def test_a_config_gives_its_schedule():
     cfg = TrainConfig(warmup_steps=7, lr_decay_share=0.25, lr_decay_floor=0.5)
-    assert LrSchedule.of(cfg).over(40) == LrSchedule(7, 0.25, 0.5, 40)
-    default = LrSchedule.of(TrainConfig())
+    assert LrSchedule.of(cfg.optim).over(40) == LrSchedule(7, 0.25, 0.5, 40)
+    default = LrSchedule.of(TrainConfig().optim)
     assert (default.decay_share, default.decay_floor) == (0.3, 0.3)
 
 
@@ -119,5 +119,5 @@ def test_the_synthetic_default_job_keeps_its_schedule():
     decay over the last 30% of the one pass as before."""
     cfg = TrainConfig()
     assert (cfg.data.epochs, cfg.data.val_share, cfg.optim.lr_decay_on_plateau) == (1, 0.0, False)
-    assert LrSchedule.of(cfg).over(5000) == LrSchedule(300, 0.3, 0.3, 5000)
-    assert LrSchedule.of(cfg).over(5000).decay_start is None
+    assert LrSchedule.of(cfg.optim).over(5000) == LrSchedule(300, 0.3, 0.3, 5000)
+    assert LrSchedule.of(cfg.optim).over(5000).decay_start is None

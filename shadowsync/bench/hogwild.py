@@ -52,7 +52,7 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
     tables = local_tables(cfg, plan.features)
     opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
     # The workers' schedule, so the loops match.
-    schedule = LrSchedule.of(cfg).over(num_batches(0, plan.train_stop, cfg.optim.batch_size))
+    schedule = LrSchedule.of(cfg.optim).over(num_batches(0, plan.train_stop, cfg.optim.batch_size))
     lr_steps = schedule.attach(opt)
     n = steps = 0
     t0 = time.perf_counter()

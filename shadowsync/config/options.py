@@ -152,7 +152,8 @@ def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
         elif name in BY_NAME:
             values[name] = _coerce(key, value, BY_NAME[name].type, source)
         else:
-            raise UserError(f"{source}: {unknown_option(key, set(BY_NAME))}")
+            known = set(BY_NAME) | (set(SECTIONS) if isinstance(value, dict) else set())
+            raise UserError(f"{source}: {unknown_option(key, known)}")
     return values
 
 

@@ -141,7 +141,7 @@ class Teacher:
         self.seed = seed
         self.config = cfg = config or SynthConfig()
         rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
-        d, h = cfg.model.embedding_dim, cfg.hidden
+        d, h = cfg.embedding_dim, cfg.hidden
 
         vocab = np.geomspace(cfg.vocab_min, cfg.vocab_max, NUM_CAT).round().astype(np.int64)
         self.vocab = rng.permutation(vocab)

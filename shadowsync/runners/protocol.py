@@ -203,8 +203,7 @@ class ProtocolHook(WorkerHook):
                 self._started = t0
             self.link.before_push(self.trainer, self.progress(0.0) if self.link.of_job
                                   else t0 - self._started, self._rng)
-        reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.optim.lr,
-                                            cfg.optim.momentum,
+        reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
                                             self._last_took))
         self._last_reply = time.perf_counter()

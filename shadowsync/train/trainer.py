@@ -213,7 +213,7 @@ class Trainer:
                                shard=self.index * cfg.cluster.workers + w, num_shards=shards,
                                epoch_rows=plan.epoch_rows),
                 batch_size=cfg.optim.batch_size, table_size=list(plan.features.table_rows),
-                optimizer=cfg.optim.optimizer, lr=cfg.optim.lr, schedule=LrSchedule.of(cfg),
+                optimizer=cfg.optim.optimizer, lr=cfg.optim.lr, schedule=LrSchedule.of(cfg.optim),
                 report_every=max(1, min(64, 8192 // cfg.optim.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.testing.straggler,
                                           cfg.cluster.trainers) if cfg.testing.straggler else None,

@@ -208,7 +208,7 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         pipeline = TrainPipelineSparseDist(dmp, dense, device, execute_all_batches=True)
         steps = num_batches(0, plan.train_stop, cfg.optim.batch_size, drop_last=True) // world
         # The schedule our workers follow, on both of the peer's optimizers.
-        schedule = LrSchedule.of(cfg).over(steps)
+        schedule = LrSchedule.of(cfg.optim).over(steps)
         dense_lr = schedule.attach(dense)
         stream = (b for _, b in _batches(cfg, plan.train, 0, plan.train_stop, cfg.optim.batch_size,
                                          rank, steps, pad=False))

@@ -91,9 +91,7 @@ def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
     """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
-    return build_model(cfg.model.name, features.num_dense, features.num_tables,
-                       cfg.model.embedding_dim,
-                       cfg.model.bottom_mlp, cfg.model.top_mlp, id_bias=cfg.model.id_bias)
+    return build_model(cfg.model, features.num_dense, features.num_tables)
 
 
 class CtrTask:
