@@ -9,8 +9,14 @@ import pytest
 
 from shadowsync.checkpoint.store import CONFIG, FORMAT, MANIFEST, saved_config
 from shadowsync.config import (
-    ClusterConfig, SyncConfig, TrainConfig, add_config_arguments, config_from_options,
-    config_to_dict, config_to_toml, load_config,
+    ClusterConfig,
+    SyncConfig,
+    TrainConfig,
+    add_config_arguments,
+    config_from_options,
+    config_to_dict,
+    config_to_toml,
+    load_config,
 )
 from shadowsync.errors import UserError
 
