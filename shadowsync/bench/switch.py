@@ -297,7 +297,7 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
     if reason:
         print(f"bench switch: slow-link part skipped: {reason}")
         return {"skipped": reason}
-    layout = layout_of(resolve(replace(base, sync="bsp")))
+    layout = layout_of(resolve(replace(base, sync="bsp")).cluster)
     slow = (layout.embedding_servers, layout.trainer_rank(1))  # dense server 0, trainer 1
     counter = iter(range(10**6))
     seeds: dict[str, int] = {}

@@ -71,7 +71,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     out = Path(cfg.output.dir or ".")
-    layout = layout_of(cfg)
+    layout = layout_of(cfg.cluster)
     port = cfg.cluster.port
     log.info("starting %d processes: %d embedding server(s), %d dense server(s), "
              "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,

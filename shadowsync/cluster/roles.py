@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import ClusterConfig, TrainConfig
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.logs import setup_logging
 from shadowsync.train.stop import STOP, STOP_GRACE_S, Interrupted
@@ -32,9 +32,9 @@ COLLECTIVE_TIMEOUT = timedelta(seconds=300)
 log = logging.getLogger(__name__)
 
 
-def layout_of(cfg: TrainConfig) -> ClusterLayout:
-    return ClusterLayout(cfg.cluster.embedding_servers, cfg.cluster.dense_servers or 0,
-                         cfg.cluster.trainers, cfg.cluster.workers)
+def layout_of(cluster: ClusterConfig) -> ClusterLayout:
+    return ClusterLayout(cluster.embedding_servers, cluster.dense_servers or 0,
+                         cluster.trainers, cluster.workers)
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
@@ -84,7 +84,7 @@ def role_main(cfg: TrainConfig) -> None:
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
     try:
-        role, index = layout_of(cfg).role(rank)
+        role, index = layout_of(cfg.cluster).role(rank)
         name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
     except ValueError:  # a launcher of the wrong size; _run_role says so
         name, short = f"rank {rank}", f"rank{rank}"
@@ -148,7 +148,7 @@ def _report_error(cfg: TrainConfig, message: str) -> None:
 
 
 def _run_role(cfg: TrainConfig) -> None:
-    layout = layout_of(cfg)
+    layout = layout_of(cfg.cluster)
     if cfg.data.val_share > 0:
         # Each new best model is saved while the job trains: import the checkpoint writer now,
         # while every process starts (seconds), rather than in the first save, where it held
