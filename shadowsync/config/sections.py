@@ -208,6 +208,7 @@ class OptimConfig:
         _in_unit(self.lr_decay_floor, "lr-decay-floor")
         _non_negative_number(self.embedding_initial_accumulator,
                              "embedding-initial-accumulator")
+        _non_negative_number(self.embedding_weight_decay, "embedding-weight-decay")
 
     def table_optimizer(self) -> dict[str, Any]:
         """How every embedding table of the job learns, wherever it lives (a server, a

@@ -14,6 +14,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
+from shadowsync.by_value import portable
+from shadowsync.checkpoint.interval import parse_every
 from shadowsync.config.sections import (
     SECTIONS,
     TASK_CHOICES,
@@ -31,6 +33,11 @@ from shadowsync.config.sections import (
     opt,
 )
 from shadowsync.errors import UserError
+from shadowsync.runners.modes import mode_of
+from shadowsync.runners.switch.detector_spec import DetectorConfig
+from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.runners.switch.search import resolve_share
+from shadowsync.train.straggler import Straggler
 
 # Options that belong to the whole job rather than to one section.
 TOP_LEVEL = ("task", "seed")
@@ -142,52 +149,36 @@ class TrainConfig:
                                     f"one of {', '.join(choices)}")
 
     def _check_validation(self) -> None:
-        if self.data.early_stop is not None:
-            from shadowsync.runners.modes import PROTOCOL, mode_of
-
-            if mode_of(self.sync.mode).builder == PROTOCOL:
-                raise UserError(f"--early-stop: --sync {self.sync.mode} cannot stop its workers "
-                                "early; use epochs, or another --sync")
+        # Workers that push each step to the dense servers stop when the servers say so.
+        if self.data.early_stop is not None and mode_of(self.sync.mode).protocols:
+            raise UserError(f"--early-stop: --sync {self.sync.mode} cannot stop its workers "
+                            "early; use epochs, or another --sync")
         if self.data.val_share > 0:
             if self.task != "ctr":
                 raise UserError("--val-share needs --task ctr")
             if self.checkpoint.every == "never":
                 raise UserError("--val-share keeps the best model as a checkpoint: not with "
                                 "--checkpoint-every never")
-        if not 0 <= self.optim.embedding_weight_decay < float("inf"):
-            raise UserError("--embedding-weight-decay must be a number >= 0, got "
-                            f"{self.optim.embedding_weight_decay}")
 
     def _check_specs(self) -> None:
         """The options written in small languages of their own, parsed once here so that a
         mistake is one line before any process starts."""
-        from shadowsync.checkpoint.interval import parse_every
-
+        mode = mode_of(self.sync.mode)
         parse_every(self.checkpoint.every)
         if self.testing.straggler is not None:
-            from shadowsync.train.straggler import Straggler
-
             kind = Straggler.parse(self.testing.straggler, self.cluster.trainers).kind
-            if kind != "compute" and self.sync.mode not in ("bsp", "asp", "switch"):
+            if kind != "compute" and not mode.protocols:
                 raise UserError(f"--straggler kind={kind} delays pushes to the dense servers: it "
                                 "needs --sync bsp, asp or switch")
         if self.sync.straggler_fallback is not None:
-            if self.sync.mode not in ("s-ma", "s-bmuf") or self.sync.groups:
+            if not mode.can_fall_back or self.sync.groups:
                 raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
                                 "trainer needed at each round) and no --sync-groups")
-            from shadowsync.runners.switch.detector import DetectorConfig
-
             DetectorConfig.parse(self.switch.detector)
-        if self.sync.mode == "switch":
-            from shadowsync.runners.switch.plan import SwitchPlan
-
+        if mode.can_switch:
             SwitchPlan.parse(self.switch.plan)
-            from shadowsync.runners.switch.detector import DetectorConfig
-
             DetectorConfig.parse(self.switch.detector)
             if self.switch.at is not None:
-                from shadowsync.runners.switch.search import resolve_share
-
                 resolve_share(self.switch.at, self.switch.job_name)
 
     def _check_model(self) -> None:
@@ -196,15 +187,13 @@ class TrainConfig:
         # Every process builds the model, so the factory travels to them by pickle: by name
         # where they can import it, else by value (a notebook's or a script's __main__, a
         # function defined inside another).
-        from shadowsync.by_value import portable
-
         self.model.name = portable(self.model.name)
 
     @property
     def distributed(self) -> bool:
         """A job of several processes (servers and/or several trainers)."""
         return (self.cluster.trainers > 1 or self.cluster.embedding_servers > 0
-                or self.sync.mode != "none" or bool(self.sync.groups))
+                or mode_of(self.sync.mode).builder is not None or bool(self.sync.groups))
 
 
 FLAT: dict[str, tuple[str | None, str]] = _flat_names()

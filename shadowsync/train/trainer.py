@@ -9,6 +9,7 @@ spine runs a single local trainer and one trainer of a cluster.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue as queue_mod
 import signal
@@ -19,11 +20,13 @@ from typing import Any
 
 import torch
 
+from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
 from shadowsync.config import TrainConfig
 from shadowsync.errors import PeerLost, UserError
 from shadowsync.forkserver import start_worker, worker_context
-from shadowsync.runners.modes import mode_of
+from shadowsync.runners.modes import PROTOCOL, mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
+from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.selection import ModelSelection, validation_points
@@ -80,8 +83,6 @@ def resumes_aligned(cfg: TrainConfig) -> bool:
 def stops_alone(cfg: TrainConfig) -> bool:
     """Whether each worker may stop after its own current step (not a protocol's, whose
     servers decide when every worker stops)."""
-    from shadowsync.runners.modes import PROTOCOL
-
     return resumable(cfg) and mode_of(cfg.sync.mode).builder != PROTOCOL
 
 
@@ -404,8 +405,6 @@ class Trainer:
                                             or self.early_stopped):
             return  # the model it ends with is the one last validated (give or take a step)
         self._last_val_examples = trained
-        from shadowsync.train.evaluate import evaluate
-
         m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
                      plan.features.table_rows)
         epoch = trained * cfg.cluster.trainers / plan.rows_per_epoch
@@ -432,10 +431,6 @@ class Trainer:
 
     def _resume_selection(self) -> None:
         """A resumed run goes on from the best model its run kept (a later one must beat it)."""
-        import json
-
-        from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
-
         best = Path(self.cfg.output.dir or ".") / CHECKPOINT_DIR / BEST
         try:
             at = json.loads((best / MANIFEST).read_text())["best"]
