@@ -170,6 +170,11 @@ def test_flat_keywords_sections_and_replace_agree():
     changed = dataclasses.replace(flat, sync_every=7, workers=2)
     assert (changed.sync.every, changed.cluster.workers, changed.sync.mode) == (7, 2, "s-ma")
     assert (flat.sync.every, flat.cluster.workers) == (20, 1)  # the original is untouched
+    # a flat option named as its section (--data, --model, --sync) changes only that option
+    moved = dataclasses.replace(changed, sync="s-bmuf", data="rows.tsv", model="m:f")
+    assert (moved.sync.mode, moved.sync.every, moved.cluster.workers) == ("s-bmuf", 7, 2)
+    assert (moved.data.path, moved.model.name, changed.data.path) == ("rows.tsv", "m:f",
+                                                                      "synthetic")
     with pytest.raises(UserError, match="--sync-every must be positive"):
         dataclasses.replace(flat, sync_every=0)
     with pytest.raises(UserError, match="unknown option 'wokers'; did you mean 'workers'"):

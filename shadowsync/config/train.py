@@ -82,8 +82,13 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     testing: TestingConfig = field(default_factory=TestingConfig)
+    # dataclasses.replace(cfg, data="x.tsv") hands __init__ every field it leaves alone, but
+    # not the section that the flat option of the same name (--data, --model, --sync) lives
+    # in: `_base` (read as the sections as they are) hands it over, so only the option changes.
+    _base: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __init__(self, **options: Any) -> None:
+        base = options.pop("_base", None) or {}
         for name in TOP_LEVEL:
             setattr(self, name, options.pop(name, _FIELDS[name].default))
         for name, cls in SECTIONS.items():
@@ -91,7 +96,8 @@ class TrainConfig:
             if isinstance(given, cls):
                 setattr(self, name, dataclasses.replace(given))  # a copy: flat changes below
             else:
-                setattr(self, name, cls())
+                was = base.get(name)
+                setattr(self, name, dataclasses.replace(was) if was is not None else cls())
                 if given is not None:  # the flat option of the same name (--data, --model)
                     options[name] = given
         for key, value in options.items():
@@ -196,6 +202,8 @@ class TrainConfig:
                 or mode_of(self.sync.mode).builder is not None or bool(self.sync.groups))
 
 
+TrainConfig._base = property(  # type: ignore[assignment]
+    lambda self: {name: getattr(self, name) for name in SECTIONS})
 FLAT: dict[str, tuple[str | None, str]] = _flat_names()
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
