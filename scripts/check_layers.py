@@ -12,7 +12,7 @@ than its package (the configuration reads ``runners.modes`` without reading ``ru
                 plan, search and detector settings, the straggler and link-delay options,
                 the checkpoint interval
     config      config
-    maths       metrics, rules, embeddings.pooling (the multi-hot bags and their sums)
+    maths       metrics, rules
     data        data
     model       models, embeddings
     transport   transport
@@ -42,10 +42,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "logs", "procfs", "state_dicts", "forkserver", "toml_file", "by_value",
               "lifecycle")),
     ("spec", ("runners.modes", "runners.switch.plan", "runners.switch.search",
-              "runners.switch.detector", "train.straggler", "transport.delay",
+              "runners.switch.detector_spec", "train.straggler", "transport.delay",
               "checkpoint.interval")),
     ("config", ("config",)),
-    ("maths", ("metrics", "rules", "embeddings.pooling")),
+    ("maths", ("metrics", "rules")),
     ("data", ("data",)),
     ("model", ("models", "embeddings")),
     ("transport", ("transport",)),

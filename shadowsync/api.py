@@ -42,7 +42,7 @@ class RunResult:
 
     def model(self) -> Any:
         """The trained model as a plain `torch.nn.Module` on CPU (`shadowsync.load`)."""
-        factory = self.config.model if callable(self.config.model) else None
+        factory = self.config.model.name if callable(self.config.model.name) else None
         return load(self.checkpoint or self.out, model=factory)
 
 
@@ -57,7 +57,7 @@ def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
 
         config = job.resume_base(options["resume"])
     cfg = config_from_options(config, **options)
-    setup_logging(cfg.log_level, "launcher", respect_existing=True)
+    setup_logging(cfg.output.log_level, "launcher", respect_existing=True)
     cfg, summary = run(cfg)
     return RunResult(summary, Path(summary["out"]), cfg)
 
@@ -78,7 +78,7 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 
     started = time.perf_counter()
     rollbacks: list[dict[str, Any]] = []
-    if cfg.out is None and not cfg.resume:
+    if cfg.output.dir is None and not cfg.checkpoint.resume:
         cfg = replace(cfg, out=str(default_out_dir()))
     while True:
         try:
@@ -91,15 +91,15 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
             write_summary(Path(summary["out"]), summary)
             return cfg, summary
         except TrainingDiverged as e:  # the typed signal, never the words of a message
-            if cfg.on_divergence != "rollback":
+            if cfg.checkpoint.on_divergence != "rollback":
                 raise
-            good = job.last_good(Path(cfg.out) if cfg.out else None)
+            good = job.last_good(Path(cfg.output.dir) if cfg.output.dir else None)
             if len(rollbacks) >= MAX_ROLLBACKS or good is None:
                 why = "no good checkpoint to go back to" if good is None else \
                     f"still diverging after {MAX_ROLLBACKS} rollbacks"
                 raise UserError(f"{e} ({why})") from None
-            lr = cfg.lr / 2
-            emb_lr = cfg.embedding_lr / 2
+            lr = cfg.optim.lr / 2
+            emb_lr = cfg.optim.embedding_lr / 2
             log.warning("%s; rolling back to %s at --lr %g", e, good, lr)
             rollbacks.append({"checkpoint": str(good), "lr": lr, "error": str(e)})
             cfg = replace(cfg, resume=str(good), lr=lr, embedding_lr=emb_lr,

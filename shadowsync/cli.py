@@ -40,7 +40,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.print_config:
         sys.stdout.write(config_to_toml(cfg))
         return 0
-    setup_logging(cfg.log_level, "launcher")
+    setup_logging(cfg.output.log_level, "launcher")
     _, summary = run(cfg)
     logging.getLogger("shadowsync").info("done, outputs in %s/", summary["out"])
     print(format_table(summary, SUMMARY_KEYS))

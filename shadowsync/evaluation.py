@@ -47,11 +47,11 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             raise UserError(f"--predictions {predictions}: no directory {parent}")
     cfg, trained, step = load_model(path, model)
     if cfg.task == "digits" or data in ("synthetic", "digits"):
-        plan = plan_data(replace(cfg, eval_data=None, data=cfg.data if cfg.task == "digits"
+        plan = plan_data(replace(cfg, eval_data=None, data=cfg.data.path if cfg.task == "digits"
                                  else data))
         rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
     else:
-        rows = open_data(resolve(data, cfg.schema), skip_bad_lines=skip_bad_lines)
+        rows = open_data(resolve(data, cfg.data.schema), skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
         takes = (trained.num_dense, len(trained.tables))
         if (rows.num_dense, rows.num_tables) != takes:
@@ -59,7 +59,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                             f"categorical features, but the checkpoint's model takes "
                             f"{takes[0]} and {takes[1]}")
         trained_on = (_model_layout(trained) if "sparse_features" in read_manifest(step)
-                      else _trained_layout(cfg.data, cfg.schema))
+                      else _trained_layout(cfg.data.path, cfg.data.schema))
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")

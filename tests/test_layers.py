@@ -32,7 +32,6 @@ def test_no_upward_imports(counts):
     assert counts["upward_imports"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="data/criteo.py parse_block (100 lines) is not split yet")
 def test_no_function_over_80_lines_outside_bench(counts):
     assert counts["long_functions"] == 0
 

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """One training run of `api.run` (no rollback): the checked configuration and the
     summary."""
-    cfg, out = checked_resume(cfg) if cfg.resume else (cfg, free_out_dir(cfg))
+    cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
     check_writable(out)
     # Every process of the job (or the workers of a local trainer) is forked from it. It
     # imports torch while this process imports torch too, checks the options and prepares
@@ -59,14 +59,14 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
     log.info("data %s: %d training and %d held-out examples, %d dense features, %d "
-             "categorical features", cfg.data, plan.train_stop, plan.eval_stop - plan.eval_start,
-             f.num_dense, f.num_tables)
+             "categorical features", cfg.data.path, plan.train_stop,
+             plan.eval_stop - plan.eval_start, f.num_dense, f.num_tables)
     try:  # only now that every input is known good
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
     cfg = replace(cfg, out=str(out))
-    (Path(cfg.out) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
+    (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     if cfg.distributed:
         summary = launch_local(choose_port(cfg))
     else:
@@ -89,11 +89,11 @@ def resume_base(path: str | Path) -> TrainConfig:
 
 def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     """Find the checkpoint of --resume and check it can continue this configuration."""
-    assert cfg.resume is not None
-    step = find_checkpoint(cfg.resume, "--resume")
+    assert cfg.checkpoint.resume is not None
+    step = find_checkpoint(cfg.checkpoint.resume, "--resume")
     manifest = read_manifest(step, "--resume")
     if not manifest.get("resumable") or not resumable(cfg):
-        raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync)} saves only "
+        raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync.mode)} saves only "
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")
     saved = config_to_dict(resume_base(step))
@@ -106,7 +106,7 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     if manifest.get("final") and manifest.get("reason") == "end":
         raise UserError(f"--resume {step}: that run finished; nothing left to train")
     run = run_of(step)
-    out = Path(cfg.out) if cfg.out else run
+    out = Path(cfg.output.dir) if cfg.output.dir else run
     if out.resolve() != run.resolve():
         out = free_out_dir(replace(cfg, out=str(out)))
     return replace(cfg, resume=str(step), out=str(out)), out
@@ -126,7 +126,7 @@ def check_writable(out: Path) -> None:
 
 def free_out_dir(cfg: TrainConfig) -> Path:
     """--out (default runs/<timestamp>), refused if it already holds a run."""
-    out = Path(cfg.out) if cfg.out else default_out_dir()
+    out = Path(cfg.output.dir) if cfg.output.dir else default_out_dir()
     for name in ("metrics.jsonl", "summary.json", CONFIG_FILE):
         if (out / name).exists():
             raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")

@@ -51,8 +51,8 @@ def check_port_free(addr: str, port: int, option: str) -> None:
 
 def choose_port(cfg: TrainConfig) -> TrainConfig:
     """`cfg` with the rendezvous port filled in (a free one unless --port), checked free."""
-    port = cfg.port or free_port(cfg.addr)
-    check_port_free(cfg.addr, port, "--port")
+    port = cfg.cluster.port or free_port(cfg.cluster.addr)
+    check_port_free(cfg.cluster.addr, port, "--port")
     return replace(cfg, port=port)
 
 
@@ -74,20 +74,20 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     `cfg` is resolved, its output directory exists and its data is converted (every process
     opens it), and its port is chosen (`choose_port`).
     """
-    out = Path(cfg.out or ".")
-    layout = layout_of(cfg)
-    port = cfg.port
+    out = Path(cfg.output.dir or ".")
+    layout = layout_of(cfg.cluster)
+    port = cfg.cluster.port
     log.info("starting %d processes: %d embedding server(s), %d dense server(s), "
              "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,
              layout.dense_servers, layout.trainers, layout.workers)
     # A restarted attempt resumes from the newest checkpoint, which only some modes can.
-    restarts = cfg.max_restarts if resumable(cfg) else 0
+    restarts = cfg.checkpoint.max_restarts if resumable(cfg) else 0
     attempts.reset(out)
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
         run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
-        rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
-        start_method="forkserver", local_addr=cfg.addr,
+        rdzv_endpoint=f"{cfg.cluster.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
+        start_method="forkserver", local_addr=cfg.cluster.addr,
     )
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import ClusterConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
@@ -17,17 +17,18 @@ from shadowsync.transport.rpc import RpcEndpoint
 from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan
 
 
-def layout_of(cfg: TrainConfig) -> ClusterLayout:
-    return ClusterLayout(cfg.embedding_servers, cfg.dense_servers or 0, cfg.trainers, cfg.workers)
+def layout_of(cluster: ClusterConfig) -> ClusterLayout:
+    return ClusterLayout(cluster.embedding_servers, cluster.dense_servers or 0,
+                         cluster.trainers, cluster.workers)
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
     """Fill defaults that depend on other options (dense servers, embedding servers)."""
     need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
-    dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
+    dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
-        raise UserError(f"--sync {cfg.sync} needs --dense-servers >= 1")
-    emb = cfg.embedding_servers
+        raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
+    emb = cfg.cluster.embedding_servers
     if cfg.distributed and emb < 1:
         raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
                         "or a --sync other than none): embeddings are shared, never averaged")
@@ -40,7 +41,7 @@ def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
     of its own on --rpc-port."""
     master_port = int(os.environ["MASTER_PORT"])
     agent = rendezvous.agent_store()
-    port = master_port if agent else cfg.rpc_port or master_port + 1
+    port = master_port if agent else cfg.cluster.rpc_port or master_port + 1
     return RpcEndpoint(os.environ["MASTER_ADDR"], port, rendezvous.attempt(), agent)
 
 
@@ -60,7 +61,8 @@ def trainers_here(layout: ClusterLayout) -> int:
 
 
 def embedding_plan(cfg: TrainConfig) -> ShardingPlan:
-    return ShardingPlan(cfg.embedding_servers, features_of(cfg).table_rows, cfg.row_split_limit)
+    return ShardingPlan(cfg.cluster.embedding_servers, features_of(cfg).table_rows,
+                        cfg.cluster.row_split_limit)
 
 
 def embedding_client(cfg: TrainConfig, layout: ClusterLayout,
@@ -71,13 +73,13 @@ def embedding_client(cfg: TrainConfig, layout: ClusterLayout,
     learn separate embeddings)."""
     plan = embedding_plan(cfg)
     private = None
-    if cfg.embedding_transport == "unshared":
-        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.table_width(),
+    if cfg.cluster.embedding_transport == "unshared":
+        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),
                                       seed=cfg.seed * 7919 + s,
-                                      **cfg.table_optimizer()).share_memory_()
+                                      **cfg.optim.table_optimizer()).share_memory_()
                    for s in range(plan.servers)}
-    transport = "rpc" if cfg.embedding_transport == "rpc" else "auto"
-    return RemoteEmbeddings(plan, layout, endpoint, cfg.table_width(), rpc_ranks(layout),
+    transport = "rpc" if cfg.cluster.embedding_transport == "rpc" else "auto"
+    return RemoteEmbeddings(plan, layout, endpoint, cfg.model.table_width(), rpc_ranks(layout),
                             transport=transport, private=private)
 
 

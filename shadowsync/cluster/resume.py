@@ -15,9 +15,9 @@ from shadowsync.lifecycle.attempts import attempt
 def after_restart(cfg: TrainConfig) -> TrainConfig:
     """In a restarted attempt, `cfg` resuming from the run's newest published checkpoint (or
     from the start if it has none yet)."""
-    if attempt() == 0 or not cfg.out:
+    if attempt() == 0 or not cfg.output.dir:
         return cfg
-    found = published(Path(cfg.out))
+    found = published(Path(cfg.output.dir))
     return replace(cfg, resume=str(found[-1]) if found else None)
 
 
@@ -25,19 +25,19 @@ def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = 
     """Register a server's state for checkpoints and, resuming, load it. `known`: the
     tensors exist already (else they are created from the checkpoint)."""
     shards.register(shard, "state", part)
-    if not cfg.resume:
+    if not cfg.checkpoint.resume:
         return
     if known:
-        shards.load_here(Path(cfg.resume), shard, {"state": part}, what)
+        shards.load_here(Path(cfg.checkpoint.resume), shard, {"state": part}, what)
     else:
-        saved = load_all(Path(cfg.resume) / shard, what)
+        saved = load_all(Path(cfg.checkpoint.resume) / shard, what)
         part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
 
 
 def pushes_to_rewind(cfg: TrainConfig) -> int:
     """A checkpoint taken while training holds pushes past the workers' positions, which the
     resumed workers push again: the dense servers count them once (0: not resuming)."""
-    if not cfg.resume:
+    if not cfg.checkpoint.resume:
         return 0
-    positions = read_manifest(Path(cfg.resume), "--resume").get("positions") or {}
+    positions = read_manifest(Path(cfg.checkpoint.resume), "--resume").get("positions") or {}
     return sum(sum(p) for p in positions.values())

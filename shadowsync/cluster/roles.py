@@ -59,44 +59,44 @@ def role_main(cfg: TrainConfig) -> None:
 
     The process ends with the exit status of `lifecycle.exits`: 2 for bad input or a lost
     peer, 3 (`EXIT_DIVERGED`) for a diverged training, 1 for anything unexpected."""
-    if attempts.attempt() > 0 and cfg.out and attempts.restart_refused(Path(cfg.out)):
+    if attempts.attempt() > 0 and cfg.output.dir and attempts.restart_refused(Path(cfg.output.dir)):
         return
     cfg = after_restart(cfg)
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
     try:
-        role, index = layout_of(cfg).role(rank)
+        role, index = layout_of(cfg.cluster).role(rank)
         name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
     except ValueError:  # a launcher of the wrong size; run_role says so
         name, short = f"rank {rank}", f"rank{rank}"
-    setup_logging(cfg.log_level, name)
+    setup_logging(cfg.output.log_level, name)
     if not STOP.installed:  # started by torchrun through shadowsync.run
         STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
-    if cfg.out:
-        attempts.note_process(short, Path(cfg.out))
+    if cfg.output.dir:
+        attempts.note_process(short, Path(cfg.output.dir))
     try:
         run_role(cfg)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
         logging.shutdown()
         os._exit(e.exit_code)
     except UserError as e:
-        report_error(cfg.out, str(e))
+        report_error(cfg.output.dir, str(e))
         # PeerLost: another process died, which a restart can cure; anything else would fail
         # the same way again.
-        if cfg.out and not isinstance(e, PeerLost):
-            attempts.refuse_restart(Path(cfg.out), exit_status(e))
+        if cfg.output.dir and not isinstance(e, PeerLost):
+            attempts.refuse_restart(Path(cfg.output.dir), exit_status(e))
         leave_now(exit_status(e))
     except BaseException as e:
-        report_error(cfg.out, f"rank {os.environ.get('RANK')}: {failure_line(e)}")
+        report_error(cfg.output.dir, f"rank {os.environ.get('RANK')}: {failure_line(e)}")
         traceback.print_exc()
         leave_now(EXIT_FAILED)
 
 
 def run_role(cfg: TrainConfig) -> None:
     """Join the job's process group, run this rank's role, leave."""
-    layout = layout_of(cfg)
-    if cfg.val_share > 0:
+    layout = layout_of(cfg.cluster)
+    if cfg.data.val_share > 0:
         # Each new best model is saved while the job trains: import the checkpoint writer now,
         # while every process starts (seconds), rather than in the first save, where it held
         # up trainer 0's validations while the workers trained on.
@@ -104,8 +104,8 @@ def run_role(cfg: TrainConfig) -> None:
     rank, trainer_group = join_process_group(layout)
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg)
-    if cfg.out and (role, index) != ("trainer", 0):
-        follow_trainer0(Path(cfg.out))
+    if cfg.output.dir and (role, index) != ("trainer", 0):
+        follow_trainer0(Path(cfg.output.dir))
     if role == "embedding":
         serve_embeddings(cfg, layout, index, rank, endpoint)
     elif role == "dense":
@@ -145,8 +145,9 @@ def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: 
     """Embedding server `index`: hold its shard of the tables until the job leaves RPC."""
     plan = embedding_plan(cfg)
     # Clients: every trainer and each of its workers attach once.
-    tables = embedding_servers.serve(plan, index, cfg.table_width(), cfg.table_optimizer(),
-                                     cfg.seed, share=cfg.embedding_transport == "auto",
+    tables = embedding_servers.serve(plan, index, cfg.model.table_width(),
+                                     cfg.optim.table_optimizer(), cfg.seed,
+                                     share=cfg.cluster.embedding_transport == "auto",
                                      clients=layout.trainers * (layout.workers + 1))
     own_shard(cfg, layout.embedding_name(index), tables, f"embedding server {index}")
     log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
@@ -162,7 +163,7 @@ def serve_dense(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
                 endpoint: RpcEndpoint) -> None:
     """Dense server `index`: hold its centre (or the protocol's parameters) until the end."""
     own_shard(cfg, layout.dense_name(index), DENSE_SERVER, f"dense server {index}", known=False)
-    if cfg.resume:
+    if cfg.checkpoint.resume:
         DENSE_SERVER.rewind(pushes_to_rewind(cfg))
     endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
     STOP.mark_running()
@@ -183,7 +184,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     replica = build_replica(cfg, plan, tables, model, runner, checkpointer, index=index)
 
     def gather(item: Any) -> list[Any]:
-        everyone = [None] * cfg.trainers
+        everyone = [None] * cfg.cluster.trainers
         dist.all_gather_object(everyone, item, group=group)
         return everyone
 

@@ -54,9 +54,9 @@ def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
     From the manifest (saved since they were recorded there), else from the training data's
     headers while they are still there, else single-id features C1..CT."""
     specs = manifest.get("sparse_features")
-    if specs is None and cfg.data != "synthetic" and Path(cfg.data).exists():
+    if specs is None and cfg.data.path != "synthetic" and Path(cfg.data.path).exists():
         try:
-            specs = sparse_features(resolve(cfg.data, cfg.schema), num_tables)
+            specs = sparse_features(resolve(cfg.data.path, cfg.data.schema), num_tables)
         except (UserError, OSError):
             specs = None
     if specs is None or len(specs) != num_tables:
@@ -69,17 +69,17 @@ def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
 def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
             table_rows: tuple[int, ...]) -> list[torch.Tensor]:
     """Every table whole, [rows, width] each, in feature order."""
-    width = cfg.table_width()
+    width = cfg.model.table_width()
     servers = sorted((s for s in manifest.get("shards", []) if s.startswith("emb")),
                      key=lambda s: int(s[3:]))
     if not servers:
         fused = {"tables/weight": torch.empty(sum(table_rows), width)}
         load_shard(step / "trainer0", fused, "the embedding tables", strict=False)
         return [t.clone() for t in fused["tables/weight"].split(list(table_rows))]
-    if cfg.embedding_transport == "unshared":
+    if cfg.cluster.embedding_transport == "unshared":
         raise UserError(f"checkpoint {step}: --embedding-transport unshared kept a private "
                         "copy of the tables in each trainer, and those were not saved")
-    plan = ShardingPlan(len(servers), table_rows, cfg.row_split_limit)
+    plan = ShardingPlan(len(servers), table_rows, cfg.cluster.row_split_limit)
     held = []
     for i, name in enumerate(servers):
         piece = {"state/weight": torch.empty(sum(plan.server_pieces(i)), width)}
@@ -118,10 +118,11 @@ def load_model(path: str | Path, model: Any = None,
     cfg = saved_config(step)
     if model is not None:
         cfg = replace(cfg, model=model)
-    elif cfg.model.startswith("__main__:") or "<locals>" in cfg.model:
-        raise UserError(f"checkpoint {step}: its --model {cfg.model} was defined in a notebook "
-                        "or script; pass the same function: shadowsync.load(path, model=...) "
-                        "or shadowsync.export(path, out, model=...)")
+    elif cfg.model.name.startswith("__main__:") or "<locals>" in cfg.model.name:
+        raise UserError(f"checkpoint {step}: its --model {cfg.model.name} was defined in a "
+                        "notebook or script; pass the same function: "
+                        "shadowsync.load(path, model=...) or "
+                        "shadowsync.export(path, out, model=...)")
     features = _features(manifest, cfg)
     dense = build_dense_model(cfg, features)
     state = {f"model/{k}": v for k, v in dense.state_dict().items()}
