@@ -76,8 +76,9 @@ def test_rollback_acts_on_the_type_not_the_words(monkeypatch, tmp_path):
     cfg = config_from_options(None, out=str(tmp_path), on_divergence="rollback", lr=0.1)
     calls = _fake_run(monkeypatch, tmp_path, TrainingDiverged("worker 0: it blew up"))
     _, summary = api.run(cfg)
-    assert len(calls) == 2 and calls[1].resume == str(tmp_path / "checkpoint" / "step-8")
-    assert calls[1].lr == pytest.approx(0.05)
+    assert len(calls) == 2
+    assert calls[1].checkpoint.resume == str(tmp_path / "checkpoint" / "step-8")
+    assert calls[1].optim.lr == pytest.approx(0.05)
     assert summary["rollbacks"][0]["error"] == "worker 0: it blew up"
     assert json.loads((tmp_path / "summary.json").read_text())["rollbacks"]
 
