@@ -15,9 +15,14 @@ import torch
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.rules import make_rule
-from shadowsync.runners.base import SyncRunner
+from shadowsync.runners.base import Runner
+from shadowsync.runners.fallback import fallback_runner
+from shadowsync.runners.foreground import ForegroundSync
 from shadowsync.runners.groups import ParamGroup, split_model
 from shadowsync.runners.modes import MODES, mode_of
+from shadowsync.runners.shadow import BackgroundSync, Pace
+from shadowsync.transport.collectives import TrainerExchange
+from shadowsync.transport.servers.dense import DenseServerClient
 
 
 @dataclass
@@ -85,7 +90,7 @@ def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, 
     return family, groups
 
 
-def build_runner(ctx: RunnerContext) -> SyncRunner | None:
+def build_runner(ctx: RunnerContext) -> Runner | None:
     """The runner of this trainer, or None when nothing synchronizes."""
     build = mode_of(ctx.cfg.sync).build()
     if build is None and ctx.cfg.sync_groups:
@@ -93,13 +98,8 @@ def build_runner(ctx: RunnerContext) -> SyncRunner | None:
     return build(ctx) if build is not None else None
 
 
-def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
+def grouped_runner(ctx: RunnerContext) -> Runner | None:
     """A background or foreground runner over the rule groups of `--sync` / `--sync-groups`."""
-    from shadowsync.runners.foreground import ForegroundSync
-    from shadowsync.runners.shadow import BackgroundSync, Pace
-    from shadowsync.transport.collectives import TrainerExchange
-    from shadowsync.transport.servers.dense import DenseServerClient
-
     cfg = ctx.cfg
     family, groups = param_groups(cfg, ctx.model)
     centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
@@ -109,8 +109,6 @@ def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
     if family == "background":
         pace = Pace(cfg.sync_interval_s(), cfg.sync_budget, ctx.trainer_cores)
         if cfg.straggler_fallback is not None:
-            from shadowsync.runners.fallback import fallback_runner
-
             return fallback_runner(cfg, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)
     if family == "foreground":

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.runners.base import StepRunner, WorkerHook
 from shadowsync.transport.rendezvous import attempt
 
 
@@ -163,26 +163,16 @@ class TorchPeriodicAveragingHook(WorkerGroupHook):
         return self.clock.take()
 
 
-class WorkerGroupRunner(SyncRunner):
+class WorkerGroupRunner(StepRunner):
     """The trainer side of `ddp` / `torch-fr-ma`: nothing to run, the workers sync."""
 
     def __init__(self, hook: WorkerGroupHook, kind: str) -> None:
-        super().__init__([], exchange=None)  # type: ignore[arg-type]
+        super().__init__()
         self.hook = hook
         self.kind = kind
-        self.blocks_workers = True
 
     def worker_hook(self, ctx: Any, workers: int) -> WorkerGroupHook:
         return self.hook
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def stop(self) -> None:
-        self._t_end = time.perf_counter()
-
-    def metrics(self) -> dict[str, Any]:
-        return {}
 
     def describe(self) -> dict[str, Any]:
         return {"period": getattr(self.hook, "period", 1)}

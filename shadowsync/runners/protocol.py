@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.runners.base import StepRunner, WorkerHook
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
@@ -265,7 +265,7 @@ class ProtocolHook(WorkerHook):
         return out
 
 
-class ProtocolRunner(SyncRunner):
+class ProtocolRunner(StepRunner):
     """The trainer side: nothing runs between steps; it collects what workers report and
     loads the servers' final parameters when training is over."""
 
@@ -273,7 +273,7 @@ class ProtocolRunner(SyncRunner):
     blocks_workers = True
 
     def __init__(self, settings: ProtocolSettings, model: torch.nn.Module, mode: str) -> None:
-        super().__init__([], exchange=None)  # type: ignore[arg-type]
+        super().__init__()
         self.spec = settings
         self.model = model
         self.mode = mode
@@ -283,12 +283,6 @@ class ProtocolRunner(SyncRunner):
 
     def worker_hook(self, ctx: Any, workers: int) -> ProtocolHook:
         return ProtocolHook(self.spec)
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def stop(self) -> None:
-        self._t_end = time.perf_counter()
 
     def observe(self, report: WorkerReport) -> None:
         self.staleness.update({int(k): v for k, v in report.sync.get("staleness", {}).items()})

@@ -22,6 +22,7 @@ import torch
 from shadowsync.config import TrainConfig
 from shadowsync.errors import PeerLost, UserError
 from shadowsync.forkserver import start_worker, worker_context
+from shadowsync.runners.base import Runner
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.report import MetricsLog
@@ -65,7 +66,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
 def resumable(cfg: TrainConfig) -> bool:
     """Whether a run can stop early and resume from its workers' positions. The protocols
     (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
-    (`SyncRunner.on_stop`); ddp, torch-fr-ma and torchft-ma stop at a step their workers
+    (`Runner.on_stop`); ddp, torch-fr-ma and torchft-ma stop at a step their workers
     agree on (`WorkerGroupHook.agree_stop`)."""
     return mode_of(cfg.sync).resumable
 
@@ -115,7 +116,7 @@ class Trainer:
     """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
 
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
-                 model: torch.nn.Module | None = None, sync: Any = None,
+                 model: torch.nn.Module | None = None, sync: Runner | None = None,
                  log: MetricsLog | None = None, progress: Any = None,
                  slots: WorkerSlots | None = None, checkpointer: Any = None,
                  on_examples: Any = None, lost_peer: Any = None) -> None:
