@@ -15,19 +15,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Literal
+
+from shadowsync.protocols import Protocol  # defined in the base layer (transport names it too)
 
 GROUPED = "shadowsync.runners.build:grouped_runner"
 WORKER_GROUP = "shadowsync.runners.ddp:worker_group_runner"
 PROTOCOL = "shadowsync.runners.protocol:protocol_runner"
-
-
-class Protocol(str, Enum):
-    """How a step's gradient reaches the dense parameter servers (Sync-Switch's two protocols)."""
-
-    BSP = "bsp"  # bulk-synchronous: the servers apply one mean gradient of every worker
-    ASP = "asp"  # asynchronous: each worker's gradient applied on arrival, with its staleness
 
 
 Family = Literal["background", "foreground"]
@@ -85,6 +79,7 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
 ]}
 
 SYNC_CHOICES = tuple(MODES)
+__all__ = ["MODES", "SYNC_CHOICES", "Protocol", "SyncMode", "mode_of"]
 
 
 def mode_of(name: str) -> SyncMode:

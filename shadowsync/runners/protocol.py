@@ -38,6 +38,7 @@ from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
+from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.runners.switch.search import resolve_share, with_bsp_share
@@ -90,6 +91,10 @@ class ProtocolSettings:
     def schedule(self, budget: int) -> Schedule:
         return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
                         self.workers // self.workers_per_trainer, self.workers_per_trainer)
+
+    def machine(self, budget: int) -> SwitchMachine:
+        """The state machine the dense servers drive (each server gets its own copy)."""
+        return SwitchMachine(self.workers, budget, self.schedule(budget))
 
 
 class ServerStepper:
@@ -165,7 +170,7 @@ class ProtocolHook(WorkerHook):
         replica = copy.deepcopy(model)  # a private replica: one parameter-server worker
         self.client = TrainedTensorClient(KEY, self.s.servers, self.s.numel)
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
-                         self.s.workers, self.s.schedule(self.budget), self.budget)
+                         self.s.machine(self.budget))
         params, self.version, self.applied = self.client.params()
         self.mode, self.next_phase = self.client.mode()
         self.phase, self._last_mode = self.next_phase, self.mode
