@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from shadowsync.config import TrainConfig
+from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import PeerLost, UserError
 from shadowsync.forkserver import start_worker, worker_context
 from shadowsync.runners.base import Runner
@@ -115,7 +116,8 @@ class _EvalAbandoned(Exception):
 class Trainer:
     """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
 
-    def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
+    def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient, *,
+                 index: int = 0,
                  model: torch.nn.Module | None = None, sync: Runner | None = None,
                  log: MetricsLog | None = None, progress: Any = None,
                  slots: WorkerSlots | None = None, checkpointer: Any = None,

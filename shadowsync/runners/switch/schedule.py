@@ -8,9 +8,9 @@ each trainer's runner sees only its own workers).
 - `isolate` (online, beyond the paper): BSP for the quota, with the detected stragglers'
   pushes asynchronous meanwhile (`isolated`, `isolate`).
 
-The server asks `decide` only between steps (never while a BSP step is half collected), and
-replies carry the decision, so every worker changes protocol on the same step. The object
-travels to the server by pickle and is driven there; it imports nothing from the server.
+The state machine (`machine`) asks `decide` only between steps (never while a BSP step is
+half collected), and replies carry the decision, so every worker changes protocol on the same
+step. Both travel to the server by pickle and are driven there; they import nothing from it.
 """
 
 from __future__ import annotations
