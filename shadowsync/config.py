@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from shadowsync.errors import UserError
-from shadowsync.runners.modes import SYNC_CHOICES
+from shadowsync.runners.modes import SYNC_CHOICES, mode_of
 from shadowsync.toml_file import read_toml
 
 TASK_CHOICES = ("ctr", "digits")
@@ -253,17 +253,17 @@ class TrainConfig:
             from shadowsync.train.straggler import Straggler
 
             kind = Straggler.parse(self.straggler, self.trainers).kind
-            if kind != "compute" and self.sync not in ("bsp", "asp", "switch"):
+            if kind != "compute" and not mode_of(self.sync).protocols:
                 raise UserError(f"--straggler kind={kind} delays pushes to the dense servers: it "
                                 "needs --sync bsp, asp or switch")
         if self.straggler_fallback is not None:
-            if self.sync not in ("s-ma", "s-bmuf") or self.sync_groups:
+            if not mode_of(self.sync).can_fall_back or self.sync_groups:
                 raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
                                 "trainer needed at each round) and no --sync-groups")
             from shadowsync.runners.switch.detector import DetectorConfig
 
             DetectorConfig.parse(self.switch_detector)
-        if self.sync == "switch":
+        if mode_of(self.sync).can_switch:
             from shadowsync.runners.switch.plan import SwitchPlan
 
             SwitchPlan.parse(self.switch_plan)
@@ -307,9 +307,7 @@ class TrainConfig:
                 raise UserError(f"--early-stop must be positive, got {self.early_stop}")
             if self.val_share <= 0:
                 raise UserError("--early-stop needs --val-share (the rows it validates on)")
-            from shadowsync.runners.modes import PROTOCOL, mode_of
-
-            if mode_of(self.sync).builder == PROTOCOL:
+            if not mode_of(self.sync).stops_alone:
                 raise UserError(f"--early-stop: --sync {self.sync} cannot stop its workers "
                                 "early; use epochs, or another --sync")
         if self.val_share > 0:
@@ -368,7 +366,7 @@ class TrainConfig:
     @property
     def distributed(self) -> bool:
         """A job of several processes (servers and/or several trainers)."""
-        return (self.trainers > 1 or self.embedding_servers > 0 or self.sync != "none"
+        return (self.trainers > 1 or self.embedding_servers > 0 or mode_of(self.sync).synchronizes
                 or bool(self.sync_groups))
 
 

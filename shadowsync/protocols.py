@@ -13,3 +13,11 @@ class Protocol(str, Enum):
 
     BSP = "bsp"  # bulk-synchronous: the servers apply one mean gradient of every worker
     ASP = "asp"  # asynchronous: each worker's gradient applied on arrival, with its staleness
+
+    # In text (messages, logs, f-strings) a protocol is the plain string it stands for, as it
+    # was before it was an enum (Python 3.11 would print "Protocol.BSP").
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)

@@ -54,7 +54,7 @@ def group_syncs(cfg: TrainConfig, model: torch.nn.Module) -> dict[str, str]:
     if len(families) > 1:
         raise UserError("--sync-groups: all groups must be background (s-*) or all foreground "
                         "(fr-*) in one run")
-    if out and mode_of(cfg.sync).rule is None and cfg.sync != "none":
+    if out and mode_of(cfg.sync).rule is None and mode_of(cfg.sync).synchronizes:
         raise UserError(f"--sync-groups cannot be combined with --sync {cfg.sync}")
     return out
 

@@ -33,7 +33,9 @@ from typing import Any
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from shadowsync.protocols import Protocol
 from shadowsync.runners.base import StepRunner, WorkerHook
+from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
@@ -224,7 +226,7 @@ class ProtocolHook(WorkerHook):
         self.taken = reply.taken
         self._last_mode = mode
         # `isolate`: this trainer's steps are ASP while the others keep BSP
-        self.mode = "asp" if self.trainer in reply.isolated else reply.mode
+        self.mode = Protocol.ASP if self.trainer in reply.isolated else Protocol(reply.mode)
         self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
@@ -234,7 +236,8 @@ class ProtocolHook(WorkerHook):
 
     def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({
-            "phase": self.next_phase, "from": self._last_mode, "to": self.mode,
+            "phase": self.next_phase, "from": Protocol(self._last_mode).value,
+            "to": Protocol(self.mode).value,
             "step": self.pushes, "applied": self.applied,
             "wall_time": time.time(), "where": self.location,
             "params_digest": params_digest(parameters_to_vector(params)),  # at the decision
@@ -250,7 +253,7 @@ class ProtocolHook(WorkerHook):
         # the wait for the slowest worker to join the first BSP step).
         sw["cost_s"] = max(0.0, first_push_s - sw["push_s_before"])
         sw["digest_before"] = sw["params_digest"]
-        if sw["to"] == "bsp":  # the workers agree once the first BSP step is done
+        if sw["to"] == Protocol.BSP:  # the workers agree once the first BSP step is done
             sw["params_digest"] = params_digest(params)
 
     def step(self) -> float:
@@ -362,8 +365,9 @@ def group_switches(events: list[dict[str, Any]],
         digests = sorted({e["params_digest"] for e in es})
         # Workers that left BSP held the step's parameters at the decision; workers that
         # (re)join BSP hold the same after its first step (with `isolate` a switch may do both)
-        before = {e.get("digest_before", e["params_digest"]) for e in es if e["from"] == "bsp"}
-        after = {e["params_digest"] for e in es if e["to"] == "bsp"}
+        before = {e.get("digest_before", e["params_digest"]) for e in es
+                  if e["from"] == Protocol.BSP}
+        after = {e["params_digest"] for e in es if e["to"] == Protocol.BSP}
         out.append({
             "phase": phase, "from": es[0]["from"], "to": es[0]["to"], "step": es[0]["step"],
             "wall_time": min(e["wall_time"] for e in es),
@@ -381,8 +385,9 @@ def group_switches(events: list[dict[str, Any]],
 def protocol_runner(ctx: Any) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
-    if cfg.sync != "switch":
-        plan = SwitchPlan.single(cfg.sync)
+    mode = mode_of(cfg.sync)
+    if not mode.can_switch:
+        plan = SwitchPlan.single(mode.protocols[0])
     elif cfg.switch_at is not None:
         plan = with_bsp_share(SwitchPlan.parse(cfg.switch_plan),
                               resolve_share(cfg.switch_at, cfg.job_name))
@@ -393,7 +398,7 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
                                 cfg.momentum, cfg.switch_momentum,
                                 cfg.trainers * cfg.workers, cfg.switch_scale_lr,
                                 compensate=cfg.switch_compensate_momentum,
-                                policy=cfg.switch_policy if cfg.sync == "switch" else "plan",
+                                policy=cfg.switch_policy if mode.can_switch else "plan",
                                 detector=DetectorConfig.parse(cfg.switch_detector),
                                 patience_s=cfg.switch_patience,
                                 workers_per_trainer=cfg.workers)

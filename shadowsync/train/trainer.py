@@ -82,9 +82,7 @@ def resumes_aligned(cfg: TrainConfig) -> bool:
 def stops_alone(cfg: TrainConfig) -> bool:
     """Whether each worker may stop after its own current step (not a protocol's, whose
     servers decide when every worker stops)."""
-    from shadowsync.runners.modes import PROTOCOL
-
-    return resumable(cfg) and mode_of(cfg.sync).builder != PROTOCOL
+    return mode_of(cfg.sync).stops_alone
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:

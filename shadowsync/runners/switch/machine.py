@@ -163,14 +163,14 @@ class SwitchMachine:
     # -- checkpoints: progress, the protocol decided and its phase, the schedule's own state.
     # The budget and the schedule's settings come again from the workers of the resumed run.
     def state_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"asp": int(self.mode is Protocol.ASP)}
+        out: dict[str, Any] = {Protocol.ASP.value: int(self.mode is Protocol.ASP)}
         out.update({name: getattr(self, name) for name in COUNTERS})
         if self.schedule is not None:
             out.update(nest("schedule.", self.schedule.state_dict()))
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mode = Protocol.ASP if int(state["asp"]) else Protocol.BSP
+        self.mode = Protocol.ASP if int(state[Protocol.ASP.value]) else Protocol.BSP
         for name in COUNTERS:
             setattr(self, name, int(state[name]))
         if self.schedule is not None:
