@@ -150,6 +150,8 @@ def with_bsp_share(plan: SwitchPlan, share: float) -> SwitchPlan:
 
 
 def plot(result: SearchResult, path: Path) -> None:
+    # Here, not at the top: matplotlib with pyplot takes about 1.7 s to import (measured),
+    # and every protocol run imports this module (`resolve_share`) without plotting.
     import matplotlib
 
     matplotlib.use("Agg")
