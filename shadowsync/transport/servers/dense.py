@@ -10,6 +10,9 @@ A `DenseServer` (one per server process) holds two kinds of state:
   n-th gradient of the step has arrived (`@rpc.functions.async_execution`), so BSP needs no
   separate barrier; under ASP the reply is immediate. Which one applies is named by each push,
   so a switch is only a change in what workers push: nothing restarts, nothing reloads.
+  What the next step's protocol is, and the progress, phases and switch log behind it, is the
+  Sync-Switch state machine's (`runners.switch.machine`, built by the trainers' runner and
+  sent with `init_trained`); this server stores, applies, holds and replies.
 
 Both optimizers are elementwise, so sharding a tensor changes nothing in its arithmetic.
 """
