@@ -116,13 +116,13 @@ class _Averaging(ModelAveraging):
 
 def fallback_runner(cfg: TrainConfig, groups: list[ParamGroup], exchange: TrainerExchange,
                     pace: Pace) -> FallbackSync:
-    fallback = cfg.straggler_fallback
+    fallback = cfg.sync.straggler_fallback
     assert fallback is not None, "built only with --straggler-fallback"
     rule = mode_of(fallback).rule
-    primary = mode_of(cfg.sync).rule
+    primary = mode_of(cfg.sync.mode).rule
     assert rule is not None and primary is not None, "validated by the configuration"
-    policy = BackgroundFallback(primary, DetectorConfig.parse(cfg.switch_detector),
+    policy = BackgroundFallback(primary, DetectorConfig.parse(cfg.switch.detector),
                                 fallback=rule)
-    rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=cfg.elastic_alpha)
+    rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=cfg.sync.elastic_alpha)
                                   for g in groups}
-    return FallbackSync(groups, exchange, pace, rules, policy, (cfg.sync, fallback))
+    return FallbackSync(groups, exchange, pace, rules, policy, (cfg.sync.mode, fallback))

@@ -385,21 +385,22 @@ def group_switches(events: list[dict[str, Any]],
 def protocol_runner(ctx: Any) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
-    mode = mode_of(cfg.sync)
+    mode = mode_of(cfg.sync.mode)
     if not mode.can_switch:
         plan = SwitchPlan.single(mode.protocols[0])
-    elif cfg.switch_at is not None:
-        plan = with_bsp_share(SwitchPlan.parse(cfg.switch_plan),
-                              resolve_share(cfg.switch_at, cfg.job_name))
+    elif cfg.switch.at is not None:
+        plan = with_bsp_share(SwitchPlan.parse(cfg.switch.plan),
+                              resolve_share(cfg.switch.at, cfg.switch.job_name))
     else:
-        plan = SwitchPlan.parse(cfg.switch_plan)
+        plan = SwitchPlan.parse(cfg.switch.plan)
     numel = sum(p.numel() for p in ctx.model.parameters())
-    settings = ProtocolSettings(plan, cfg.dense_servers or 0, numel, cfg.optimizer, cfg.lr,
-                                cfg.momentum, cfg.switch_momentum,
-                                cfg.trainers * cfg.workers, cfg.switch_scale_lr,
-                                compensate=cfg.switch_compensate_momentum,
-                                policy=cfg.switch_policy if mode.can_switch else "plan",
-                                detector=DetectorConfig.parse(cfg.switch_detector),
-                                patience_s=cfg.switch_patience,
-                                workers_per_trainer=cfg.workers)
-    return ProtocolRunner(settings, ctx.model, cfg.sync)
+    settings = ProtocolSettings(plan, cfg.cluster.dense_servers or 0, numel, cfg.optim.optimizer,
+                                cfg.optim.lr,
+                                cfg.optim.momentum, cfg.switch.momentum,
+                                cfg.cluster.trainers * cfg.cluster.workers, cfg.switch.scale_lr,
+                                compensate=cfg.switch.compensate_momentum,
+                                policy=cfg.switch.policy if mode.can_switch else "plan",
+                                detector=DetectorConfig.parse(cfg.switch.detector),
+                                patience_s=cfg.switch.patience,
+                                workers_per_trainer=cfg.cluster.workers)
+    return ProtocolRunner(settings, ctx.model, cfg.sync.mode)

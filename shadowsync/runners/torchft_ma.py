@@ -136,9 +136,9 @@ def torchft_runner(ctx: Any) -> WorkerGroupRunner:
     """The builder of the `torchft-ma` mode."""
     cfg = ctx.cfg
     if importlib.util.find_spec("torchft") is None:
-        raise UserError(f"--sync {cfg.sync} needs torchft (the optional peers extra; see the "
+        raise UserError(f"--sync {cfg.sync.mode} needs torchft (the optional peers extra; see the "
                         "README's 'Peers' section)")
     addr, port = ctx.store or agent_store()
-    hook = TorchftLocalSGDHook(addr, port, group_prefix(cfg.sync), cfg.trainers, cfg.workers,
-                               cfg.sync_every)
-    return WorkerGroupRunner(hook, cfg.sync)
+    hook = TorchftLocalSGDHook(addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers,
+                               cfg.cluster.workers, cfg.sync.every)
+    return WorkerGroupRunner(hook, cfg.sync.mode)
