@@ -7,7 +7,8 @@ of a higher layer is "upward". An entry names a top-level module or package of
 belongs to the longest entry that contains it, so a leaf module can sit in a lower layer
 than its package (the configuration reads ``runners.modes`` without reading ``runners``).
 
-    base        errors, logs, procfs, state_dicts, forkserver, toml_file, by_value, lifecycle
+    base        errors, logs, procfs, state_dicts, forkserver, toml_file, by_value, protocols,
+                lifecycle
     spec        the leaf modules the configuration reads: runners.modes, the Sync-Switch
                 plan, search and detector settings, the straggler and link-delay options,
                 the checkpoint interval
@@ -40,7 +41,7 @@ from pathlib import Path
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "logs", "procfs", "state_dicts", "forkserver", "toml_file", "by_value",
-              "lifecycle")),
+              "protocols", "lifecycle")),
     ("spec", ("runners.modes", "runners.switch.plan", "runners.switch.search",
               "runners.switch.detector_spec", "train.straggler", "transport.delay",
               "checkpoint.interval")),

@@ -14,7 +14,8 @@ from shadowsync.train.trainer import build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
-from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan
+from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
 
 def layout_of(cluster: ClusterConfig) -> ClusterLayout:

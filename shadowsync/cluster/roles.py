@@ -44,8 +44,8 @@ from shadowsync.train.trainer import build_dense_model, plan_data
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
-from shadowsync.transport.servers import embedding as embedding_servers
 from shadowsync.transport.servers.dense import SERVER as DENSE_SERVER
+from shadowsync.transport.servers.embedding import server as embedding_servers
 
 COLLECTIVE_TIMEOUT = timedelta(seconds=300)
 

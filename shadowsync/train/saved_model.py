@@ -40,7 +40,7 @@ from shadowsync.models.trained import SparseFeature, TrainedModel
 from shadowsync.runners.protocol import KEY, load_flat
 from shadowsync.train.trainer import Features, build_dense_model, features_of
 from shadowsync.transport.servers.dense import TRAINED
-from shadowsync.transport.servers.embedding import ShardingPlan
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
 
 def feature_names(num_tables: int) -> list[str]:
