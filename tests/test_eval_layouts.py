@@ -61,7 +61,7 @@ def held_out_rows(run: Path) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_checkpoint_evaluates_loads_and_exports_as_the_run_scored_it(layout, tmp_path_factory):
     import shadowsync
-    from shadowsync.checkpoint.evaluate import evaluate_checkpoint
+    from shadowsync.evaluation import evaluate_checkpoint
 
     tmp = tmp_path_factory.mktemp(layout)
     out = tmp / "run"

@@ -23,8 +23,10 @@ import torch
 from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingClient
-from shadowsync.errors import PeerLost, UserError
+from shadowsync.errors import PeerLost
 from shadowsync.forkserver import start_worker, worker_context
+from shadowsync.lifecycle.exits import TrainingDiverged
+from shadowsync.lifecycle.stop import STOP
 from shadowsync.runners.base import Runner
 from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
@@ -33,7 +35,6 @@ from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.selection import ModelSelection, validation_points
 from shadowsync.train.state import WorkerSlots, examples_in
-from shadowsync.train.stop import STOP
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -340,7 +341,7 @@ class Trainer:
             except queue_mod.Empty:
                 continue
             if isinstance(msg, WorkerFailed):
-                raise (UserError if msg.diverged else PeerLost)(msg.message)
+                raise (TrainingDiverged if msg.diverged else PeerLost)(msg.message)
             if isinstance(msg, WorkerDone):
                 done.add(msg.worker)
                 self.stats.train_start = min(self.stats.train_start, msg.train_start)
