@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from shadowsync.data.bags import Bags
 from shadowsync.data.dataset import batch_of, batches, feature_counts, open_data
 from shadowsync.data.jagged import Jagged
 from shadowsync.embeddings import EmbeddingTables
-from shadowsync.embeddings.pooling import Bags
 from shadowsync.errors import UserError
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 from tests.helpers import run_cli, summary

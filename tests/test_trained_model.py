@@ -112,7 +112,7 @@ def _random_bags(n: int, gen: torch.Generator) -> dict:
 
 
 def test_predict_takes_multi_hot_features_by_name_and_batches_them():
-    from shadowsync.embeddings.pooling import Bags
+    from shadowsync.data.bags import Bags
 
     m = multi_hot_model()
     gen = torch.Generator().manual_seed(1)

@@ -44,7 +44,7 @@ def multi_hot_batches(cats: torch.Tensor, batches: int, seed: int = 0) -> list[A
     """`batches` batches of BATCH examples whose every table gets a bag of ids drawn from that
     table's column of `cats` (as skewed as single ids), odd tables mean-pooled, even ones
     weighted sums."""
-    from shadowsync.embeddings.pooling import Bags
+    from shadowsync.data.bags import Bags
 
     gen = torch.Generator().manual_seed(seed)
     column = cats.t().contiguous()  # [TABLES, rows]

@@ -9,7 +9,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from shadowsync.embeddings.pooling import Bags
+from shadowsync.data.bags import Bags
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@ All tables handled by one holder (a trainer, or one embedding parameter server) 
 fused weight matrix with a row offset per table, so a batch's lookup is a single gather and
 its update a single scatter however many features there are. Ids [B, T] (one per feature,
 as in Criteo) are looked up as they are; a batch with multi-hot features comes as `Bags`
-(see `shadowsync.embeddings.pooling`), its rows read, then pooled per example and feature.
+(see `shadowsync.data.bags`), its rows read, then pooled per example and feature.
 
 The weights and the optimizer state can be placed in shared memory; Hogwild workers then
 read and update them without locks, as in Recht et al. 2011 and the ShadowSync trainers.
@@ -16,7 +16,7 @@ from enum import Enum
 
 import torch
 
-from shadowsync.embeddings.pooling import Bags
+from shadowsync.data.bags import Bags
 from shadowsync.embeddings.unique import unique_with_inverse
 
 # DLRM draws a table's rows uniformly in +-1/sqrt(rows): a 3-row table (a gender) starts at

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shadowsync.embeddings.pooling import POOLINGS, Bags
+from shadowsync.data.bags import POOLINGS, Bags
 
 OUTPUTS = ("sigmoid", "softmax")  # a click probability per example, or class probabilities
 

@@ -42,12 +42,12 @@ class Runner(Protocol):
     def settings(self) -> dict[str, Any]: ...
 
 
-class StepRunner:
-    """A `Runner` whose workers synchronize inside their steps (their `WorkerHook` does): the
-    trainer side only times the run, collects reports and keeps no state of its own."""
+class RunnerDefaults:
+    """`Runner`'s calls doing nothing, or only timing the run: what a runner does not
+    override."""
 
-    kind = "step"
-    blocks_workers = True
+    kind = "abstract"
+    blocks_workers = False
     measures_blocking = True
 
     def __init__(self) -> None:
@@ -92,6 +92,14 @@ class StepRunner:
 
     def settings(self) -> dict[str, Any]:
         return {"runner": self.kind, **self.describe(), "groups": {}}
+
+
+class StepRunner(RunnerDefaults):
+    """A `Runner` whose workers synchronize inside their steps (their `WorkerHook` does): the
+    trainer side only times the run, collects reports and keeps no state of its own."""
+
+    kind = "step"
+    blocks_workers = True
 
 
 class WorkerHook:

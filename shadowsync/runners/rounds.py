@@ -9,14 +9,13 @@ import threading
 import time
 from typing import Any
 
+from shadowsync.runners.base import RunnerDefaults
 from shadowsync.runners.groups import ParamGroup
-from shadowsync.runners.reports import WorkerReport
 from shadowsync.state_dicts import nest, part
 from shadowsync.transport.collectives import TrainerExchange
 
 
-class GroupRunner:
-    kind = "abstract"
+class GroupRunner(RunnerDefaults):
     blocks_workers = False
     measures_blocking = True  # False where waiting cannot be told apart from compute
 
@@ -32,20 +31,6 @@ class GroupRunner:
         self._t0 = 0.0
         self._t_end: float | None = None
         self._restored: dict[str, Any] | None = None
-
-    def worker_hook(self, ctx: Any, workers: int) -> Any:
-        """An object handed to each worker process, or None if workers never wait."""
-        return None
-
-    def observe(self, report: WorkerReport) -> None:
-        """Called by the trainer with every report of its workers."""
-
-    def on_stop(self) -> None:
-        """The job was asked to stop (Ctrl-C, SIGTERM): end what only the runner can end."""
-
-    def after_training(self) -> None:
-        """Called on every trainer once all trainers have finished training, before the final
-        evaluation."""
 
     def state_dict(self) -> dict[str, Any]:
         """The rules' own state for a checkpoint (e.g. BMUF's global model and block
@@ -121,17 +106,6 @@ class GroupRunner:
                                      if self.exchange is not None and self.all_rounds
                                      else None),
         }
-
-    def final_metrics(self) -> dict[str, Any]:
-        """What this trainer contributes to the run's summary (gathered on trainer 0)."""
-        return self.metrics()
-
-    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
-        """Summary entries from every trainer's `final_metrics`."""
-        return {}
-
-    def describe(self) -> dict[str, Any]:
-        return {}
 
     def settings(self) -> dict[str, Any]:
         wire = {"sync_dtype": self.exchange.dtype} if self.exchange is not None else {}

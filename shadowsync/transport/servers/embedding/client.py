@@ -11,8 +11,8 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
+from shadowsync.data.bags import Bags
 from shadowsync.embeddings import EmbeddingTables
-from shadowsync.embeddings.pooling import Bags
 from shadowsync.embeddings.unique import unique_with_inverse
 from shadowsync.transport import shm
 from shadowsync.transport.layout import ClusterLayout

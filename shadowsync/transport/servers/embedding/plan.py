@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from shadowsync.embeddings.pooling import Bags
+from shadowsync.data.bags import Bags
 
 
 @dataclass(frozen=True)
