@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
+
+from tests.helpers import run_cli
+
+TrainedRun = tuple[Path, subprocess.CompletedProcess]
 
 
 @pytest.fixture
@@ -32,3 +40,21 @@ def write_array_dir(path, rows: int = 40_000, num_dense: int = 5, num_tables: in
 @pytest.fixture
 def array_dir(tmp_path):
     return write_array_dir(tmp_path / "arrays")
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Callable[..., TrainedRun]:
+    """`trained(ARGS, timeout)`: `shadowsync train ARGS` run once a session, however many tests
+    (of any module) check things of the same job; returns (its --out directory, the CLI's
+    result, with `leftover`). Tests read the run directory and write nothing into it. A run
+    that timed out is not kept: the next test to ask starts it again."""
+    runs: dict[tuple[str, ...], TrainedRun] = {}
+
+    def train(args: list[str], timeout: float) -> TrainedRun:
+        key = tuple(args)
+        if key not in runs:
+            out = tmp_path_factory.mktemp("shared-run") / "run"
+            runs[key] = (out, run_cli(["train", *args, "--out", str(out)], timeout=timeout))
+        return runs[key]
+
+    return train
