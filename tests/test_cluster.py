@@ -26,9 +26,13 @@ def test_two_trainers_one_server_background_bmuf_converges(tmp_path):
 
 TINY = TWO_TRAINERS
 
+# BMUF in bf16 rounds, with private tables per trainer (test_bf16_rounds_with_unshared_tables)
+BF16_UNSHARED = ["--sync", "s-bmuf", "--write-back", "overwrite", "--nesterov",
+                 "--sync-dtype", "bf16", "--embedding-transport", "unshared"]
+
 BACKGROUND_RUNS = [
     ["--sync", "s-ma"],
-    ["--sync", "s-bmuf", "--write-back", "overwrite", "--nesterov"],
+    BF16_UNSHARED,
     ["--sync", "s-easgd", "--dense-servers", "2"],  # EASGD_JOB: test_eval_layouts evaluates it
     ["--sync", "s-bmuf", "--sync-groups", "bottom=s-easgd", "top=s-bmuf"],
     ["--sync", "s-ma", "--sync-interval", "0"],
@@ -56,12 +60,11 @@ def test_five_consecutive_background_runs_exit_cleanly(trained):
 
 
 @pytest.mark.timeout(200)
-def test_bf16_rounds_with_unshared_tables(tmp_path):
+def test_bf16_rounds_with_unshared_tables(trained):
     """bf16 rounds send half the bytes (the first goes in fp32, with no reference yet);
-    private tables per trainer still join and leave the job cleanly."""
-    out = tmp_path / "run"
-    res = run_cli(["train", *TINY, "--sync", "s-bmuf", "--sync-dtype", "bf16",
-                   "--embedding-transport", "unshared", "--out", str(out)], timeout=150)
+    private tables per trainer still join and leave the job cleanly. (One of the five runs
+    above, trained once.)"""
+    out, res = trained([*TINY, *BF16_UNSHARED], timeout=150)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)
