@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,3 +59,19 @@ def trained(tmp_path_factory) -> Callable[..., TrainedRun]:
         return runs[key]
 
     return train
+
+
+@pytest.fixture(scope="session")
+def quiet_arrays_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
+    """`shadowsync train -q` of the user's own model on one trainer over 12,000 rows of arrays,
+    with one evaluation and no checkpoint (test_cli and test_train_local check it): (its --out
+    directory, the CLI's result, the seconds the caller waited for it)."""
+    tmp = tmp_path_factory.mktemp("quiet-arrays")
+    data = write_array_dir(tmp / "arrays", rows=12_000)
+    out = tmp / "run"
+    started = time.perf_counter()
+    res = run_cli(["train", "-q", "--data", str(data), "--trainers", "1",
+                   "--embedding-servers", "0", "--sync", "none", "--table-size", "50",
+                   "--model", "tests.helpers:two_layer_mlp", "--eval-points", "1",
+                   "--checkpoint-every", "never", "--out", str(out)], timeout=120)
+    return out, res, time.perf_counter() - started

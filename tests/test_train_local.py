@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from tests.conftest import write_array_dir
 from tests.helpers import run_cli, summary
 
 LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
@@ -82,21 +81,9 @@ def test_data_synth_command_reports_teacher_ne(tmp_path):
     assert tiny.returncode == 0 and "Traceback" not in tiny.stderr
 
 
-@pytest.fixture(scope="module")
-def quiet_run(tmp_path_factory):
-    """A quiet run of the user's own model on arrays that saves no checkpoint: (out, result)."""
-    tmp = tmp_path_factory.mktemp("quiet")
-    data = write_array_dir(tmp / "arrays", rows=8000, num_dense=4, num_tables=2)
-    out = tmp / "run"
-    res = run_cli(["train", "-q", *LOCAL, "--data", str(data), "--model",
-                   "tests.helpers:two_layer_mlp", "--eval-points", "1",
-                   "--checkpoint-every", "never", "--out", str(out)], timeout=100)
-    return out, res
-
-
 @pytest.mark.timeout(120)
-def test_quiet_prints_only_the_summary(quiet_run):
-    out, res = quiet_run
+def test_quiet_prints_only_the_summary(quiet_arrays_run):
+    out, res, _ = quiet_arrays_run  # test_cli checks its throughput
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     assert res.stderr == ""
@@ -107,8 +94,8 @@ def test_quiet_prints_only_the_summary(quiet_run):
 
 
 @pytest.mark.timeout(120)
-def test_checkpoint_every_never_trains_and_writes_no_checkpoint(quiet_run):
-    out, res = quiet_run
+def test_checkpoint_every_never_trains_and_writes_no_checkpoint(quiet_arrays_run):
+    out, res, _ = quiet_arrays_run
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)
