@@ -41,7 +41,7 @@ class RunResult:
         """The trained model as a plain `torch.nn.Module` on CPU (`shadowsync.load`)."""
         from shadowsync.inference import load
 
-        factory = self.config.model if callable(self.config.model) else None
+        factory = self.config.model.name if callable(self.config.model.name) else None
         return load(self.checkpoint or self.out, model=factory)
 
 
@@ -56,7 +56,7 @@ def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
     if config is None and options.get("resume"):
         config = resume_base(options["resume"])
     cfg = config_from_options(config, **options)
-    setup_logging(cfg.log_level, "launcher", respect_existing=True)
+    setup_logging(cfg.output.log_level, "launcher", respect_existing=True)
     cfg, summary = run(cfg)
     return RunResult(summary, Path(summary["out"]), cfg)
 
@@ -76,7 +76,7 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
 
     started = time.perf_counter()
     rollbacks: list[dict[str, Any]] = []
-    if cfg.out is None and not cfg.resume:
+    if cfg.output.dir is None and not cfg.checkpoint.resume:
         cfg = replace(cfg, out=str(default_out_dir()))
     while True:
         try:
@@ -91,18 +91,18 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
             write_summary(Path(summary["out"]), summary)
             return cfg, summary
         except UserError as e:
-            if cfg.on_divergence != "rollback" or "training diverged" not in str(e):
+            if cfg.checkpoint.on_divergence != "rollback" or "training diverged" not in str(e):
                 raise
             from shadowsync.checkpoint.store import published
 
-            out = Path(cfg.out) if cfg.out else None
+            out = Path(cfg.output.dir) if cfg.output.dir else None
             good = published(out) if out is not None else []
             if len(rollbacks) >= MAX_ROLLBACKS or not good:
                 why = "no good checkpoint to go back to" if not good else \
                     f"still diverging after {MAX_ROLLBACKS} rollbacks"
                 raise UserError(f"{e} ({why})") from None
-            lr = cfg.lr / 2
-            emb_lr = cfg.embedding_lr / 2
+            lr = cfg.optim.lr / 2
+            emb_lr = cfg.optim.embedding_lr / 2
             log.warning("%s; rolling back to %s at --lr %g", e, good[-1], lr)
             rollbacks.append({"checkpoint": str(good[-1]), "lr": lr, "error": str(e)})
             cfg = replace(cfg, resume=str(good[-1]), lr=lr, embedding_lr=emb_lr,
@@ -113,7 +113,7 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """One training run of `run` (no rollback)."""
     from shadowsync import forkserver
 
-    cfg, out = checked_resume(cfg) if cfg.resume else (cfg, free_out_dir(cfg))
+    cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
     check_writable(out)
     # Every process of the job (or the workers of a local trainer) is forked from it. It
     # imports torch while this process imports torch too, checks the options and prepares
@@ -138,14 +138,14 @@ def _checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, An
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
     log.info("data %s: %d training and %d held-out examples, %d dense features, %d "
-             "categorical features", cfg.data, plan.train_stop, plan.eval_stop - plan.eval_start,
-             f.num_dense, f.num_tables)
+             "categorical features", cfg.data.path, plan.train_stop,
+             plan.eval_stop - plan.eval_start, f.num_dense, f.num_tables)
     try:  # only now that every input is known good
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
     cfg = replace(cfg, out=str(out))
-    (Path(cfg.out) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
+    (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     if cfg.distributed:
         summary = launch_local(choose_port(cfg))
     else:
@@ -175,11 +175,11 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     from shadowsync.config import config_to_dict
     from shadowsync.train.trainer import resumable
 
-    assert cfg.resume is not None
-    step = find_checkpoint(cfg.resume, "--resume")
+    assert cfg.checkpoint.resume is not None
+    step = find_checkpoint(cfg.checkpoint.resume, "--resume")
     manifest = read_manifest(step, "--resume")
     if not manifest.get("resumable") or not resumable(cfg):
-        raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync)} saves only "
+        raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync.mode)} saves only "
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")
     saved = config_to_dict(resume_base(step))
@@ -192,7 +192,7 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     if manifest.get("final") and manifest.get("reason") == "end":
         raise UserError(f"--resume {step}: that run finished; nothing left to train")
     run = run_of(step)
-    out = Path(cfg.out) if cfg.out else run
+    out = Path(cfg.output.dir) if cfg.output.dir else run
     if out.resolve() != run.resolve():
         out = free_out_dir(replace(cfg, out=str(out)))
     return replace(cfg, resume=str(step), out=str(out)), out
@@ -214,7 +214,7 @@ def check_writable(out: Path) -> None:
 
 def free_out_dir(cfg: TrainConfig) -> Path:
     """--out (default runs/<timestamp>), refused if it already holds a run."""
-    out = Path(cfg.out) if cfg.out else default_out_dir()
+    out = Path(cfg.output.dir) if cfg.output.dir else default_out_dir()
     for name in ("metrics.jsonl", "summary.json", CONFIG_FILE):
         if (out / name).exists():
             raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")

@@ -36,7 +36,7 @@ def _train(args: argparse.Namespace) -> int:
     from shadowsync.logs import setup_logging
     from shadowsync.train.report import format_table
 
-    setup_logging(cfg.log_level, "launcher")
+    setup_logging(cfg.output.log_level, "launcher")
     _, summary = run(cfg)
     logging.getLogger("shadowsync").info("done, outputs in %s/", summary["out"])
     print(format_table(summary, SUMMARY_KEYS))

@@ -59,7 +59,8 @@ def export(checkpoint: str | Path, out: str | Path,
     t0 = time.perf_counter()
     cfg, trained, step = load_model(checkpoint, model)
     t_load = time.perf_counter() - t0
-    program = export_program(trained, cfg.model if isinstance(cfg.model, str) else "a factory")
+    program = export_program(trained, cfg.model.name if isinstance(cfg.model.name, str)
+                             else "a factory")
     torch.export.save(program, str(out))
     schema = {**trained.schema(), "checkpoint": str(step), "format": "torch.export",
               "torch": torch.__version__,

@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"python -m shadowsync.run is started by torchrun (no {missing[0]} "
                             "in the environment); on one machine use: shadowsync train")
         cfg = resolve(load_config(args))
-        if cfg.out is None:
+        if cfg.output.dir is None:
             raise UserError("--out is required under torchrun (every host writes there)")
-        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        Path(cfg.output.dir).mkdir(parents=True, exist_ok=True)
         if os.environ.get("RANK") == "0":  # one copy of the options for the whole job
-            (Path(cfg.out) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
+            (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     except UserError as e:
         print(f"shadowsync: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -58,9 +58,10 @@ def test_the_model_says_what_the_paper_says_about_scale():
 
 def test_bench_json_from_jobs_answered_by_the_closed_form(tmp_path):
     def answer(cfg, out, rate=None):
-        item = next(i for i in plan() if i.mode == cfg.sync and i.trainers == cfg.trainers
-                    and i.rate_mbit == rate and i.back_to_back == (cfg.sync_interval == "0")
-                    and i.sync_dtype == cfg.sync_dtype)
+        item = next(i for i in plan() if i.mode == cfg.sync.mode
+                    and i.trainers == cfg.cluster.trainers
+                    and i.rate_mbit == rate and i.back_to_back == (cfg.sync.interval == "0")
+                    and i.sync_dtype == cfg.sync.dtype)
         q = _point(item)
         return {"eps": q["eps"], "syncs_per_min": q["syncs_per_min"], "wall_s": 1.0,
                 "sync_bytes_per_round": q["bytes_per_round"]}

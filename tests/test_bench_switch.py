@@ -179,7 +179,7 @@ def test_variants_compare_with_bsp_under_the_same_slowdown_and_asp_first_keeps_t
         "switch_plan": "asp:0.5,bsp"}
     assert settings_of(base, digits_job(4, 1000, 0.5)) == {}
     assert VARIANTS["switch/compensate"].settings == (("switch_compensate_momentum", True),)
-    assert not digits_job(4, 1000, 0.5).switch_compensate_momentum  # the paper's, by default
+    assert not digits_job(4, 1000, 0.5).switch.compensate_momentum  # the paper's, by default
     assert all(compared_with(v) in VARIANTS for v in VARIANTS)
 
 

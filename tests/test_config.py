@@ -23,8 +23,8 @@ def test_toml_fills_and_command_line_wins(tmp_path):
     f = tmp_path / "job.toml"
     f.write_text('workers = 3\nlr = 1\ntop-mlp = [8, 4]\nsync = "s-ma"\nsync_interval = 0.5\n')
     cfg = parse(["--config", str(f), "--workers", "5"])
-    assert cfg.workers == 5 and cfg.lr == 1.0 and cfg.top_mlp == [8, 4]
-    assert cfg.sync == "s-ma" and cfg.sync_interval_s() == 0.5
+    assert cfg.cluster.workers == 5 and cfg.optim.lr == 1.0 and cfg.model.top_mlp == [8, 4]
+    assert cfg.sync.mode == "s-ma" and cfg.sync.interval_s() == 0.5
 
 
 def test_unknown_toml_key_is_named(tmp_path):
@@ -84,7 +84,7 @@ def test_print_config_then_config_file_resolves_the_same(tmp_path, capsys):
     direct = load_config(build_parser().parse_args(["train", *argv]))
     again = load_config(build_parser().parse_args(["train", "--config", str(job)]))
     assert again == direct
-    assert again.table_size == [10, 20] and again.log_level == "debug"
+    assert again.model.table_size == [10, 20] and again.output.log_level == "debug"
     assert main(["train", "--config", str(job), "--print-config"]) == 0
     assert capsys.readouterr().out == job.read_text()
 

@@ -75,7 +75,7 @@ def test_ddp_on_a_limited_link_runs_a_third_of_the_examples():
     """Its EPS there is steady from the first step; every other run keeps the job's length."""
     from shadowsync.bench.slow_net import link_variants
 
-    examples = {name: cfg.examples for name, cfg, _ in link_variants(job(3000), True, False)
+    examples = {name: cfg.data.examples for name, cfg, _ in link_variants(job(3000), True, False)
                 if not callable(cfg)}  # the peers' configs follow s-ma's run, full length
     assert examples.pop("ddp@50mbit") == examples.pop("ddp@1000mbit") == 1000
     assert set(examples.values()) == {3000}, examples

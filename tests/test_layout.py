@@ -93,6 +93,6 @@ def test_a_jobs_tables_start_from_its_initial_accumulator():
     t = local_tables(cfg, Features(13, (5, 7)))
     assert torch.equal(t.state, torch.full((12,), 0.3))
     assert t.lr == 0.7
-    default = TrainConfig().embedding_initial_accumulator
+    default = TrainConfig().optim.embedding_initial_accumulator
     assert torch.equal(local_tables(TrainConfig(), Features(13, (5,))).state,
                        torch.full((5,), default))

@@ -62,8 +62,8 @@ def test_dense_rate_is_warmup_times_decay_and_a_resumed_worker_carries_on():
 
 def test_a_config_gives_its_schedule():
     cfg = TrainConfig(warmup_steps=7, lr_decay_share=0.25, lr_decay_floor=0.5)
-    assert LrSchedule.of(cfg).over(40) == LrSchedule(7, 0.25, 0.5, 40)
-    default = LrSchedule.of(TrainConfig())
+    assert LrSchedule.of(cfg.optim).over(40) == LrSchedule(7, 0.25, 0.5, 40)
+    default = LrSchedule.of(TrainConfig().optim)
     assert (default.decay_share, default.decay_floor) == (0.3, 0.3)
 
 
@@ -83,14 +83,15 @@ def test_default_settings_keep_the_bottom_relus_alive(seed):
     data = open_data("synthetic", examples=40_000, seed=seed)
     features = features_of(cfg)
     model = build_dense_model(cfg, features)
-    tables = EmbeddingTables(list(features.table_rows), cfg.table_width(), lr=cfg.lr, seed=seed)
+    tables = EmbeddingTables(list(features.table_rows), cfg.model.table_width(), lr=cfg.optim.lr,
+                             seed=seed)
     workers = []
     for w in range(2):
-        opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
-        workers.append((opt, LrSchedule(cfg.warmup_steps).attach(opt),
-                        batches(data, 0, 32_000, cfg.batch_size, shard=w, num_shards=2,
-                                table_size=cfg.table_size)))
-    probe = next(batches(data, 32_000, 40_000, 8_000, table_size=cfg.table_size))[0]
+        opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
+        workers.append((opt, LrSchedule(cfg.optim.warmup_steps).attach(opt),
+                        batches(data, 0, 32_000, cfg.optim.batch_size, shard=w, num_shards=2,
+                                table_size=cfg.model.table_size)))
+    probe = next(batches(data, 32_000, 40_000, 8_000, table_size=cfg.model.table_size))[0]
     assert alive_bottom_units(model, probe) >= 14
     for _ in range(60):
         for opt, warmup, stream in workers:
@@ -117,6 +118,6 @@ def test_the_synthetic_default_job_keeps_its_schedule():
     """`shadowsync train` without options: no decay on a plateau (it validates nothing), the
     decay over the last 30% of the one pass as before."""
     cfg = TrainConfig()
-    assert (cfg.epochs, cfg.val_share, cfg.lr_decay_on_plateau) == (1, 0.0, False)
-    assert LrSchedule.of(cfg).over(5000) == LrSchedule(300, 0.3, 0.3, 5000)
-    assert LrSchedule.of(cfg).over(5000).decay_start is None
+    assert (cfg.data.epochs, cfg.data.val_share, cfg.optim.lr_decay_on_plateau) == (1, 0.0, False)
+    assert LrSchedule.of(cfg.optim).over(5000) == LrSchedule(300, 0.3, 0.3, 5000)
+    assert LrSchedule.of(cfg.optim).over(5000).decay_start is None

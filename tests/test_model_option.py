@@ -7,10 +7,14 @@ import re
 import pytest
 import torch
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import ModelConfig, TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.models import DLRMDense, build_model
 from tests.helpers import TwoLayerMLP, two_layer_mlp
+
+
+def dlrm_shape(dim, bottom, top, id_bias=False):
+    return ModelConfig("dlrm", dim, bottom_mlp=bottom, top_mlp=top, id_bias=id_bias)
 
 
 def wrong_shape(num_dense, num_tables, embedding_dim):
@@ -26,7 +30,7 @@ def column(num_dense, num_tables, embedding_dim):
 
 
 def test_dlrm_is_the_default_and_sized_by_the_data():
-    m = build_model("dlrm", 4, 7, 8, [16], [16])
+    m = build_model(dlrm_shape(8, [16], [16]), 4, 7)
     assert isinstance(m, DLRMDense)
     assert m(torch.zeros(3, 4), torch.zeros(3, 7, 8)).shape == (3,)
 
@@ -36,7 +40,7 @@ def test_dlrm_interaction_is_every_pair_of_features_dotted_once():
     output first, then each table's embedding), their dot product: the DLRM paper's form,
     written here pair by pair; its gradient reaches the embeddings the same way."""
     torch.manual_seed(0)
-    m = build_model("dlrm", 4, 5, 3, [8], [8])
+    m = build_model(dlrm_shape(3, [8], [8]), 4, 5)
     dense, emb = torch.randn(6, 4), torch.randn(6, 5, 3, requires_grad=True)
     seen = []
     m.top.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
@@ -57,8 +61,8 @@ def test_the_id_bias_is_the_last_column_summed_into_the_logit():
     `embedding_dim` columns, and the last column of every table's row is added to the logit,
     so its gradient is the logit's, once per table."""
     torch.manual_seed(0)
-    plain = build_model("dlrm", 4, 5, 3, [8], [8])
-    with_bias = build_model("dlrm", 4, 5, 3, [8], [8], id_bias=True)
+    plain = build_model(dlrm_shape(3, [8], [8]), 4, 5)
+    with_bias = build_model(dlrm_shape(3, [8], [8], id_bias=True), 4, 5)
     with_bias.load_state_dict(plain.state_dict())  # the bias adds no dense parameter
     dense, emb = torch.randn(6, 4), torch.randn(6, 5, 4, requires_grad=True)
     logits = with_bias(dense, emb)
@@ -71,12 +75,12 @@ def test_the_id_bias_is_the_last_column_summed_into_the_logit():
     ({}, 17), ({"id_bias": False}, 16), ({"model": "tests.helpers:two_layer_mlp"}, 16),
 ])
 def test_the_tables_are_as_wide_as_the_model_reads(kw, width):
-    assert TrainConfig(**kw).table_width() == width
+    assert TrainConfig(**kw).model.table_width() == width
 
 
 def test_a_module_path_and_a_callable_build_the_same_model():
-    by_name = build_model("tests.helpers:two_layer_mlp", 5, 3, 4, [], [])
-    by_callable = build_model(two_layer_mlp, 5, 3, 4, [], [])
+    by_name = build_model(ModelConfig("tests.helpers:two_layer_mlp", 4), 5, 3)
+    by_callable = build_model(ModelConfig(two_layer_mlp, 4), 5, 3)
     assert isinstance(by_name, TwoLayerMLP) and isinstance(by_callable, TwoLayerMLP)
 
 
@@ -89,7 +93,7 @@ def test_a_module_path_and_a_callable_build_the_same_model():
 ])
 def test_model_mistakes_are_one_line(spec, message):
     with pytest.raises(UserError, match=re.escape(message)) as e:
-        build_model(spec, 5, 3, 4, [], [])
+        build_model(ModelConfig(spec, 4), 5, 3)
     assert "\n" not in str(e.value)
 
 
@@ -102,4 +106,4 @@ def test_a_factory_that_cannot_travel_to_other_processes_is_refused():
         TrainConfig(model=lambda d, t, e: lock)
     # A lambda alone travels by value (cloudpickle), as a notebook's factory does.
     cfg = pickle.loads(pickle.dumps(TrainConfig(model=lambda d, t, e: (d, t, e))))
-    assert cfg.model(1, 2, 3) == (1, 2, 3)
+    assert cfg.model.name(1, 2, 3) == (1, 2, 3)

@@ -38,14 +38,14 @@ def test_dense_servers_follow_the_mode(sync, need):
 def test_groups_take_rule_modes_only():
     model = build_dense_model(TrainConfig(), features_of(TrainConfig()))
     cfg = TrainConfig(sync="s-bmuf", sync_groups=["bottom=s-easgd"])
-    assert group_syncs(cfg, model) == {"bottom": "s-easgd"}
+    assert group_syncs(cfg.sync, model) == {"bottom": "s-easgd"}
     assert needs_dense_servers(cfg, model)
     with pytest.raises(UserError, match="'bsp' is not a rule"):
-        group_syncs(TrainConfig(sync_groups=["top=bsp"]), model)
+        group_syncs(TrainConfig(sync_groups=["top=bsp"]).sync, model)
     with pytest.raises(UserError, match="all groups must be background"):
-        group_syncs(TrainConfig(sync="s-ma", sync_groups=["top=fr-ma"]), model)
+        group_syncs(TrainConfig(sync="s-ma", sync_groups=["top=fr-ma"]).sync, model)
     with pytest.raises(UserError, match="cannot be combined with --sync bsp"):
-        group_syncs(TrainConfig(sync="bsp", sync_groups=["top=s-ma"]), model)
+        group_syncs(TrainConfig(sync="bsp", sync_groups=["top=s-ma"]).sync, model)
 
 
 @pytest.mark.parametrize("argv, message", [

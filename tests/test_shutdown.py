@@ -114,7 +114,7 @@ def test_a_final_checkpoint_that_does_not_fit_ends_the_job_at_once_in_one_line(t
     assert r.returncode == 2, (r.stdout, r.stderr[-2000:])
     last = r.stderr.strip().splitlines()[-1]
     # 26 tables of 100k rows, each row its columns and its Adagrad accumulator, in fp32.
-    shard_mib = 26 * 100_000 * (TrainConfig().table_width() + 1) * 4 / 2**20
+    shard_mib = 26 * 100_000 * (TrainConfig().model.table_width() + 1) * 4 / 2**20
     assert last.startswith(f"shadowsync: error: checkpoint not saved in {out}/checkpoint: "
                            f"shard emb0 needs {shard_mib:.1f} MiB and its disk has "), last
     assert took < 90

@@ -315,8 +315,8 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
 
     def fake_run(cfg):
         time.sleep(0.02)  # the search's own time is at least its runs'
-        ran.append((cfg.sync, cfg.switch_plan, cfg.seed, cfg.task, cfg.trainers))
-        share = 1.0 if cfg.switch_plan == "bsp" else float(cfg.switch_plan[4:].split(",")[0])
+        ran.append((cfg.sync.mode, cfg.switch.plan, cfg.seed, cfg.task, cfg.cluster.trainers))
+        share = 1.0 if cfg.switch.plan == "bsp" else float(cfg.switch.plan[4:].split(",")[0])
         return cfg, {"eval_accuracy": 0.98 if share >= 0.25 else 0.90}
 
     monkeypatch.setattr(shadowsync.api, "run", fake_run)

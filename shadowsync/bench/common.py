@@ -83,6 +83,7 @@ def _fmt(v: Any) -> str:
 
 def torch_period(ma_run: dict[str, Any], cfg: Any) -> int:
     """Steps between PyTorch averaging rounds that match s-ma's syncs per minute."""
-    steps_per_min = ma_run["eps"] / cfg.trainers / cfg.workers / cfg.batch_size * 60
+    steps_per_min = (ma_run["eps"] / cfg.cluster.trainers / cfg.cluster.workers
+                     / cfg.optim.batch_size * 60)
     rate = ma_run.get("syncs_per_min") or 1.0
     return max(1, round(steps_per_min / rate))

@@ -66,7 +66,7 @@ def _table_optimizer() -> dict[str, Any]:
     """The default job's (row-wise Adagrad, its learning rate and starting accumulator)."""
     from shadowsync.config import TrainConfig
 
-    return TrainConfig().table_optimizer()
+    return TrainConfig().optim.table_optimizer()
 
 
 def _server(port: int, results: Any) -> None:

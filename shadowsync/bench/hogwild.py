@@ -34,7 +34,7 @@ def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
     trainer = Trainer(cfg, plan, local_tables(cfg, plan.features))
     stats = trainer.run()
     trainer.close()
-    return {"eps": stats.train_eps, "examples": stats.examples, "workers": cfg.workers}
+    return {"eps": stats.train_eps, "examples": stats.examples, "workers": cfg.cluster.workers}
 
 
 def _bare_loop(cfg: TrainConfig, results: Any) -> None:
@@ -50,13 +50,13 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
     tables = local_tables(cfg, plan.features)
-    opt = make_dense_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
+    opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
     # The workers' schedule, so the loops match.
-    schedule = LrSchedule.of(cfg).over(num_batches(0, plan.train_stop, cfg.batch_size))
+    schedule = LrSchedule.of(cfg.optim).over(num_batches(0, plan.train_stop, cfg.optim.batch_size))
     lr_steps = schedule.attach(opt)
     n = steps = 0
     t0 = time.perf_counter()
-    for dense, ids, labels in batches(plan.train, 0, plan.train_stop, cfg.batch_size,
+    for dense, ids, labels in batches(plan.train, 0, plan.train_stop, cfg.optim.batch_size,
                                       table_size=plan.features.table_rows):
         vectors = tables.lookup(ids).requires_grad_()
         loss = F.binary_cross_entropy_with_logits(model(dense, vectors), labels)

@@ -356,7 +356,7 @@ def config_for(base: Any, item: Planned, per_trainer: int) -> Any:
     whatever their number)."""
     cfg = replace(base, trainers=item.trainers, sync=item.mode,
                   examples=per_trainer * item.trainers,
-                  sync_interval="0" if item.back_to_back else base.sync_interval,
+                  sync_interval="0" if item.back_to_back else base.sync.interval,
                   sync_dtype=item.sync_dtype,
                   dense_servers=None if item.rate_mbit is None else 0)
     if item.mode.startswith("fr-"):
@@ -395,7 +395,7 @@ def run_netns(cfg: Any, out: Path, rate_mbit: float) -> dict[str, Any]:
     from shadowsync.bench.slow_net import run_on_hosts
     from shadowsync.cluster.netns import NetnsHosts
 
-    with NetnsHosts(cfg.trainers + 1) as hosts:
+    with NetnsHosts(cfg.cluster.trainers + 1) as hosts:
         hosts.set_pair_rate(1, 2, rate_mbit)
         return figures(run_on_hosts(hosts, replace(cfg, embedding_servers=1), out))
 
@@ -434,8 +434,8 @@ def measure(root: Path, base: Any, items: list[Planned], per_trainer: int, repea
                "mode": item.mode, "rate_mbit": item.rate_mbit,
                "bytes_per_round": r.get("sync_bytes_per_round") or 0.0,
                "back_to_back": item.back_to_back, "remote_tables": item.rate_mbit is not None,
-               "cores": cores, "batch": cfg.batch_size, "every": cfg.sync_every,
-               "budget": cfg.sync_budget, "dense_servers": cfg.dense_servers or 1,
+               "cores": cores, "batch": cfg.optim.batch_size, "every": cfg.sync.every,
+               "budget": cfg.sync.budget, "dense_servers": cfg.cluster.dense_servers or 1,
                "sync_dtype": item.sync_dtype, "eps": r["eps"],
                "syncs_per_min": r.get("syncs_per_min") if item.mode != "none" else None,
                "wall_s": r.get("wall_s"), "load_avg_1min": os.getloadavg()[0]}
@@ -536,9 +536,9 @@ def analyse(root: Path, runs: list[dict[str, Any]], emb: dict[str, float] | None
     default = TrainConfig()  # predictions are for the default job's settings
     cores = points[0]["cores"]
     pred = {f"dense_servers={d}": cluster_predictions(
-        p, bytes_fp32, cores, default.batch_size, default.sync_every, default.sync_budget, d)
+        p, bytes_fp32, cores, default.optim.batch_size, default.sync.every, default.sync.budget, d)
         for d in (1, 4)}
-    checks = {f"{r:g}mbit": paper_checks(pred["dense_servers=1"], p, r, default.sync_budget,
+    checks = {f"{r:g}mbit": paper_checks(pred["dense_servers=1"], p, r, default.sync.budget,
                                          cores) for r in PREDICT_RATES_MBIT}
     ratios = {"scale_model_error": error,
               "scale_model_error_eps": mean_error([r for r in held_rows
@@ -555,7 +555,7 @@ def analyse(root: Path, runs: list[dict[str, Any]], emb: dict[str, float] | None
              "predictions": pred, "paper_checks": checks,
              "prediction_setting": {"trainers_per_host": 1, "cores_per_host": cores,
                                     "bytes_per_round": bytes_fp32, "remote_tables": True,
-                                    "sync_every": default.sync_every}}
+                                    "sync_every": default.sync.every}}
     path = write_bench(root, "scale", runs, ratios, extra)
     print_table([[r["name"], r["quantity"], r["measured"], r["predicted"], r["error"]]
                  for r in held_rows], ["held out", "quantity", "measured", "model", "error"])

@@ -123,7 +123,7 @@ def at(rate: float | None) -> str:
 
 
 def on_limited_link(cfg: TrainConfig, sync: str) -> TrainConfig:
-    examples = round(cfg.examples * LIMITED_DDP_SHARE) if sync == "ddp" else cfg.examples
+    examples = round(cfg.data.examples * LIMITED_DDP_SHARE) if sync == "ddp" else cfg.data.examples
     return replace(cfg, sync=sync, examples=examples)
 
 
@@ -167,7 +167,7 @@ def on_hosts(hosts: Any, root: Path,
             s = run_on_hosts(hosts, cfg, root / f"{name}-{repeat}")
             latest[name] = {"eps": s["train_eps"], "syncs_per_min": s.get("syncs_per_min"),
                             "sync_bytes_per_round": s.get("sync_bytes_per_round"),
-                            "eval_ne": s["eval_ne"], "sync_every": cfg.sync_every}
+                            "eval_ne": s["eval_ne"], "sync_every": cfg.sync.every}
             return latest[name]
         return go
     return {name: run(name, job_cfg, rate) for name, job_cfg, rate in variants}

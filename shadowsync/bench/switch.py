@@ -208,8 +208,9 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "paired": {v: paired(runs, v, compared_with(v), metric) for v in variants
                        if v != compared_with(v)},
             "target": target, "straggler": STRAGGLER, "scenarios": SCENARIOS,
-            "gradients": base.examples // base.batch_size, "workers": base.trainers * base.workers,
-            "bsp_share": SwitchPlan.parse(base.switch_plan).share_of("bsp"),
+            "gradients": base.data.examples // base.optim.batch_size,
+            "workers": base.cluster.trainers * base.cluster.workers,
+            "bsp_share": SwitchPlan.parse(base.switch.plan).share_of("bsp"),
             "switch_overhead_s": statistics.mean(costs) if costs else None,
             "switch_overhead_max_s": max(costs) if costs else None,
             "switch_overhead_share": max(by_variant.values()) if by_variant else None,
@@ -234,7 +235,7 @@ def settings_of(v: Variant, base: TrainConfig) -> dict[str, Any]:
     ASP instead of before it."""
     out = dict(v.settings)
     if out.get("switch_plan") == "asp-first":
-        share = SwitchPlan.parse(base.switch_plan).share_of("bsp")
+        share = SwitchPlan.parse(base.switch.plan).share_of("bsp")
         out["switch_plan"] = f"asp:{1 - share:g},bsp"
     return out
 
@@ -296,7 +297,7 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
     if reason:
         print(f"bench switch: slow-link part skipped: {reason}")
         return {"skipped": reason}
-    layout = layout_of(resolve(replace(base, sync="bsp")))
+    layout = layout_of(resolve(replace(base, sync="bsp")).cluster)
     slow = (layout.embedding_servers, layout.trainer_rank(1))  # dense server 0, trainer 1
     counter = iter(range(10**6))
     seeds: dict[str, int] = {}
@@ -320,7 +321,7 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
     os.environ[RPC_CHANNELS_ENV] = "basic"  # tensors cross the emulated link (see there)
     try:
         with NetnsHosts(layout.world_size) as hosts:
-            window = LinkWindow(hosts, slow, mbit, base.examples, base.trainers)
+            window = LinkWindow(hosts, slow, mbit, base.data.examples, base.cluster.trainers)
             runs = interleaved({v: go(v) for v in LINK_VARIANTS}, repeats,
                                f"bench switch: slow link {mbit:g} Mbit/s")
     finally:

@@ -187,7 +187,7 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
         return go
 
     def torch_fr_ma() -> dict[str, Any]:
-        period = torch_period(last_ma, base) if last_ma else base.sync_every
+        period = torch_period(last_ma, base) if last_ma else base.sync.every
         cfg = replace(base, sync="torch-fr-ma", sync_every=period)
         r = run_job(cfg, root / "runs" / f"torch-fr-ma-{next(counter)}")
         r["period"] = period
@@ -200,7 +200,7 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
     # `full` (no goal here; the torchft ratio is on the slow link, which always runs it).
     if full and torchft_reason is None:
         def torchft_ma() -> dict[str, Any]:
-            period = torch_period(last_ma, base) if last_ma else base.sync_every
+            period = torch_period(last_ma, base) if last_ma else base.sync.every
             return runner("torchft")(replace(base, sync_every=period),
                                      root / "runs" / f"torchft-ma-{next(counter)}")
         variants["torchft-ma"] = torchft_ma

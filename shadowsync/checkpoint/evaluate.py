@@ -49,11 +49,11 @@ def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
     From the manifest (saved since they were recorded there), else from the training data's
     headers while they are still there, else single-id features C1..CT."""
     specs = manifest.get("sparse_features")
-    if specs is None and cfg.data != "synthetic" and Path(cfg.data).exists():
+    if specs is None and cfg.data.path != "synthetic" and Path(cfg.data.path).exists():
         from shadowsync.data.dataset import resolve, sparse_features
 
         try:
-            specs = sparse_features(resolve(cfg.data, cfg.schema), num_tables)
+            specs = sparse_features(resolve(cfg.data.path, cfg.data.schema), num_tables)
         except (UserError, OSError):
             specs = None
     if specs is None or len(specs) != num_tables:
@@ -84,19 +84,19 @@ def _model_layout(trained: TrainedModel) -> str:
 def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
             table_rows: tuple[int, ...]) -> list[torch.Tensor]:
     """Every table whole, [rows, width] each, in feature order."""
-    width = cfg.table_width()
+    width = cfg.model.table_width()
     servers = sorted((s for s in manifest.get("shards", []) if s.startswith("emb")),
                      key=lambda s: int(s[3:]))
     if not servers:
         fused = {"tables/weight": torch.empty(sum(table_rows), width)}
         load_shard(step / "trainer0", fused, "the embedding tables", strict=False)
         return [t.clone() for t in fused["tables/weight"].split(list(table_rows))]
-    if cfg.embedding_transport == "unshared":
+    if cfg.cluster.embedding_transport == "unshared":
         raise UserError(f"checkpoint {step}: --embedding-transport unshared kept a private "
                         "copy of the tables in each trainer, and those were not saved")
     from shadowsync.transport.servers.embedding import ShardingPlan
 
-    plan = ShardingPlan(len(servers), table_rows, cfg.row_split_limit)
+    plan = ShardingPlan(len(servers), table_rows, cfg.cluster.row_split_limit)
     held = []
     for i, name in enumerate(servers):
         piece = {"state/weight": torch.empty(sum(plan.server_pieces(i)), width)}
@@ -143,10 +143,11 @@ def load_model(path: str | Path, model: Any = None,
     cfg = saved_config(step)
     if model is not None:
         cfg = replace(cfg, model=model)
-    elif cfg.model.startswith("__main__:") or "<locals>" in cfg.model:
-        raise UserError(f"checkpoint {step}: its --model {cfg.model} was defined in a notebook "
-                        "or script; pass the same function: shadowsync.load(path, model=...) "
-                        "or shadowsync.export(path, out, model=...)")
+    elif cfg.model.name.startswith("__main__:") or "<locals>" in cfg.model.name:
+        raise UserError(f"checkpoint {step}: its --model {cfg.model.name} was defined in a "
+                        "notebook or script; pass the same function: "
+                        "shadowsync.load(path, model=...) or "
+                        "shadowsync.export(path, out, model=...)")
     features = _features(manifest, cfg)
     dense = build_dense_model(cfg, features)
     state = {f"model/{k}": v for k, v in dense.state_dict().items()}
@@ -191,14 +192,14 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             raise UserError(f"--predictions {predictions}: no directory {parent}")
     cfg, trained, step = load_model(path, model)
     if cfg.task == "digits" or data in ("synthetic", "digits"):
-        plan = plan_data(replace(cfg, eval_data=None, data=cfg.data if cfg.task == "digits"
+        plan = plan_data(replace(cfg, eval_data=None, data=cfg.data.path if cfg.task == "digits"
                                  else data))
         rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
     else:
         from shadowsync.data import arrays
         from shadowsync.data.dataset import open_data, resolve
 
-        rows = open_data(resolve(data, cfg.schema), skip_bad_lines=skip_bad_lines)
+        rows = open_data(resolve(data, cfg.data.schema), skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
         takes = (trained.num_dense, len(trained.tables))
         if (rows.num_dense, rows.num_tables) != takes:
@@ -206,7 +207,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                             f"categorical features, but the checkpoint's model takes "
                             f"{takes[0]} and {takes[1]}")
         trained_on = (_model_layout(trained) if "sparse_features" in read_manifest(step)
-                      else _trained_layout(cfg.data, cfg.schema))
+                      else _trained_layout(cfg.data.path, cfg.data.schema))
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")

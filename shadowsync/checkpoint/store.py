@@ -31,10 +31,12 @@ import re
 import shutil
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from shadowsync.config import TrainConfig, load_config
 from shadowsync.errors import UserError
 
 CHECKPOINT_DIR = "checkpoint"
@@ -140,12 +142,8 @@ def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, Any]:
 PREDATED = {"id_bias": False}
 
 
-def saved_config(step: Path) -> Any:
+def saved_config(step: Path) -> TrainConfig:
     """The resolved options (`TrainConfig`) checkpoint `step` was saved with."""
-    from types import SimpleNamespace
-
-    from shadowsync.config import load_config
-
     return load_config(SimpleNamespace(config=str(Path(step) / CONFIG)), absent=PREDATED)
 
 
@@ -182,6 +180,7 @@ class ShardNotWritten(RuntimeError):
 
 def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
     """Write tensors with DCP, no process group involved."""
+    # start-up cost: DCP takes seconds to import; only a process that saves needs it
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
@@ -204,7 +203,9 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
                strict: bool = True) -> None:
     """Read `directory` into the tensors of `state` (in place, same shapes), or UserError.
     `strict`: the shard must hold exactly these entries (else: at least these)."""
+    # start-up cost: DCP takes seconds to import; only a process that loads needs it
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     if not directory.is_dir():
@@ -228,8 +229,6 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
         if tuple(m.size) != tuple(target.shape):
             raise UserError(f"checkpoint {directory.parent}: {what} was saved by another model "
                             f"shape ({key}: {tuple(m.size)} there, {tuple(target.shape)} here)")
-    from torch.distributed.checkpoint.api import CheckpointException
-
     fresh = {k: torch.empty_like(v) for k, v in state.items()}
     try:
         with warnings.catch_warnings():
@@ -246,7 +245,7 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
 
 def load_all(directory: Path, what: str) -> dict[str, torch.Tensor]:
     """Every tensor of a shard, for holders whose contents are only known from the file."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # start-up cost: DCP
 
     try:
         meta = SafeFileSystemReader(str(directory)).read_metadata()
@@ -292,7 +291,9 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def _safe_reader_class() -> type:
+    # start-up cost: DCP takes seconds to import; the class is made on first use
     from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
 
     class _Safe(FileSystemReader):
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
@@ -300,8 +301,6 @@ def _safe_reader_class() -> type:
             with self.fs.create_stream(path, "rb") as fh:
                 metadata = _MetadataUnpickler(fh).load()
             if getattr(metadata, "storage_meta", None) is None:
-                from torch.distributed.checkpoint.metadata import StorageMeta
-
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
             return metadata

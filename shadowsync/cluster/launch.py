@@ -43,8 +43,8 @@ def check_port_free(addr: str, port: int, option: str) -> None:
 
 def choose_port(cfg: TrainConfig) -> TrainConfig:
     """`cfg` with the rendezvous port filled in (a free one unless --port), checked free."""
-    port = cfg.port or free_port(cfg.addr)
-    check_port_free(cfg.addr, port, "--port")
+    port = cfg.cluster.port or free_port(cfg.cluster.addr)
+    check_port_free(cfg.cluster.addr, port, "--port")
     return replace(cfg, port=port)
 
 
@@ -70,9 +70,9 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     """
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    out = Path(cfg.out or ".")
-    layout = layout_of(cfg)
-    port = cfg.port
+    out = Path(cfg.output.dir or ".")
+    layout = layout_of(cfg.cluster)
+    port = cfg.cluster.port
     log.info("starting %d processes: %d embedding server(s), %d dense server(s), "
              "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,
              layout.dense_servers, layout.trainers, layout.workers)
@@ -80,13 +80,13 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     from shadowsync.train.trainer import resumable
 
     # A restarted attempt resumes from the newest checkpoint, which only some modes can.
-    restarts = cfg.max_restarts if resumable(cfg) else 0
+    restarts = cfg.checkpoint.max_restarts if resumable(cfg) else 0
     attempts.reset(out)
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,
         run_id=f"shadowsync-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
-        rdzv_endpoint=f"{cfg.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
-        start_method="forkserver", local_addr=cfg.addr,
+        rdzv_endpoint=f"{cfg.cluster.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
+        start_method="forkserver", local_addr=cfg.cluster.addr,
     )
     from torch.distributed.elastic.multiprocessing.api import SignalException
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import ClusterConfig, TrainConfig
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.logs import setup_logging
 from shadowsync.train.stop import STOP, STOP_GRACE_S, Interrupted
@@ -32,8 +32,9 @@ COLLECTIVE_TIMEOUT = timedelta(seconds=300)
 log = logging.getLogger(__name__)
 
 
-def layout_of(cfg: TrainConfig) -> ClusterLayout:
-    return ClusterLayout(cfg.embedding_servers, cfg.dense_servers or 0, cfg.trainers, cfg.workers)
+def layout_of(cluster: ClusterConfig) -> ClusterLayout:
+    return ClusterLayout(cluster.embedding_servers, cluster.dense_servers or 0,
+                         cluster.trainers, cluster.workers)
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
@@ -42,10 +43,10 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     from shadowsync.train.trainer import build_dense_model, features_of
 
     need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
-    dense = cfg.dense_servers if cfg.dense_servers is not None else int(need)
+    dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
-        raise UserError(f"--sync {cfg.sync} needs --dense-servers >= 1")
-    emb = cfg.embedding_servers
+        raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
+    emb = cfg.cluster.embedding_servers
     if cfg.distributed and emb < 1:
         raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
                         "or a --sync other than none): embeddings are shared, never averaged")
@@ -58,7 +59,7 @@ def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
     of its own on --rpc-port."""
     master_port = int(os.environ["MASTER_PORT"])
     agent = rendezvous.agent_store()
-    port = master_port if agent else cfg.rpc_port or master_port + 1
+    port = master_port if agent else cfg.cluster.rpc_port or master_port + 1
     return RpcEndpoint(os.environ["MASTER_ADDR"], port, rendezvous.attempt(), agent)
 
 
@@ -76,22 +77,22 @@ def role_main(cfg: TrainConfig) -> None:
     once if the failure was one a restart would repeat."""
     from shadowsync.train import attempts
 
-    if attempts.attempt() > 0 and cfg.out and attempts.restart_refused(Path(cfg.out)):
+    if attempts.attempt() > 0 and cfg.output.dir and attempts.restart_refused(Path(cfg.output.dir)):
         return
     cfg = attempts.after_restart(cfg)
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
     try:
-        role, index = layout_of(cfg).role(rank)
+        role, index = layout_of(cfg.cluster).role(rank)
         name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
     except ValueError:  # a launcher of the wrong size; _run_role says so
         name, short = f"rank {rank}", f"rank{rank}"
-    setup_logging(cfg.log_level, name)
+    setup_logging(cfg.output.log_level, name)
     if not STOP.installed:  # started by torchrun through shadowsync.run
         STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
-    if cfg.out:
-        attempts.note_process(short, Path(cfg.out))
+    if cfg.output.dir:
+        attempts.note_process(short, Path(cfg.output.dir))
     try:
         _run_role(cfg)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
@@ -101,8 +102,8 @@ def role_main(cfg: TrainConfig) -> None:
         _report_error(cfg, str(e))
         # PeerLost: another process died, which a restart can cure; anything else would fail
         # the same way again.
-        if cfg.out and not isinstance(e, PeerLost):
-            attempts.refuse_restart(Path(cfg.out))
+        if cfg.output.dir and not isinstance(e, PeerLost):
+            attempts.refuse_restart(Path(cfg.output.dir))
         _leave_now(2)
     except BaseException as e:
         _report_error(cfg, f"rank {os.environ.get('RANK')}: {failure_line(e)}")
@@ -141,14 +142,14 @@ def first_error(out: Path, attempts: int) -> str | None:
 def _report_error(cfg: TrainConfig, message: str) -> None:
     from shadowsync.train.attempts import attempt
 
-    if cfg.out:
-        with open(error_file(Path(cfg.out), attempt()), "a", encoding="utf-8") as fh:
+    if cfg.output.dir:
+        with open(error_file(Path(cfg.output.dir), attempt()), "a", encoding="utf-8") as fh:
             fh.write(message + "\n")
 
 
 def _run_role(cfg: TrainConfig) -> None:
-    layout = layout_of(cfg)
-    if cfg.val_share > 0:
+    layout = layout_of(cfg.cluster)
+    if cfg.data.val_share > 0:
         # Each new best model is saved while the job trains: import the checkpoint writer now,
         # while every process starts (seconds), rather than in the first save, where it held
         # up trainer 0's validations while the workers trained on.
@@ -168,15 +169,15 @@ def _run_role(cfg: TrainConfig) -> None:
     trainer_group = dist.new_group(layout.trainer_ranks, timeout=COLLECTIVE_TIMEOUT)
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg)
-    if cfg.out and (role, index) != ("trainer", 0):
-        follow_trainer0(Path(cfg.out))
+    if cfg.output.dir and (role, index) != ("trainer", 0):
+        follow_trainer0(Path(cfg.output.dir))
     if role == "embedding":
         from shadowsync.transport.servers.embedding import release, serve
 
         plan = embedding_plan(cfg)
         # Clients: every trainer and each of its workers attach once.
-        tables = serve(plan, index, cfg.table_width(), cfg.table_optimizer(), cfg.seed,
-                       share=cfg.embedding_transport == "auto",
+        tables = serve(plan, index, cfg.model.table_width(), cfg.optim.table_optimizer(), cfg.seed,
+                       share=cfg.cluster.embedding_transport == "auto",
                        clients=layout.trainers * (layout.workers + 1))
         own_shard(cfg, layout.embedding_name(index), tables, f"embedding server {index}")
         log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
@@ -190,12 +191,13 @@ def _run_role(cfg: TrainConfig) -> None:
         from shadowsync.transport.servers.dense import SERVER
 
         own_shard(cfg, layout.dense_name(index), SERVER, f"dense server {index}", known=False)
-        if cfg.resume:
+        if cfg.checkpoint.resume:
             from shadowsync.checkpoint.store import read_manifest
 
             # A checkpoint taken while training holds pushes past the workers' positions,
             # which the resumed workers push again: count them once.
-            positions = read_manifest(Path(cfg.resume), "--resume").get("positions") or {}
+            manifest = read_manifest(Path(cfg.checkpoint.resume), "--resume")
+            positions = manifest.get("positions") or {}
             SERVER.rewind(sum(sum(p) for p in positions.values()))
         endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
         STOP.mark_running()
@@ -251,12 +253,12 @@ def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = 
     from shadowsync.checkpoint.store import load_all
 
     shards.register(shard, "state", part)
-    if not cfg.resume:
+    if not cfg.checkpoint.resume:
         return
     if known:
-        shards.load_here(Path(cfg.resume), shard, {"state": part}, what)
+        shards.load_here(Path(cfg.checkpoint.resume), shard, {"state": part}, what)
     else:
-        saved = load_all(Path(cfg.resume) / shard, what)
+        saved = load_all(Path(cfg.checkpoint.resume) / shard, what)
         part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
 
 
@@ -264,7 +266,8 @@ def embedding_plan(cfg: TrainConfig) -> Any:
     from shadowsync.train.trainer import features_of
     from shadowsync.transport.servers.embedding import ShardingPlan
 
-    return ShardingPlan(cfg.embedding_servers, features_of(cfg).table_rows, cfg.row_split_limit)
+    return ShardingPlan(cfg.cluster.embedding_servers, features_of(cfg).table_rows,
+                        cfg.cluster.row_split_limit)
 
 
 def embedding_client(cfg: TrainConfig, layout: ClusterLayout, endpoint: RpcEndpoint) -> Any:
@@ -277,13 +280,13 @@ def embedding_client(cfg: TrainConfig, layout: ClusterLayout, endpoint: RpcEndpo
 
     plan = embedding_plan(cfg)
     private = None
-    if cfg.embedding_transport == "unshared":
-        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.table_width(),
+    if cfg.cluster.embedding_transport == "unshared":
+        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),
                                       seed=cfg.seed * 7919 + s,
-                                      **cfg.table_optimizer()).share_memory_()
+                                      **cfg.optim.table_optimizer()).share_memory_()
                    for s in range(plan.servers)}
-    transport = "rpc" if cfg.embedding_transport == "rpc" else "auto"
-    return RemoteEmbeddings(plan, layout, endpoint, cfg.table_width(), rpc_ranks(layout),
+    transport = "rpc" if cfg.cluster.embedding_transport == "rpc" else "auto"
+    return RemoteEmbeddings(plan, layout, endpoint, cfg.model.table_width(), rpc_ranks(layout),
                             transport=transport, private=private)
 
 
@@ -308,7 +311,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
 
     def gather(item: Any) -> list[Any]:
-        everyone = [None] * cfg.trainers
+        everyone = [None] * cfg.cluster.trainers
         dist.all_gather_object(everyone, item, group=group)
         return everyone
 

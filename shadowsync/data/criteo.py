@@ -38,9 +38,10 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
+from tqdm import tqdm
 
 from shadowsync.data.cache import NpyWriter, build_lock, cache_root, publish_dir
 from shadowsync.data.schema import NUM_CAT, NUM_DENSE, log_transform
@@ -159,6 +160,34 @@ def parse_block(
     """
     if not buf:
         return _empty_block()
+    buf, raw = _padded(buf)
+    f = _split_fields(raw)
+    problem = np.zeros((len(f.ends), NUM_FIELDS), np.uint8)  # per field: _OK or what is wrong
+    labels = _labels(raw, f, problem)
+    words = _words(_DIGIT[raw])
+    dense = _integers(raw, words, f, problem)
+    cats = _categoricals(words, f, problem)
+
+    bad_row = problem.any(axis=1)
+    n_bad = int(bad_row.sum()) + int(f.wrong_count.sum())
+    if n_bad and not skip_bad_lines:
+        _raise_first_error(buf, name, first_line, f.wrong_count, f.fields, f.row_line, bad_row,
+                           problem, f.starts, f.ends)
+    if bad_row.any():
+        keep = ~bad_row
+        labels, dense, cats = labels[keep], dense[keep], cats[keep]
+    return ParsedBlock(
+        labels=labels,
+        dense=np.ascontiguousarray(dense),
+        cats=np.ascontiguousarray(cats),
+        lines=f.lines,
+        skipped=n_bad,
+    )
+
+
+def _padded(buf: bytes) -> tuple[bytes, np.ndarray]:
+    """The block with a final newline and without carriage returns, and its bytes after
+    `_PAD` zeros (the 16-byte windows that end at a field never index below zero)."""
     if not buf.endswith(b"\n"):
         buf += b"\n"
     if b"\r" in buf:
@@ -166,7 +195,22 @@ def parse_block(
     raw = np.empty(len(buf) + _PAD, np.uint8)
     raw[:_PAD] = 0
     raw[_PAD:] = np.frombuffer(buf, np.uint8)
+    return buf, raw
 
+
+class _Fields(NamedTuple):
+    """Where the fields of a block's well-formed lines lie (one row per such line)."""
+
+    lines: int  # lines in the block
+    fields: np.ndarray  # [lines] fields found on each line
+    wrong_count: np.ndarray  # [lines] a non-blank line without NUM_FIELDS fields
+    row_line: np.ndarray  # [rows] the line of each row
+    starts: np.ndarray  # [rows, NUM_FIELDS] first byte of each field in `raw`
+    ends: np.ndarray  # [rows, NUM_FIELDS] the separator after it
+    lens: np.ndarray  # [rows, NUM_FIELDS] ends - starts
+
+
+def _split_fields(raw: np.ndarray) -> _Fields:
     seps = np.flatnonzero((raw == _TAB) | (raw == _NL))
     nl_at = np.flatnonzero(raw[seps] == _NL)
     n_lines = len(nl_at)
@@ -177,8 +221,6 @@ def parse_block(
     line_start[1:] = line_end[:-1] + 1
     blank = line_end == line_start
     good = fields == NUM_FIELDS
-    wrong_count = ~good & ~blank
-
     if good.all():
         ends = seps.reshape(n_lines, NUM_FIELDS)
         row_line = np.arange(n_lines)
@@ -188,26 +230,25 @@ def parse_block(
     starts = np.empty_like(ends)
     starts[:, 0] = line_start[row_line]
     starts[:, 1:] = ends[:, :-1] + 1
-    lens = ends - starts
-    n = len(ends)
+    return _Fields(n_lines, fields, ~good & ~blank, row_line, starts, ends, ends - starts)
 
-    problem = np.zeros((n, NUM_FIELDS), np.uint8)
 
-    label_char = raw[starts[:, 0]]
-    label_ok = (lens[:, 0] == 1) & ((label_char == 48) | (label_char == 49))
+def _labels(raw: np.ndarray, f: _Fields, problem: np.ndarray) -> np.ndarray:
+    """Field 0: '0' or '1'."""
+    label_char = raw[f.starts[:, 0]]
+    label_ok = (f.lens[:, 0] == 1) & ((label_char == 48) | (label_char == 49))
     problem[:, 0] = np.where(label_ok, _OK, _BAD_LABEL)
-    labels = (label_char == 49).astype(np.float32)
+    return (label_char == 49).astype(np.float32)
 
-    digits = _DIGIT[raw]
-    words = _words(digits)
 
-    # Integer fields.
-    i_starts, i_ends, i_lens = starts[:, 1:14], ends[:, 1:14], lens[:, 1:14]
+def _integers(raw: np.ndarray, words: np.ndarray, f: _Fields, problem: np.ndarray) -> np.ndarray:
+    """Fields 1-13: decimal integers (negative ones count as 0), log-transformed."""
+    i_starts, i_ends, i_lens = f.starts[:, 1:14], f.ends[:, 1:14], f.lens[:, 1:14]
     negative = (raw[i_starts] == _MINUS) & (i_lens > 0)
     ndig = i_lens - negative
     too_long = ndig > MAX_INT_DIGITS
     ndig = np.minimum(ndig, MAX_INT_DIGITS)
-    wide = bool(n) and int(ndig.max()) > 8
+    wide = bool(len(f.ends)) and int(ndig.max()) > 8
     lo, hi = _masked_words(words, i_ends, ndig, wide)
     bad = _bad_dec(lo) | (negative & (ndig == 0))
     values = _pack_dec(lo)
@@ -217,13 +258,15 @@ def parse_block(
     problem[:, 1:14] = np.where(too_long, _TOO_LONG, np.where(bad, _BAD_CHAR, _OK))
     values = values.view(np.int64)
     values[negative] = 0
-    dense = log_transform(values)
+    return log_transform(values)
 
-    # Categorical fields.
-    c_ends, c_lens = ends[:, 14:], lens[:, 14:]
+
+def _categoricals(words: np.ndarray, f: _Fields, problem: np.ndarray) -> np.ndarray:
+    """Fields 14-39: hexadecimal ids."""
+    c_ends, c_lens = f.ends[:, 14:], f.lens[:, 14:]
     too_long = c_lens > MAX_HEX_DIGITS
     ndig = np.minimum(c_lens, MAX_HEX_DIGITS)
-    wide = bool(n) and int(ndig.max()) > 8
+    wide = bool(len(f.ends)) and int(ndig.max()) > 8
     lo, hi = _masked_words(words, c_ends, ndig, wide)
     bad = _bad_hex(lo)
     cats = _pack_hex(lo)
@@ -231,24 +274,7 @@ def parse_block(
         bad |= _bad_hex(hi)
         cats |= _pack_hex(hi) << np.uint64(32)
     problem[:, 14:] = np.where(too_long, _TOO_LONG, np.where(bad, _BAD_CHAR, _OK))
-    cats = cats.view(np.int64)
-
-    bad_row = problem.any(axis=1)
-    n_bad = int(bad_row.sum()) + int(wrong_count.sum())
-    if n_bad and not skip_bad_lines:
-        _raise_first_error(
-            buf, name, first_line, wrong_count, fields, row_line, bad_row, problem, starts, ends
-        )
-    if bad_row.any():
-        keep = ~bad_row
-        labels, dense, cats = labels[keep], dense[keep], cats[keep]
-    return ParsedBlock(
-        labels=labels,
-        dense=np.ascontiguousarray(dense),
-        cats=np.ascontiguousarray(cats),
-        lines=n_lines,
-        skipped=n_bad,
-    )
+    return cats.view(np.int64)
 
 
 def _raise_first_error(
@@ -423,8 +449,6 @@ def convert(
     files: list[tuple[Path, str]], out: Path, *, skip_bad_lines: bool, progress: bool | None = None
 ) -> dict:
     """Parse ``files`` into ``out`` (labels.npy, dense.npy, cats.npy, meta.json)."""
-    from tqdm import tqdm
-
     stamp = _stamp(files)
     writers = {
         "labels": NpyWriter(out / "labels.npy", np.float32, ()),

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from shadowsync.data import arrays, criteo, synth
+from shadowsync.data import arrays, criteo, synth, tabular
+from shadowsync.data.bags import Bags
 from shadowsync.data.cache import built_once, cache_root
 from shadowsync.data.jagged import Jagged
 from shadowsync.data.schema import NUM_CAT, NUM_DENSE
-from shadowsync.embeddings.pooling import Bags
 from shadowsync.errors import UserError
 from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
 
@@ -181,8 +181,6 @@ def layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
 def resolve(path: str, schema: str | None) -> str:
     """Where rows of `path` are read from: with a schema, the array directory its Parquet or
     CSV files convert into (once, cached; see ``shadowsync.data.tabular``)."""
-    from shadowsync.data import tabular
-
     if schema is not None and path != SYNTHETIC:
         return str(tabular.convert(path, schema))
     if Path(path).suffix.lower() in tabular.SUFFIXES:

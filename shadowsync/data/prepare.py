@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from shadowsync.data import tabular
 from shadowsync.data.cache import cache_root
 from shadowsync.errors import UserError
 
@@ -44,6 +45,7 @@ EVAL_SHARE = 0.1
 
 def _read_bundled(part: str) -> Any:
     """One of the package's MovieLens tables (data, users, items) as a pyarrow Table."""
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow.parquet as pq
 
     inner = INNER.format(part)
@@ -79,6 +81,7 @@ def _vocab(values: list[Any]) -> dict[Any, int]:
 
 
 def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, Any]:
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -169,8 +172,6 @@ def prepare(name: str, out: str, seed: int = 0, fmt: str = "parquet",
     dest = Path(out)
     info = DATASETS[name](dest, seed, multi_hot)
     if fmt == "arrays":
-        from shadowsync.data import tabular
-
         schema = tabular.TableSchema.load(info["schema"])
         for part, f in info["files"].items():
             target = dest / part

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from shadowsync.data.schema import NUM_CAT, NUM_DENSE, log_transform
 from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
@@ -484,8 +485,6 @@ def write_tsv_dataset(
     """Write ``train.tsv`` and ``eval.tsv`` (the last ``eval_fraction`` of rows) in Criteo
     format, plus ``teacher.json`` with the teacher's NE on each file. Returns that summary.
     """
-    from tqdm import tqdm
-
     if examples < 1:
         raise ValueError("examples must be positive")
     if not 0.0 <= eval_fraction < 1.0:

@@ -259,6 +259,7 @@ class _Writer:
 
 def _numbers(values: Any, where: Any, column: str, kind: str) -> np.ndarray:
     """A numeric or bool arrow array -> float64, a null named at its row."""
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow as pa
 
     if values.null_count:
@@ -274,6 +275,7 @@ def _first_null(values: Any) -> int:
 
 def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
     """An integer or (hashed) string arrow array of ids -> int64, checked."""
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow as pa
 
     t = values.type
@@ -294,6 +296,7 @@ def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
 
 def _hash_strings(values: Any) -> np.ndarray:
     """Stable 64-bit hashes of strings (blake2b), each distinct string hashed once."""
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow.compute as pc
 
     enc = pc.dictionary_encode(values)
@@ -304,6 +307,7 @@ def _hash_strings(values: Any) -> np.ndarray:
 
 
 def _type_ok(t: Any, role: str, column: Sparse | None) -> bool:
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow as pa
 
     numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
@@ -407,6 +411,7 @@ def _add_batch(batch: Any, schema: TableSchema, w: _Writer, f: Path, first_row: 
 
 
 def _read_parquet(f: Path, schema: TableSchema, w: _Writer) -> None:
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow.parquet as pq
 
     try:
@@ -421,6 +426,7 @@ def _read_parquet(f: Path, schema: TableSchema, w: _Writer) -> None:
 
 
 def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pcsv
@@ -493,6 +499,7 @@ def _first_bad(parts: Any, value_type: Any) -> int:
 
 def _csv_error(f: Path, schema: TableSchema, types: dict[str, Any], message: str) -> UserError:
     """pyarrow names the column but not the row of a value it cannot convert: find it."""
+    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
     import pyarrow as pa
     import pyarrow.csv as pcsv
 

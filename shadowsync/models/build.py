@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from shadowsync.config import DLRM, model_name
+from shadowsync.config import DLRM, ModelConfig, model_name
 from shadowsync.errors import UserError
-from shadowsync.models.dlrm import DLRMDense, ModelConfig
+from shadowsync.models import dlrm
 
 DEFAULT = DLRM
 
@@ -51,17 +51,17 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     return obj
 
 
-def build_model(model: str | Callable[..., Any], num_dense: int, num_tables: int,
-                embedding_dim: int, bottom_mlp: list[int], top_mlp: list[int],
-                id_bias: bool = False) -> nn.Module:
-    """The dense model for data with `num_dense` dense and `num_tables` categorical features.
-    `bottom_mlp`, `top_mlp` and `id_bias` shape the DLRM; other models get the shape only."""
-    if model == DEFAULT:
-        return DLRMDense(ModelConfig(num_dense=num_dense, num_sparse=num_tables,
-                                     embedding_dim=embedding_dim, bottom_mlp=list(bottom_mlp),
-                                     top_mlp=list(top_mlp), id_bias=id_bias))
-    factory = model if callable(model) else load_factory(model)
-    name = model_name(model)
+def build_model(cfg: ModelConfig, num_dense: int, num_tables: int) -> nn.Module:
+    """The dense model `cfg.name` for data with `num_dense` dense and `num_tables` categorical
+    features. `bottom_mlp`, `top_mlp` and `id_bias` shape the DLRM; other models get the
+    shape only."""
+    embedding_dim = cfg.embedding_dim
+    if cfg.name == DEFAULT:
+        return dlrm.DLRMDense(dlrm.ModelConfig(
+            num_dense=num_dense, num_sparse=num_tables, embedding_dim=embedding_dim,
+            bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp), id_bias=cfg.id_bias))
+    factory = cfg.name if callable(cfg.name) else load_factory(cfg.name)
+    name = model_name(cfg.name)
     try:
         built = factory(num_dense, num_tables, embedding_dim)
     except Exception as e:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import SyncConfig, TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.rules import make_rule
 from shadowsync.runners.base import SyncRunner
@@ -31,64 +31,65 @@ class RunnerContext:
     store: tuple[str, int] | None = None  # the launcher's TCP store (worker groups)
 
 
-def group_syncs(cfg: TrainConfig, model: torch.nn.Module) -> dict[str, str]:
+def group_syncs(sync: SyncConfig, model: torch.nn.Module) -> dict[str, str]:
     """Module prefix -> sync name, validated against the model's modules."""
     modules = {n for n, _ in model.named_children()}
     rule_modes = [m.name for m in MODES.values() if m.rule is not None]
     out: dict[str, str] = {}
-    for entry in cfg.sync_groups:
-        prefix, sep, sync = entry.partition("=")
+    for entry in sync.groups:
+        prefix, sep, name = entry.partition("=")
         if not sep or prefix not in modules:
             raise UserError(f"--sync-groups: '{entry}' must be MODULE=SYNC with MODULE one of "
                             f"{', '.join(sorted(modules))}")
-        if sync not in rule_modes:
-            raise UserError(f"--sync-groups: '{sync}' is not a rule ({', '.join(rule_modes)})")
-        out[prefix] = sync
-    families = {mode_of(s).family for s in [*out.values(), cfg.sync]
+        if name not in rule_modes:
+            raise UserError(f"--sync-groups: '{name}' is not a rule ({', '.join(rule_modes)})")
+        out[prefix] = name
+    families = {mode_of(s).family for s in [*out.values(), sync.mode]
                 if mode_of(s).rule is not None}
     if len(families) > 1:
         raise UserError("--sync-groups: all groups must be background (s-*) or all foreground "
                         "(fr-*) in one run")
-    if out and mode_of(cfg.sync).rule is None and cfg.sync != "none":
-        raise UserError(f"--sync-groups cannot be combined with --sync {cfg.sync}")
+    if out and mode_of(sync.mode).rule is None and sync.mode != "none":
+        raise UserError(f"--sync-groups cannot be combined with --sync {sync.mode}")
     return out
 
 
 def needs_dense_servers(cfg: TrainConfig, model: torch.nn.Module) -> bool:
-    names = [cfg.sync, *group_syncs(cfg, model).values()]
-    if cfg.straggler_fallback is not None:
-        names.append(cfg.straggler_fallback)
+    names = [cfg.sync.mode, *group_syncs(cfg.sync, model).values()]
+    if cfg.sync.straggler_fallback is not None:
+        names.append(cfg.sync.straggler_fallback)
     return any(mode_of(n).dense_servers for n in names)
 
 
-def rule_for(cfg: TrainConfig, rule: str) -> Any:
+def rule_for(sync: SyncConfig, trainers: int, rule: str) -> Any:
     if rule == "bmuf":
-        return make_rule("bmuf", trainers=cfg.trainers, block_momentum=cfg.block_momentum,
-                         block_lr=cfg.block_lr, nesterov=cfg.nesterov)
+        return make_rule("bmuf", trainers=trainers, block_momentum=sync.block_momentum,
+                         block_lr=sync.block_lr, nesterov=sync.nesterov)
     if rule == "easgd":
-        return make_rule("easgd", alpha=cfg.elastic_alpha)
+        return make_rule("easgd", alpha=sync.elastic_alpha)
     return make_rule(rule)
 
 
 def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, list[ParamGroup]]:
     """The runner family and the synchronized groups (params under `none` are left alone)."""
-    per_prefix = group_syncs(cfg, model)
+    per_prefix = group_syncs(cfg.sync, model)
     groups: list[ParamGroup] = []
     family = None
     for key, params in split_model(model, {p: p for p in per_prefix}).items():
-        mode = mode_of(per_prefix.get(key, cfg.sync))
+        mode = mode_of(per_prefix.get(key, cfg.sync.mode))
         if mode.rule is None:
             continue
         family = mode.family
         name = key if key != "*" else ("rest" if per_prefix else "dense")
-        groups.append(ParamGroup(name, params, rule_for(cfg, mode.rule), cfg.write_back))
+        groups.append(ParamGroup(name, params, rule_for(cfg.sync, cfg.cluster.trainers, mode.rule),
+                                 cfg.sync.write_back))
     return family, groups
 
 
 def build_runner(ctx: RunnerContext) -> SyncRunner | None:
     """The runner of this trainer, or None when nothing synchronizes."""
-    build = mode_of(ctx.cfg.sync).build()
-    if build is None and ctx.cfg.sync_groups:
+    build = mode_of(ctx.cfg.sync.mode).build()
+    if build is None and ctx.cfg.sync.groups:
         build = grouped_runner  # --sync none with rules for some groups
     return build(ctx) if build is not None else None
 
@@ -102,17 +103,18 @@ def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
 
     cfg = ctx.cfg
     family, groups = param_groups(cfg, ctx.model)
-    centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.dense_servers or 0)
-               for g in groups if g.rule.needs_servers or cfg.straggler_fallback}
-    exchange = TrainerExchange(ctx.trainer_group, cfg.trainers, centres, dtype=cfg.sync_dtype,
-                               transport=cfg.sync_transport)
+    centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.cluster.dense_servers or 0)
+               for g in groups if g.rule.needs_servers or cfg.sync.straggler_fallback}
+    exchange = TrainerExchange(ctx.trainer_group, cfg.cluster.trainers, centres,
+                               dtype=cfg.sync.dtype,
+                               transport=cfg.sync.transport)
     if family == "background":
-        pace = Pace(cfg.sync_interval_s(), cfg.sync_budget, ctx.trainer_cores)
-        if cfg.straggler_fallback is not None:
+        pace = Pace(cfg.sync.interval_s(), cfg.sync.budget, ctx.trainer_cores)
+        if cfg.sync.straggler_fallback is not None:
             from shadowsync.runners.fallback import fallback_runner
 
             return fallback_runner(cfg, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)
     if family == "foreground":
-        return ForegroundSync(groups, exchange, cfg.sync_every)
+        return ForegroundSync(groups, exchange, cfg.sync.every)
     return None

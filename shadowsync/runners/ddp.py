@@ -192,12 +192,12 @@ def worker_group_runner(ctx: Any) -> WorkerGroupRunner:
     """The builder of the `ddp` and `torch-fr-ma` modes."""
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    args = (addr, port, group_prefix(cfg.sync), cfg.trainers, cfg.workers)
-    if cfg.sync == "ddp":
+    args = (addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers, cfg.cluster.workers)
+    if cfg.sync.mode == "ddp":
         runner = WorkerGroupRunner(DDPHook(*args), "ddp")
         runner.measures_blocking = False  # DDP waits inside backward(), not separable
         return runner
-    return WorkerGroupRunner(TorchPeriodicAveragingHook(*args, period=cfg.sync_every),
+    return WorkerGroupRunner(TorchPeriodicAveragingHook(*args, period=cfg.sync.every),
                              "torch-fr-ma")
 
 

@@ -115,10 +115,10 @@ class _Averaging(ModelAveraging):
 
 def fallback_runner(cfg: TrainConfig, groups: list[ParamGroup], exchange: TrainerExchange,
                     pace: Pace) -> FallbackSync:
-    fallback = cfg.straggler_fallback or "s-easgd"
+    fallback = cfg.sync.straggler_fallback or "s-easgd"
     rule = fallback.removeprefix("s-")
-    policy = BackgroundFallback(cfg.sync.removeprefix("s-"),
-                                DetectorConfig.parse(cfg.switch_detector), fallback=rule)
-    rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=cfg.elastic_alpha)
+    policy = BackgroundFallback(cfg.sync.mode.removeprefix("s-"),
+                                DetectorConfig.parse(cfg.switch.detector), fallback=rule)
+    rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=cfg.sync.elastic_alpha)
                                   for g in groups}
-    return FallbackSync(groups, exchange, pace, rules, policy, (cfg.sync, fallback))
+    return FallbackSync(groups, exchange, pace, rules, policy, (cfg.sync.mode, fallback))

@@ -382,20 +382,21 @@ def group_switches(events: list[dict[str, Any]],
 def protocol_runner(ctx: Any) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
-    if cfg.sync != "switch":
-        plan = SwitchPlan.single(cfg.sync)
-    elif cfg.switch_at is not None:
-        plan = with_bsp_share(SwitchPlan.parse(cfg.switch_plan),
-                              resolve_share(cfg.switch_at, cfg.job_name))
+    if cfg.sync.mode != "switch":
+        plan = SwitchPlan.single(cfg.sync.mode)
+    elif cfg.switch.at is not None:
+        plan = with_bsp_share(SwitchPlan.parse(cfg.switch.plan),
+                              resolve_share(cfg.switch.at, cfg.switch.job_name))
     else:
-        plan = SwitchPlan.parse(cfg.switch_plan)
+        plan = SwitchPlan.parse(cfg.switch.plan)
     numel = sum(p.numel() for p in ctx.model.parameters())
-    settings = ProtocolSettings(plan, cfg.dense_servers or 0, numel, cfg.optimizer, cfg.lr,
-                                cfg.momentum, cfg.switch_momentum,
-                                cfg.trainers * cfg.workers, cfg.switch_scale_lr,
-                                compensate=cfg.switch_compensate_momentum,
-                                policy=cfg.switch_policy if cfg.sync == "switch" else "plan",
-                                detector=DetectorConfig.parse(cfg.switch_detector),
-                                patience_s=cfg.switch_patience,
-                                workers_per_trainer=cfg.workers)
-    return ProtocolRunner(settings, ctx.model, cfg.sync)
+    settings = ProtocolSettings(plan, cfg.cluster.dense_servers or 0, numel, cfg.optim.optimizer,
+                                cfg.optim.lr,
+                                cfg.optim.momentum, cfg.switch.momentum,
+                                cfg.cluster.trainers * cfg.cluster.workers, cfg.switch.scale_lr,
+                                compensate=cfg.switch.compensate_momentum,
+                                policy=cfg.switch.policy if cfg.sync.mode == "switch" else "plan",
+                                detector=DetectorConfig.parse(cfg.switch.detector),
+                                patience_s=cfg.switch.patience,
+                                workers_per_trainer=cfg.cluster.workers)
+    return ProtocolRunner(settings, ctx.model, cfg.sync.mode)

@@ -139,6 +139,7 @@ def torchft_runner(ctx: Any) -> WorkerGroupRunner:
                         "README's 'Peers' section)")
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    hook = TorchftLocalSGDHook(addr, port, group_prefix(cfg.sync), cfg.trainers, cfg.workers,
-                               cfg.sync_every)
+    hook = TorchftLocalSGDHook(addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers,
+                               cfg.cluster.workers,
+                               cfg.sync.every)
     return WorkerGroupRunner(hook, "torchft-ma")

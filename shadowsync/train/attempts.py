@@ -48,9 +48,9 @@ def after_restart(cfg: TrainConfig) -> TrainConfig:
     from the start if it has none yet)."""
     from shadowsync.checkpoint.store import published
 
-    if attempt() == 0 or not cfg.out:
+    if attempt() == 0 or not cfg.output.dir:
         return cfg
-    found = published(Path(cfg.out))
+    found = published(Path(cfg.output.dir))
     return replace(cfg, resume=str(found[-1]) if found else None)
 
 

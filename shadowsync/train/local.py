@@ -12,8 +12,8 @@ from shadowsync.train.trainer import DataPlan, Features
 
 
 def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
-    return EmbeddingTables(list(features.table_rows), cfg.table_width(), seed=cfg.seed,
-                           **cfg.table_optimizer()).share_memory_()
+    return EmbeddingTables(list(features.table_rows), cfg.model.table_width(), seed=cfg.seed,
+                           **cfg.optim.table_optimizer()).share_memory_()
 
 
 def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, Any]:
     # with this process): meanwhile, import what the evaluations need, which would otherwise
     # wait until the first evaluation (after training, with --eval-points 0).
     task_of(cfg.task).prepare_evaluation()
-    if cfg.val_share > 0:  # best models are saved while training (see roles._run_role)
+    if cfg.data.val_share > 0:  # best models are saved while training (see roles._run_role)
         import torch.distributed.checkpoint  # noqa: F401
     summary = run_replica(cfg, plan, local_tables(cfg, plan.features))
     assert summary is not None  # the only trainer is trainer 0

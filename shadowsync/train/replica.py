@@ -38,10 +38,10 @@ log = logging.getLogger(__name__)
 
 def progress_enabled(cfg: TrainConfig) -> bool:
     """--progress / --no-progress, else on a terminal or in a notebook only; never under -q."""
-    if cfg.log_level == "warning":
+    if cfg.output.log_level == "warning":
         return False
-    if cfg.progress is not None:
-        return cfg.progress
+    if cfg.output.progress is not None:
+        return cfg.output.progress
     return sys.stderr.isatty() or _in_notebook()
 
 
@@ -65,7 +65,7 @@ def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Any,
                           tables: Any) -> tuple[WorkerSlots, dict[str, Any]]:
     """What this trainer saves: its dense model, its workers' optimizer state and positions,
     its sync rules' state, its random state, and the tables if they live here."""
-    slots = WorkerSlots(list(model.parameters()), cfg.workers, cfg.optimizer)
+    slots = WorkerSlots(list(model.parameters()), cfg.cluster.workers, cfg.optim.optimizer)
     parts: dict[str, Any] = {"model": DenseModelState(model), "rng": RngState()}
     if resumable(cfg):
         parts["workers"] = slots
@@ -81,21 +81,21 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> An
     from shadowsync.checkpoint.coordinator import Checkpointer
     from shadowsync.checkpoint.interval import parse_every
 
-    if parse_every(cfg.checkpoint_every)[0] == "never":
+    if parse_every(cfg.checkpoint.every)[0] == "never":
         return None
 
-    shards_per = cfg.trainers * cfg.workers
+    shards_per = cfg.cluster.trainers * cfg.cluster.workers
     stop = plan.train_stop
 
     def examples(trainer: int, positions: list[int]) -> int:
-        return sum(examples_in(k, trainer * cfg.workers + w, shards_per, 0, stop,
-                               cfg.batch_size) for w, k in enumerate(positions))
+        return sum(examples_in(k, trainer * cfg.cluster.workers + w, shards_per, 0, stop,
+                               cfg.optim.batch_size) for w, k in enumerate(positions))
 
-    return Checkpointer(Path(cfg.out or "."), cfg.checkpoint_every, cfg.keep_checkpoints,
-                        config_to_toml(replace(cfg, port=None, resume=None)), cfg.trainers,
+    return Checkpointer(Path(cfg.output.dir or "."), cfg.checkpoint.every, cfg.checkpoint.keep,
+                        config_to_toml(replace(cfg, port=None, resume=None)), cfg.cluster.trainers,
                         remote,
                         [r for r in remote if r.startswith("trainer")], examples,
-                        resumable(cfg), {"sync": cfg.sync, "task": cfg.task,
+                        resumable(cfg), {"sync": cfg.sync.mode, "task": cfg.task,
                                           # the model's input shape, known without the data
                                           "num_dense": plan.features.num_dense,
                                           "table_rows": list(plan.features.table_rows)},
@@ -115,21 +115,22 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     With `cfg.resume`, every part starts from that checkpoint. On SIGINT / SIGTERM the
     workers stop, trainer 0 saves a final checkpoint and `Interrupted` is raised.
     """
-    out = Path(cfg.out or ".")
+    out = Path(cfg.output.dir or ".")
     model = model if model is not None else build_dense_model(cfg, plan.features)
     slots, parts = checkpoint_components(cfg, model, runner, tables)
     shard = ClusterLayout.trainer_name(index)
     for name, part in parts.items():
         shards.register(shard, name, part)
     resumed = resume_summary(cfg)  # now: the checkpoint may be pruned by the end
-    if cfg.resume:
-        shards.load_here(Path(cfg.resume), shard, parts, f"trainer {index}")
+    if cfg.checkpoint.resume:
+        shards.load_here(Path(cfg.checkpoint.resume), shard, parts, f"trainer {index}")
         if resumes_aligned(cfg) and resumed.get("aligned_at") is not None:
             slots.align(resumed["aligned_at"])
-    metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.tensorboard and index == 0)
+    metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and index == 0)
     lead = index == 0
-    desc = "train" if cfg.trainers == 1 else f"trainer 0 (of {cfg.trainers})"
-    bar = progress_bar(plan.train_stop // cfg.trainers, desc, lead and progress_enabled(cfg))
+    desc = "train" if cfg.cluster.trainers == 1 else f"trainer 0 (of {cfg.cluster.trainers})"
+    bar = progress_bar(plan.train_stop // cfg.cluster.trainers, desc, lead
+                       and progress_enabled(cfg))
     trainer_cfg = cfg if lead else replace(cfg, eval_points=0)  # trainer 0 evaluates for all
     checkpointer = make_checkpointer(cfg, plan, remote_shards or []) if lead else None
     progress = attempts.Progress(out, index)
@@ -142,7 +143,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     if checkpointer is not None:
         checkpointer.resumed_at(resumed.get("resumed_examples") or 0)
         if progress.enabled:  # every trainer's progress is known: count the job's examples
-            checkpointer.job_examples = lambda mine: mine + progress.others(cfg.trainers)
+            checkpointer.job_examples = lambda mine: mine + progress.others(cfg.cluster.trainers)
     bar.update(trainer.stats.examples)
     local_signals = STOP.install() if not STOP.installed else False  # a local run
     STOP.subscribe(trainer.request_stop)
@@ -195,7 +196,7 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     summary["checkpoint"] = str(saved) if saved else None
     # --max-restarts: attempts the job was restarted, examples trained again because of them
     summary["restarts"] = attempts.attempt()
-    summary["examples_lost"] = attempts.examples_lost(out, cfg.trainers)
+    summary["examples_lost"] = attempts.examples_lost(out, cfg.cluster.trainers)
     summary.update(resumed)
     resumed_eps(summary)
     summary.update(selection_summary(trainer, final, best_final))
@@ -204,8 +205,8 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
                    f"eval_{trainer.task.metric}": final[trainer.task.metric]})
     metrics.close()
     write_summary(out, summary)
-    xlabel = ("training examples" if cfg.trainers == 1
-              else f"training examples of trainer 0 (of {cfg.trainers})")
+    xlabel = ("training examples" if cfg.cluster.trainers == 1
+              else f"training examples of trainer 0 (of {cfg.cluster.trainers})")
     plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
             xlabel=xlabel)
     return summary
@@ -218,7 +219,7 @@ def best_eval(trainer: Trainer) -> dict[str, float] | None:
     from shadowsync.checkpoint.evaluate import load_model, score
     from shadowsync.metrics import evaluate_predictions
 
-    factory = trainer.cfg.model if callable(trainer.cfg.model) else None
+    factory = trainer.cfg.model.name if callable(trainer.cfg.model.name) else None
     _, trained, _ = load_model(Path(trainer.best_checkpoint), factory)
     p = trainer.plan
     return evaluate_predictions(*score(trained, p.eval, p.eval_start, p.eval_stop))
@@ -229,7 +230,7 @@ def selection_summary(trainer: Trainer, final: dict[str, float],
     """Epochs, the validation's best point, early stopping; with a best checkpoint, the
     summary's eval_* are its (the model eval and load use), last_eval_* the final model's."""
     cfg = trainer.cfg
-    out: dict[str, Any] = {"epochs": cfg.epochs, "val_share": cfg.val_share}
+    out: dict[str, Any] = {"epochs": cfg.data.epochs, "val_share": cfg.data.val_share}
     if not trainer.validating:
         return out
     sel = trainer.selection
@@ -260,12 +261,12 @@ def final_save(checkpointer: Any, stopped: int | None) -> Any:
 
 def resume_summary(cfg: TrainConfig) -> dict[str, Any]:
     """Where a resumed run came from and what it trained twice."""
-    if not cfg.resume:
+    if not cfg.checkpoint.resume:
         return {}
     from shadowsync.checkpoint.store import read_manifest
 
-    manifest = read_manifest(Path(cfg.resume), "--resume")
-    out = {"resumed_from": cfg.resume, "resumed_examples": manifest["examples"],
+    manifest = read_manifest(Path(cfg.checkpoint.resume), "--resume")
+    out = {"resumed_from": cfg.checkpoint.resume, "resumed_examples": manifest["examples"],
            "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
     if manifest.get("aligned_at") is not None:  # where every worker resumes (lockstep modes)
         out["aligned_at"] = manifest["aligned_at"]

@@ -21,9 +21,10 @@ decay alone did not move it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
+
+from shadowsync.config import OptimConfig
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ class LrSchedule:
     decay_start: int | None = None  # where the decay started (on a plateau), else at the end
 
     @classmethod
-    def of(cls, cfg: Any) -> LrSchedule:
-        """The schedule a TrainConfig asks for; `over()` sets the pass's length."""
-        return cls(cfg.warmup_steps, cfg.lr_decay_share, cfg.lr_decay_floor)
+    def of(cls, optim: OptimConfig) -> LrSchedule:
+        """The schedule the options ask for; `over()` sets the pass's length."""
+        return cls(optim.warmup_steps, optim.lr_decay_share, optim.lr_decay_floor)
 
     def over(self, total_steps: int) -> LrSchedule:
         return replace(self, total_steps=total_steps)

@@ -9,6 +9,7 @@ spine runs a single local trainer and one trainer of a cluster.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue as queue_mod
 import signal
@@ -19,11 +20,13 @@ from typing import Any
 
 import torch
 
+from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
 from shadowsync.config import TrainConfig
 from shadowsync.errors import PeerLost, UserError
 from shadowsync.forkserver import start_worker, worker_context
-from shadowsync.runners.modes import mode_of
+from shadowsync.runners.modes import PROTOCOL, mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
+from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.selection import ModelSelection, validation_points
@@ -67,22 +70,20 @@ def resumable(cfg: TrainConfig) -> bool:
     (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
     (`SyncRunner.on_stop`); ddp, torch-fr-ma and torchft-ma stop at a step their workers
     agree on (`WorkerGroupHook.agree_stop`)."""
-    return mode_of(cfg.sync).resumable
+    return mode_of(cfg.sync.mode).resumable
 
 
 def resumes_aligned(cfg: TrainConfig) -> bool:
     """Whether every worker of the job resumes at one step: the lockstep modes (a checkpoint
     taken while they train may find their workers a step apart; a DDP worker group must take
     equal steps, a BSP step needs one gradient from each worker)."""
-    return mode_of(cfg.sync).lockstep
+    return mode_of(cfg.sync.mode).lockstep
 
 
 def stops_alone(cfg: TrainConfig) -> bool:
     """Whether each worker may stop after its own current step (not a protocol's, whose
     servers decide when every worker stops)."""
-    from shadowsync.runners.modes import PROTOCOL
-
-    return resumable(cfg) and mode_of(cfg.sync).builder != PROTOCOL
+    return resumable(cfg) and mode_of(cfg.sync.mode).builder != PROTOCOL
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
@@ -123,8 +124,8 @@ class Trainer:
         self.plan = plan
         self.tables = tables
         self.index = index
-        self.decay_flag = (Path(cfg.out or ".") / DECAY_FLAG
-                           if cfg.lr_decay_on_plateau and plan.val_start is not None else None)
+        on_plateau = cfg.optim.lr_decay_on_plateau and plan.val_start is not None
+        self.decay_flag = Path(cfg.output.dir or ".") / DECAY_FLAG if on_plateau else None
         self.task = task_of(cfg.task)
         self.model = model if model is not None else build_dense_model(cfg, plan.features)
         self.model.share_memory()
@@ -134,8 +135,8 @@ class Trainer:
         self.running = self.task.running_metric()  # e.g. NE over recent training examples
         self.stats = TrainerStats()
         self._procs: list[Any] = []
-        self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.workers,
-                                          cfg.optimizer)
+        self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.cluster.workers,
+                                          cfg.optim.optimizer)
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
         self.on_examples = on_examples  # called with the examples trained so far
         self.lost_peer = lost_peer  # () -> name of a process of the job that is gone, or None
@@ -147,15 +148,15 @@ class Trainer:
         self.stats.examples = self.resumed_examples()
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         self.validating = plan.val_start is not None and index == 0
-        self.selection = ModelSelection(self.task.higher_is_better, cfg.early_stop)
+        self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop)
         self.best_checkpoint: Any = None
         self.early_stopped = False
         self._last_val_examples: int | None = None
         self._val_at: list[int] = []  # trainer examples at which to validate next
         self._t0 = 0.0
-        self.early_stop_flag = (Path(cfg.out or ".") / EARLY_STOP_FLAG
-                                if cfg.early_stop is not None else None)
-        if self.validating and cfg.resume:
+        self.early_stop_flag = (Path(cfg.output.dir or ".") / EARLY_STOP_FLAG
+                                if cfg.data.early_stop is not None else None)
+        if self.validating and cfg.checkpoint.resume:
             self._resume_selection()
 
     def resumed_examples(self) -> int:
@@ -171,7 +172,7 @@ class Trainer:
     def _examples_at(self, steps: list[int]) -> int:
         if self._slices is None:
             self._slices = [spec.data for spec in self.worker_specs()]
-        return sum(examples_in(k, d.shard, d.num_shards, d.start, d.stop, self.cfg.batch_size)
+        return sum(examples_in(k, d.shard, d.num_shards, d.start, d.stop, self.cfg.optim.batch_size)
                    for k, d in zip(steps, self._slices, strict=True))
 
     def _note_progress(self) -> None:
@@ -181,10 +182,11 @@ class Trainer:
     def poison_step(self, worker: int) -> int | None:
         """--inject-nan-at N: the step of trainer 0's worker 0 at which the job has trained
         about N examples (every worker reads at the same pace)."""
-        n = self.cfg.inject_nan_at
+        n = self.cfg.testing.inject_nan_at
         if n is None or self.index != 0 or worker != 0:
             return None
-        return n // (self.cfg.trainers * self.cfg.workers * self.cfg.batch_size)
+        cluster = self.cfg.cluster
+        return n // (cluster.trainers * cluster.workers * self.cfg.optim.batch_size)
 
     def request_stop(self, signum: int) -> None:
         """From a signal handler: workers stop after their current step (if the mode can).
@@ -198,38 +200,40 @@ class Trainer:
 
     def worker_specs(self) -> list[WorkerSpec]:
         cfg, plan = self.cfg, self.plan
-        shards = cfg.trainers * cfg.workers
+        shards = cfg.cluster.trainers * cfg.cluster.workers
         stop = plan.train_stop
-        if mode_of(cfg.sync).lockstep:  # workers step in lockstep with all others
+        if mode_of(cfg.sync.mode).lockstep:  # workers step in lockstep with all others
             # Every rank must take the same number of steps, or its last collective waits
             # forever for the ranks that ran out of data: drop the uneven tail.
-            stop = (stop // cfg.batch_size // shards) * shards * cfg.batch_size
+            stop = (stop // cfg.optim.batch_size // shards) * shards * cfg.optim.batch_size
         return [
             WorkerSpec(
                 trainer=self.index, worker=w,
-                data=DataSlice(cfg.task, plan.open_path or cfg.data, plan.open_examples,
-                               cfg.seed, cfg.skip_bad_lines, 0, stop,
-                               shard=self.index * cfg.workers + w, num_shards=shards,
+                data=DataSlice(cfg.task, plan.open_path or cfg.data.path, plan.open_examples,
+                               cfg.seed, cfg.data.skip_bad_lines, 0, stop,
+                               shard=self.index * cfg.cluster.workers + w, num_shards=shards,
                                epoch_rows=plan.epoch_rows),
-                batch_size=cfg.batch_size, table_size=list(plan.features.table_rows),
-                optimizer=cfg.optimizer, lr=cfg.lr, schedule=LrSchedule.of(cfg),
-                report_every=max(1, min(64, 8192 // cfg.batch_size)), seed=cfg.seed,
-                straggler=Straggler.parse(cfg.straggler, cfg.trainers) if cfg.straggler else None,
+                batch_size=cfg.optim.batch_size, table_size=list(plan.features.table_rows),
+                optimizer=cfg.optim.optimizer, lr=cfg.optim.lr, schedule=LrSchedule.of(cfg.optim),
+                report_every=max(1, min(64, 8192 // cfg.optim.batch_size)), seed=cfg.seed,
+                straggler=Straggler.parse(cfg.testing.straggler,
+                                          cfg.cluster.trainers) if cfg.testing.straggler else None,
                 start_step=start, slots=self.slots, stop=self.stop_event,
                 poison_at_step=self.poison_step(w),
                 decay_flag=str(self.decay_flag) if self.decay_flag is not None else None,
             )
-            for w, start in zip(range(cfg.workers), self.slots.start_steps(), strict=True)
+            for w, start in zip(range(cfg.cluster.workers), self.slots.start_steps(), strict=True)
         ]
 
     def run(self) -> TrainerStats:
         """Train until every worker has finished its shard and the runner's last round."""
         ctx = self.context
         messages = ctx.Queue()
-        hook = self.sync.worker_hook(ctx, self.cfg.workers) if self.sync else None
-        if hook is not None and self.cfg.straggler:  # a network straggler delays the pushes
-            hook.link = Straggler.parse(self.cfg.straggler, self.cfg.trainers).link()
-        ready = ctx.Barrier(self.cfg.workers)
+        hook = self.sync.worker_hook(ctx, self.cfg.cluster.workers) if self.sync else None
+        if hook is not None and self.cfg.testing.straggler:  # a network straggler delays the pushes
+            hook.link = Straggler.parse(self.cfg.testing.straggler,
+                                        self.cfg.cluster.trainers).link()
+        ready = ctx.Barrier(self.cfg.cluster.workers)
         specs = self.worker_specs()
         self._procs = []
         # The count this attempt starts from (where it resumed), noted before any step: a
@@ -253,7 +257,7 @@ class Trainer:
         if self.early_stop_flag is not None and self.index == 0:
             # Before the job meets (below): no trainer looks for it until then.
             self.early_stop_flag.unlink(missing_ok=True)
-        if self.decay_flag is not None and self.index == 0 and not self.cfg.resume:
+        if self.decay_flag is not None and self.index == 0 and not self.cfg.checkpoint.resume:
             self.decay_flag.unlink(missing_ok=True)
         try:
             # Joining RPC waits for every member of the job, the workers just started
@@ -302,13 +306,14 @@ class Trainer:
     def _follow(self, messages: Any, procs: list[Any], t0: float) -> None:
         """Consume worker reports until all are done; log metrics and evaluate along the way."""
         cfg, plan = self.cfg, self.plan
-        expected = plan.train_stop // cfg.trainers
+        expected = plan.train_stop // cfg.cluster.trainers
         start = self.stats.examples  # > 0 in a resumed run
-        next_log = (start // cfg.log_every + 1) * cfg.log_every
-        eval_every = max(1, expected // max(1, cfg.eval_points))
+        next_log = (start // cfg.output.log_every + 1) * cfg.output.log_every
+        eval_every = max(1, expected // max(1, cfg.output.eval_points))
         next_eval = (start // eval_every + 1) * eval_every
-        per_epoch = plan.rows_per_epoch // cfg.trainers
-        self._val_at = [v for v in validation_points(per_epoch, cfg.epochs, cfg.eval_points)
+        per_epoch = plan.rows_per_epoch // cfg.cluster.trainers
+        self._val_at = [v for v in validation_points(per_epoch, cfg.data.epochs,
+                                                     cfg.output.eval_points)
                         if v > start] if self.validating else []
         self._t0 = t0
         done: set[int] = set()
@@ -354,9 +359,9 @@ class Trainer:
                                           **{self.running.name: f"{self.running.value:.4f}"})
             row = None
             if s.examples >= next_log:
-                next_log += cfg.log_every
+                next_log += cfg.output.log_every
                 row = self._metrics_row(wall)
-            if s.examples >= next_eval and cfg.eval_points > 0 and not self.validating:
+            if s.examples >= next_eval and cfg.output.eval_points > 0 and not self.validating:
                 next_eval += eval_every
                 row = row or self._metrics_row(wall)
                 row[f"eval_{self.task.metric}"] = self.sample_eval()
@@ -400,14 +405,12 @@ class Trainer:
                                             or self.early_stopped):
             return  # the model it ends with is the one last validated (give or take a step)
         self._last_val_examples = trained
-        from shadowsync.train.evaluate import evaluate
-
         m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
                      plan.features.table_rows)
-        epoch = trained * cfg.trainers / plan.rows_per_epoch
+        epoch = trained * cfg.cluster.trainers / plan.rows_per_epoch
         value = m[self.task.metric]
         improved = self.selection.observe(value, epoch=round(epoch, 3),
-                                          examples=trained * cfg.trainers,
+                                          examples=trained * cfg.cluster.trainers,
                                           val_ne=m["ne"], val_auc=m["auc"])
         if improved and self.checkpointer is not None:
             self.best_checkpoint = self.checkpointer.save_best(self.selection.best_at)
@@ -428,11 +431,7 @@ class Trainer:
 
     def _resume_selection(self) -> None:
         """A resumed run goes on from the best model its run kept (a later one must beat it)."""
-        import json
-
-        from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
-
-        best = Path(self.cfg.out or ".") / CHECKPOINT_DIR / BEST
+        best = Path(self.cfg.output.dir or ".") / CHECKPOINT_DIR / BEST
         try:
             at = json.loads((best / MANIFEST).read_text())["best"]
             value = float(at[f"val_{self.task.metric}"])

@@ -51,4 +51,4 @@ def run(cfg: TrainConfig, out: Path, timeout: float = 1800) -> dict[str, Any]:
     return {"eps": s["train_eps"], "eval_ne": s["eval_ne"], "syncs_per_min": s["syncs_per_min"],
             "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],
             "teacher_eval_ne": s["teacher_eval_ne"], "examples": s["examples"],
-            "period": cfg.sync_every}
+            "period": cfg.sync.every}

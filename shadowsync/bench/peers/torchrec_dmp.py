@@ -87,7 +87,7 @@ def _model(cfg: TrainConfig, plan: Any, padded: int, embedding_lr: float) -> Any
     from shadowsync.train.trainer import build_dense_model
 
     rows = plan.features.table_rows
-    width = cfg.table_width()
+    width = cfg.model.table_width()
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=padded,
                                  num_embeddings=n, feature_names=[f"f{i}"],
                                  pooling=PoolingType.SUM) for i, n in enumerate(rows)]
@@ -150,13 +150,13 @@ def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, ran
     num_tables = data.num_tables
     keys = [f"f{i}" for i in range(num_tables)]
     it = batches(data, start, stop, batch, shard=rank, num_shards=WORLD,
-                 table_size=cfg.table_rows(num_tables), drop_last=not pad)
+                 table_size=cfg.model.table_rows(num_tables), drop_last=not pad)
     for _ in range(steps):
         dense, ids, labels = next(it, (None, None, None))
         real = 0 if dense is None else len(labels)
         if pad and real < batch:
             one = next(batches(data, start, start + 1, 1,
-                               table_size=cfg.table_rows(num_tables)))
+                               table_size=cfg.model.table_rows(num_tables)))
             fill = batch - real
             parts = [(dense, ids, labels)] if real else []
             parts.append(tuple(t.expand(fill, *t.shape[1:]).contiguous() for t in one))
@@ -194,7 +194,8 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         plan = plan_data(cfg)
         device = torch.device("cpu")
         padded, peer_lr, peer_accumulator = fbgemm_tables(
-            cfg.table_width(), cfg.embedding_lr, cfg.embedding_initial_accumulator)
+            cfg.model.table_width(), cfg.optim.embedding_lr,
+            cfg.optim.embedding_initial_accumulator)
         model = _model(cfg, plan, padded, peer_lr)
         planner = EmbeddingShardingPlanner(topology=Topology(world_size=world,
                                                              compute_device="cpu"))
@@ -203,13 +204,13 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         started = start_accumulators(dmp, peer_accumulator)
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(dmp.named_parameters())),
-            lambda params: torch.optim.Adagrad(params, lr=cfg.lr))
+            lambda params: torch.optim.Adagrad(params, lr=cfg.optim.lr))
         pipeline = TrainPipelineSparseDist(dmp, dense, device, execute_all_batches=True)
-        steps = num_batches(0, plan.train_stop, cfg.batch_size, drop_last=True) // world
+        steps = num_batches(0, plan.train_stop, cfg.optim.batch_size, drop_last=True) // world
         # The schedule our workers follow, on both of the peer's optimizers.
-        schedule = LrSchedule.of(cfg).over(steps)
+        schedule = LrSchedule.of(cfg.optim).over(steps)
         dense_lr = schedule.attach(dense)
-        stream = (b for _, b in _batches(cfg, plan.train, 0, plan.train_stop, cfg.batch_size,
+        stream = (b for _, b in _batches(cfg, plan.train, 0, plan.train_stop, cfg.optim.batch_size,
                                          rank, steps, pad=False))
         dist.barrier()
         start = time.time()
@@ -237,7 +238,7 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
                 labels.append(b.labels[:real].numpy())
         shards = {name: str(s.sharding_type) for p in sharding.plan.values()
                   for name, s in p.items()}
-        return {"start": start, "end": end, "examples": done * cfg.batch_size,
+        return {"start": start, "end": end, "examples": done * cfg.optim.batch_size,
                 "pred": np.concatenate(pred), "labels": np.concatenate(labels),
                 "teacher": plan.teacher_eval_ne, "accumulators_started": started,
                 "plan": sorted(set(shards.values()))}

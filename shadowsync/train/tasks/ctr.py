@@ -25,63 +25,65 @@ DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
 
 def features_of(cfg: TrainConfig) -> Features:
     """From the data's headers only: cheap in every process, converts nothing."""
-    path = resolve(cfg.data, cfg.schema)
+    path = resolve(cfg.data.path, cfg.data.schema)
     num_dense, num_tables = feature_counts(path)
-    return Features(num_dense, table_rows_of(path, num_tables, cfg.table_rows))
+    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows))
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
-    if cfg.data == "synthetic":
-        n_train = cfg.examples or DEFAULT_SYNTHETIC_EXAMPLES
+    if cfg.data.path == "synthetic":
+        n_train = cfg.data.examples or DEFAULT_SYNTHETIC_EXAMPLES
         total = n_train + n_train // 9  # the last 10% of the generated rows are held out
         train = open_data("synthetic", examples=total, seed=cfg.seed)
     else:
-        train = open_data(resolve(cfg.data, cfg.schema), skip_bad_lines=cfg.skip_bad_lines)
-    if cfg.eval_data:
-        ev = open_data(resolve(cfg.eval_data, cfg.schema), skip_bad_lines=cfg.skip_bad_lines)
+        train = open_data(resolve(cfg.data.path, cfg.data.schema),
+                          skip_bad_lines=cfg.data.skip_bad_lines)
+    if cfg.data.eval_data:
+        ev = open_data(resolve(cfg.data.eval_data, cfg.data.schema),
+                       skip_bad_lines=cfg.data.skip_bad_lines)
         if (ev.num_dense, ev.num_tables) != (train.num_dense, train.num_tables):
-            raise UserError(f"--eval-data {cfg.eval_data}: {ev.num_dense} dense and "
+            raise UserError(f"--eval-data {cfg.data.eval_data}: {ev.num_dense} dense and "
                             f"{ev.num_tables} categorical features, but --data has "
                             f"{train.num_dense} and {train.num_tables}")
         if ev.sparse_layout() != train.sparse_layout():
-            raise UserError(f"--eval-data {cfg.eval_data}: sparse features {ev.sparse_layout()}, "
-                            f"but --data has {train.sparse_layout()}")
+            raise UserError(f"--eval-data {cfg.data.eval_data}: sparse features "
+                            f"{ev.sparse_layout()}, but --data has {train.sparse_layout()}")
         train_stop, eval_start, eval_stop = len(train), 0, len(ev)
     else:
         ev = train
         eval_start = len(train) - len(train) // 10
         train_stop, eval_stop = eval_start, len(train)
         if eval_start == eval_stop:
-            raise UserError(f"{cfg.data}: too few examples ({len(train)}) to hold 10% out; "
+            raise UserError(f"{cfg.data.path}: too few examples ({len(train)}) to hold 10% out; "
                             "pass --eval-data")
-    if cfg.examples and cfg.data != "synthetic":
-        if cfg.examples > train_stop:
-            raise UserError(f"--examples {cfg.examples}: {cfg.data} holds {train_stop:,} "
+    if cfg.data.examples and cfg.data.path != "synthetic":
+        if cfg.data.examples > train_stop:
+            raise UserError(f"--examples {cfg.data.examples}: {cfg.data.path} holds {train_stop:,} "
                             "training rows; to train on them more than once, use --epochs")
-        train_stop = cfg.examples
+        train_stop = cfg.data.examples
     val_start = val_stop = None
-    if cfg.val_share > 0:
-        held = int(round(train_stop * cfg.val_share))
+    if cfg.data.val_share > 0:
+        held = int(round(train_stop * cfg.data.val_share))
         if held < 1 or held >= train_stop:
-            raise UserError(f"--val-share {cfg.val_share}: {held} of {train_stop:,} training "
+            raise UserError(f"--val-share {cfg.data.val_share}: {held} of {train_stop:,} training "
                             "rows would validate; choose a share that leaves both some rows")
         val_start, val_stop = train_stop - held, train_stop
         train_stop = val_start
-    epoch_rows = train_stop if cfg.epochs > 1 else None
-    train_stop *= cfg.epochs
+    epoch_rows = train_stop if cfg.data.epochs > 1 else None
+    train_stop *= cfg.data.epochs
     teacher = ev.teacher_ne(eval_start, eval_stop)
     if teacher is None:
         teacher = ev.teacher_ne_hint
     features = Features(train.num_dense,
-                        table_rows_of(train.source, train.num_tables, cfg.table_rows))
+                        table_rows_of(train.source, train.num_tables, cfg.model.table_rows))
     for rows in (train, ev):
         if rows.source != "synthetic" and arrays.is_array_dir(rows.source):
             arrays.check_ids(rows.source, rows.cats, features.table_rows)
             arrays.check_bag_ids(rows.source, rows.multi_hot,
                                  features.table_rows[rows.cats.shape[1]:])
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
-                    open_examples=len(train) if cfg.data == "synthetic" else None,
-                    open_path=train.source if cfg.schema else None,
+                    open_examples=len(train) if cfg.data.path == "synthetic" else None,
+                    open_path=train.source if cfg.data.schema else None,
                     epoch_rows=epoch_rows, val_start=val_start, val_stop=val_stop)
 
 
@@ -89,8 +91,7 @@ def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
     """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
-    return build_model(cfg.model, features.num_dense, features.num_tables, cfg.embedding_dim,
-                       cfg.bottom_mlp, cfg.top_mlp, id_bias=cfg.id_bias)
+    return build_model(cfg.model, features.num_dense, features.num_tables)
 
 
 class CtrTask:

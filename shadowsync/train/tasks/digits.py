@@ -104,11 +104,11 @@ class DigitsTask:
         return DigitsCNN()
 
     def plan_data(self, cfg: Any) -> DataPlan:
-        examples = cfg.examples or DEFAULT_EXAMPLES
+        examples = cfg.data.examples or DEFAULT_EXAMPLES
         data = self.open_data("digits", examples, cfg.seed, False)
-        return DataPlan(data, data, examples * cfg.epochs, examples, len(data), None,
+        return DataPlan(data, data, examples * cfg.data.epochs, examples, len(data), None,
                         self.features(cfg), open_examples=examples,
-                        epoch_rows=examples if cfg.epochs > 1 else None)
+                        epoch_rows=examples if cfg.data.epochs > 1 else None)
 
     def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Any:
         return DigitsData(examples or DEFAULT_EXAMPLES, seed)

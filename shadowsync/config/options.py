@@ -1,0 +1,225 @@
+"""Options as users write them: command-line flags, TOML files and keyword arguments.
+
+One flag per field of `TrainConfig`'s sections, named as before sections existed
+(`--sync-every`); the argparse flags and the accepted TOML keys are derived from the
+dataclasses, so an option cannot exist in one place and be missing from the other. A TOML
+file may name options flat (`sync_every = 20`, as the flags) or in sections
+(`[sync]` then `every = 20`, as the fields), or both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from shadowsync.config.sections import HELP_ORDER, HELP_TOPICS, SECTIONS, choices_of, type_hints
+from shadowsync.config.train import FLAT, TrainConfig, flag_name, unknown_option
+from shadowsync.errors import UserError
+from shadowsync.toml_file import read_toml
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option: its flat name, and the field it fills."""
+
+    name: str  # flat, with underscores: "sync_every"
+    section: str | None  # None: a field of TrainConfig itself (task, seed)
+    field: dataclasses.Field
+
+    @property
+    def owner(self) -> type:
+        return TrainConfig if self.section is None else SECTIONS[self.section]
+
+    @property
+    def type(self) -> Any:
+        return type_hints(self.owner)[self.field.name]
+
+    @property
+    def topic(self) -> str | None:
+        return self.field.metadata.get("group") or (HELP_TOPICS[self.section]
+                                                    if self.section else None)
+
+
+def _options() -> list[Option]:
+    top = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    found = [Option("task", None, top["task"])]
+    for section, cls in SECTIONS.items():
+        found += [Option(flag_name(f), section, f) for f in dataclasses.fields(cls)]
+        if section == "data":
+            found.append(Option("seed", None, top["seed"]))
+    assert {o.name for o in found} == set(FLAT)
+    return found
+
+
+OPTIONS: list[Option] = _options()
+BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _base_type(tp: Any) -> Any:
+    if get_origin(tp) is Literal:
+        return type(get_args(tp)[0])
+    args = [a for a in get_args(tp) if a is not type(None)]
+    return _base_type(args[0]) if get_origin(tp) is not list and args else tp
+
+
+def _default_text(o: Option) -> str:
+    f = o.field
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if value is None or "default" in (f.metadata.get("help") or ""):
+        return ""  # the help text says what None means
+    if isinstance(value, list):
+        value = ",".join(map(str, value)) if f.metadata.get("parse") else " ".join(map(str, value))
+    elif isinstance(value, bool):
+        value = f"--{'' if value else 'no-'}{_flag(o.name)}"
+    return f" (default: {'none' if value == '' else value})"
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per option, grouped by topic; every default is None so the TOML file can fill
+    the gaps (--help shows the real defaults)."""
+    parser.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file")
+    groups = {title: parser.add_argument_group(title) for title in HELP_ORDER}
+    for o in OPTIONS:
+        group: Any = groups[o.topic] if o.topic else parser
+        tp = _base_type(o.type)
+        text = (o.field.metadata.get("help") or "") + _default_text(o)
+        # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
+        kw: dict[str, Any] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
+        if tp is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif o.field.metadata.get("parse"):
+            kw.update(type=o.field.metadata["parse"], metavar="N[,N...]")
+        elif get_origin(tp) is list:
+            item = get_args(tp)[0]
+            kw.update(type=item, nargs="+", metavar="N" if item is int else "VALUE")
+        else:
+            choices = choices_of(o.owner, o.field)
+            kw.update(type=tp, choices=choices)
+            if not choices:
+                kw["metavar"] = {int: "N", float: "X"}.get(tp, "TEXT")
+        if o.name == "log_level":
+            group.add_argument("-q", "--quiet", dest="log_level", action="store_const",
+                               const="warning", help="print only the summary and errors")
+            group.add_argument("-v", "--verbose", dest="log_level", action="store_const",
+                               const="debug", help="print debugging messages too")
+        group.add_argument(f"--{_flag(o.name)}", **kw)
+
+
+def _coerce(name: str, value: Any, tp: Any, source: str) -> Any:
+    base = _base_type(tp)
+    if value is None:
+        return None
+    if get_origin(base) is list:
+        item = get_args(base)[0]
+        if isinstance(value, item) and not isinstance(value, bool):
+            value = [value]  # table_size = 100000: one size for every table
+        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
+            raise UserError(f"{source}: option '{name}' must be a list of {item.__name__}")
+        return value
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if base is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # e.g. sync_interval = 0.5
+    if not isinstance(value, base) or (base is int and isinstance(value, bool)):
+        raise UserError(f"{source}: option '{name}' must be {base.__name__}, got {value!r}")
+    return value
+
+
+def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
+    """A TOML table's options by flat name. Keys are flat option names (`sync_every`, dashes
+    allowed) or section tables of field names (`[sync]` `every = 20`)."""
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name in SECTIONS and isinstance(value, dict):
+            fields = {f.name: f for f in dataclasses.fields(SECTIONS[name])}
+            for inner, v in value.items():
+                f = fields.get(inner.replace("-", "_"))
+                if f is None:
+                    known = {f"{name}.{n}" for n in fields}
+                    raise UserError(f"{source}: {unknown_option(f'{name}.{inner}', known)}")
+                option = BY_NAME[flag_name(f)]
+                values[option.name] = _coerce(f"{name}.{inner}", v, option.type, source)
+        elif name in BY_NAME:
+            values[name] = _coerce(key, value, BY_NAME[name].type, source)
+        else:
+            known = set(BY_NAME) | (set(SECTIONS) if isinstance(value, dict) else set())
+            raise UserError(f"{source}: {unknown_option(key, known)}")
+    return values
+
+
+def load_config(args: argparse.Namespace, absent: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults < `absent` (flat values for options the TOML file does not set) < TOML file
+    (`--config`) < command line. Unknown TOML keys are an error."""
+    values: dict[str, Any] = dict(absent or {})
+    path = getattr(args, "config", None)
+    if path:
+        values.update(flat_options(read_toml(path, path), path))
+    for name in BY_NAME:
+        v = getattr(args, name, None)
+        if v is not None:
+            values[name] = v
+    return TrainConfig(**values)  # validated on construction
+
+
+def config_from_options(config: TrainConfig | None = None, **options: Any) -> TrainConfig:
+    """A validated TrainConfig from a base config (default: all defaults) and keyword options
+    named like the long command-line options (`trainers=2, sync="s-bmuf"`), or whole
+    sections (`sync=SyncConfig(...)`)."""
+    if config is not None and not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    for key in options:
+        if key not in BY_NAME and key not in SECTIONS:
+            raise UserError(unknown_option(key, set(BY_NAME)))
+    return dataclasses.replace(config or TrainConfig(), **options)
+
+
+def model_name(model: str | Callable[..., Any]) -> str:
+    """How a model option is written in messages, summary.json and config.toml: a factory
+    as the MODULE:FUNCTION that finds it again."""
+    return f"{model.__module__}:{model.__qualname__}" if callable(model) else model
+
+
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """The options as plain data by flat name (JSON and TOML can hold every value)."""
+    values = cfg.flat()
+    values["model"] = model_name(values["model"])
+    return values
+
+
+def default_out_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in value) + "]"
+    return repr(value)
+
+
+def config_to_toml(cfg: TrainConfig) -> str:
+    """A TOML file, one table per section, that `--config` reads back into the same
+    configuration."""
+    lines = [f"{name} = {_toml_value(getattr(cfg, name))}" for name in ("task", "seed")]
+    for section in SECTIONS:
+        obj = getattr(cfg, section)
+        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        if section == "model":
+            values["name"] = model_name(values["name"])
+        set_values = [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+        if set_values:
+            lines += ["", f"[{section}]", *set_values]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,411 @@
+"""The sections of a run's configuration, one dataclass per part of the job it configures.
+
+Each builder takes the section it needs (the data builders a `DataConfig`, the model builder
+a `ModelConfig`, the checkpoint store a `CheckpointConfig`...). A field keeps the name of its
+long command-line option where that does not repeat the section (`--embedding-servers` is
+`cluster.embedding_servers`) and says its option in metadata where it does (`--sync-every` is
+`sync.every`, `--data` is `data.path`): the command line and flat TOML keys use the option's
+name, `[section]` tables in a TOML file the field's.
+
+A section checks the values that only concern it (`check`); checks across sections are
+`TrainConfig.validate`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+from shadowsync.errors import UserError
+from shadowsync.runners.modes import SYNC_CHOICES
+
+TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
+DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
+
+Task = Literal["ctr", "digits"]
+TASK_CHOICES: tuple[str, ...] = ("ctr", "digits")
+
+
+def opt(default: Any, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None,
+        parse: Callable[[str], Any] | None = None, group: str | None = None) -> Any:
+    """A field of a section. `flag`: its long option's name with underscores where it is not
+    the field's (`sync_every` for `sync.every`). `choices`: where the type is not a Literal
+    that lists them. `parse`: how the command line's one word becomes the value (default: the
+    field's type). `group`: the --help topic where it is not its section's."""
+    meta = {"help": help, "flag": flag, "choices": choices, "parse": parse, "group": group}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@cache
+def type_hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def choices_of(cls: type, f: Any) -> tuple[str, ...] | None:
+    """The values field `f` of dataclass `cls` accepts: its metadata's, or its Literal's."""
+    if f.metadata.get("choices"):
+        return f.metadata["choices"]
+    tp = type_hints(cls)[f.name]
+    for option in (tp, *get_args(tp)):
+        if get_origin(option) is Literal:
+            return get_args(option)
+    return None
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'100000' or '1000,50000,...' -> [int, ...] (argparse reports a ValueError as bad input)."""
+    return [int(v) for v in text.split(",")]
+
+
+def _positive(value: float, flag: str) -> None:
+    if value <= 0:
+        raise UserError(f"--{flag} must be positive, got {value}")
+
+
+def _in_unit(value: float, flag: str) -> None:
+    if not 0 <= value <= 1:
+        raise UserError(f"--{flag} must be in [0, 1], got {value}")
+
+
+def _non_negative_number(value: float, flag: str) -> None:
+    if not 0 <= value < float("inf"):
+        raise UserError(f"--{flag} must be a number >= 0, got {value}")
+
+
+@dataclass
+class DataConfig:
+    """What the job trains on and how many passes it makes."""
+
+    path: str = opt("synthetic",
+                    "training data: 'synthetic', a Criteo TSV file, .gz or directory, or a "
+                    "directory of labels.npy, dense.npy, cats.npy", flag="data")
+    schema: str | None = opt(
+        None, "a TOML file naming the label, dense, categorical and multi-hot columns of "
+        "Parquet or CSV --data / --eval-data (converted once into a cache; table sizes come "
+        "from it; see docs/real-data.md)")
+    eval_data: str | None = opt(None, "held-out data (default: the last 10% of --data)")
+    examples: int | None = opt(
+        None, "training examples of one pass (default: 1.5M synthetic, or all of --data; "
+        "more than the data holds is an error: use --epochs)"
+    )
+    epochs: int = opt(1, "passes over the training rows; with more than one, each pass reads "
+                      "them in a new order drawn from --seed")
+    val_share: float = opt(
+        0.0, "share of the training rows held out at their end for validation: evaluated at "
+        "each epoch's end and --eval-points times within, the best model kept as "
+        "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off)")
+    early_stop: int | None = opt(
+        None, "with --val-share: stop after this many validations without improvement "
+        "(default: train every epoch)")
+    skip_bad_lines: bool = opt(False, "skip malformed data lines and count them")
+
+    def check(self) -> None:
+        if self.examples is not None and self.examples <= 0:
+            raise UserError(f"--examples must be positive, got {self.examples}")
+        if self.epochs < 1:
+            raise UserError(f"--epochs must be positive, got {self.epochs}")
+        if not 0 <= self.val_share < 1:
+            raise UserError(f"--val-share must be in [0, 1), got {self.val_share}")
+        if self.early_stop is not None:
+            if self.early_stop < 1:
+                raise UserError(f"--early-stop must be positive, got {self.early_stop}")
+            if self.val_share <= 0:
+                raise UserError("--early-stop needs --val-share (the rows it validates on)")
+
+
+@dataclass
+class ModelConfig:
+    """The dense model and the embedding tables' shape."""
+
+    name: str | Callable[..., Any] = opt(
+        DLRM, "dense model: dlrm, or MODULE:FUNCTION called with (num_dense, num_tables, "
+        "embedding_dim) that returns an nn.Module; forward(dense, emb) -> logits [B]",
+        flag="model")
+    embedding_dim: int = opt(16, "embedding and bottom-MLP output width")
+    table_size: list[int] = opt(
+        [100_000], "rows per embedding table, one size for all or a comma list of one per table "
+        "(ids are taken modulo it)", parse=parse_sizes)
+    bottom_mlp: list[int] = opt([64], "hidden widths of the bottom MLP")
+    top_mlp: list[int] = opt([128, 64], "hidden widths of the top MLP")
+    id_bias: bool = opt(
+        True, "dlrm: a learned bias per id, added to the logit (one more column in each "
+        "embedding row)")
+
+    def normalise(self) -> None:
+        """Accept what a Python caller naturally writes: table_size=50_000 or "1000,2000"."""
+        if isinstance(self.table_size, int) and not isinstance(self.table_size, bool):
+            self.table_size = [self.table_size]
+        elif isinstance(self.table_size, str):
+            try:
+                self.table_size = parse_sizes(self.table_size)
+            except ValueError:
+                raise UserError(f"--table-size: {self.table_size!r} is not a size or a comma "
+                                "list of sizes") from None
+
+    def check(self) -> None:
+        _positive(self.embedding_dim, "embedding-dim")
+        if not self.table_size or any(v <= 0 for v in self.table_size):
+            raise UserError(f"--table-size: sizes must be positive, got {self.table_size}")
+
+    def table_rows(self, num_tables: int) -> list[int]:
+        """Rows of each of the data's `num_tables` tables."""
+        if len(self.table_size) == 1:
+            return self.table_size * num_tables
+        if len(self.table_size) != num_tables:
+            raise UserError(f"--table-size: {len(self.table_size)} sizes given, but the data "
+                            f"has {num_tables} categorical features")
+        return list(self.table_size)
+
+    def table_width(self) -> int:
+        """Columns of an embedding row: the embedding, and the DLRM's id bias if it has one."""
+        return self.embedding_dim + (1 if self.id_bias and self.name == DLRM else 0)
+
+
+@dataclass
+class OptimConfig:
+    """How the dense parameters and the embeddings learn."""
+
+    optimizer: Literal["adagrad", "sgd"] = opt(
+        "adagrad", "optimizer (row-wise Adagrad for embeddings)")
+    lr: float = opt(0.05, "learning rate of the dense parameters")
+    embedding_lr: float = opt(0.2, "learning rate of the embeddings")
+    embedding_initial_accumulator: float = opt(
+        0.05, "where every embedding row's Adagrad accumulator starts (0: at zero, as torch "
+        "does): above zero, a rare id's first steps are shrunk instead of a full --embedding-lr")
+    embedding_weight_decay: float = opt(
+        0.0, "L2 weight decay on the embedding rows a batch reads (W x row added to their "
+        "gradient, inside row-wise Adagrad); 0: off (1e-3 to 3e-2 lowered eval AUC on MovieLens "
+        "100K, see docs/real-data.md)")
+    warmup_steps: int = opt(
+        300, "worker steps over which the dense learning rate rises linearly to --lr (0: off)")
+    lr_decay_share: float = opt(
+        0.3, "last share of each worker's pass over which the dense and embedding learning "
+        "rates fall linearly to --lr-decay-floor of their value (0: off)")
+    lr_decay_floor: float = opt(0.3, "where the decay ends, as a share of the learning rates")
+    lr_decay_on_plateau: bool = opt(
+        False, "with --val-share: the decay starts at the first validation without "
+        "improvement (and runs over --lr-decay-share of the run's steps from there) instead "
+        "of at the end of the run")
+    batch_size: int = opt(256, "examples per worker step")
+    momentum: float = opt(
+        0.9, "momentum of the servers' SGD under bsp / asp / switch (with --optimizer sgd)",
+        group="synchronization")
+
+    def check(self) -> None:
+        _positive(self.batch_size, "batch-size")
+        if self.warmup_steps < 0:
+            raise UserError(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
+        if not 0 <= self.momentum < 1:
+            raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
+        for flag, v in (("lr", self.lr), ("embedding-lr", self.embedding_lr)):
+            if not v > 0:
+                raise UserError(f"--{flag} must be a positive number, got {v}")
+        _in_unit(self.lr_decay_share, "lr-decay-share")
+        _in_unit(self.lr_decay_floor, "lr-decay-floor")
+        _non_negative_number(self.embedding_initial_accumulator,
+                             "embedding-initial-accumulator")
+        _non_negative_number(self.embedding_weight_decay, "embedding-weight-decay")
+
+    def table_optimizer(self) -> dict[str, Any]:
+        """How every embedding table of the job learns, wherever it lives (a server, a
+        trainer, a checkpoint being evaluated, a peer's tables)."""
+        return {"optimizer": self.optimizer, "lr": self.embedding_lr,
+                "initial_accumulator": self.embedding_initial_accumulator,
+                "weight_decay": self.embedding_weight_decay}
+
+
+@dataclass
+class ClusterConfig:
+    """The job's processes and where they meet."""
+
+    workers: int = opt(1, "Hogwild worker processes per trainer")
+    trainers: int = opt(2, "trainers (data-parallel replicas of the dense model)")
+    embedding_servers: int = opt(
+        1, "embedding parameter servers (0: tables live in the single trainer)")
+    dense_servers: int | None = opt(
+        None, "dense parameter servers for the EASGD centre and bsp / asp / switch "
+        "(default: 1 if the sync needs it)")
+    row_split_limit: int = opt(1_000_000, "tables with more rows are split row-wise over servers")
+    embedding_transport: Literal["auto", "rpc", "unshared"] = opt(
+        "auto", "how trainers reach the embedding servers: auto (shared memory on the same "
+        "host, RPC otherwise), rpc (always), unshared (a private local copy per trainer: the "
+        "benchmark ceiling, not shared training)")
+    addr: str = opt("127.0.0.1", "address the local cluster binds and meets on")
+    port: int | None = opt(None, "rendezvous port of the local cluster (default: a free one)")
+    rpc_port: int | None = opt(
+        None, "RPC store port where the launcher does not share its store (default: its + 1)")
+
+    def check(self) -> None:
+        for flag, v in (("workers", self.workers), ("trainers", self.trainers),
+                        ("row-split-limit", self.row_split_limit)):
+            _positive(v, flag)
+        for flag, n in (("embedding-servers", self.embedding_servers),
+                        ("dense-servers", self.dense_servers)):
+            if n is not None and n < 0:
+                raise UserError(f"--{flag} must be >= 0, got {n}")
+
+
+@dataclass
+class SyncConfig:
+    """How trainers synchronize their dense parameters (ShadowSync's and the baselines')."""
+
+    mode: str = opt("s-bmuf", "how trainers synchronize their dense parameters", flag="sync",
+                    choices=SYNC_CHOICES)
+    groups: list[str] = opt(
+        [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)",
+        flag="sync_groups")
+    interval: str = opt(
+        "auto", "seconds between background rounds, 0 = back to back, auto = CPU budget",
+        flag="sync_interval")
+    budget: float = opt(0.03, "share of the trainer's cores the auto pace may spend",
+                        flag="sync_budget")
+    every: int = opt(50, "worker steps between foreground rounds", flag="sync_every")
+    dtype: Literal["fp32", "bf16"] = opt(
+        "fp32", "what background and foreground rounds send (bf16: half the bytes; the "
+        "parameters stay fp32)", flag="sync_dtype")
+    transport: Literal["auto", "collective"] = opt(
+        "auto", "how a round's average travels: auto (through shared memory between trainers "
+        "on one host, collectives otherwise), collective (always an AllReduce)",
+        flag="sync_transport")
+    write_back: Literal["delta", "overwrite"] = opt(
+        "delta", "apply a round as (result - snapshot) or overwrite")
+    block_momentum: float | None = opt(None, "BMUF block momentum eta (default 1 - 1/trainers)")
+    block_lr: float = opt(1.0, "BMUF block learning rate zeta")
+    nesterov: bool = opt(False, "BMUF Nesterov look-ahead")
+    elastic_alpha: float = opt(0.5, "EASGD elastic rate alpha")
+    straggler_fallback: Literal["s-easgd"] | None = opt(
+        None, "with --sync s-ma or s-bmuf: s-easgd rounds while the straggler detector "
+        "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
+        "clears")
+
+    def check(self) -> None:
+        _positive(self.every, "sync-every")
+        if not 0 < self.budget <= 1:
+            raise UserError(f"--sync-budget must be in (0, 1], got {self.budget}")
+        if not 0 < self.elastic_alpha <= 1:
+            raise UserError(f"--elastic-alpha must be in (0, 1], got {self.elastic_alpha}")
+        self.interval_s()
+
+    def interval_s(self) -> float | None:
+        """The background pace in seconds, or None for auto."""
+        if self.interval == "auto":
+            return None
+        try:
+            v = float(self.interval)
+        except ValueError:
+            v = -1.0
+        if not v >= 0:
+            raise UserError(f"--sync-interval must be 'auto' or seconds >= 0, "
+                            f"got {self.interval!r}")
+        return v
+
+
+@dataclass
+class SwitchConfig:
+    """Sync-Switch: when and how `--sync switch` moves between BSP and ASP."""
+
+    plan: str = opt(
+        "bsp:0.1,asp", "protocol phases of --sync switch: MODE:SHARE,... (last share: the rest)",
+        flag="switch_plan")
+    momentum: Literal["keep", "zero", "ramp"] = opt(
+        "keep", "momentum at a switch: keep it, zero it, or zero it and ramp it back",
+        flag="switch_momentum")
+    scale_lr: bool = opt(
+        True, "ASP steps use --lr / (trainers x workers): BSP's global batch at --lr becomes "
+        "one worker's batch at --lr / n", flag="switch_scale_lr")
+    compensate_momentum: bool = opt(
+        False, "ASP steps run at momentum max(0, m - (1 - 1/n)): asynchrony adds about 1 - 1/n",
+        flag="switch_compensate_momentum")
+    policy: Literal["plan", "greedy", "elastic", "isolate"] = opt(
+        "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
+        "one lasts; elastic: only once it lasted --switch-patience s; isolate: only the "
+        "stragglers' pushes ASP, the rest BSP)", flag="switch_policy")
+    detector: str = opt(
+        "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
+        "windows of `window` steps", flag="switch_detector")
+    patience: float = opt(1.0, "seconds a straggler must last before elastic switches",
+                          flag="switch_patience")
+    at: str | None = opt(
+        None, "BSP share of the plan: a number, or 'auto' for what `shadowsync switch search` "
+        "stored under --job-name", flag="switch_at")
+    job_name: str | None = opt(None, "name a recurring job's search result is stored under")
+
+
+@dataclass
+class CheckpointConfig:
+    """When the job saves itself, how many saves it keeps, and what it does on a failure."""
+
+    every: str = opt(
+        "300s", "checkpoint the job every N seconds ('600s') or N examples ('500000'); 0: only "
+        "at the end and on Ctrl-C / SIGTERM; never: no checkpoint (a throwaway run: nothing "
+        "to resume, and a restart after a failure begins from the start)",
+        flag="checkpoint_every")
+    keep: int = opt(2, "checkpoints kept under OUT/checkpoint (older ones pruned)",
+                    flag="keep_checkpoints")
+    max_restarts: int = opt(
+        3, "when a process of the job dies, restart the job from its newest checkpoint up to "
+        "this many times (through the elastic agent; modes that resume)")
+    resume: str | None = opt(
+        None, "continue the run in this directory (or from this checkpoint/step-N) where its "
+        "latest checkpoint left off; its config.toml is the base of the options")
+    on_divergence: Literal["stop", "rollback"] = opt(
+        "stop", "on a NaN / Inf loss: stop with one line, or roll back to the last good "
+        "checkpoint at half the learning rate (at most 3 times)")
+
+    def check(self) -> None:
+        if self.max_restarts < 0:
+            raise UserError(f"--max-restarts must be >= 0, got {self.max_restarts}")
+        if self.keep < 1:
+            raise UserError(f"--keep-checkpoints must be >= 1, got {self.keep}")
+
+
+@dataclass
+class OutputConfig:
+    """Where the run writes and what it shows."""
+
+    dir: str | None = opt(None, "output directory (default: runs/<timestamp>)", flag="out")
+    log_every: int = opt(50_000, "examples between lines of metrics.jsonl")
+    eval_points: int = opt(8, "evaluations on a held-out sample during training (for the plot)")
+    progress: bool | None = opt(None, "progress bars (default: only on a terminal)")
+    log_level: Literal["warning", "info", "debug"] = opt(
+        "info", "messages to show (-q: warning, -v: debug)")
+    tensorboard: bool = opt(False, "also write TensorBoard scalars under OUT/tensorboard "
+                            "(pip install 'shadowsync[tensorboard]')")
+
+    def check(self) -> None:
+        _positive(self.log_every, "log-every")
+
+
+@dataclass
+class TestingConfig:
+    """Fault injection for tests and benchmarks."""
+
+    straggler: str | None = opt(
+        None, "slow trainers down: trainer=ID,slowdown=3,start=S,duration=D (seconds, or "
+        "shares of the job's examples: start=25%,duration=50%); kind=delay,ms=30,trainers=N "
+        "delays each push of the last N trainers (emulated link delay), kind=jitter,ms=D,"
+        "jitter=J every trainer's by D +- J ms; episodes=K repeats the window's slowdown K "
+        "times")
+    inject_nan_at: int | None = opt(
+        None, "poison trainer 0's dense model once the job has trained about N examples "
+        "(to test --on-divergence)")
+
+
+# The sections of a TrainConfig, in the order of the options in `shadowsync train --help`.
+SECTIONS: dict[str, type] = {
+    "data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "cluster": ClusterConfig,
+    "sync": SyncConfig, "switch": SwitchConfig, "checkpoint": CheckpointConfig,
+    "output": OutputConfig, "testing": TestingConfig,
+}
+
+# The --help topic of each section's options.
+HELP_TOPICS = {"data": "data", "model": "model and optimisation",
+               "optim": "model and optimisation", "cluster": "cluster",
+               "sync": "synchronization", "switch": "synchronization",
+               "checkpoint": "checkpoints and recovery", "output": "output", "testing": TESTING}
+HELP_ORDER = ("data", "model and optimisation", "cluster", "synchronization", "output",
+              "checkpoints and recovery", TESTING)

@@ -1,0 +1,214 @@
+"""`TrainConfig`: every option of a training run, as one typed section per part of the job.
+
+`cfg.sync.mode`, `cfg.cluster.trainers`, `cfg.optim.lr`: a builder is handed the section it
+needs. Where users write options flat (the command line, `shadowsync.train(trainers=2,
+sync="s-bmuf")`, a flat TOML file, `dataclasses.replace(cfg, trainers=2)`), each flat name
+is its long option's name with underscores and is routed to its section (`FLAT`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any
+
+from shadowsync.by_value import portable
+from shadowsync.checkpoint.interval import parse_every
+from shadowsync.config.sections import (
+    SECTIONS,
+    TASK_CHOICES,
+    CheckpointConfig,
+    ClusterConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    OutputConfig,
+    SwitchConfig,
+    SyncConfig,
+    Task,
+    TestingConfig,
+    choices_of,
+    opt,
+)
+from shadowsync.errors import UserError
+from shadowsync.runners.modes import mode_of
+from shadowsync.runners.switch.detector_spec import DetectorConfig
+from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.runners.switch.search import resolve_share
+from shadowsync.train.straggler import Straggler
+
+# Options that belong to the whole job rather than to one section.
+TOP_LEVEL = ("task", "seed")
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    """A field's long option with underscores (`sync_every` for `SyncConfig.every`)."""
+    return f.metadata.get("flag") or f.name
+
+
+def _flat_names() -> dict[str, tuple[str | None, str]]:
+    """flat option name -> (section, field); section None: a top-level field."""
+    names: dict[str, tuple[str | None, str]] = {name: (None, name) for name in TOP_LEVEL}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            names[flag_name(f)] = (section, f.name)
+    return names
+
+
+@dataclass(init=False)
+class TrainConfig:
+    """Every option of a training run: the task and seed, and one section each for data,
+    model, optim, cluster, sync, switch, checkpoint, output and testing. Values are checked
+    when the object is made: a bad one raises `shadowsync.errors.UserError` naming the
+    command-line option. The options, their defaults and their help texts are listed in the
+    CLI reference (`shadowsync train --help`).
+
+    Made from sections (`TrainConfig(sync=SyncConfig(mode="s-ma"))`), from flat option
+    names (`TrainConfig(trainers=2, sync="s-ma")`, also `TrainConfig.from_flat`), or both;
+    flat names win over the sections given. `dataclasses.replace(cfg, trainers=4)` copies
+    with flat changes."""
+
+    task: Task = opt("ctr", "what to train: ctr (DLRM on CTR rows, NE) or digits (scikit-learn's "
+                     "8x8 digits, a small CNN, accuracy)")
+    seed: int = opt(0, "random seed (data generation, initialisation, shuffling)", group="data")
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    switch: SwitchConfig = field(default_factory=SwitchConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    testing: TestingConfig = field(default_factory=TestingConfig)
+    # dataclasses.replace(cfg, data="x.tsv") hands __init__ every field it leaves alone, but
+    # not the section that the flat option of the same name (--data, --model, --sync) lives
+    # in: `_base` (read as the sections as they are) hands it over, so only the option changes.
+    _base: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def __init__(self, **options: Any) -> None:
+        base = options.pop("_base", None) or {}
+        for name in TOP_LEVEL:
+            setattr(self, name, options.pop(name, _FIELDS[name].default))
+        for name, cls in SECTIONS.items():
+            given = options.pop(name, None)
+            if isinstance(given, cls):
+                setattr(self, name, dataclasses.replace(given))  # a copy: flat changes below
+            else:
+                was = base.get(name)
+                setattr(self, name, dataclasses.replace(was) if was is not None else cls())
+                if given is not None:  # the flat option of the same name (--data, --model)
+                    options[name] = given
+        for key, value in options.items():
+            if key not in FLAT:
+                raise TypeError(f"TrainConfig: {unknown_option(key, set(FLAT))}")
+            section, name = FLAT[key]
+            setattr(getattr(self, section), name, value)
+        self.model.normalise()
+        self.validate()
+
+    @classmethod
+    def from_flat(cls, **options: Any) -> TrainConfig:
+        """A config from flat option names (`trainers=2, sync="s-ma", sync_every=20`)."""
+        return cls(**options)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for a missing attribute: say where a flat option went.
+        if name in FLAT and FLAT[name][0] is not None:
+            section, field_name = FLAT[name]
+            raise AttributeError(f"TrainConfig has no attribute {name!r}: it is "
+                                 f"cfg.{section}.{field_name}")
+        raise AttributeError(f"TrainConfig has no attribute {name!r}")
+
+    def flat(self) -> dict[str, Any]:
+        """Every option by its flat name, in --help order."""
+        return {key: getattr(self if section is None else getattr(self, section), name)
+                for key, (section, name) in FLAT.items()}
+
+    def validate(self) -> TrainConfig:
+        if self.task not in TASK_CHOICES:
+            raise UserError(f"--task: {self.task!r} is not one of {', '.join(TASK_CHOICES)}")
+        for name in SECTIONS:
+            section = getattr(self, name)
+            if hasattr(section, "check"):
+                section.check()
+        self._check_choices()
+        self._check_model()
+        if self.output.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise UserError("--tensorboard needs the tensorboard package: "
+                            "pip install 'shadowsync[tensorboard]'")
+        self._check_validation()
+        self._check_specs()
+        return self
+
+    def _check_choices(self) -> None:
+        for section in SECTIONS:
+            obj = getattr(self, section)
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                if value is None and f.default is None:  # an option left out
+                    continue
+                choices = choices_of(type(obj), f)
+                if choices and value not in choices:
+                    raise UserError(f"--{flag_name(f).replace('_', '-')}: {value!r} is not "
+                                    f"one of {', '.join(choices)}")
+
+    def _check_validation(self) -> None:
+        # Workers that push each step to the dense servers stop when the servers say so.
+        if self.data.early_stop is not None and mode_of(self.sync.mode).protocols:
+            raise UserError(f"--early-stop: --sync {self.sync.mode} cannot stop its workers "
+                            "early; use epochs, or another --sync")
+        if self.data.val_share > 0:
+            if self.task != "ctr":
+                raise UserError("--val-share needs --task ctr")
+            if self.checkpoint.every == "never":
+                raise UserError("--val-share keeps the best model as a checkpoint: not with "
+                                "--checkpoint-every never")
+
+    def _check_specs(self) -> None:
+        """The options written in small languages of their own, parsed once here so that a
+        mistake is one line before any process starts."""
+        mode = mode_of(self.sync.mode)
+        parse_every(self.checkpoint.every)
+        if self.testing.straggler is not None:
+            kind = Straggler.parse(self.testing.straggler, self.cluster.trainers).kind
+            if kind != "compute" and not mode.protocols:
+                raise UserError(f"--straggler kind={kind} delays pushes to the dense servers: it "
+                                "needs --sync bsp, asp or switch")
+        if self.sync.straggler_fallback is not None:
+            if not mode.can_fall_back or self.sync.groups:
+                raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
+                                "trainer needed at each round) and no --sync-groups")
+            DetectorConfig.parse(self.switch.detector)
+        if mode.can_switch:
+            SwitchPlan.parse(self.switch.plan)
+            DetectorConfig.parse(self.switch.detector)
+            if self.switch.at is not None:
+                resolve_share(self.switch.at, self.switch.job_name)
+
+    def _check_model(self) -> None:
+        if not callable(self.model.name):
+            return
+        # Every process builds the model, so the factory travels to them by pickle: by name
+        # where they can import it, else by value (a notebook's or a script's __main__, a
+        # function defined inside another).
+        self.model.name = portable(self.model.name)
+
+    @property
+    def distributed(self) -> bool:
+        """A job of several processes (servers and/or several trainers)."""
+        return (self.cluster.trainers > 1 or self.cluster.embedding_servers > 0
+                or mode_of(self.sync.mode).builder is not None or bool(self.sync.groups))
+
+
+TrainConfig._base = property(  # type: ignore[assignment]
+    lambda self: {name: getattr(self, name) for name in SECTIONS})
+FLAT: dict[str, tuple[str | None, str]] = _flat_names()
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def unknown_option(key: str, names: set[str]) -> str:
+    """"unknown option 'wokers'; did you mean 'workers'?" """
+    close = difflib.get_close_matches(key.replace("-", "_"), sorted(names), n=1)
+    return f"unknown option '{key}'" + (f"; did you mean '{close[0]}'?" if close else "")
