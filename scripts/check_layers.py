@@ -2,20 +2,29 @@
 """Measure the shape of the package: layers, import circles, long functions, local imports.
 
 The layers, lowest first. A module may import from its own layer or a lower one; an import
-of a higher layer is "upward". Top-level modules not named here belong to the layer of the
-same name as their first dotted part (``shadowsync.config`` is ``config``).
+of a higher layer is "upward". An entry names a top-level module or package of
+``shadowsync`` (``config``) or a module or package inside one (``runners.modes``); a module
+belongs to the longest entry that contains it, so a leaf module can sit in a lower layer
+than its package (the configuration reads ``runners.modes`` without reading ``runners``).
 
-    base        errors, logs, procfs, state_dicts, forkserver
+    base        errors, logs, procfs, state_dicts, forkserver, toml_file, by_value, protocols,
+                lifecycle
+    spec        the leaf modules the configuration reads: runners.modes, the Sync-Switch
+                plan, search and detector settings, the straggler and link-delay options,
+                the checkpoint interval
+    config      config
     maths       metrics, rules
     data        data
     model       models, embeddings
     transport   transport
-    when        runners, switch_search
+    when        runners
     storage     checkpoint
-    config      config
     train       train
     cluster     cluster
-    surface     api, run, inference, export, evaluation, cli, bench, __init__
+    surface     api, run, evaluation, inference, switch_search, cli, bench, __init__, __main__
+
+Import circles are counted between units (the entries above: ``runners.modes`` is one,
+``runners`` another). Every module must belong to some entry ("unplaced" otherwise).
 
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
@@ -31,20 +40,24 @@ from collections import defaultdict
 from pathlib import Path
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("errors", "logs", "procfs", "state_dicts", "forkserver")),
+    ("base", ("errors", "logs", "procfs", "state_dicts", "forkserver", "toml_file", "by_value",
+              "protocols", "lifecycle")),
+    ("spec", ("runners.modes", "runners.switch.plan", "runners.switch.search",
+              "runners.switch.detector_spec", "train.straggler", "transport.delay",
+              "checkpoint.interval")),
+    ("config", ("config",)),
     ("maths", ("metrics", "rules")),
     ("data", ("data",)),
     ("model", ("models", "embeddings")),
     ("transport", ("transport",)),
-    ("when", ("runners", "switch_search")),
+    ("when", ("runners",)),
     ("storage", ("checkpoint",)),
-    ("config", ("config",)),
     ("train", ("train",)),
     ("cluster", ("cluster",)),
-    ("surface", ("api", "run", "inference", "export", "evaluation", "cli", "bench",
+    ("surface", ("api", "run", "evaluation", "inference", "switch_search", "cli", "bench",
                  "__init__", "__main__")),
 ]
-RANK = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}
+RANK = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
 LONG_FUNCTION = 80
 
 
@@ -56,20 +69,34 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
+def unit_of(module: str) -> str | None:
+    """The LAYERS entry `module` (a dotted name under shadowsync) belongs to: the longest
+    one that contains it. None when no entry does."""
+    parts = module.split(".")[1:] or ["__init__"]
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in RANK:
+            return name
+    return None
+
+
 def top_part(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def imported_modules(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, bool]]:
-    """(imported shadowsync module, whether the import is inside a function) pairs."""
-    found: list[tuple[str, bool]] = []
+def imported_modules(tree: ast.AST, module: str, is_package: bool,
+                     known: set[str]) -> list[tuple[str, bool, int]]:
+    """(imported shadowsync module, whether the import is inside a function, line) triples.
+    `from shadowsync.pkg import mod` names the module `shadowsync.pkg.mod` when it is one of
+    `known` (the package's modules), else the package."""
+    found: list[tuple[str, bool, int]] = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
             local = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
             if isinstance(child, ast.Import):
-                found.extend((a.name, in_function) for a in child.names
+                found.extend((a.name, in_function, child.lineno) for a in child.names
                              if a.name.split(".")[0] == "shadowsync")
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
@@ -78,7 +105,8 @@ def imported_modules(tree: ast.AST, module: str, is_package: bool) -> list[tuple
                     pkg = pkg[: len(pkg) - child.level + 1]
                     base = ".".join(pkg + ([base] if base else []))
                 if base.split(".")[0] == "shadowsync":
-                    found.append((base, in_function))
+                    subs = {f"{base}.{a.name}" for a in child.names} & known
+                    found.extend((m, in_function, child.lineno) for m in sorted(subs or {base}))
             visit(child, local)
 
     visit(tree, False)
@@ -137,28 +165,38 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     lines: list[str] = []
     counts = {"upward_imports": 0, "package_cycles": 0, "long_functions": 0,
-              "local_imports": 0, "local_imports_outside_bench": 0}
-    package_graph: dict[str, set[str]] = defaultdict(set)
-    for path in sorted(root.rglob("*.py")):
+              "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0}
+    unit_graph: dict[str, set[str]] = defaultdict(set)
+    paths = sorted(root.rglob("*.py"))
+    known = {module_name(root, p) for p in paths}
+    for path in paths:
         module = module_name(root, path)
         tree = ast.parse(path.read_text(), filename=str(path))
-        here = top_part(module)
-        in_bench = here == "bench"
-        for target, local in imported_modules(tree, module, path.name == "__init__.py"):
-            there = top_part(target) if target != "shadowsync" else "__init__"
+        here = unit_of(module)
+        if here is None:
+            counts["unplaced_modules"] += 1
+            lines.append(f"unplaced: {path}: {module} is in no layer")
+        in_bench = top_part(module) == "bench"
+        imports = imported_modules(tree, module, path.name == "__init__.py", known)
+        for target, local, lineno in imports:
+            there = unit_of(target)
             if local:
                 counts["local_imports"] += 1
                 counts["local_imports_outside_bench"] += not in_bench
+                if not in_bench:
+                    lines.append(f"local: {path}:{lineno}: imports {target}")
+            if here is None or there is None:
+                continue
             if there != here and here != "__init__":
-                package_graph[here].add(there)
-            if RANK.get(there, -1) > RANK.get(here, len(LAYERS)):
+                unit_graph[here].add(there)
+            if RANK[there] > RANK[here]:
                 counts["upward_imports"] += 1
-                lines.append(f"upward: {path}: {module} imports {target}")
+                lines.append(f"upward: {path}:{lineno}: {module} imports {target}")
         if not in_bench:
             for name, lineno, n in long_functions(tree):
                 counts["long_functions"] += 1
                 lines.append(f"long: {path}:{lineno}: {name} is {n} lines")
-    for cycle in find_cycles(package_graph):
+    for cycle in find_cycles(unit_graph):
         counts["package_cycles"] += 1
         lines.append("cycle: " + " <-> ".join(cycle))
     return counts, lines

@@ -15,7 +15,7 @@ from __future__ import annotations
 # subpackage is loaded here first, and the function bound after it. `from shadowsync.train.X
 # import Y` is unaffected: it finds the subpackage in sys.modules.
 from shadowsync import train as _train_package  # noqa: F401  (see above)
-from shadowsync.train.stop import install_in_job_process
+from shadowsync.lifecycle.stop import install_in_job_process
 
 # A process of a job takes over Ctrl-C / SIGTERM before it imports anything slow.
 install_in_job_process()

@@ -34,7 +34,7 @@ def load(path: str | Path, model: Callable[..., Any] | None = None) -> TrainedMo
     """The model of a run directory (its newest checkpoint) or of one checkpoint, as a plain
     `torch.nn.Module` on CPU in eval mode. `model`: the factory the run was trained with,
     needed only when it cannot be imported by name (defined in a notebook or `__main__`)."""
-    from shadowsync.checkpoint.evaluate import load_model
+    from shadowsync.train.saved_model import load_model  # start-up cost: torch, on first use
 
     return load_model(path, model, option="path")[1]
 
@@ -47,9 +47,9 @@ def export(checkpoint: str | Path, out: str | Path,
            model: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Write the checkpoint's model as a `torch.export` program to `out` (``.pt2``) and its
     feature schema to ``out.schema.json``; returns what was written, with sizes and times."""
-    import torch
+    import torch  # start-up cost: `import shadowsync` has no torch until it is used
 
-    from shadowsync.checkpoint.evaluate import load_model
+    from shadowsync.train.saved_model import load_model
 
     out = Path(out)
     if out.suffix != EXPORT_SUFFIX:
@@ -92,7 +92,7 @@ def export_program(trained: TrainedModel, name: str) -> Any:
     """`torch.export` of the whole model, the batch dimension (and each multi-hot feature's
     number of ids) left free. Its parameters are constants of the program (no gradients: it
     scores)."""
-    import torch
+    import torch  # start-up cost: `import shadowsync` has no torch until it is used
 
     trained.requires_grad_(False)
     batch = torch.export.Dim("batch", min=1)

@@ -14,14 +14,14 @@ import os
 import sys
 from pathlib import Path
 
+from shadowsync.cluster.job import CONFIG_FILE
+from shadowsync.cluster.parts import resolve
+from shadowsync.cluster.roles import role_main
+from shadowsync.config import add_config_arguments, config_to_toml, load_config
 from shadowsync.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shadowsync.api import CONFIG_FILE
-    from shadowsync.cluster.roles import resolve, role_main
-    from shadowsync.config import add_config_arguments, config_to_toml, load_config
-
     parser = argparse.ArgumentParser(prog="python -m shadowsync.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)

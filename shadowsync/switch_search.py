@@ -11,17 +11,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from shadowsync.api import run
 from shadowsync.config import TrainConfig
+from shadowsync.protocols import Protocol
 from shadowsync.runners.switch import search
 
 
 def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_share: float,
                store_root: str, out: str, progress: bool = True,
                probes: int = search.DEFAULT_PROBES) -> search.SearchResult:
-    from tqdm.auto import tqdm
-
-    from shadowsync.api import run
-    from shadowsync.train.tasks import task_of
+    from shadowsync.train.tasks import task_of  # start-up cost: torch (the CLI imports us)
 
     task = task_of(cfg.task)
     metric = task.metric
@@ -29,7 +30,8 @@ def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_sh
                disable=not progress)
 
     def one(share: float, seed: int) -> float:
-        plan = "bsp" if share >= 1.0 else f"bsp:{share:g},asp"
+        bsp, asp = Protocol.BSP.value, Protocol.ASP.value
+        plan = bsp if share >= 1.0 else f"{bsp}:{share:g},{asp}"
         where = Path(out) / f"share-{share:g}-seed-{seed}"
         if where.exists():
             shutil.rmtree(where)

@@ -22,7 +22,7 @@ from shadowsync.bench.switch import (
     switch_fields,
     time_split,
 )
-from shadowsync.train.attempts import Progress, reset
+from shadowsync.lifecycle.attempts import Progress, reset
 
 
 def _run(variant, repeat, metric, train_s):
@@ -79,7 +79,7 @@ def test_time_split_says_how_much_of_the_runs_was_training():
 
 
 def test_the_slow_link_is_limited_for_the_middle_half_of_the_job_by_its_progress(tmp_path):
-    """`LinkWindow` reads the examples the trainers note (as `train.attempts` writes them)
+    """`LinkWindow` reads the examples the trainers note (as `lifecycle.attempts` writes them)
     and limits the link from a quarter of the job to three quarters, then lifts it."""
     class Hosts:
         def __init__(self):

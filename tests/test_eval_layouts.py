@@ -63,7 +63,7 @@ def held_out_rows(run: Path) -> tuple[np.ndarray, np.ndarray]:
 def test_checkpoint_evaluates_loads_and_exports_as_the_run_scored_it(layout, trained,
                                                                       tmp_path_factory):
     import shadowsync
-    from shadowsync.checkpoint.evaluate import evaluate_checkpoint
+    from shadowsync.evaluation import evaluate_checkpoint
 
     tmp = tmp_path_factory.mktemp(layout)
     out, res = trained(LAYOUTS[layout], timeout=120)

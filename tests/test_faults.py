@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from shadowsync.bench.faults import memory_of, run_faults_bench, soak_data
-from shadowsync.train.attempts import alive, processes
+from shadowsync.lifecycle.attempts import alive, processes
 
 
 @pytest.mark.timeout(400)
@@ -54,7 +54,7 @@ def test_soak_pieces_memory_and_repeated_data(tmp_path):
 
 def test_examples_lost_counts_what_each_failed_attempt_trained_past_the_next_resume(
         tmp_path, monkeypatch):
-    from shadowsync.train import attempts
+    from shadowsync.lifecycle import attempts
 
     attempts.reset(tmp_path)
     noted = {0: (0, [30_000, 28_000]), 1: (40_000, [47_000, 45_000]), 2: (80_000, [100, 0])}

@@ -54,8 +54,8 @@ def data(tmp_path_factory):
 def test_multi_hot_checkpoint_loads_predicts_and_exports_as_eval_scores_it(
         layout, data, tmp_path_factory):
     import shadowsync
-    from shadowsync.checkpoint.evaluate import evaluate_checkpoint
     from shadowsync.errors import UserError
+    from shadowsync.evaluation import evaluate_checkpoint
 
     train, held = data
     tmp = tmp_path_factory.mktemp(layout)

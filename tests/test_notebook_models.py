@@ -97,7 +97,7 @@ result = shadowsync.train(model=build, trainers=2, sync="s-bmuf", embedding_serv
                           eval_points=0, out=sys.argv[1], progress=False, log_level="warning")
 model = result.model()
 rows = torch.zeros(3, 13), torch.zeros(3, 26, dtype=torch.long)
-from shadowsync.checkpoint.evaluate import evaluate_checkpoint
+from shadowsync.evaluation import evaluate_checkpoint
 again = evaluate_checkpoint(sys.argv[1], "synthetic", model=build)["ne"]
 print(json.dumps({"eval_ne": result.summary["eval_ne"], "again": again,
                   "class": type(model.dense_model).__qualname__,

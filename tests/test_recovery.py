@@ -166,8 +166,8 @@ CTRL_C_ITERATIONS = int(os.environ.get("SHADOWSYNC_CTRL_C_ITERATIONS", "2"))
 
 @pytest.mark.timeout(120 + 60 * CTRL_C_ITERATIONS)
 def test_ctrl_c_at_random_moments_leaves_a_checkpoint_and_no_process(tmp_path):
-    from shadowsync.checkpoint.evaluate import load_model
     from shadowsync.checkpoint.store import find_checkpoint
+    from shadowsync.train.saved_model import load_model
 
     rng = random.Random(8)
     for i in range(CTRL_C_ITERATIONS):
@@ -263,7 +263,7 @@ def test_ctrl_c_as_training_ends_does_not_wait_out_the_grace(tmp_path):
     """A Ctrl-C while the job saves, evaluates and leaves after its last step: the processes
     that are done leave at once. They used to wait for the launch agent to collect their
     result, which a stop never does, until STOP_GRACE_S ran out (9.4 s to be gone, here)."""
-    from shadowsync.train.stop import STOP_GRACE_S
+    from shadowsync.lifecycle.stop import STOP_GRACE_S
 
     proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *CLUSTER,
                              "--examples", "20000", "--log-level", "debug",

@@ -50,8 +50,8 @@ def test_uneven_stop_agrees_on_the_last_round():
 _FOLLOWER = """
 import ctypes, os, signal, sys
 from pathlib import Path
-from shadowsync.train.stop import STOP
-from shadowsync.cluster.roles import follow_trainer0
+from shadowsync.lifecycle.stop import STOP
+from shadowsync.cluster.follow import follow_trainer0
 STOP.install(grace_s=1.0, exit_while_starting=True)
 STOP.mark_running()
 follow_trainer0(Path(sys.argv[1]))
@@ -66,7 +66,7 @@ while True:  # in C, as a server waiting in an RPC shutdown: no Python handler r
 def test_after_a_stop_a_process_stays_while_trainer0_saves_and_leaves_when_it_is_gone(tmp_path):
     """Past its own 1 s grace while trainer 0 lives (a save on a loaded machine), then gone
     within a second of trainer 0, with SIGTERM's exit code."""
-    from shadowsync.train.attempts import PIDS, attempts_dir
+    from shadowsync.lifecycle.attempts import PIDS, attempts_dir
 
     trainer0 = subprocess.Popen(["sleep", "30"])
     follower = None
@@ -130,7 +130,7 @@ def test_a_second_signal_while_the_first_sets_the_stop_event_does_not_hang():
     import signal
     import threading
 
-    from shadowsync.train.stop import StopRequest
+    from shadowsync.lifecycle.stop import StopRequest
     from shadowsync.train.trainer import Trainer
 
     trainer = Trainer.__new__(Trainer)  # request_stop needs only these

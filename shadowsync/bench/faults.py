@@ -40,7 +40,7 @@ from typing import Any
 
 from shadowsync.bench.common import print_table, write_bench
 from shadowsync.checkpoint.store import published
-from shadowsync.train import attempts
+from shadowsync.lifecycle import attempts
 
 SIGNALS = {"sigint-resume": signal.SIGINT, "sigterm-resume": signal.SIGTERM}
 KILLS = {"kill-trainer": "trainer1", "kill-worker": "trainer0-worker0",

@@ -68,8 +68,8 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600,
                  watch: Callable[[Path, threading.Event], None] | None = None) -> dict:
     """One job, one process per host; returns trainer 0's summary. `watch(out, done)` runs
     in a thread while the job does, with the trainers noting their examples as they go
-    (`train.attempts`); `done` is set when the job has ended."""
-    from shadowsync.train.attempts import reset
+    (`lifecycle.attempts`); `done` is set when the job has ended."""
+    from shadowsync.lifecycle.attempts import reset
 
     if out.exists():
         shutil.rmtree(out)

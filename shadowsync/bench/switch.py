@@ -253,7 +253,7 @@ class LinkWindow:
         self.changes: list[tuple[float, float | None]] = []  # (progress, rate)
 
     def progress(self, out: Path) -> float:
-        from shadowsync.train.attempts import trained
+        from shadowsync.lifecycle.attempts import trained
 
         return trained(out, 0, self.trainers) / self.examples
 
@@ -290,7 +290,7 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
         netns_unavailable_reason,
         shaping_unavailable_reason,
     )
-    from shadowsync.cluster.roles import layout_of, resolve
+    from shadowsync.cluster.parts import layout_of, resolve
     from shadowsync.transport.rpc import RPC_CHANNELS_ENV
 
     reason = netns_unavailable_reason() or shaping_unavailable_reason()

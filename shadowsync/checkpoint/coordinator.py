@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch.distributed.rpc as rpc
+
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.interval import parse_every
 from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, prune, publish, step_dir
@@ -107,8 +109,6 @@ class Checkpointer:
     def keep_alive(self) -> None:
         """A stop is under way and making progress: this process and the others wait for the
         final save (each extends its stop watchdog); nothing waits for the answers."""
-        import torch.distributed.rpc as rpc
-
         shards.keep_alive()
         for name in self.remote:
             try:
@@ -128,8 +128,6 @@ class Checkpointer:
 
     def save(self, final: bool, reason: str = "",
              best: dict[str, Any] | None = None) -> Path | None:
-        import torch.distributed.rpc as rpc
-
         t0 = time.perf_counter()
         self._last_t = time.monotonic()
         self._count += 1

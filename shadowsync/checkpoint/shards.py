@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+import torch.distributed.rpc as rpc
 
 from shadowsync.checkpoint.store import load_shard, save_shard, space_short
+from shadowsync.lifecycle.stop import STOP, silence_stderr
 from shadowsync.state_dicts import nest, part
-from shadowsync.train.stop import STOP, silence_stderr
 
 
 class Stateful(Protocol):
@@ -116,8 +117,6 @@ def end_job(names: list[str], code: int, quiet: list[str] = (), timeout_s: float
     """Ask the processes called `names` to exit with `code` (a stopped job, saved). First
     every process of `names` and `quiet` (the Hogwild workers, which follow their trainer)
     stops writing to stderr: one leaving would make each of the others print a warning."""
-    import torch.distributed.rpc as rpc
-
     def call_all(fn: Any, targets: list[str], *args: Any) -> None:
         futs = [rpc.rpc_async(n, fn, args=args, timeout=timeout_s) for n in targets]
         for fut in futs:

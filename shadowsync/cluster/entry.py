@@ -6,21 +6,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from shadowsync.train.stop import JOB_PROCESS_ENV, STOP_GRACE_S
+from shadowsync.forkserver import become_job_process
+from shadowsync.lifecycle.stop import (
+    JOB_PROCESS_ENV,
+    STOP,
+    STOP_GRACE_S,
+    install_in_job_process,
+)
 
 __all__ = ["JOB_PROCESS_ENV", "STOP_GRACE_S", "process_main"]
 
 
 def process_main(cfg: Any, environment: dict[str, str] | None = None) -> None:
     """`environment`: the launcher's, for a process forked from the fork server."""
-    from shadowsync.train.stop import STOP, install_in_job_process
-
     if environment is not None:
-        from shadowsync.forkserver import become_job_process
-
         become_job_process(environment)
         install_in_job_process()  # the environment says so only now
     STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)  # done on import, normally
+    # Start-up cost: the launcher imports this module but never runs a role; the process
+    # imports the roles (RPC, servers, the trainer) only after it has taken over signals.
     from shadowsync.cluster.roles import role_main
 
     role_main(cfg)

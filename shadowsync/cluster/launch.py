@@ -14,12 +14,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync import forkserver
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+import shadowsync.forkserver as forkserver
+from shadowsync.checkpoint.store import published
 from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main
-from shadowsync.cluster.roles import first_error, layout_of
+from shadowsync.cluster.failures import first_error, job_error
+from shadowsync.cluster.parts import layout_of
 from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
-from shadowsync.train.stop import Interrupted
+from shadowsync.lifecycle import attempts
+from shadowsync.lifecycle.stop import Interrupted
+from shadowsync.train.trainer import resumable
 from shadowsync.transport import shm
 
 log = logging.getLogger(__name__)
@@ -50,8 +58,6 @@ def choose_port(cfg: TrainConfig) -> TrainConfig:
 
 def stop_checkpoint(out: Path) -> str | None:
     """The newest checkpoint of the run in `out`, if any."""
-    from shadowsync.checkpoint.store import published
-
     found = published(out)
     return str(found[-1]) if found else None
 
@@ -68,17 +74,12 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
     `cfg` is resolved, its output directory exists and its data is converted (every process
     opens it), and its port is chosen (`choose_port`).
     """
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     out = Path(cfg.output.dir or ".")
     layout = layout_of(cfg.cluster)
     port = cfg.cluster.port
     log.info("starting %d processes: %d embedding server(s), %d dense server(s), "
              "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,
              layout.dense_servers, layout.trainers, layout.workers)
-    from shadowsync.train import attempts
-    from shadowsync.train.trainer import resumable
-
     # A restarted attempt resumes from the newest checkpoint, which only some modes can.
     restarts = cfg.checkpoint.max_restarts if resumable(cfg) else 0
     attempts.reset(out)
@@ -88,8 +89,6 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         rdzv_endpoint=f"{cfg.cluster.addr}:{port}", max_restarts=restarts, monitor_interval=0.2,
         start_method="forkserver", local_addr=cfg.cluster.addr,
     )
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     # The agent logs each step of a shutdown on SIGINT / SIGTERM; one line from us says it all.
     # Its failure reports repeat, with a traceback, what error.txt says in one line.
@@ -102,7 +101,11 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         elastic_launch(launch, process_main)(cfg, forkserver.job_environment())
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
         raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
-    except Exception as e:  # ChildFailedError and friends: say which role failed and why
+    except ChildFailedError as e:  # say which role failed and why, as the type it was
+        statuses = [f.exitcode for f in e.failures.values()]
+        line = first_error(out, restarts) or f"the job failed: {_first_words(str(e))}"
+        raise job_error(line, statuses) from None
+    except Exception as e:  # the agent itself failed
         line = first_error(out, restarts)
         raise UserError(line or f"the job failed: {_first_words(str(e))}") from None
     finally:
@@ -111,5 +114,5 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
         for path in shm.remove_left_by(gone):
             log.info("removed %s, left by a process of the job that was killed", path)
     if attempts.restart_refused(out):  # a restarted attempt ended at once: report why
-        raise UserError(first_error(out, restarts) or "the job failed")
+        raise job_error(first_error(out, restarts), [attempts.refused_status(out)])
     return json.loads((out / "summary.json").read_text(encoding="utf-8"))

@@ -6,9 +6,9 @@ from typing import Any
 
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
-from shadowsync.train.replica import run_replica
+from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
 from shadowsync.train.tasks import task_of
-from shadowsync.train.trainer import DataPlan, Features
+from shadowsync.train.trainer import DataPlan, Features, build_dense_model
 
 
 def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
@@ -17,13 +17,18 @@ def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
 
 
 def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, Any]:
-    """Train in this process (its Hogwild workers are child processes); `cfg.out` exists."""
+    """Train in this process (its Hogwild workers are child processes); `cfg.out` exists.
+    The parts, in order: the data (`plan`, opened by the caller), the dense model, the
+    tables (local, in shared memory), no sync runner, the checkpointer, the trainer."""
     # The workers are forked from a server that is likely still importing torch (it started
     # with this process): meanwhile, import what the evaluations need, which would otherwise
     # wait until the first evaluation (after training, with --eval-points 0).
     task_of(cfg.task).prepare_evaluation()
-    if cfg.data.val_share > 0:  # best models are saved while training (see roles._run_role)
-        import torch.distributed.checkpoint  # noqa: F401
-    summary = run_replica(cfg, plan, local_tables(cfg, plan.features))
+    if cfg.data.val_share > 0:  # best models are saved while training (see roles.run_role)
+        import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
+    model = build_dense_model(cfg, plan.features)
+    tables = local_tables(cfg, plan.features)
+    checkpointer = make_checkpointer(cfg, plan, remote=[])
+    summary = run_replica(build_replica(cfg, plan, tables, model, None, checkpointer))
     assert summary is not None  # the only trainer is trainer 0
     return summary

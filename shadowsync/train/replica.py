@@ -12,25 +12,26 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
 
 from shadowsync.checkpoint import shards
+from shadowsync.checkpoint.coordinator import Checkpointer
+from shadowsync.checkpoint.interval import parse_every
+from shadowsync.checkpoint.store import read_manifest
 from shadowsync.config import TrainConfig, config_to_toml
-from shadowsync.train import attempts
+from shadowsync.lifecycle import attempts
+from shadowsync.lifecycle.stop import STOP, Interrupted, silence_stderr
+from shadowsync.metrics import evaluate_predictions
+from shadowsync.runners.switch.overhead import switch_overhead
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
+from shadowsync.train.saved_model import load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
-from shadowsync.train.stop import STOP, Interrupted, silence_stderr
-from shadowsync.train.trainer import (
-    DataPlan,
-    Trainer,
-    build_dense_model,
-    resumable,
-    resumes_aligned,
-)
+from shadowsync.train.trainer import DataPlan, Trainer, resumable, resumes_aligned
 from shadowsync.transport.layout import ClusterLayout
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,6 @@ def _in_notebook() -> bool:
 
 
 def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
-
     return tqdm(total=total, unit="ex", unit_scale=True, disable=not enabled, desc=desc,
                 dynamic_ncols=True)
 
@@ -76,11 +75,9 @@ def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Any,
     return slots, parts
 
 
-def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> Any:
+def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
+                      remote: list[str]) -> Checkpointer | None:
     """Trainer 0's checkpointer; None with `--checkpoint-every never`."""
-    from shadowsync.checkpoint.coordinator import Checkpointer
-    from shadowsync.checkpoint.interval import parse_every
-
     if parse_every(cfg.checkpoint.every)[0] == "never":
         return None
 
@@ -102,21 +99,34 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan, remote: list[str]) -> An
                         aligned=resumes_aligned(cfg))
 
 
-def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
-                model: torch.nn.Module | None = None, runner: Any = None,
-                gather: Callable[[Any], list[Any]] | None = None,
-                remote_shards: list[str] | None = None,
-                followers: list[str] | None = None) -> dict[str, Any] | None:
-    """Train this replica; returns the summary on trainer 0 (which writes it), else None.
+@dataclass
+class Replica:
+    """One trainer's parts, built (`build_replica`) and resumed, ready to train."""
 
-    `gather(item)` returns every trainer's item, this one's included (default: only this one).
-    `remote_shards`: RPC names of the other processes that save a checkpoint shard;
-    `followers`: those of the job's Hogwild workers (told to be quiet when a stop ends the job).
-    With `cfg.resume`, every part starts from that checkpoint. On SIGINT / SIGTERM the
-    workers stop, trainer 0 saves a final checkpoint and `Interrupted` is raised.
-    """
+    cfg: TrainConfig
+    plan: DataPlan
+    trainer: Trainer
+    runner: Any
+    checkpointer: Any
+    metrics: MetricsLog
+    bar: Any
+    resumed: dict[str, Any]
+
+    @property
+    def lead(self) -> bool:
+        return self.trainer.index == 0
+
+    @property
+    def out(self) -> Path:
+        return Path(self.cfg.output.dir or ".")
+
+
+def build_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, model: torch.nn.Module,
+                  runner: Any, checkpointer: Any, *, index: int = 0) -> Replica:
+    """The trainer over its built parts: what it saves registered for checkpoints and, with
+    `cfg.resume`, loaded from that checkpoint; its metrics log, progress bar and the note of
+    its progress (--max-restarts). `checkpointer`: trainer 0's (`make_checkpointer`) or None."""
     out = Path(cfg.output.dir or ".")
-    model = model if model is not None else build_dense_model(cfg, plan.features)
     slots, parts = checkpoint_components(cfg, model, runner, tables)
     shard = ClusterLayout.trainer_name(index)
     for name, part in parts.items():
@@ -126,13 +136,12 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
         shards.load_here(Path(cfg.checkpoint.resume), shard, parts, f"trainer {index}")
         if resumes_aligned(cfg) and resumed.get("aligned_at") is not None:
             slots.align(resumed["aligned_at"])
-    metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and index == 0)
     lead = index == 0
+    metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and lead)
     desc = "train" if cfg.cluster.trainers == 1 else f"trainer 0 (of {cfg.cluster.trainers})"
-    bar = progress_bar(plan.train_stop // cfg.cluster.trainers, desc, lead
-                       and progress_enabled(cfg))
+    bar = progress_bar(plan.train_stop // cfg.cluster.trainers, desc,
+                       lead and progress_enabled(cfg))
     trainer_cfg = cfg if lead else replace(cfg, eval_points=0)  # trainer 0 evaluates for all
-    checkpointer = make_checkpointer(cfg, plan, remote_shards or []) if lead else None
     progress = attempts.Progress(out, index)
     trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
                       log=metrics, progress=bar, slots=slots, checkpointer=checkpointer,
@@ -145,6 +154,44 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
         if progress.enabled:  # every trainer's progress is known: count the job's examples
             checkpointer.job_examples = lambda mine: mine + progress.others(cfg.cluster.trainers)
     bar.update(trainer.stats.examples)
+    return Replica(cfg, plan, trainer, runner, checkpointer, metrics, bar, resumed)
+
+
+def run_replica(replica: Replica, *, gather: Callable[[Any], list[Any]] | None = None,
+                remote_shards: list[str] | None = None,
+                followers: list[str] | None = None) -> dict[str, Any] | None:
+    """Train this replica; returns the summary on trainer 0 (which writes it), else None.
+
+    `gather(item)` returns every trainer's item, this one's included (default: only this one).
+    `remote_shards`: RPC names of the other processes that save a checkpoint shard;
+    `followers`: those of the job's Hogwild workers (told to be quiet when a stop ends the job).
+    On SIGINT / SIGTERM the workers stop, trainer 0 saves a final checkpoint and
+    `Interrupted` is raised.
+    """
+    stats = train_until_done(replica)
+    everyone, saved, final, best = finish_training(replica, stats, gather)
+    trainer = replica.trainer
+    stopped = trainer.stop_signal
+    if stopped and replica.lead and remote_shards:
+        # Saved: end every process now rather than through RPC's graceful shutdown (a
+        # barrier over the whole job that took seconds); workers follow their trainer.
+        shards.end_job(remote_shards, 128 + stopped, quiet=followers or [])
+        silence_stderr()
+    else:
+        trainer.close()
+    if not replica.lead:
+        replica.metrics.close()
+        return None
+    if stopped:
+        replica.metrics.close()
+        raise Interrupted(stopped, str(saved) if saved else None)
+    assert final is not None
+    return write_run_summary(replica, stats, everyone, saved, final, best)
+
+
+def train_until_done(replica: Replica) -> Any:
+    """Run the trainer to the end of its data (or a stop), Ctrl-C / SIGTERM asking it to stop."""
+    trainer = replica.trainer
     local_signals = STOP.install() if not STOP.installed else False  # a local run
     STOP.subscribe(trainer.request_stop)
     try:
@@ -153,53 +200,53 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
         STOP.unsubscribe(trainer.request_stop)
         if local_signals:
             STOP.uninstall()
-    bar.close()
-    log.debug("trainer %d: %d examples in %.1fs", index, stats.examples, stats.wall_s)
-    if trainer.stop_signal and checkpointer is not None:  # its workers and sync have stopped
-        checkpointer.keep_alive()
+    replica.bar.close()
+    log.debug("trainer %d: %d examples in %.1fs", trainer.index, stats.examples, stats.wall_s)
+    if trainer.stop_signal and replica.checkpointer is not None:  # workers and sync stopped
+        replica.checkpointer.keep_alive()
+    return stats
+
+
+def finish_training(replica: Replica, stats: Any, gather: Callable[[Any], list[Any]] | None
+                    ) -> tuple[list[Any], Any, dict[str, float] | None, dict[str, float] | None]:
+    """After the last step: every trainer's statistics, the final checkpoint, and trainer 0's
+    final evaluation (of the last model and of the best checkpoint, with --val-share)."""
+    runner, trainer = replica.runner, replica.trainer
     sync_metrics = runner.final_metrics() if runner else {}
     everyone = gather((stats, sync_metrics)) if gather else [(stats, sync_metrics)]
     if runner:
         runner.after_training()  # e.g. load the servers' final parameters
     stopped = trainer.stop_signal
     saved = None
-    if checkpointer is not None:
-        saved = final_save(checkpointer, stopped)
-    final = trainer.final_eval() if lead and not stopped else None
-    best_final = best_eval(trainer) if final is not None else None
+    if replica.checkpointer is not None:
+        saved = final_save(replica.checkpointer, stopped)
+    final = trainer.final_eval() if replica.lead and not stopped else None
+    best = best_eval(trainer) if final is not None else None
+    return everyone, saved, final, best
+
+
+def write_run_summary(replica: Replica, stats: Any, everyone: list[Any], saved: Any,
+                      final: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+    """Trainer 0: the run's summary.json, its last metrics row and the NE plot."""
+    cfg, trainer, runner, out = replica.cfg, replica.trainer, replica.runner, replica.out
     train_metric = trainer.running.value
-    if stopped and lead and remote_shards:
-        # Saved: end every process now rather than through RPC's graceful shutdown (a
-        # barrier over the whole job that took seconds); workers follow their trainer.
-        shards.end_job(remote_shards, 128 + stopped, quiet=followers or [])
-        silence_stderr()
-    else:
-        trainer.close()
-    if not lead:
-        metrics.close()
-        return None
-    if stopped:
-        metrics.close()
-        raise Interrupted(stopped, str(saved) if saved else None)
-    assert final is not None
     all_stats = [s for s, _ in everyone]
     wall = max(s.wall_s for s in all_stats)
-    summary = summarize(cfg, plan, all_stats, final, train_metric, wall)
+    summary = summarize(cfg, replica.plan, all_stats, final, train_metric, wall)
     summary.update(sync_summary(everyone, all_stats, runner))
     if runner:
         summary.update(runner.summarize([m for _, m in everyone]))
     if "switches" in summary:
-        from shadowsync.runners.switch.overhead import switch_overhead
-
         summary["switch_overhead"] = switch_overhead(summary["switches"], summary["train_s"])
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
     # --max-restarts: attempts the job was restarted, examples trained again because of them
     summary["restarts"] = attempts.attempt()
     summary["examples_lost"] = attempts.examples_lost(out, cfg.cluster.trainers)
-    summary.update(resumed)
+    summary.update(replica.resumed)
     resumed_eps(summary)
-    summary.update(selection_summary(trainer, final, best_final))
+    summary.update(selection_summary(trainer, final, best))
+    metrics = replica.metrics
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
                    "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,
                    f"eval_{trainer.task.metric}": final[trainer.task.metric]})
@@ -207,8 +254,8 @@ def run_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0
     write_summary(out, summary)
     xlabel = ("training examples" if cfg.cluster.trainers == 1
               else f"training examples of trainer 0 (of {cfg.cluster.trainers})")
-    plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0], plan.teacher_eval_ne,
-            xlabel=xlabel)
+    plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0],
+            replica.plan.teacher_eval_ne, xlabel=xlabel)
     return summary
 
 
@@ -216,9 +263,6 @@ def best_eval(trainer: Trainer) -> dict[str, float] | None:
     """--val-share: the best checkpoint's metrics on the held-out rows (None: none kept)."""
     if trainer.best_checkpoint is None:
         return None
-    from shadowsync.checkpoint.evaluate import load_model, score
-    from shadowsync.metrics import evaluate_predictions
-
     factory = trainer.cfg.model.name if callable(trainer.cfg.model.name) else None
     _, trained, _ = load_model(Path(trainer.best_checkpoint), factory)
     p = trainer.plan
@@ -263,8 +307,6 @@ def resume_summary(cfg: TrainConfig) -> dict[str, Any]:
     """Where a resumed run came from and what it trained twice."""
     if not cfg.checkpoint.resume:
         return {}
-    from shadowsync.checkpoint.store import read_manifest
-
     manifest = read_manifest(Path(cfg.checkpoint.resume), "--resume")
     out = {"resumed_from": cfg.checkpoint.resume, "resumed_examples": manifest["examples"],
            "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}

@@ -11,6 +11,7 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,9 @@ import torch
 
 from shadowsync.data.dataset import EpochOrder, batches, num_batches
 from shadowsync.errors import failure_line
-from shadowsync.runners.base import WorkerHook
-from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
-from shadowsync.train.attempts import note_process
-from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.stop import (
+from shadowsync.lifecycle.attempts import note_process
+from shadowsync.lifecycle.exits import TrainingDiverged
+from shadowsync.lifecycle.stop import (
     SIGNALS,
     STOP,
     silence_stderr,
@@ -31,6 +30,9 @@ from shadowsync.train.stop import (
     watch_parent,
     watch_signals,
 )
+from shadowsync.runners.base import WorkerHook
+from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import task_of
 
@@ -107,10 +109,6 @@ def stop_on_signals(spec: WorkerSpec) -> threading.Event:
     return local
 
 
-class TrainingDiverged(RuntimeError):
-    pass
-
-
 # Mean loss per example above which training has exploded: far beyond any loss a model that
 # learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
 # Steps between a worker's looks for --lr-decay-on-plateau's flag (a file's stat each).
@@ -159,11 +157,28 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
     note_process(f"trainer{spec.trainer}-worker{spec.worker}")
     watch_parent()
     stopped = stop_on_signals(spec)
-
-    def stopping() -> bool:
-        return spec.stop is not None and (spec.stop.is_set() or stopped.is_set())
-
     try:
+        run = WorkerRun(spec, shared_model, tables, hook, stopped)
+        # Start together: process start-up (importing torch, joining RPC) is not training.
+        ready.wait()
+        run.train(queue)
+        run.finish(queue)
+    except TrainingDiverged as e:
+        queue.put(WorkerFailed(spec.trainer, spec.worker, str(e), diverged=True))
+    except Exception as e:  # report any failure to the trainer instead of dying silently
+        queue.put(WorkerFailed(spec.trainer, spec.worker,
+                               f"worker {spec.worker} of trainer {spec.trainer} failed: "
+                               f"{failure_line(e)}"))
+
+
+class WorkerRun:
+    """One worker's training, in phases: open its data, model and optimizer (`__init__`),
+    train step after step (`train`), then settle and say it is done (`finish`)."""
+
+    def __init__(self, spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any,
+                 hook: WorkerHook, stopped: threading.Event) -> None:
+        self.spec, self.shared_model, self.tables, self.hook = spec, shared_model, tables, hook
+        self.stopped = stopped
         torch.set_num_threads(1)
         torch.manual_seed(spec.seed * 1000 + spec.trainer * 100 + spec.worker)
         # While the job meets, a Ctrl-C ends its other processes at once, and TensorPipe here
@@ -172,109 +187,131 @@ def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, qu
         with stderr_silenced():
             tables.attach(f"trainer{spec.trainer}-worker{spec.worker}")
         d = spec.data
-        task = task_of(d.task)
-        data = task.open_data(d.path, d.examples, d.seed, d.skip_bad_lines)
-        planned = len(range(d.shard, num_batches(d.start, d.stop, spec.batch_size),
-                            d.num_shards))
-        model = hook.prepare(shared_model, spec.trainer, spec.worker, steps=planned)
-        opt = make_dense_optimizer(spec.optimizer, model.parameters(), spec.lr)
+        self.task = task_of(d.task)
+        self.data = self.task.open_data(d.path, d.examples, d.seed, d.skip_bad_lines)
+        self.planned = len(range(d.shard, num_batches(d.start, d.stop, spec.batch_size),
+                                 d.num_shards))
+        self.model = hook.prepare(shared_model, spec.trainer, spec.worker, steps=self.planned)
+        opt = make_dense_optimizer(spec.optimizer, self.model.parameters(), spec.lr)
         if spec.slots is not None:
             spec.slots.attach_optimizer(spec.worker, opt)
             hook.attach_slots(spec.slots, spec.start_step)
-        schedule = spec.schedule.over(planned)
-        lr_steps = schedule.attach(opt, spec.start_step)
-        decay_flag = Path(spec.decay_flag) if spec.decay_flag else None
-        opt = hook.wrap_optimizer(opt)
-        n = loss_sum = label_sum = 0.0
-        blocked = 0.0
-        step_s: list[float] = []
-        steps = spec.start_step
-        # Start together: process start-up (importing torch, joining RPC) is not training.
-        ready.wait()
-        t_start = time.time()  # wall clock, comparable across the trainer's processes
-        t_report = t_step = time.perf_counter()
-        pace = spec.straggler.pace(spec.trainer) if spec.straggler is not None else None
-        # A resumed worker skips the steps its position counts; one whose data wrapped
-        # around (a fast worker under ASP) skips them within the pass it was in.
-        skip = [spec.start_step % planned if hook.endless_data and planned
+        self.schedule = spec.schedule.over(self.planned)
+        self.lr_steps = self.schedule.attach(opt, spec.start_step)
+        self.decay_flag = Path(spec.decay_flag) if spec.decay_flag else None
+        self.opt = hook.wrap_optimizer(opt)
+        self.steps = spec.start_step
+        self._clear_counts()
+
+    def stopping(self) -> bool:
+        spec = self.spec
+        return spec.stop is not None and (spec.stop.is_set() or self.stopped.is_set())
+
+    def _clear_counts(self) -> None:
+        self.n = self.loss_sum = self.label_sum = self.blocked = 0.0
+        self.step_s: list[float] = []
+
+    def report(self, now: float) -> WorkerReport:
+        spec = self.spec
+        return WorkerReport(spec.trainer, spec.worker, int(self.n), self.loss_sum,
+                            self.label_sum, now - self.t_report, self.blocked, self.step_s,
+                            self.hook.report())
+
+    def stream(self) -> Iterator[Any]:
+        """The worker's batches: one pass over its shard, or pass after pass for runners that
+        end training themselves. A resumed worker skips the steps its position counts; one
+        whose data wrapped around (a fast worker under ASP) skips them within its pass."""
+        spec, d, hook = self.spec, self.spec.data, self.hook
+        skip = [spec.start_step % self.planned if hook.endless_data and self.planned
                 else spec.start_step]
         order = EpochOrder(d.epoch_rows, d.seed) if d.epoch_rows else None
 
         def one_pass() -> Any:
             first, skip[0] = skip[0], 0
-            return batches(data, d.start, d.stop, spec.batch_size, shard=d.shard,
+            return batches(self.data, d.start, d.stop, spec.batch_size, shard=d.shard,
                            num_shards=d.num_shards, table_size=spec.table_size, skip=first,
                            order=order)
 
-        stream = endless(one_pass) if hook.endless_data else one_pass()
+        return endless(one_pass) if hook.endless_data else one_pass()
+
+    def train(self, queue: Any) -> None:
+        """Step until the data, the runner or a stop ends it, reporting every few steps."""
+        spec, hook, tables = self.spec, self.hook, self.tables
+        self.t_start = time.time()  # wall clock, comparable across the trainer's processes
+        self.t_report = self.t_step = time.perf_counter()
+        self.pace = spec.straggler.pace(spec.trainer) if spec.straggler is not None else None
+        stream = self.stream()
         batch = next(stream, None)
         vectors = tables.lookup(batch[1]) if batch is not None else None
-
-        def report(now: float) -> WorkerReport:
-            return WorkerReport(spec.trainer, spec.worker, int(n), loss_sum, label_sum,
-                                now - t_report, blocked, step_s, hook.report())
-
         while batch is not None:
-            if steps == spec.poison_at_step:
-                poison(model)
             dense, ids, labels = batch
-            vectors.requires_grad_()
-            logits = model(dense, vectors)
-            loss = task.loss_sum(logits, labels)
-            lv = loss.item()
-            check_loss(lv, len(labels), spec, steps * spec.batch_size, hook.where())
-            opt.zero_grad(set_to_none=True)
-            (loss / len(labels)).backward()
-            opt.step()
-            lr_steps.step()
-            if (decay_flag is not None and steps % PLATEAU_LOOK_EVERY == 0
-                    and decay_flag.exists()):
-                schedule, decay_flag = schedule.decaying_from(steps), None
-                lr_steps = schedule.attach(lr_steps.optimizer, steps + 1)
-            stop = hook.agree_stop(stopping())  # every step: lockstep hooks count the calls
+            lv = self.forward_backward(dense, vectors, labels)
+            stop = hook.agree_stop(self.stopping())  # every step: lockstep hooks count calls
             batch = next(stream, None) if not (hook.finished() or stop) else None
             # One round trip: this step's embedding gradients out, the next step's rows in.
             grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
             vectors = tables.update_and_lookup(ids, grad,
                                                batch[1] if batch is not None else None,
-                                               lr_scale=schedule.embedding(steps))
+                                               lr_scale=self.schedule.embedding(self.steps))
             if not hook.step_taken():  # released unapplied by a stop: not trained
                 continue
-            n += len(labels)
-            loss_sum += lv
-            label_sum += float(labels.sum())
-            steps += 1
-            if spec.slots is not None:
-                spec.slots.advance(spec.worker, steps)
-            waited = hook.step()
-            blocked += waited
+            self.count_step(len(labels), lv, float(labels.sum()), queue)
+        queue.put(self.report(time.perf_counter()))
+
+    def forward_backward(self, dense: torch.Tensor, vectors: torch.Tensor,
+                         labels: torch.Tensor) -> float:
+        """One dense step on the looked-up rows; returns the batch's summed loss."""
+        spec, steps = self.spec, self.steps
+        if steps == spec.poison_at_step:
+            poison(self.model)
+        vectors.requires_grad_()
+        loss = self.task.loss_sum(self.model(dense, vectors), labels)
+        lv = loss.item()
+        check_loss(lv, len(labels), spec, steps * spec.batch_size, self.hook.where())
+        self.opt.zero_grad(set_to_none=True)
+        (loss / len(labels)).backward()
+        self.opt.step()
+        self.lr_steps.step()
+        if (self.decay_flag is not None and steps % PLATEAU_LOOK_EVERY == 0
+                and self.decay_flag.exists()):
+            self.schedule, self.decay_flag = self.schedule.decaying_from(steps), None
+            self.lr_steps = self.schedule.attach(self.lr_steps.optimizer, steps + 1)
+        return lv
+
+    def count_step(self, examples: int, loss: float, labels: float, queue: Any) -> None:
+        """A step taken: count it, let the runner act (it may block), pace a straggler, and
+        report every `report_every` steps."""
+        spec = self.spec
+        self.n += examples
+        self.loss_sum += loss
+        self.label_sum += labels
+        self.steps += 1
+        if spec.slots is not None:
+            spec.slots.advance(spec.worker, self.steps)
+        self.blocked += self.hook.step()
+        now = time.perf_counter()
+        if self.pace is not None:
+            done = self.steps / self.planned if self.planned else 1.0
+            at = spec.straggler.at(time.time() - self.t_start, self.hook.progress(done))
+            self.pace.sleep_after_step(at, now - self.t_step)
             now = time.perf_counter()
-            if pace is not None:
-                at = spec.straggler.at(time.time() - t_start,
-                                       hook.progress(steps / planned if planned else 1.0))
-                pace.sleep_after_step(at, now - t_step)
-                now = time.perf_counter()
-            step_s.append(now - t_step)
-            t_step = now
-            if steps % spec.report_every == 0:
-                queue.put(report(now))
-                n = loss_sum = label_sum = blocked = 0.0
-                step_s = []
-                t_report = now
-        queue.put(report(time.perf_counter()))
-        hook.finish(shared_model, model)
-        flush = getattr(tables, "flush", None)
+        self.step_s.append(now - self.t_step)
+        self.t_step = now
+        if self.steps % spec.report_every == 0:
+            queue.put(self.report(now))
+            self._clear_counts()
+            self.t_report = now
+
+    def finish(self, queue: Any) -> None:
+        """Hand the model back, settle the embedding pushes and the position, say done."""
+        spec = self.spec
+        self.hook.finish(self.shared_model, self.model)
+        flush = getattr(self.tables, "flush", None)
         if flush is not None:
             flush()  # every push applied: the position below is exact
         if spec.slots is not None:
-            spec.slots.advance(spec.worker, steps, settled=True)
-        queue.put(WorkerDone(spec.trainer, spec.worker, t_start, time.time()))
-        if stopping():  # the job ends on a signal: processes vanish without saying goodbye
+            spec.slots.advance(spec.worker, self.steps, settled=True)
+        queue.put(WorkerDone(spec.trainer, spec.worker, self.t_start, time.time()))
+        if self.stopping():  # the job ends on a signal: processes vanish without goodbye
             silence_stderr()
-        tables.detach()  # with remote tables: waits until the whole job shuts down
-    except TrainingDiverged as e:
-        queue.put(WorkerFailed(spec.trainer, spec.worker, str(e), diverged=True))
-    except Exception as e:  # report any failure to the trainer instead of dying silently
-        queue.put(WorkerFailed(spec.trainer, spec.worker,
-                               f"worker {spec.worker} of trainer {spec.trainer} failed: "
-                               f"{failure_line(e)}"))
+        self.tables.detach()  # with remote tables: waits until the whole job shuts down

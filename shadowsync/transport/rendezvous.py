@@ -23,12 +23,14 @@ from urllib.parse import parse_qsl, urlparse
 import torch.distributed as dist
 from torch.distributed.rendezvous import register_rendezvous_handler
 
+from shadowsync.lifecycle import attempts
+
 SCHEME = "shadowsync"
 
 
 def attempt() -> int:
     """How many times the agent restarted this job before starting this process."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return attempts.attempt()
 
 
 def agent_store() -> bool:

@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
-from shadowsync.config import TrainConfig
+from shadowsync.lifecycle.exits import EXIT_USER
 from shadowsync.procfs import stat_fields
-from shadowsync.transport.rendezvous import attempt
 
 ATTEMPTS_DIR = ".attempts"
 REFUSED = "no-restart"
 PIDS = "pids"  # "ATTEMPT NAME PID" a line, for whoever watches or kills the job's processes
 PIDS_ENV = "SHADOWSYNC_PIDS_FILE"
+
+
+def attempt() -> int:
+    """How many times the agent restarted this job before starting this process."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def attempts_dir(out: Path) -> Path:
@@ -41,17 +44,6 @@ def reset(out: Path) -> None:
     """A new launch: forget the attempts of earlier launches in this run directory."""
     shutil.rmtree(attempts_dir(out), ignore_errors=True)
     attempts_dir(out).mkdir(parents=True, exist_ok=True)
-
-
-def after_restart(cfg: TrainConfig) -> TrainConfig:
-    """In a restarted attempt, `cfg` resuming from the run's newest published checkpoint (or
-    from the start if it has none yet)."""
-    from shadowsync.checkpoint.store import published
-
-    if attempt() == 0 or not cfg.output.dir:
-        return cfg
-    found = published(Path(cfg.output.dir))
-    return replace(cfg, resume=str(found[-1]) if found else None)
 
 
 def note_process(name: str, out: Path | None = None) -> None:
@@ -100,15 +92,24 @@ class PeerWatch:
                      if a == mine and pid != self.me and not alive(pid)), None)
 
 
-def refuse_restart(out: Path) -> None:
+def refuse_restart(out: Path, status: int = EXIT_USER) -> None:
     """A process failed in a way a restart would repeat (bad input, divergence): the
-    processes of a restarted attempt end at once, and the launcher reports the error."""
+    processes of a restarted attempt end at once, and the launcher reports the error.
+    `status`: the process's exit status (`exits`), which says what kind of failure it was."""
     if attempts_dir(out).is_dir():
-        (attempts_dir(out) / REFUSED).touch()
+        (attempts_dir(out) / REFUSED).write_text(str(status), encoding="ascii")
 
 
 def restart_refused(out: Path) -> bool:
     return (attempts_dir(out) / REFUSED).exists()
+
+
+def refused_status(out: Path) -> int | None:
+    """The exit status of the failure that refused restarts (None: none did)."""
+    try:
+        return int((attempts_dir(out) / REFUSED).read_text(encoding="ascii") or EXIT_USER)
+    except FileNotFoundError:
+        return None
 
 
 def _write(path: Path, value: int) -> None:

@@ -1,4 +1,4 @@
-"""A checkpoint's model read back whole, and `shadowsync eval`, which scores it on any data.
+"""A checkpoint's model read back whole (`load_model`), and its predictions (`score`).
 
 Where each part of the model is in a checkpoint step directory (docs/model-export.md says the
 same for users):
@@ -34,8 +34,13 @@ from shadowsync.checkpoint.store import (
     read_manifest,
     saved_config,
 )
+from shadowsync.data.dataset import predict_rows, resolve, sparse_features
 from shadowsync.errors import UserError
 from shadowsync.models.trained import SparseFeature, TrainedModel
+from shadowsync.runners.protocol import KEY, load_flat
+from shadowsync.train.trainer import Features, build_dense_model, features_of
+from shadowsync.transport.servers.dense import TRAINED
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
 
 def feature_names(num_tables: int) -> list[str]:
@@ -50,8 +55,6 @@ def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
     headers while they are still there, else single-id features C1..CT."""
     specs = manifest.get("sparse_features")
     if specs is None and cfg.data.path != "synthetic" and Path(cfg.data.path).exists():
-        from shadowsync.data.dataset import resolve, sparse_features
-
         try:
             specs = sparse_features(resolve(cfg.data.path, cfg.data.schema), num_tables)
         except (UserError, OSError):
@@ -61,24 +64,6 @@ def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
     return [SparseFeature(str(s["name"]), bool(s.get("multi_hot", False)),
                           str(s.get("pooling", "sum")), bool(s.get("weighted", False)))
             for s in specs]
-
-
-def _trained_layout(path: str, schema: str | None) -> str | None:
-    """How the training data's ids were pooled, when those data are still there to say."""
-    from shadowsync.data.dataset import resolve, sparse_layout
-
-    try:
-        return sparse_layout(resolve(path, schema)) if Path(path).is_dir() else None
-    except (UserError, OSError):
-        return None
-
-
-def _model_layout(trained: TrainedModel) -> str:
-    """`CtrData.sparse_layout` of the data the model was trained on, from its features."""
-    from shadowsync.data.dataset import layout
-
-    return layout(trained.num_single, [(f.name, f.weighted, f.pooling)
-                                       for f in trained.multi_hot])
 
 
 def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
@@ -94,8 +79,6 @@ def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
     if cfg.cluster.embedding_transport == "unshared":
         raise UserError(f"checkpoint {step}: --embedding-transport unshared kept a private "
                         "copy of the tables in each trainer, and those were not saved")
-    from shadowsync.transport.servers.embedding import ShardingPlan
-
     plan = ShardingPlan(len(servers), table_rows, cfg.cluster.row_split_limit)
     held = []
     for i, name in enumerate(servers):
@@ -109,9 +92,6 @@ def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
 
 def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
     """The dense parameters trained on the dense servers (bsp, asp, switch), or None."""
-    from shadowsync.runners.protocol import KEY
-    from shadowsync.transport.servers.dense import TRAINED
-
     names = sorted((s for s in manifest.get("shards", []) if s.startswith("dense")),
                    key=lambda s: int(s[5:]))
     key = f"state/{TRAINED}{KEY}/params"
@@ -123,8 +103,6 @@ def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
 def _features(manifest: dict[str, Any], cfg: Any) -> Any:
     """The model's input shape: from the manifest (saved since the shape was recorded there,
     so the data need not be at hand), else from the data's headers."""
-    from shadowsync.train.trainer import Features, features_of
-
     if "num_dense" in manifest and "table_rows" in manifest:
         return Features(int(manifest["num_dense"]), tuple(int(r) for r in manifest["table_rows"]))
     return features_of(cfg)
@@ -135,9 +113,6 @@ def load_model(path: str | Path, model: Any = None,
     """The configuration, the whole model and the step directory of the checkpoint at `path`
     (a run directory: its newest). `model`: the factory the run's --model named, for one that
     cannot be imported here (defined in a notebook or a script's __main__)."""
-    from shadowsync.runners.protocol import load_flat
-    from shadowsync.train.trainer import build_dense_model
-
     step = find_checkpoint(path, option)
     manifest = read_manifest(step, option)
     cfg = saved_config(step)
@@ -173,56 +148,5 @@ def load_model(path: str | Path, model: Any = None,
 def score(trained: TrainedModel, rows: Any, start: int, stop: int,
           batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Predictions and labels of rows [start, stop) of `rows` (a `CtrData`)."""
-    from shadowsync.data.dataset import predict_rows
-
     return predict_rows(rows, start, stop, trained.table_rows.tolist() or [1], trained.predict,
                         batch_size)
-
-
-def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
-                        skip_bad_lines: bool = False, model: Any = None) -> dict[str, Any]:
-    """Metrics of the checkpoint at `path` (a run directory: its newest) on `data`: every
-    row of a file or directory, or the held-out rows of the built-in data."""
-    from shadowsync.metrics import evaluate_predictions
-    from shadowsync.train.trainer import plan_data
-
-    if predictions is not None:
-        parent = Path(predictions).resolve().parent
-        if not parent.is_dir():
-            raise UserError(f"--predictions {predictions}: no directory {parent}")
-    cfg, trained, step = load_model(path, model)
-    if cfg.task == "digits" or data in ("synthetic", "digits"):
-        plan = plan_data(replace(cfg, eval_data=None, data=cfg.data.path if cfg.task == "digits"
-                                 else data))
-        rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
-    else:
-        from shadowsync.data import arrays
-        from shadowsync.data.dataset import open_data, resolve
-
-        rows = open_data(resolve(data, cfg.data.schema), skip_bad_lines=skip_bad_lines)
-        start, stop = 0, len(rows)
-        takes = (trained.num_dense, len(trained.tables))
-        if (rows.num_dense, rows.num_tables) != takes:
-            raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
-                            f"categorical features, but the checkpoint's model takes "
-                            f"{takes[0]} and {takes[1]}")
-        trained_on = (_model_layout(trained) if "sparse_features" in read_manifest(step)
-                      else _trained_layout(cfg.data.path, cfg.data.schema))
-        if trained_on is not None and rows.sparse_layout() != trained_on:
-            raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
-                            f"checkpoint's model was trained on {trained_on}")
-        if arrays.is_array_dir(rows.source):
-            sizes = trained.table_rows.tolist()
-            arrays.check_ids(rows.source, rows.cats, sizes)
-            arrays.check_bag_ids(rows.source, rows.multi_hot, sizes[rows.cats.shape[1]:])
-    pred, y = score(trained, rows, start, stop)
-    if cfg.task == "digits":
-        result: dict[str, Any] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))
-                                                    .mean())}
-    else:
-        result = evaluate_predictions(pred, y)
-    result.update({"examples": stop - start, "checkpoint": str(step)})
-    if predictions is not None:
-        np.save(predictions, pred)
-        result["predictions"] = predictions
-    return result

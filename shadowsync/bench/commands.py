@@ -1,0 +1,243 @@
+"""The `shadowsync bench ...` commands: their options and the checks of their values. Each
+benchmark's module is imported only when its command runs (start-up cost: most import torch
+and start processes; `shadowsync --help` and the other commands need none of it)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from shadowsync.errors import UserError
+
+OUT_HELP = "output directory (bench.json, runs.jsonl, plots)"
+REPEATS_HELP = "interleaved repeats of every variant (medians and spread over them)"
+
+
+def _bench_hogwild(args: argparse.Namespace) -> int:
+    from shadowsync.bench.hogwild import run_hogwild_bench
+
+    run_hogwild_bench(args.out, examples=args.examples, repeats=args.repeats)
+    return 0
+
+
+def _bench_sync(args: argparse.Namespace) -> int:
+    from shadowsync.bench.sync import run_sync_bench
+
+    run_sync_bench(args.out, examples=args.examples, repeats=args.repeats,
+                   slow_net=not args.no_slow_net, quality_examples=args.quality_examples,
+                   full=args.full, slow_net_only=args.slow_net_only)
+    return 0
+
+
+def _bench_embedding(args: argparse.Namespace) -> int:
+    from shadowsync.bench.embedding import run_embedding_bench
+
+    run_embedding_bench(args.out, steps=args.steps, repeats=args.repeats)
+    return 0
+
+
+def _bench_scale(args: argparse.Namespace) -> int:
+    from shadowsync.bench.scale import require_scipy, run_scale_bench
+
+    require_scipy()
+    if args.examples < 5_000 or args.repeats < 1:
+        raise UserError("--examples must be >= 5000 and --repeats >= 1")
+    if args.points and not Path(args.points).is_file():
+        raise UserError(f"--points: no such file {args.points}")
+    run_scale_bench(args.out, per_trainer=args.examples, repeats=args.repeats,
+                    quick=args.quick, netns=not args.no_netns, points_from=args.points)
+    return 0
+
+
+def _bench_switch(args: argparse.Namespace) -> int:
+    from shadowsync.bench.switch import VARIANTS, run_switch_bench
+
+    if not 0 < args.share < 1:
+        raise UserError(f"--share must be in (0, 1), got {args.share}")
+    if args.no_ctr and args.no_digits and args.slow_link is None:
+        raise UserError("bench switch: --no-ctr and --no-digits leave nothing to run")
+    if args.trainers < 2 or args.repeats < 1:
+        raise UserError("--trainers must be >= 2 and --repeats >= 1")
+    if args.slow_link is not None and not args.slow_link > 0:
+        raise UserError(f"--slow-link must be > 0 (Mbit/s), got {args.slow_link}")
+    variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise UserError(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
+    run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
+                     ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
+                     ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
+                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link,
+                     variants=variants)
+    return 0
+
+
+def _bench_faults(args: argparse.Namespace) -> int:
+    from shadowsync.bench.faults import SCENARIOS, run_faults_bench
+
+    if args.examples < 20_000 or args.repeats < 1 or args.soak_s < 0:
+        raise UserError("--examples must be >= 20000, --repeats >= 1 and --soak-s >= 0")
+    names = SCENARIOS if args.scenarios == "all" else \
+        tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown:
+        raise UserError(f"--scenarios: unknown {', '.join(unknown)} (choose from "
+                        f"{', '.join(SCENARIOS)})")
+    run_faults_bench(args.out, examples=args.examples, repeats=args.repeats,
+                     scenarios=names, soak_s=args.soak_s)
+    return 0
+
+
+def _bench_data(args: argparse.Namespace) -> int:
+    from shadowsync.bench.data import run_data_bench
+
+    run_data_bench(args.out, lines=args.lines, repeats=args.repeats)
+    return 0
+
+
+def _bench_realdata(args: argparse.Namespace) -> int:
+    from shadowsync.bench.realdata import run_realdata_bench
+
+    if args.seeds < 1 or args.epochs < 1:
+        raise UserError("--seeds and --epochs must be >= 1")
+    run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs, val_share=args.val_share,
+                       early_stop=args.early_stop, eval_points=args.eval_points,
+                       multi_hot=args.multi_hot)
+    return 0
+
+
+def add_bench_commands(sub: Any) -> None:
+    """`shadowsync bench ...`: one command per benchmark."""
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench", required=True)
+    _add_throughput(bench)
+    _add_scale(bench)
+    _add_switch(bench)
+    _add_faults_data_realdata(bench)
+
+
+def _add_throughput(bench: Any) -> None:
+    """hogwild, sync and embedding: throughput side by side."""
+    hog = bench.add_parser("hogwild", help="Hogwild scaling and trainer overhead")
+    hog.add_argument("--out", default="runs/bench-hogwild", help=OUT_HELP)
+    hog.add_argument("--examples", type=int, default=400_000, help="examples per timed run")
+    hog.add_argument("--repeats", type=int, default=5, help=REPEATS_HELP)
+    hog.set_defaults(func=_bench_hogwild)
+    sync = bench.add_parser("sync", help="every --sync side by side; frontier; slow network")
+    sync.add_argument("--out", default="runs/bench-sync", help=OUT_HELP)
+    sync.add_argument("--examples", type=int, default=None,
+                      help="examples per throughput run (default: 500k, with --full 1M; "
+                      "at most 300k on the namespace hosts)")
+    sync.add_argument("--quality-examples", type=int, default=None,
+                      help="examples per run of the quality comparison (default: 1.5M, "
+                      "with --full 3M)")
+    sync.add_argument("--full", action="store_true",
+                      help="the whole frontier: foreground rules, fixed intervals, overwrite")
+    sync.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
+    sync.add_argument("--no-slow-net", action="store_true",
+                      help="skip the network-namespace hosts part")
+    sync.add_argument("--slow-net-only", action="store_true",
+                      help="run only the network-namespace hosts part (with --full: every way "
+                      "of syncing on a 50 Mbit/s and a 1 Gbit/s link)")
+    sync.set_defaults(func=_bench_sync)
+    emb = bench.add_parser("embedding", help="where a step's time goes on the embedding path: "
+                           "RPC, shared memory, local tables")
+    emb.add_argument("--out", default="runs/bench-embedding", help=OUT_HELP)
+    emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
+    emb.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
+    emb.set_defaults(func=_bench_embedding)
+
+
+def _add_scale(bench: Any) -> None:
+    """scale: the fitted cost model."""
+    scale = bench.add_parser(
+        "scale", help="a cost model of EPS and syncs per minute fitted on 1 to 4 trainers, "
+        "checked on held-out runs, predicted to 64 trainers",
+        description="Runs 1 to 4 trainers on this machine (local cluster, and namespace hosts "
+        "with a rate-limited link), fits a small cost model, reports its error on held-out "
+        "runs and predicts EPS and syncs per minute for 1 to 64 trainers per mode and link "
+        "rate (bench.json, scale.png). About 20 minutes on 2 cores; --quick a few.")
+    scale.add_argument("--out", default="runs/bench-scale", help=OUT_HELP)
+    scale.add_argument("--examples", type=int, default=40_000,
+                       help="examples per trainer in each run (a run of n trainers trains n "
+                       "times as many)")
+    scale.add_argument("--repeats", type=int, default=2,
+                       help="runs of each job (medians; the plan forwards, then backwards)")
+    scale.add_argument("--quick", action="store_true",
+                       help="a smoke run: 1 and 2 trainers, no namespace hosts, no embedding "
+                       "bench (2 trainers are held out with nothing to fit contention on)")
+    scale.add_argument("--no-netns", action="store_true", help="skip the namespace hosts")
+    scale.add_argument("--points", metavar="RUNS.jsonl",
+                       help="refit and predict from an earlier run's runs.jsonl (no new runs)")
+    scale.set_defaults(func=_bench_scale)
+
+
+def _add_switch(bench: Any) -> None:
+    """switch: BSP, ASP and Sync-Switch."""
+    sw = bench.add_parser("switch", help="BSP, ASP and Sync-Switch, with and without a straggler")
+    sw.add_argument("--out", default="runs/bench-switch", help=OUT_HELP)
+    sw.add_argument("--trainers", type=int, default=4, help="trainers of the digits job")
+    sw.add_argument("--digits-examples", type=int, default=None,
+                    help="examples per digits run (default 96k)")
+    sw.add_argument("--ctr-examples", type=int, default=None,
+                    help="examples per ctr run (default 100k, with --full 200k)")
+    sw.add_argument("--ctr-trainers", type=int, default=2, help="trainers of the ctr job")
+    sw.add_argument("--share", type=float, default=0.5,
+                    help="BSP share of the digits switch plan (the quota of the online policies)")
+    sw.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
+    sw.add_argument("--full", action="store_true",
+                    help="also DDP, the offline plan and elastic under the straggler, greedy "
+                    "and elastic under a 30 ms push delay on 1 and on 2 trainers, BSP, ASP and "
+                    "the offline plan on a jittered network, and the configuration ablation, "
+                    "on digits; ctr at 200k examples")
+    sw.add_argument("--variants", metavar="A,B", help="run these digits variants (and the "
+                    "baselines their ratios need) instead of the default's, e.g. the "
+                    "configuration ablation: switch/no-scale,switch/compensate,switch/zero,"
+                    "switch/ramp,switch/asp-first")
+    sw.add_argument("--no-ctr", action="store_true", help="digits only")
+    sw.add_argument("--no-digits", action="store_true", help="ctr only")
+    sw.add_argument("--slow-link", type=float, metavar="MBIT",
+                    help="also bsp and greedy on digits with every process on its own emulated "
+                    "host and trainer 1's link to the dense server limited to MBIT Mbit/s "
+                    "for the middle half of the job, as the compute straggler (network "
+                    "namespaces and tc; needs root); with --no-digits --no-ctr only "
+                    "this part runs")
+    sw.set_defaults(func=_bench_switch)
+
+
+def _add_faults_data_realdata(bench: Any) -> None:
+    """faults, data and realdata."""
+    faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
+                              "processes killed, a NaN rolled back, each next to the same run "
+                              "uninterrupted; then a memory soak")
+    faults.add_argument("--out", default="runs/bench-faults", help=OUT_HELP)
+    faults.add_argument("--examples", type=int, default=300_000, help="examples per run")
+    faults.add_argument("--repeats", type=int, default=1, help=REPEATS_HELP)
+    faults.add_argument("--scenarios", default="all",
+                        help="comma list of: sigint-resume, sigterm-resume, kill-trainer, "
+                        "kill-worker, kill-embedding-server, kill-dense-server, nan-rollback "
+                        "(default: all)")
+    faults.add_argument("--soak-s", type=float, default=600.0,
+                        help="seconds of training of the memory soak (0: none)")
+    faults.set_defaults(func=_bench_faults)
+    data_bench = bench.add_parser("data", help="TSV conversion and cache reader speed")
+    data_bench.add_argument("--out", default="runs/bench-data", help=OUT_HELP)
+    data_bench.add_argument("--lines", type=int, default=500_000,
+                            help="lines of the Criteo TSV file converted and read")
+    data_bench.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
+    data_bench.set_defaults(func=_bench_data)
+    real = bench.add_parser("realdata", help="MovieLens 100K: the default job, 1 local "
+                            "trainer and a plain PyTorch DeepFM, AUC / NE / time side by side")
+    real.add_argument("--out", default="runs/bench-realdata", help=OUT_HELP)
+    real.add_argument("--seeds", type=int, default=3, help="seeds of every learner")
+    real.add_argument("--epochs", type=int, default=10, help="passes over the training rows")
+    real.add_argument("--val-share", type=float, default=0.1,
+                      help="validation tail of the training rows")
+    real.add_argument("--early-stop", type=int, default=4,
+                      help="validations without improvement before stopping")
+    real.add_argument("--eval-points", type=int, default=2, help="validations an epoch")
+    real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"),
+                      help="genres as a multi-hot feature (auto: when the data has them)")
+    real.set_defaults(func=_bench_realdata)
+
+

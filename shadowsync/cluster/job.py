@@ -1,0 +1,140 @@
+"""One run on this machine, put together in order: check the options and the output
+directory, resolve the options against the model, open the data once, write config.toml, then
+train in this process (one trainer with local tables: `train.local`) or launch the job's
+processes like torchrun (`cluster.launch`, each process then running `cluster.roles`).
+
+`shadowsync.train(...)`, `shadowsync train` and the benchmarks all come through `run_once`
+(by way of `api.run`, which adds the rollback on divergence).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import shadowsync.forkserver as forkserver
+from shadowsync.checkpoint.store import (
+    find_checkpoint,
+    published,
+    read_manifest,
+    run_of,
+    saved_config,
+)
+from shadowsync.cluster.launch import choose_port, launch_local
+from shadowsync.cluster.parts import resolve
+from shadowsync.config import TrainConfig, config_to_dict, config_to_toml, default_out_dir
+from shadowsync.errors import UserError
+from shadowsync.train.local import train_local
+from shadowsync.train.trainer import plan_data, resumable
+
+CONFIG_FILE = "config.toml"
+
+log = logging.getLogger(__name__)
+
+
+def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+    """One training run of `api.run` (no rollback): the checked configuration and the
+    summary."""
+    cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
+    check_writable(out)
+    # Every process of the job (or the workers of a local trainer) is forked from it. It
+    # imports torch while this process imports torch too, checks the options and prepares
+    # the data: on 2 cores, that took the server's start out of the job's critical path.
+    forkserver.start()
+    try:
+        return checked_run(cfg, out)
+    except BaseException:
+        forkserver.stop()  # a run that failed or stopped: no server left importing torch
+        raise
+
+
+def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any]]:
+    """Resolve, open the data, make `out`, write config.toml, then train or launch."""
+    cfg = resolve(cfg)  # builds the model once: a bad --model fails here
+    if cfg.distributed:
+        choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
+    plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
+    f = plan.features
+    log.info("data %s: %d training and %d held-out examples, %d dense features, %d "
+             "categorical features", cfg.data.path, plan.train_stop,
+             plan.eval_stop - plan.eval_start, f.num_dense, f.num_tables)
+    try:  # only now that every input is known good
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
+    cfg = replace(cfg, out=str(out))
+    (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
+    if cfg.distributed:
+        summary = launch_local(choose_port(cfg))
+    else:
+        summary = train_local(cfg, plan)
+    return cfg, summary
+
+
+# Options that shape the model, the tables, the data order or the processes: a checkpoint
+# only resumes a run that agrees on all of them.
+SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embedding_dim",
+                 "id_bias", "table_size", "bottom_mlp", "top_mlp", "optimizer", "batch_size",
+                 "workers", "trainers", "embedding_servers", "dense_servers", "row_split_limit",
+                 "sync", "sync_groups")
+
+
+def resume_base(path: str | Path) -> TrainConfig:
+    """The configuration a checkpoint was saved with (the base of a resumed run's options)."""
+    return saved_config(find_checkpoint(path, "--resume"))
+
+
+def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
+    """Find the checkpoint of --resume and check it can continue this configuration."""
+    assert cfg.checkpoint.resume is not None
+    step = find_checkpoint(cfg.checkpoint.resume, "--resume")
+    manifest = read_manifest(step, "--resume")
+    if not manifest.get("resumable") or not resumable(cfg):
+        raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync.mode)} saves only "
+                        "its final model; evaluate it with shadowsync eval, or resume runs of "
+                        "none, s-* and fr-*")
+    saved = config_to_dict(resume_base(step))
+    here = config_to_dict(resolve(cfg))  # as the checkpoint's was (dense servers filled in)
+    diff = [k for k in SHAPE_OPTIONS if saved.get(k) != here.get(k)]
+    if diff:
+        k = diff[0]
+        raise UserError(f"--resume {step}: checkpoint from another configuration "
+                        f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
+    if manifest.get("final") and manifest.get("reason") == "end":
+        raise UserError(f"--resume {step}: that run finished; nothing left to train")
+    run = run_of(step)
+    out = Path(cfg.output.dir) if cfg.output.dir else run
+    if out.resolve() != run.resolve():
+        out = free_out_dir(replace(cfg, out=str(out)))
+    return replace(cfg, resume=str(step), out=str(out)), out
+
+
+def check_writable(out: Path) -> None:
+    """--out, or the nearest directory above it that exists, must be writable (checked
+    before anything is made or converted)."""
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UserError(f"--out {out}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: {probe} is not writable")
+
+
+def free_out_dir(cfg: TrainConfig) -> Path:
+    """--out (default runs/<timestamp>), refused if it already holds a run."""
+    out = Path(cfg.output.dir) if cfg.output.dir else default_out_dir()
+    for name in ("metrics.jsonl", "summary.json", CONFIG_FILE):
+        if (out / name).exists():
+            raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")
+    return out
+
+
+def last_good(out: Path | None) -> Path | None:
+    """The newest published checkpoint of the run in `out` (never one holding a NaN: those
+    are refused when saved), or None."""
+    good = published(out) if out is not None else []
+    return good[-1] if good else None

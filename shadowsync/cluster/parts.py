@@ -1,0 +1,97 @@
+"""The parts a job's processes are built from, each from the options: the job's layout, the
+options filled in from the model, where RPC meets, and the embedding tables' client."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from shadowsync.config import ClusterConfig, TrainConfig
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.errors import UserError
+from shadowsync.runners.build import needs_dense_servers
+from shadowsync.train.trainer import build_dense_model, features_of
+from shadowsync.transport import rendezvous
+from shadowsync.transport.layout import ClusterLayout
+from shadowsync.transport.rpc import RpcEndpoint
+from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
+
+
+def layout_of(cluster: ClusterConfig) -> ClusterLayout:
+    return ClusterLayout(cluster.embedding_servers, cluster.dense_servers or 0,
+                         cluster.trainers, cluster.workers)
+
+
+def resolve(cfg: TrainConfig) -> TrainConfig:
+    """Fill defaults that depend on other options (dense servers, embedding servers)."""
+    need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
+    dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
+    if need and dense < 1:
+        raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
+    emb = cfg.cluster.embedding_servers
+    if cfg.distributed and emb < 1:
+        raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
+                        "or a --sync other than none): embeddings are shared, never averaged")
+    return replace(cfg, dense_servers=dense)
+
+
+def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
+    """Where the RPC world meets. Under an elastic agent that shares its TCP store (torch's
+    default), every process is a client of that store; otherwise RPC rank 0 hosts a store
+    of its own on --rpc-port."""
+    master_port = int(os.environ["MASTER_PORT"])
+    agent = rendezvous.agent_store()
+    port = master_port if agent else cfg.cluster.rpc_port or master_port + 1
+    return RpcEndpoint(os.environ["MASTER_ADDR"], port, rendezvous.attempt(), agent)
+
+
+def rpc_ranks(layout: ClusterLayout) -> dict[str, int]:
+    ranks = {layout.trainer_name(t): layout.trainer_rank(t) for t in range(layout.trainers)}
+    for t in range(layout.trainers):
+        for k in range(layout.workers):
+            ranks[layout.worker_name(t, k)] = layout.worker_rpc_rank(t, k)
+    return ranks
+
+
+def trainers_here(layout: ClusterLayout) -> int:
+    """Trainers launched on this host (they share its cores)."""
+    first = int(os.environ["RANK"]) - int(os.environ.get("LOCAL_RANK", 0))
+    local = range(first, first + int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    return max(1, sum(1 for r in local if layout.role(r)[0] == "trainer"))
+
+
+def embedding_plan(cfg: TrainConfig) -> ShardingPlan:
+    return ShardingPlan(cfg.cluster.embedding_servers, features_of(cfg).table_rows,
+                        cfg.cluster.row_split_limit)
+
+
+def embedding_client(cfg: TrainConfig, layout: ClusterLayout,
+                     endpoint: RpcEndpoint) -> RemoteEmbeddings:
+    """The client a trainer's processes reach the embedding servers with (in place on this
+    host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
+    copy of the tables instead (the ceiling the shared path is measured against; trainers then
+    learn separate embeddings)."""
+    plan = embedding_plan(cfg)
+    private = None
+    if cfg.cluster.embedding_transport == "unshared":
+        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),
+                                      seed=cfg.seed * 7919 + s,
+                                      **cfg.optim.table_optimizer()).share_memory_()
+                   for s in range(plan.servers)}
+    transport = "rpc" if cfg.cluster.embedding_transport == "rpc" else "auto"
+    return RemoteEmbeddings(plan, layout, endpoint, cfg.model.table_width(), rpc_ranks(layout),
+                            transport=transport, private=private)
+
+
+def peer_shards(layout: ClusterLayout) -> list[str]:
+    """RPC names of the processes besides trainer 0 that save a checkpoint shard."""
+    return ([layout.trainer_name(t) for t in range(1, layout.trainers)]
+            + [layout.embedding_name(i) for i in range(layout.embedding_servers)]
+            + [layout.dense_name(i) for i in range(layout.dense_servers)])
+
+
+def worker_names(layout: ClusterLayout) -> list[str]:
+    """RPC names of the job's Hogwild workers."""
+    return [layout.worker_name(t, k) for t in range(layout.trainers)
+            for k in range(layout.workers)]

@@ -1,0 +1,43 @@
+"""What a process of a resumed (or restarted) job loads from the checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from shadowsync.checkpoint import shards
+from shadowsync.checkpoint.store import load_all, published, read_manifest
+from shadowsync.config import TrainConfig
+from shadowsync.lifecycle.attempts import attempt
+
+
+def after_restart(cfg: TrainConfig) -> TrainConfig:
+    """In a restarted attempt, `cfg` resuming from the run's newest published checkpoint (or
+    from the start if it has none yet)."""
+    if attempt() == 0 or not cfg.output.dir:
+        return cfg
+    found = published(Path(cfg.output.dir))
+    return replace(cfg, resume=str(found[-1]) if found else None)
+
+
+def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:
+    """Register a server's state for checkpoints and, resuming, load it. `known`: the
+    tensors exist already (else they are created from the checkpoint)."""
+    shards.register(shard, "state", part)
+    if not cfg.checkpoint.resume:
+        return
+    if known:
+        shards.load_here(Path(cfg.checkpoint.resume), shard, {"state": part}, what)
+    else:
+        saved = load_all(Path(cfg.checkpoint.resume) / shard, what)
+        part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
+
+
+def pushes_to_rewind(cfg: TrainConfig) -> int:
+    """A checkpoint taken while training holds pushes past the workers' positions, which the
+    resumed workers push again: the dense servers count them once (0: not resuming)."""
+    if not cfg.checkpoint.resume:
+        return 0
+    positions = read_manifest(Path(cfg.checkpoint.resume), "--resume").get("positions") or {}
+    return sum(sum(p) for p in positions.values())

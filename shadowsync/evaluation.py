@@ -1,0 +1,80 @@
+"""`shadowsync eval`: a checkpoint's model scored on any data (the held-out rows of the
+built-in data, or every row of a file or directory), with the same metrics as training.
+
+The model comes back whole through `train.saved_model.load_model` (docs/model-export.md says
+where each part of it is in a checkpoint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shadowsync.checkpoint.store import read_manifest
+from shadowsync.data import arrays
+from shadowsync.data.dataset import layout, open_data, resolve, sparse_layout
+from shadowsync.errors import UserError
+from shadowsync.metrics import evaluate_predictions
+from shadowsync.models.trained import TrainedModel
+from shadowsync.train.saved_model import load_model, score
+from shadowsync.train.trainer import plan_data
+
+
+def _trained_layout(path: str, schema: str | None) -> str | None:
+    """How the training data's ids were pooled, when those data are still there to say."""
+    try:
+        return sparse_layout(resolve(path, schema)) if Path(path).is_dir() else None
+    except (UserError, OSError):
+        return None
+
+
+def _model_layout(trained: TrainedModel) -> str:
+    """`CtrData.sparse_layout` of the data the model was trained on, from its features."""
+    return layout(trained.num_single, [(f.name, f.weighted, f.pooling)
+                                       for f in trained.multi_hot])
+
+
+def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
+                        skip_bad_lines: bool = False, model: Any = None) -> dict[str, Any]:
+    """Metrics of the checkpoint at `path` (a run directory: its newest) on `data`: every
+    row of a file or directory, or the held-out rows of the built-in data."""
+    if predictions is not None:
+        parent = Path(predictions).resolve().parent
+        if not parent.is_dir():
+            raise UserError(f"--predictions {predictions}: no directory {parent}")
+    cfg, trained, step = load_model(path, model)
+    if cfg.task == "digits" or data in ("synthetic", "digits"):
+        plan = plan_data(replace(cfg, eval_data=None, data=cfg.data.path if cfg.task == "digits"
+                                 else data))
+        rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
+    else:
+        rows = open_data(resolve(data, cfg.data.schema), skip_bad_lines=skip_bad_lines)
+        start, stop = 0, len(rows)
+        takes = (trained.num_dense, len(trained.tables))
+        if (rows.num_dense, rows.num_tables) != takes:
+            raise UserError(f"--data {data}: {rows.num_dense} dense and {rows.num_tables} "
+                            f"categorical features, but the checkpoint's model takes "
+                            f"{takes[0]} and {takes[1]}")
+        trained_on = (_model_layout(trained) if "sparse_features" in read_manifest(step)
+                      else _trained_layout(cfg.data.path, cfg.data.schema))
+        if trained_on is not None and rows.sparse_layout() != trained_on:
+            raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
+                            f"checkpoint's model was trained on {trained_on}")
+        if arrays.is_array_dir(rows.source):
+            sizes = trained.table_rows.tolist()
+            arrays.check_ids(rows.source, rows.cats, sizes)
+            arrays.check_bag_ids(rows.source, rows.multi_hot, sizes[rows.cats.shape[1]:])
+    pred, y = score(trained, rows, start, stop)
+    if cfg.task == "digits":
+        result: dict[str, Any] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))
+                                                    .mean())}
+    else:
+        result = evaluate_predictions(pred, y)
+    result.update({"examples": stop - start, "checkpoint": str(step)})
+    if predictions is not None:
+        np.save(predictions, pred)
+        result["predictions"] = predictions
+    return result
