@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
+
+from tests.helpers import run_cli
+
+TrainedRun = tuple[Path, subprocess.CompletedProcess]
 
 
 @pytest.fixture
@@ -32,3 +41,37 @@ def write_array_dir(path, rows: int = 40_000, num_dense: int = 5, num_tables: in
 @pytest.fixture
 def array_dir(tmp_path):
     return write_array_dir(tmp_path / "arrays")
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Callable[..., TrainedRun]:
+    """`trained(ARGS, timeout)`: `shadowsync train ARGS` run once a session, however many tests
+    (of any module) check things of the same job; returns (its --out directory, the CLI's
+    result, with `leftover`). Tests read the run directory and write nothing into it. A run
+    that timed out is not kept: the next test to ask starts it again."""
+    runs: dict[tuple[str, ...], TrainedRun] = {}
+
+    def train(args: list[str], timeout: float) -> TrainedRun:
+        key = tuple(args)
+        if key not in runs:
+            out = tmp_path_factory.mktemp("shared-run") / "run"
+            runs[key] = (out, run_cli(["train", *args, "--out", str(out)], timeout=timeout))
+        return runs[key]
+
+    return train
+
+
+@pytest.fixture(scope="session")
+def quiet_arrays_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, float]:
+    """`shadowsync train -q` of the user's own model on one trainer over 12,000 rows of arrays,
+    with one evaluation and no checkpoint (test_cli and test_train_local check it): (its --out
+    directory, the CLI's result, the seconds the caller waited for it)."""
+    tmp = tmp_path_factory.mktemp("quiet-arrays")
+    data = write_array_dir(tmp / "arrays", rows=12_000)
+    out = tmp / "run"
+    started = time.perf_counter()
+    res = run_cli(["train", "-q", "--data", str(data), "--trainers", "1",
+                   "--embedding-servers", "0", "--sync", "none", "--table-size", "50",
+                   "--model", "tests.helpers:two_layer_mlp", "--eval-points", "1",
+                   "--checkpoint-every", "never", "--out", str(out)], timeout=120)
+    return out, res, time.perf_counter() - started

@@ -20,6 +20,23 @@ from shadowsync.bench.faults import session_pids as session_processes
 PRIVATE_NET = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
 
 
+# Jobs that tests in several modules each check something of; conftest's `trained` fixture
+# trains each once a session.
+# One trainer, its tables in its own process, no sync; LOCAL_JOB: 20,000 examples of it.
+ONE_TRAINER = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
+               "--table-size", "2000", "--eval-points", "0", "-q"]
+LOCAL_JOB = [*ONE_TRAINER, "--examples", "20000"]
+# 30300 examples make 119 batches: two workers get unequal shares, which lockstep syncs handle.
+TWO_TRAINERS = ["--examples", "30300", "--no-progress", "--eval-points", "0",
+                "--table-size", "5000", "--trainers", "2", "--workers", "1",
+                "--embedding-servers", "1"]
+# Sync-Switch in place, BSP for half the job, over two dense servers.
+SWITCH_JOB = [*TWO_TRAINERS, "--sync", "switch", "--switch-plan", "bsp:0.5,asp",
+              "--dense-servers", "2"]
+# Background EASGD against a centre held on two dense servers.
+EASGD_JOB = [*TWO_TRAINERS, "--sync", "s-easgd", "--dense-servers", "2"]
+
+
 def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
             env: dict[str, str] | None = None,
             prefix: list[str] = ()) -> subprocess.CompletedProcess:

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import pytest
 
 from shadowsync.cli import HelpFormatter, _leaves, build_parser, main
 from shadowsync.config import TESTING
 from shadowsync.train.report import format_table
-from tests.conftest import write_array_dir
-from tests.helpers import run_cli
 
 
 def _options(parser: argparse.ArgumentParser):
@@ -100,16 +97,10 @@ def test_the_summary_table_has_no_row_for_a_metric_that_does_not_apply():
 
 
 @pytest.mark.timeout(150)
-def test_eps_is_training_throughput_and_total_s_the_whole_run(tmp_path):
+def test_eps_is_training_throughput_and_total_s_the_whole_run(quiet_arrays_run):
     """On a user's arrays: no teacher rows, no `None`; eps = examples / wall_s, where wall_s
     leaves out start-up and the end, which total_s (the whole run) includes."""
-    data = write_array_dir(tmp_path / "arrays", rows=12_000)
-    out = tmp_path / "run"
-    started = time.perf_counter()
-    res = run_cli(["train", "--data", str(data), "--out", str(out), "--trainers", "1",
-                   "--embedding-servers", "0", "--sync", "none", "--table-size", "50",
-                   "--eval-points", "0", "--checkpoint-every", "never", "-q"], timeout=120)
-    outer = time.perf_counter() - started
+    out, res, outer = quiet_arrays_run
     assert res.returncode == 0, res.stderr[-2000:]
     assert "None" not in res.stdout and "teacher" not in res.stdout
     rows = dict(line.split() for line in res.stdout.strip().splitlines())

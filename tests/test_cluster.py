@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.helpers import run_cli, summary
+from tests.helpers import TWO_TRAINERS, run_cli, summary
 
 SMALL = ["--examples", "60000", "--batch-size", "256", "--no-progress", "--eval-points", "2",
          "--table-size", "20000"]
@@ -24,45 +24,47 @@ def test_two_trainers_one_server_background_bmuf_converges(tmp_path):
     assert s["eval_ne"] < 0.97  # learned something real: NE 1.0 is the mean-CTR predictor
 
 
-# 30300 examples make 119 batches: two workers get unequal shares, which lockstep syncs handle
-TINY = ["--examples", "30300", "--no-progress", "--eval-points", "0", "--table-size", "5000",
-        "--trainers", "2", "--workers", "1", "--embedding-servers", "1"]
+TINY = TWO_TRAINERS
+
+# BMUF in bf16 rounds, with private tables per trainer (test_bf16_rounds_with_unshared_tables)
+BF16_UNSHARED = ["--sync", "s-bmuf", "--write-back", "overwrite", "--nesterov",
+                 "--sync-dtype", "bf16", "--embedding-transport", "unshared"]
 
 BACKGROUND_RUNS = [
     ["--sync", "s-ma"],
-    ["--sync", "s-bmuf", "--write-back", "overwrite", "--nesterov"],
-    ["--sync", "s-easgd", "--dense-servers", "2"],
+    BF16_UNSHARED,
+    ["--sync", "s-easgd", "--dense-servers", "2"],  # EASGD_JOB: test_eval_layouts evaluates it
     ["--sync", "s-bmuf", "--sync-groups", "bottom=s-easgd", "top=s-bmuf"],
     ["--sync", "s-ma", "--sync-interval", "0"],
 ]
 
 
 @pytest.mark.timeout(300)
-def test_five_consecutive_background_runs_exit_cleanly(tmp_path):
-    for i, args in enumerate(BACKGROUND_RUNS):
-        out = tmp_path / f"run{i}"
-        res = run_cli(["train", *TINY, *args, "--out", str(out)], timeout=120)
+def test_five_consecutive_background_runs_exit_cleanly(trained):
+    outs = []
+    for args in BACKGROUND_RUNS:
+        out, res = trained([*TINY, *args], timeout=120)
+        outs.append(out)
         assert res.returncode == 0, (args, res.stderr[-3000:])
         assert res.leftover == [], args
         s = summary(out)
         assert s["examples"] >= 29000, args
         assert all(n > 0 for n in s["syncs"]), args
         assert s["sync_blocked_fraction"] == 0.0
-    groups = summary(tmp_path / "run3")["sync_settings"]["groups"]
+    groups = summary(outs[3])["sync_settings"]["groups"]
     assert {g: v["rule"] for g, v in groups.items()} == {"bottom": "easgd", "top": "bmuf"}
-    fp32 = summary(tmp_path / "run0")
+    fp32 = summary(outs[0])
     params = sum(g["params"] for g in fp32["sync_settings"]["groups"].values())
     assert fp32["sync_settings"]["sync_dtype"] == "fp32"
     assert fp32["sync_bytes_per_round"] == 4 * (params + 1)  # the parameters and a stop flag
 
 
 @pytest.mark.timeout(200)
-def test_bf16_rounds_with_unshared_tables(tmp_path):
+def test_bf16_rounds_with_unshared_tables(trained):
     """bf16 rounds send half the bytes (the first goes in fp32, with no reference yet);
-    private tables per trainer still join and leave the job cleanly."""
-    out = tmp_path / "run"
-    res = run_cli(["train", *TINY, "--sync", "s-bmuf", "--sync-dtype", "bf16",
-                   "--embedding-transport", "unshared", "--out", str(out)], timeout=150)
+    private tables per trainer still join and leave the job cleanly. (One of the five runs
+    above, trained once.)"""
+    out, res = trained([*TINY, *BF16_UNSHARED], timeout=150)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)

@@ -16,32 +16,33 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import run_cli, run_python, summary
+from tests.helpers import EASGD_JOB, LOCAL_JOB, SWITCH_JOB, run_cli, run_python, summary
 
 TINY = ["--examples", "6000", "--batch-size", "256", "--workers", "1", "--eval-points", "0",
         "--no-progress", "-q"]
 # 26 tables, every other one above the row-split limit: split and whole tables side by side.
 MIXED_SIZES = ",".join(["500", "200"] * 13)
 
+# Each layout's whole `shadowsync train` arguments. Three are jobs other modules check other
+# things of (conftest's `trained` runs each once a session).
 LAYOUTS = {
-    "local-tables": ["--trainers", "1", "--embedding-servers", "0", "--sync", "none",
-                     "--table-size", "500"],
-    "one-embedding-server": ["--trainers", "1", "--embedding-servers", "1", "--sync", "none",
-                             "--table-size", "500"],
-    "row-split-over-two-servers": ["--trainers", "2", "--embedding-servers", "2",
+    "local-tables": LOCAL_JOB,  # test_recovery: bad inputs around its checkpoint
+    "one-embedding-server": [*TINY, "--trainers", "1", "--embedding-servers", "1",
+                             "--sync", "none", "--table-size", "500"],
+    "row-split-over-two-servers": [*TINY, "--trainers", "2", "--embedding-servers", "2",
                                    "--row-split-limit", "300", "--table-size", MIXED_SIZES,
                                    "--sync", "s-ma"],
-    "bsp": ["--trainers", "2", "--sync", "bsp", "--table-size", "500"],
-    "asp-two-dense-servers": ["--trainers", "2", "--sync", "asp", "--dense-servers", "2",
+    "bsp": [*TINY, "--trainers", "2", "--sync", "bsp", "--table-size", "500"],
+    "asp-two-dense-servers": [*TINY, "--trainers", "2", "--sync", "asp", "--dense-servers", "2",
                               "--table-size", "500"],
-    "switch": ["--trainers", "2", "--sync", "switch", "--switch-plan", "bsp:0.5,asp",
-               "--table-size", "500"],
-    "s-easgd": ["--trainers", "2", "--sync", "s-easgd", "--table-size", "500"],
-    "own-model": ["--trainers", "2", "--sync", "s-bmuf", "--model", "tests.helpers:two_layer_mlp",
-                  "--table-size", "500"],
+    "switch": SWITCH_JOB,  # test_protocol_cluster: the switch in place
+    "s-easgd": EASGD_JOB,  # test_cluster: one of five background runs in a row
+    "own-model": [*TINY, "--trainers", "2", "--sync", "s-bmuf",
+                  "--model", "tests.helpers:two_layer_mlp", "--table-size", "500"],
 }
 
 EXPORTED: dict[str, tuple[Path, Path]] = {}  # layout -> (program, predictions), for the last test
+RUNS: dict[str, Path] = {}  # layout -> its run directory
 
 
 def held_out_rows(run: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -59,13 +60,14 @@ def held_out_rows(run: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_checkpoint_evaluates_loads_and_exports_as_the_run_scored_it(layout, tmp_path_factory):
+def test_checkpoint_evaluates_loads_and_exports_as_the_run_scored_it(layout, trained,
+                                                                      tmp_path_factory):
     import shadowsync
     from shadowsync.evaluation import evaluate_checkpoint
 
     tmp = tmp_path_factory.mktemp(layout)
-    out = tmp / "run"
-    res = run_cli(["train", *TINY, *LAYOUTS[layout], "--out", str(out)], timeout=120)
+    out, res = trained(LAYOUTS[layout], timeout=120)
+    RUNS[layout] = out
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     run = summary(out)
@@ -96,7 +98,7 @@ def test_the_cli_evaluates_and_exports_the_default_layout(tmp_path):
     if "one-embedding-server" not in EXPORTED:
         pytest.skip("the one-embedding-server layout did not run")
     program, predictions = EXPORTED["one-embedding-server"]
-    run = program.parent / "run"
+    run = RUNS["one-embedding-server"]
     res = run_cli(["eval", "--checkpoint", str(run), "--data", "synthetic",
                    "--predictions", str(tmp_path / "p.npy")], timeout=90)
     assert res.returncode == 0, res.stderr

@@ -2,10 +2,9 @@
 
 import pytest
 
-from tests.helpers import run_cli, summary
+from tests.helpers import SWITCH_JOB, TWO_TRAINERS, run_cli, summary
 
-TINY = ["--examples", "30300", "--no-progress", "--eval-points", "0", "--table-size", "5000",
-        "--trainers", "2", "--workers", "1", "--embedding-servers", "1"]
+TINY = TWO_TRAINERS
 
 
 
@@ -21,10 +20,8 @@ def digits_switch_run(out, trainers: int, examples: int, policy: str, plan: str,
                     "--out", str(out)], timeout=180)
 
 @pytest.mark.timeout(200)
-def test_switch_in_place_keeps_every_trainer_identical(tmp_path):
-    out = tmp_path / "run"
-    res = run_cli(["train", *TINY, "--sync", "switch", "--switch-plan", "bsp:0.5,asp",
-                   "--dense-servers", "2", "--out", str(out)], timeout=180)
+def test_switch_in_place_keeps_every_trainer_identical(trained):
+    out, res = trained(SWITCH_JOB, timeout=180)  # test_eval_layouts evaluates it
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)

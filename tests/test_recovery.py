@@ -18,10 +18,16 @@ import pytest
 
 from shadowsync.bench.peers import missing
 from shadowsync.procfs import start_time, stat_fields
-from tests.helpers import PRIVATE_NET, run_cli, session_processes, summary
+from tests.helpers import (
+    LOCAL_JOB,
+    ONE_TRAINER,
+    PRIVATE_NET,
+    run_cli,
+    session_processes,
+    summary,
+)
 
-LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
-         "--table-size", "2000", "--eval-points", "0", "-q"]
+LOCAL = ONE_TRAINER
 CLUSTER = ["--trainers", "2", "--embedding-servers", "1", "--sync", "s-bmuf", "--no-progress",
            "--table-size", "2000", "--eval-points", "0", "-q"]
 
@@ -44,10 +50,10 @@ def _one_error_line(res, code: int = 2) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ckpt") / "run"
-    res = run_cli(["train", *LOCAL, "--examples", "20000", "--out", str(out)], timeout=150)
+@pytest.fixture
+def finished_run(trained) -> Path:
+    """LOCAL for 20,000 examples (test_eval_layouts evaluates, loads and exports it too)."""
+    out, res = trained(LOCAL_JOB, timeout=150)
     assert res.returncode == 0, res.stderr
     return out
 
