@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from shadowsync.toml_file import read_toml
 from tests.helpers import _kill_session, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +48,8 @@ def test_own_arrays_and_model_from_python(tmp_path: Path):
     assert res.leftover == []
     eval_ne, out, checkpoint = res.stdout.split()
     assert 0 < float(eval_ne) < 1.0  # beats always predicting the mean click rate
-    config = (tmp_path / "run" / "config.toml").read_text()
-    assert 'model = "my_model:mlp"' in config and Path(checkpoint).exists()
+    config = read_toml(str(tmp_path / "run" / "config.toml"), "config")
+    assert config["model"]["name"] == "my_model:mlp" and Path(checkpoint).exists()
 
 
 @pytest.mark.timeout(400)

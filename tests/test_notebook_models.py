@@ -12,6 +12,7 @@ import pytest
 
 from shadowsync.by_value import ByValue, portable
 from shadowsync.errors import UserError
+from shadowsync.toml_file import read_toml
 from tests.helpers import run_python
 
 
@@ -120,6 +121,7 @@ def test_a_model_defined_in_main_trains_over_two_trainers_with_s_bmuf(tmp_path):
     from shadowsync.errors import UserError as Error
     from shadowsync.inference import load
 
-    assert 'model = "__main__:build"' in (tmp_path / "run" / "config.toml").read_text()
+    config = read_toml(str(tmp_path / "run" / "config.toml"), "config")
+    assert config["model"]["name"] == "__main__:build"
     with pytest.raises(Error, match=r"pass the same function: shadowsync.load\(path, model="):
         load(tmp_path / "run")
