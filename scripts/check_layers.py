@@ -113,6 +113,20 @@ def imported_modules(tree: ast.AST, module: str, is_package: bool,
     return found
 
 
+def local_imports(tree: ast.AST) -> list[tuple[str, int]]:
+    """Every import statement inside a function, of any module: (what it imports, line)."""
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import):
+                out.append((", ".join(a.name for a in node.names), node.lineno))
+            elif isinstance(node, ast.ImportFrom):
+                out.append((node.module or ".", node.lineno))
+    return sorted(set(out), key=lambda x: x[1])  # nested functions are walked twice
+
+
 def long_functions(tree: ast.AST) -> list[tuple[str, int, int]]:
     out = []
     for node in ast.walk(tree):
@@ -178,13 +192,13 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
             lines.append(f"unplaced: {path}: {module} is in no layer")
         in_bench = top_part(module) == "bench"
         imports = imported_modules(tree, module, path.name == "__init__.py", known)
-        for target, local, lineno in imports:
+        for what, lineno in local_imports(tree):
+            counts["local_imports"] += 1
+            counts["local_imports_outside_bench"] += not in_bench
+            if not in_bench:
+                lines.append(f"local: {path}:{lineno}: imports {what}")
+        for target, _, lineno in imports:
             there = unit_of(target)
-            if local:
-                counts["local_imports"] += 1
-                counts["local_imports_outside_bench"] += not in_bench
-                if not in_bench:
-                    lines.append(f"local: {path}:{lineno}: imports {target}")
             if here is None or there is None:
                 continue
             if there != here and here != "__init__":

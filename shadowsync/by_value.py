@@ -14,8 +14,12 @@ them (shared memory handles), so Hogwild workers share one copy as before.
 from __future__ import annotations
 
 import pickle
+import sys
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
+
+import cloudpickle
 
 from shadowsync.errors import UserError
 
@@ -61,15 +65,11 @@ class ByValue:
 
 
 def _load_function(blob: bytes) -> ByValue:
-    import cloudpickle
-
     return ByValue(cloudpickle.loads(blob), blob)
 
 
 def dumps(obj: Any, what: str) -> bytes:
     """cloudpickle's bytes of `obj`, or a one-line UserError saying why it cannot travel."""
-    import cloudpickle
-
     try:
         return cloudpickle.dumps(obj)
     except Exception as e:  # noqa: BLE001 - e.g. a lock or an open file in a closure
@@ -98,8 +98,6 @@ def _reduce_module(module: Any) -> tuple[Any, ...]:
 
 
 def _rebuild_module(class_blob: bytes, state: dict[str, Any]) -> Any:
-    import cloudpickle
-
     cls = cloudpickle.loads(class_blob)  # the same class again for the same blob
     module = cls.__new__(cls)
     module.__setstate__(state)
@@ -110,13 +108,9 @@ def send_modules_by_value(objects: tuple[Any, ...]) -> None:
     """Make multiprocessing send the `nn.Module`s among `objects` whose class (or a
     submodule's) cannot be imported in another process by value: the class by cloudpickle,
     the state (shared-memory tensors included) as multiprocessing sends it."""
-    import sys
-
     if "torch" not in sys.modules:
         return
-    from multiprocessing.reduction import ForkingPickler
-
-    from torch import nn
+    from torch import nn  # config imports this module and must not import torch
 
     for obj in objects:
         if not isinstance(obj, nn.Module):

@@ -38,6 +38,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable
+from multiprocessing import forkserver
 from typing import Any
 
 from shadowsync.procfs import stat_fields
@@ -56,16 +57,12 @@ if os.environ.get(SERVER_ENV):  # the fork server, starting
 
 
 def _server() -> Any:
-    from multiprocessing import forkserver
-
     return forkserver._forkserver
 
 
 def start() -> None:
     """Start this process's fork server, with torch imported, unless it already runs. It
     returns at once: the server imports torch meanwhile, and the first fork waits for it."""
-    from multiprocessing import forkserver
-
     # It starts multiprocessing's resource tracker too, shared by every process of the job.
     # A process ended on purpose after a stop leaves its semaphores to it, which removes
     # them; its warning about them would be noise after the one line a stop prints.
@@ -116,8 +113,6 @@ def worker_context() -> Any:
 def _can_attach(server: Any) -> bool:
     """This process was forked by a fork server whose requests are the ones known here
     (Python 3.10-3.13: a connection, the pipes and fds, no handshake)."""
-    from multiprocessing import forkserver
-
     return (getattr(server, "_forkserver_alive_fd", None) is not None
             and hasattr(server, "_forkserver_address")
             and not hasattr(forkserver, "_AUTHKEY_LEN"))

@@ -178,11 +178,18 @@ class ShardNotWritten(RuntimeError):
     """Writing a shard failed (the file system refused): what failed, in one line."""
 
 
+def checkpoint_library() -> Any:
+    """torch.distributed.checkpoint (DCP), imported on first use: start-up cost (it takes
+    seconds to import, and only a process that saves or loads a checkpoint needs it)."""
+    import torch.distributed.checkpoint  # noqa: F401 - with its api and metadata modules
+
+    return torch.distributed.checkpoint
+
+
 def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
     """Write tensors with DCP, no process group involved."""
-    # start-up cost: DCP takes seconds to import; only a process that saves needs it
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.api import CheckpointException
+    dcp = checkpoint_library()
+    CheckpointException = dcp.api.CheckpointException  # noqa: N806 - the library's class
 
     for key, value in state.items():
         if not isinstance(value, torch.Tensor):
@@ -203,10 +210,9 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
                strict: bool = True) -> None:
     """Read `directory` into the tensors of `state` (in place, same shapes), or UserError.
     `strict`: the shard must hold exactly these entries (else: at least these)."""
-    # start-up cost: DCP takes seconds to import; only a process that loads needs it
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.api import CheckpointException
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    dcp = checkpoint_library()
+    CheckpointException = dcp.api.CheckpointException  # noqa: N806 - the library's class
+    TensorStorageMetadata = dcp.metadata.TensorStorageMetadata  # noqa: N806
 
     if not directory.is_dir():
         raise UserError(f"checkpoint {directory.parent}: incomplete, no shard {directory.name}")
@@ -245,7 +251,7 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
 
 def load_all(directory: Path, what: str) -> dict[str, torch.Tensor]:
     """Every tensor of a shard, for holders whose contents are only known from the file."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # start-up cost: DCP
+    TensorStorageMetadata = checkpoint_library().metadata.TensorStorageMetadata  # noqa: N806
 
     try:
         meta = SafeFileSystemReader(str(directory)).read_metadata()
@@ -291,9 +297,8 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def _safe_reader_class() -> type:
-    # start-up cost: DCP takes seconds to import; the class is made on first use
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import StorageMeta
+    dcp = checkpoint_library()
+    FileSystemReader, StorageMeta = dcp.FileSystemReader, dcp.metadata.StorageMeta  # noqa: N806
 
     class _Safe(FileSystemReader):
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:

