@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import multiprocessing
+from dataclasses import replace
 
 import pytest
 
@@ -74,7 +75,8 @@ def test_torchft_mode_without_torchft_is_one_clear_error(monkeypatch):
 
     _hide(monkeypatch, "torchft")
     with pytest.raises(UserError, match="--sync torchft-ma needs torchft"):
-        torchft_runner(SimpleNamespace(cfg=job(1000), store=("127.0.0.1", 1)))
+        torchft_runner(SimpleNamespace(cfg=replace(job(1000), sync="torchft-ma"),
+                                       store=("127.0.0.1", 1)))
 
 
 def test_torchft_peer_needs_a_private_namespace(monkeypatch):
