@@ -34,7 +34,7 @@ def test_slow_net_only_runs_the_namespace_hosts_part_alone(tmp_path, monkeypatch
     seen = {}
 
     def fake_slow_net(root, base, repeats, full=False, torchft=False):
-        seen.update(examples=base.examples, repeats=repeats, full=full)
+        seen.update(examples=base.data.examples, repeats=repeats, full=full)
         return {"runs": [], "ratios": {"background_vs_ddp_slow_net": 4.0},
                 "spreads": {"background_vs_ddp_slow_net": [3.5, 4.5]}}
 

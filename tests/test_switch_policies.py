@@ -310,7 +310,7 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
     """The command's glue, with the training itself stubbed: each point runs the TOML's job
     as --sync switch with the plan of that share and the seed, and the result lands under
     the file's stem, ready for --switch-at auto."""
-    import shadowsync.api
+    import shadowsync.switch_search
     from shadowsync.cli import main
 
     ran = []
@@ -321,7 +321,7 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
         share = 1.0 if cfg.switch.plan == "bsp" else float(cfg.switch.plan[4:].split(",")[0])
         return cfg, {"eval_accuracy": 0.98 if share >= 0.25 else 0.90}
 
-    monkeypatch.setattr(shadowsync.api, "run", fake_run)
+    monkeypatch.setattr(shadowsync.switch_search, "run", fake_run)
     job = tmp_path / "digits-job.toml"
     job.write_text('task = "digits"\ntrainers = 4\nlr = 0.1\n')
     store = tmp_path / "store"
