@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.config import TrainConfig
+from shadowsync.protocols import Protocol
 from shadowsync.runners.switch import search
 
 
@@ -29,7 +30,8 @@ def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_sh
                disable=not progress)
 
     def one(share: float, seed: int) -> float:
-        plan = "bsp" if share >= 1.0 else f"bsp:{share:g},asp"
+        bsp, asp = Protocol.BSP.value, Protocol.ASP.value
+        plan = bsp if share >= 1.0 else f"{bsp}:{share:g},{asp}"
         where = Path(out) / f"share-{share:g}-seed-{seed}"
         if where.exists():
             shutil.rmtree(where)

@@ -5,9 +5,12 @@ batch are summed into one update (checked against the closed form of sparse SGD)
 import pytest
 import torch
 
+from shadowsync.embeddings import EmbeddingClient, EmbeddingTables
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
-from shadowsync.transport.servers.embedding import RemoteEmbeddings, ShardingPlan, serve
+from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
+from shadowsync.transport.servers.embedding.server import serve
 from tests.helpers import run_spawned
 
 ROWS = (50, 400, 30)  # the 400-row table is split row-wise over both servers
@@ -63,9 +66,9 @@ def _adagrad_server(index: int, port: int, results) -> None:
 
     serve(ADAGRAD_PLAN, index, 4,
           {"optimizer": "adagrad", "lr": 0.1, "initial_accumulator": 0.05}, seed=3, clients=1)
-    from shadowsync.transport.servers import embedding
+    from shadowsync.transport.servers.embedding import server
 
-    paths = list(embedding._SHARED.paths.values()) if embedding._SHARED else []
+    paths = list(server._SHARED.paths.values()) if server._SHARED else []
     RpcEndpoint("127.0.0.1", port).join(LAYOUT.embedding_name(index), index, 3)
     RpcEndpoint.leave()
     # every client attached, so the names are gone before the job ends
@@ -143,3 +146,17 @@ def test_table_keys_put_every_table_back_together_in_id_order(servers, rows, lim
         t = max(range(len(rows)), key=lambda i: rows[i])
         server_of = torch.searchsorted(keys.starts, every[plan.table_keys(t)], right=True) - 1
         assert server_of[:servers].tolist() == list(range(servers))
+
+
+def test_local_tables_and_the_servers_client_are_both_embedding_clients():
+    """The seam the trainer and its workers use (`EmbeddingClient`): local tables in shared
+    memory and the remote client answer it alike; a half client does not."""
+
+    class LookupOnly:
+        def lookup(self, ids):
+            return ids
+
+    client = RemoteEmbeddings(PLAN, LAYOUT, RpcEndpoint("127.0.0.1", 0), 4, {"trainer0": 2})
+    assert isinstance(client, EmbeddingClient)
+    assert isinstance(EmbeddingTables([3, 4], 2), EmbeddingClient)
+    assert not isinstance(LookupOnly(), EmbeddingClient)

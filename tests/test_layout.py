@@ -5,7 +5,7 @@ import torch
 
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.transport.layout import ClusterLayout
-from shadowsync.transport.servers.embedding import ShardingPlan
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
 
 def test_roles_by_rank():

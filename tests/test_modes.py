@@ -83,3 +83,16 @@ def test_averaging_clock_counts_only_the_calls_that_averaged():
     assert [timed() for _ in range(6)] == [1, 2, 3, 4, 5, 6]
     assert 0.04 <= clock.take() < 0.4  # the two averaging calls, not the four others
     assert clock.take() == 0.0  # taken once
+
+
+def test_what_the_code_asks_of_a_mode_is_a_registry_property():
+    """The questions code used to answer from a mode's name, now answered by its entry."""
+    stop_on_servers = {m.name for m in MODES.values() if not m.stops_alone}
+    assert stop_on_servers == {m.name for m in MODES.values() if m.protocols} == {
+        "bsp", "asp", "switch"}
+    assert [m.name for m in MODES.values() if not m.synchronizes] == ["none"]
+    assert [m.name for m in MODES.values() if m.can_switch] == ["switch"]
+    assert sorted(m.name for m in MODES.values() if m.can_fall_back) == ["s-bmuf", "s-ma"]
+    assert {m.name: m.rule for m in MODES.values() if m.family == "background"} == {
+        "s-ma": "ma", "s-bmuf": "bmuf", "s-easgd": "easgd"}
+    assert MODES["ddp"].build() is not MODES["torch-fr-ma"].build()

@@ -15,7 +15,7 @@ from shadowsync.data.jagged import Jagged
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.pooling import Bags
 from shadowsync.errors import UserError
-from shadowsync.transport.servers.embedding import ShardingPlan
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
 from tests.helpers import run_cli, summary
 
 ITEMS = 200  # ids of the multi-hot feature
@@ -142,7 +142,7 @@ SERVER_PLAN = ShardingPlan(2, (6, 6, 6), row_split_limit=4)  # every table split
 
 def _sgd_server(index: int, port: int, results) -> None:
     from shadowsync.transport.rpc import RpcEndpoint
-    from shadowsync.transport.servers.embedding import serve
+    from shadowsync.transport.servers.embedding.server import serve
 
     serve(SERVER_PLAN, index, 4, {"optimizer": "sgd", "lr": 0.1}, seed=0)
     RpcEndpoint("127.0.0.1", port).join(f"emb{index}", index, 3)
@@ -152,7 +152,7 @@ def _sgd_server(index: int, port: int, results) -> None:
 def _bags_client(port: int, results) -> None:
     from shadowsync.transport.layout import ClusterLayout
     from shadowsync.transport.rpc import RpcEndpoint
-    from shadowsync.transport.servers.embedding import RemoteEmbeddings
+    from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
 
     layout = ClusterLayout(embedding_servers=2, dense_servers=0, trainers=1, workers=0)
     client = RemoteEmbeddings(SERVER_PLAN, layout, RpcEndpoint("127.0.0.1", port), 4,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from shadowsync.runners.switch.detector import DetectorConfig
+from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.transport.servers.dense import DenseServer, Push
@@ -21,8 +22,8 @@ def new_server(state=None) -> DenseServer:
     server = DenseServer()
     if state is not None:
         server.load_state_dict(state)
-    server.init_trained("w", torch.tensor([0.5, -1.0, 2.0]), "sgd", workers=2,
-                        schedule=schedule(), budget=400)
+    server.init_trained("w", torch.tensor([0.5, -1.0, 2.0]), "sgd", SwitchMachine(workers=2,
+                        schedule=schedule(), budget=400))
     server.init("centre", torch.zeros(2))  # a plain tensor beside it (the EASGD centre)
     return server
 
@@ -49,7 +50,7 @@ def test_a_dense_server_restored_from_its_checkpoint_continues_exactly():
     b = new_server(saved)
     assert torch.equal(b.get("centre"), torch.tensor([1.0, 2.0]))
     assert b.mode("w") == a.mode("w")
-    assert b.trained["w"].schedule.stragglers == a.trained["w"].schedule.stragglers
+    assert b.trained["w"].machine.schedule.stragglers == a.trained["w"].machine.schedule.stragglers
     modes = set()
     for k in range(17, 60):
         ra, rb = step(a, k), step(b, k)
@@ -71,11 +72,13 @@ def test_a_resumed_server_counts_progress_from_the_workers_positions():
     b = DenseServer()
     b.load_state_dict(saved)
     b.rewind(2 * 7)  # the positions said 7 steps each
-    b.init_trained("w", torch.zeros(3), "sgd", workers=2, schedule=schedule(), budget=400)
-    assert (b.trained["w"].applied, b.trained["w"].bsp_applied) == (14, 14)
+    b.init_trained("w", torch.zeros(3), "sgd",
+                   SwitchMachine(workers=2, schedule=schedule(), budget=400))
+    assert (b.trained["w"].machine.applied, b.trained["w"].machine.bsp_applied) == (14, 14)
     assert torch.equal(b.params("w")[0], a.params("w")[0])  # the state itself is kept
     c = DenseServer()
     c.load_state_dict(saved)
     c.rewind(30)  # never forward
-    c.init_trained("w", torch.zeros(3), "sgd", workers=2, schedule=schedule(), budget=400)
-    assert c.trained["w"].applied == 20
+    c.init_trained("w", torch.zeros(3), "sgd",
+                   SwitchMachine(workers=2, schedule=schedule(), budget=400))
+    assert c.trained["w"].machine.applied == 20

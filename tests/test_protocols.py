@@ -12,6 +12,7 @@ from shadowsync.errors import UserError
 from shadowsync.rules import BulkSynchronous
 from shadowsync.rules.server_update import ServerState, apply_update
 from shadowsync.runners.switch.configure import RAMP_STEPS, step_settings
+from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.transport.servers.dense import DenseServer, Push
 
@@ -36,7 +37,7 @@ def test_bsp_rule_returns_the_mean_once_all_have_arrived():
 def test_bsp_server_holds_every_reply_until_the_nth_gradient():
     server = DenseServer()
     w0 = torch.tensor([1.0, -2.0])
-    server.init_trained("w", w0, "sgd", workers=3)
+    server.init_trained("w", w0, "sgd", SwitchMachine(workers=3))
     grads = [torch.tensor([1.0, 0.0]), torch.tensor([2.0, 3.0]), torch.tensor([0.0, 3.0])]
     futs = [server.push("w", g, bsp(0.5)) for g in grads[:2]]
     assert not any(f.done() for f in futs)
@@ -50,7 +51,7 @@ def test_bsp_server_holds_every_reply_until_the_nth_gradient():
 
 def test_bsp_with_momentum_matches_heavy_ball_by_hand():
     server = DenseServer()
-    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2)
+    server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=2))
     lr, m = 0.1, 0.9
     for g in ([1.0, 3.0], [2.0, 2.0]):  # step means 2 then 2
         futs = [server.push("w", torch.tensor([x]), bsp(lr, m)) for x in g]
@@ -67,11 +68,11 @@ def test_asp_at_lr_over_n_equals_one_bsp_step(n, lr, values):
     grads = [torch.tensor([v], dtype=torch.float64) for v in values[:n]]
     w0 = torch.tensor([0.5], dtype=torch.float64)
     a = DenseServer()
-    a.init_trained("w", w0, "sgd", workers=n)
+    a.init_trained("w", w0, "sgd", SwitchMachine(workers=n))
     for i, g in enumerate(grads):
         a.push("w", g, asp(lr / n, version=i))
     b = DenseServer()
-    b.init_trained("w", w0, "sgd", workers=n)
+    b.init_trained("w", w0, "sgd", SwitchMachine(workers=n))
     for g in grads:
         fut = b.push("w", g, bsp(lr))
     assert torch.allclose(a.params("w")[0], fut.wait().params)
@@ -80,7 +81,7 @@ def test_asp_at_lr_over_n_equals_one_bsp_step(n, lr, values):
 
 def test_asp_staleness_is_versions_applied_in_between():
     server = DenseServer()
-    server.init_trained("w", torch.zeros(2), "sgd", workers=3)
+    server.init_trained("w", torch.zeros(2), "sgd", SwitchMachine(workers=3))
     r1 = server.push("w", torch.ones(2), asp(0.1, version=0)).wait()
     r2 = server.push("w", torch.ones(2), asp(0.1, version=0)).wait()
     r3 = server.push("w", torch.ones(2), asp(0.1, version=0)).wait()
@@ -99,7 +100,7 @@ def test_adagrad_server_step_closed_form():
 def test_switch_keeps_state_and_resets_momentum_only_when_asked():
     for reset in (False, True):
         server = DenseServer()
-        server.init_trained("w", torch.tensor([0.0]), "sgd", workers=1)
+        server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=1))
         server.push("w", torch.tensor([1.0]), bsp(1.0, momentum=0.5)).wait()  # v = 1, w = -1
         r = server.push("w", torch.tensor([1.0]),
                         asp(1.0, version=1, momentum=0.5, phase=1, reset=reset)).wait()
@@ -170,8 +171,8 @@ def test_worker_hook_follows_global_progress_through_a_switch():
                                 workers=1, scale_lr=True)
     hook = ProtocolHook(settings)
     server = DenseServer()
-    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1,
-                        schedule=settings.schedule(4), budget=4)
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", SwitchMachine(workers=1,
+                        schedule=settings.schedule(4), budget=4))
     # the first push under ASP (the third) takes 50 ms more than the two BSP ones before it
     hook.client, hook.budget = InProcessClient(server, slow=(2,), slow_s=0.05), 4
     hook.mode, hook.next_phase = server.mode("dense")
@@ -207,9 +208,10 @@ def test_the_time_a_switch_takes_the_job_is_decision_to_first_new_step_less_its_
     from shadowsync.runners.switch.schedule import Schedule
 
     clock = Clock()
-    server = DenseServer(clock=clock)
-    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2,
-                        schedule=Schedule(SwitchPlan.parse("bsp:0.34,asp"), budget=6), budget=6)
+    server = DenseServer()
+    plan = SwitchPlan.parse("bsp:0.34,asp")
+    server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(
+        workers=2, schedule=Schedule(plan, budget=6), budget=6, clock=clock))
     g = torch.tensor([1.0])
     server.push("w", g, Push("bsp", 0, 0, 0.1, 0.0, False, 0, 0.01))
     clock.now = 100.01
@@ -227,9 +229,10 @@ def test_the_time_a_switch_takes_the_job_is_decision_to_first_new_step_less_its_
     # the longer of the two (worker 0's 0.3 s). Worker 1 first finished an ASP step (0.15 s)
     # then computed 0.2 s: the step came 0.05 s later than its longest compute alone.
     clock = Clock()
-    server = DenseServer(clock=clock)
-    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2,
-                        schedule=Schedule(SwitchPlan.parse("asp:0.25,bsp"), budget=8), budget=8)
+    server = DenseServer()
+    plan = SwitchPlan.parse("asp:0.25,bsp")
+    server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(
+        workers=2, schedule=Schedule(plan, budget=8), budget=8, clock=clock))
     server.push("w", g, Push("asp", 0, 0, 0.05, 0.0, False, 0, 0.1)).wait()
     clock.now = 100.05
     r = server.push("w", g, Push("asp", 0, 0, 0.05, 0.0, False, 1, 0.1)).wait()
@@ -272,8 +275,8 @@ def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress
     hook = ProtocolHook(settings)
     hook.link = Link((0,), ms=40.0, start=0.5, duration=0.25)  # half to three quarters
     server = DenseServer()
-    server.init_trained("dense", torch.tensor([0.0]), "sgd", workers=1,
-                        schedule=settings.schedule(4), budget=4)
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", SwitchMachine(workers=1,
+                        schedule=settings.schedule(4), budget=4))
     hook.client, hook.budget = InProcessClient(server), 4
     hook.mode, hook.next_phase = server.mode("dense")
     took = []

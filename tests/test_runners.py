@@ -7,9 +7,13 @@ import torch
 import torch.multiprocessing as mp
 
 from shadowsync.rules import make_rule
+from shadowsync.runners.base import Runner, StepRunner
+from shadowsync.runners.ddp import WorkerGroupRunner
 from shadowsync.runners.foreground import StepGate
 from shadowsync.runners.groups import ParamGroup, split_model
-from shadowsync.runners.shadow import Pace
+from shadowsync.runners.protocol import ProtocolRunner
+from shadowsync.runners.rounds import GroupRunner
+from shadowsync.runners.shadow import BackgroundSync, Pace
 
 
 def test_fixed_pace_rests_what_is_left_of_the_interval():
@@ -82,3 +86,17 @@ def test_gate_holds_workers_until_the_round_is_released():
         t.join(timeout=5)
     assert len(waited) == 2 and min(waited) >= 0.15
     assert gate.wait_for_round(stop) is True  # nobody left
+
+
+def test_step_runners_implement_the_runner_protocol_without_the_group_thread():
+    for cls in (ProtocolRunner, WorkerGroupRunner):
+        assert issubclass(cls, StepRunner) and not issubclass(cls, GroupRunner)
+    assert issubclass(BackgroundSync, GroupRunner)
+    runner = WorkerGroupRunner(hook=None, kind="ddp")  # type: ignore[arg-type]  # no workers
+    assert isinstance(runner, Runner)
+    background = BackgroundSync([], None, Pace(0.1, 0.5, 1.0))  # type: ignore[arg-type]
+    assert isinstance(background, Runner)
+    runner.start()
+    runner.stop()
+    assert runner.state_dict() == {}
+    assert runner.settings() == {"runner": "ddp", "period": 1, "groups": {}}

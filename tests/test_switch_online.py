@@ -130,6 +130,7 @@ def test_an_isolated_trainer_pushes_asp_while_the_others_keep_bsp_among_themselv
     When it recovers, BSP steps take all 3 again."""
     import torch
 
+    from shadowsync.runners.switch.machine import SwitchMachine
     from shadowsync.transport.servers.dense import DenseServer, Push
 
     class Scripted:  # the policy's decisions, set by the test
@@ -148,8 +149,8 @@ def test_an_isolated_trainer_pushes_asp_while_the_others_keep_bsp_among_themselv
 
     sched = Scripted()
     server = DenseServer()
-    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=3, schedule=sched,
-                        budget=100)
+    server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=3, schedule=sched,
+                        budget=100))
 
     def push(trainer, g, mode, phase, version, lr):
         return server.push("w", torch.tensor([float(g)]),
@@ -168,11 +169,11 @@ def test_an_isolated_trainer_pushes_asp_while_the_others_keep_bsp_among_themselv
     r = push(1, 3, "bsp", 1, 1, 0.3).wait()
     assert r.params.item() == pytest.approx(-1.6)  # mean of 2 gradients: 2 x 0.3
     assert (r.phase, r.isolated, r.staleness) == (2, (), 1)
-    assert server.trained["w"].bsp_applied == 5
+    assert server.trained["w"].machine.bsp_applied == 5
     steps = [push(t, g, "bsp", 2, 3, 0.3) for t, g in ((0, 1), (1, 1))]
     assert not any(f.done() for f in steps)  # the step waits for trainer 2 again
     r = push(2, 4, "bsp", 2, 3, 0.3).wait()
     assert r.params.item() == pytest.approx(-1.6 - 0.6) and r.version == 4
-    assert server.trained["w"].bsp_applied == 8 and server.trained["w"].applied == 9
+    assert server.trained["w"].machine.bsp_applied == 8 and server.trained["w"].machine.applied == 9
     assert [(w["to"], w["isolated"]) for w in server.switches("w")] == [
         ("bsp", [2]), ("bsp", [])]

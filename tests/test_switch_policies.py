@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from shadowsync.errors import UserError
+from shadowsync.protocols import Protocol
 from shadowsync.runners.switch import search as sw_search
 from shadowsync.runners.switch.configure import asp_momentum, step_settings
 from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
 from shadowsync.runners.switch.elastic import Elastic
 from shadowsync.runners.switch.greedy import Greedy
+from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.transport.servers.dense import DenseServer, Push
@@ -132,8 +134,8 @@ def test_a_bsp_step_nobody_else_joins_is_released_when_the_budget_is_spent():
     budget; A must not wait forever (the job-end deadlock)."""
     server = DenseServer()
     plan = SwitchPlan.parse("asp:0.5,bsp")
-    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2,
-                        schedule=Schedule(plan, budget=4), budget=4)
+    server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=2,
+                        schedule=Schedule(plan, budget=4), budget=4))
     assert server.mode("w") == ("asp", 0)
     server.push("w", torch.tensor([1.0]), push("asp")).wait()
     r = server.push("w", torch.tensor([1.0]), push("asp")).wait()
@@ -173,8 +175,8 @@ def test_state_identical_on_every_worker_across_switches_both_ways():
                                 detector=DetectorConfig(k=1.5, m=2, window=3), patience_s=0.0)
     budget = 2 * 100
     server = DenseServer()
-    server.init_trained("w", torch.zeros(3), "sgd", workers=2,
-                        schedule=settings.schedule(budget), budget=budget)
+    server.init_trained("w", torch.zeros(3), "sgd", SwitchMachine(workers=2,
+                        schedule=settings.schedule(budget), budget=budget))
     hooks = []
     for t in range(2):
         h = ProtocolHook(settings)
@@ -207,7 +209,7 @@ def test_state_identical_on_every_worker_across_switches_both_ways():
     assert applied >= budget
     # one version per BSP step (n gradients) and per ASP gradient, across every switch: a
     # version restarted at a switch would fall short
-    bsp_applied = server.trained["w"].bsp_applied
+    bsp_applied = server.trained["w"].machine.bsp_applied
     assert bsp_applied % 2 == 0 and 0 < bsp_applied < applied
     assert version == bsp_applied // 2 + (applied - bsp_applied)
     # both workers end on the servers' final parameters
@@ -359,8 +361,8 @@ def test_a_switch_back_to_bsp_holds_until_its_first_step():
             return next(self.wants, "asp") if bsp_applied == 0 else "asp"
 
     server = DenseServer()
-    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2, schedule=Flipping(),
-                        budget=100)
+    server.init_trained("w", torch.tensor([0.0]), "sgd",
+                        SwitchMachine(workers=2, schedule=Flipping(), budget=100))
     assert server.push("w", torch.tensor([1.0]), push("asp")).wait().mode == "asp"
     r = server.push("w", torch.tensor([1.0]), push("asp")).wait()
     assert (r.mode, r.phase) == ("bsp", 1)
@@ -378,8 +380,8 @@ def test_a_slow_link_is_seen_by_the_servers_under_bsp_and_asp():
     schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
                         detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
     server = DenseServer()
-    server.init_trained("w", torch.tensor([0.0]), "sgd", workers=2, schedule=schedule,
-                        budget=10_000)
+    server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=2, schedule=schedule,
+                        budget=10_000))
 
     def from_trainer(trainer, mode, compute_s=0.01, wait_s=0.0):
         return Push(mode, 0, 0, 0.1, 0.0, False, trainer, compute_s, wait_s)
@@ -395,9 +397,8 @@ def test_a_slow_link_is_seen_by_the_servers_under_bsp_and_asp():
 
     schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
                         detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
+    machine = server.trained["w"].machine
     for _ in range(4):  # ASP: the same compute, trainer 1's round trips 10x longer
-        schedule.observe(0, server._pace(server.trained["w"], from_trainer(0, "asp", 0.01,
-                                                                           0.005)))
-        schedule.observe(1, server._pace(server.trained["w"], from_trainer(1, "asp", 0.01,
-                                                                           0.05)))
+        schedule.observe(0, machine.pace(Protocol.ASP, 0.01, 0.005, bsp_waiting=0))
+        schedule.observe(1, machine.pace(Protocol.ASP, 0.01, 0.05, bsp_waiting=0))
     assert schedule.stragglers == [1]

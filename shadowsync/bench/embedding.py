@@ -71,7 +71,8 @@ def _table_optimizer() -> dict[str, Any]:
 
 def _server(port: int, results: Any) -> None:
     from shadowsync.transport.rpc import RpcEndpoint
-    from shadowsync.transport.servers.embedding import ShardingPlan, release, serve
+    from shadowsync.transport.servers.embedding.plan import ShardingPlan
+    from shadowsync.transport.servers.embedding.server import release, serve
 
     serve(ShardingPlan(1, (ROWS,) * TABLES, 10**9), 0, DIM, _table_optimizer(), seed=0)
     try:
@@ -94,14 +95,16 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
     from shadowsync.train.worker import make_dense_optimizer
     from shadowsync.transport.layout import ClusterLayout
     from shadowsync.transport.rpc import RpcEndpoint
-    from shadowsync.transport.servers import embedding as emb
+    from shadowsync.transport.servers.embedding import client as emb_client
+    from shadowsync.transport.servers.embedding import server as emb
+    from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
     torch.set_num_threads(1)
     data = generate(BATCH * (steps + 1), seed=0)
     ids = torch.from_numpy(data.cats % ROWS).split(BATCH)
     dense = torch.from_numpy(data.dense).split(BATCH)
     labels = torch.from_numpy(data.labels).split(BATCH)
-    client = emb.RemoteEmbeddings(emb.ShardingPlan(1, (ROWS,) * TABLES, 10**9),
+    client = emb_client.RemoteEmbeddings(ShardingPlan(1, (ROWS,) * TABLES, 10**9),
                                   ClusterLayout(1, 0, 1, 0), RpcEndpoint("127.0.0.1", port),
                                   DIM, {"trainer0": 1})
     client.attach("trainer0")

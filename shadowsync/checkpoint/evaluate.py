@@ -94,7 +94,7 @@ def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
     if cfg.cluster.embedding_transport == "unshared":
         raise UserError(f"checkpoint {step}: --embedding-transport unshared kept a private "
                         "copy of the tables in each trainer, and those were not saved")
-    from shadowsync.transport.servers.embedding import ShardingPlan
+    from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
     plan = ShardingPlan(len(servers), table_rows, cfg.cluster.row_split_limit)
     held = []

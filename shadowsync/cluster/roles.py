@@ -172,7 +172,7 @@ def _run_role(cfg: TrainConfig) -> None:
     if cfg.output.dir and (role, index) != ("trainer", 0):
         follow_trainer0(Path(cfg.output.dir))
     if role == "embedding":
-        from shadowsync.transport.servers.embedding import release, serve
+        from shadowsync.transport.servers.embedding.server import release, serve
 
         plan = embedding_plan(cfg)
         # Clients: every trainer and each of its workers attach once.
@@ -264,7 +264,7 @@ def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = 
 
 def embedding_plan(cfg: TrainConfig) -> Any:
     from shadowsync.train.trainer import features_of
-    from shadowsync.transport.servers.embedding import ShardingPlan
+    from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
     return ShardingPlan(cfg.cluster.embedding_servers, features_of(cfg).table_rows,
                         cfg.cluster.row_split_limit)
@@ -276,7 +276,7 @@ def embedding_client(cfg: TrainConfig, layout: ClusterLayout, endpoint: RpcEndpo
     copy of the tables instead (the ceiling the shared path is measured against; trainers then
     learn separate embeddings)."""
     from shadowsync.embeddings import EmbeddingTables
-    from shadowsync.transport.servers.embedding import RemoteEmbeddings
+    from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
 
     plan = embedding_plan(cfg)
     private = None

@@ -10,9 +10,11 @@ move the parameters exactly as BSP's one step at L does when the gradients are t
 
 from __future__ import annotations
 
+from shadowsync.protocols import Protocol
+
 
 class Asynchronous:
-    name = "asp"
+    name = Protocol.ASP
 
     @staticmethod
     def staleness(server_version: int, grad_version: int) -> int:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from shadowsync.protocols import Protocol
+
 
 class BulkSynchronous:
-    name = "bsp"
+    name = Protocol.BSP
 
     def __init__(self, workers: int) -> None:
         if workers < 1:

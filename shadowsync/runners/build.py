@@ -15,9 +15,14 @@ import torch
 from shadowsync.config import SyncConfig, TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.rules import make_rule
-from shadowsync.runners.base import SyncRunner
+from shadowsync.runners.base import Runner
+from shadowsync.runners.fallback import fallback_runner
+from shadowsync.runners.foreground import ForegroundSync
 from shadowsync.runners.groups import ParamGroup, split_model
 from shadowsync.runners.modes import MODES, mode_of
+from shadowsync.runners.shadow import BackgroundSync, Pace
+from shadowsync.transport.collectives import TrainerExchange
+from shadowsync.transport.servers.dense import DenseServerClient
 
 
 @dataclass
@@ -49,7 +54,7 @@ def group_syncs(sync: SyncConfig, model: torch.nn.Module) -> dict[str, str]:
     if len(families) > 1:
         raise UserError("--sync-groups: all groups must be background (s-*) or all foreground "
                         "(fr-*) in one run")
-    if out and mode_of(sync.mode).rule is None and sync.mode != "none":
+    if out and mode_of(sync.mode).rule is None and mode_of(sync.mode).synchronizes:
         raise UserError(f"--sync-groups cannot be combined with --sync {sync.mode}")
     return out
 
@@ -86,7 +91,7 @@ def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, 
     return family, groups
 
 
-def build_runner(ctx: RunnerContext) -> SyncRunner | None:
+def build_runner(ctx: RunnerContext) -> Runner | None:
     """The runner of this trainer, or None when nothing synchronizes."""
     build = mode_of(ctx.cfg.sync.mode).build()
     if build is None and ctx.cfg.sync.groups:
@@ -94,13 +99,8 @@ def build_runner(ctx: RunnerContext) -> SyncRunner | None:
     return build(ctx) if build is not None else None
 
 
-def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
+def grouped_runner(ctx: RunnerContext) -> Runner | None:
     """A background or foreground runner over the rule groups of `--sync` / `--sync-groups`."""
-    from shadowsync.runners.foreground import ForegroundSync
-    from shadowsync.runners.shadow import BackgroundSync, Pace
-    from shadowsync.transport.collectives import TrainerExchange
-    from shadowsync.transport.servers.dense import DenseServerClient
-
     cfg = ctx.cfg
     family, groups = param_groups(cfg, ctx.model)
     centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.cluster.dense_servers or 0)
@@ -111,8 +111,6 @@ def grouped_runner(ctx: RunnerContext) -> SyncRunner | None:
     if family == "background":
         pace = Pace(cfg.sync.interval_s(), cfg.sync.budget, ctx.trainer_cores)
         if cfg.sync.straggler_fallback is not None:
-            from shadowsync.runners.fallback import fallback_runner
-
             return fallback_runner(cfg, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)
     if family == "foreground":

@@ -30,8 +30,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+from torch.nn.parallel import DistributedDataParallel
 
-from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.runners.base import StepRunner, WorkerHook
 from shadowsync.transport.rendezvous import attempt
 
 
@@ -105,8 +107,6 @@ class WorkerGroupHook(WorkerHook):
 
 class DDPHook(WorkerGroupHook):
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
-        from torch.nn.parallel import DistributedDataParallel
-
         return DistributedDataParallel(super().prepare(model, trainer, worker, steps))
 
 
@@ -142,9 +142,8 @@ class TorchPeriodicAveragingHook(WorkerGroupHook):
         self.clock = AveragingClock()
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
-        from torch.distributed.algorithms.model_averaging.averagers import (
-            PeriodicModelAverager,
-        )
+        # Here, not at the top: importing torch.distributed.optim takes about 3 s (measured
+        # on these machines), paid only by the worker processes of this mode.
         from torch.distributed.optim import PostLocalSGDOptimizer
 
         opt = PostLocalSGDOptimizer(
@@ -163,42 +162,38 @@ class TorchPeriodicAveragingHook(WorkerGroupHook):
         return self.clock.take()
 
 
-class WorkerGroupRunner(SyncRunner):
+class WorkerGroupRunner(StepRunner):
     """The trainer side of `ddp` / `torch-fr-ma`: nothing to run, the workers sync."""
 
     def __init__(self, hook: WorkerGroupHook, kind: str) -> None:
-        super().__init__([], exchange=None)  # type: ignore[arg-type]
+        super().__init__()
         self.hook = hook
         self.kind = kind
-        self.blocks_workers = True
 
     def worker_hook(self, ctx: Any, workers: int) -> WorkerGroupHook:
         return self.hook
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def stop(self) -> None:
-        self._t_end = time.perf_counter()
-
-    def metrics(self) -> dict[str, Any]:
-        return {}
 
     def describe(self) -> dict[str, Any]:
         return {"period": getattr(self.hook, "period", 1)}
 
 
-def worker_group_runner(ctx: Any) -> WorkerGroupRunner:
-    """The builder of the `ddp` and `torch-fr-ma` modes."""
+def _hook_args(ctx: Any) -> tuple[str, int, str, int, int]:
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    args = (addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers, cfg.cluster.workers)
-    if cfg.sync.mode == "ddp":
-        runner = WorkerGroupRunner(DDPHook(*args), "ddp")
-        runner.measures_blocking = False  # DDP waits inside backward(), not separable
-        return runner
-    return WorkerGroupRunner(TorchPeriodicAveragingHook(*args, period=cfg.sync.every),
-                             "torch-fr-ma")
+    return addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers, cfg.cluster.workers
+
+
+def ddp_runner(ctx: Any) -> WorkerGroupRunner:
+    """The builder of the `ddp` mode."""
+    runner = WorkerGroupRunner(DDPHook(*_hook_args(ctx)), ctx.cfg.sync.mode)
+    runner.measures_blocking = False  # DDP waits inside backward(), not separable
+    return runner
+
+
+def periodic_averaging_runner(ctx: Any) -> WorkerGroupRunner:
+    """The builder of the `torch-fr-ma` mode (post-local SGD)."""
+    hook = TorchPeriodicAveragingHook(*_hook_args(ctx), period=ctx.cfg.sync.every)
+    return WorkerGroupRunner(hook, ctx.cfg.sync.mode)
 
 
 def group_prefix(mode: str) -> str:

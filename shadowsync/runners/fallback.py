@@ -20,6 +20,7 @@ from shadowsync.config import TrainConfig
 from shadowsync.rules import SyncRule, make_rule
 from shadowsync.rules.ma import ModelAveraging
 from shadowsync.runners.groups import ParamGroup
+from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.shadow import BackgroundSync, Pace
 from shadowsync.runners.switch.background import BackgroundFallback
@@ -115,10 +116,13 @@ class _Averaging(ModelAveraging):
 
 def fallback_runner(cfg: TrainConfig, groups: list[ParamGroup], exchange: TrainerExchange,
                     pace: Pace) -> FallbackSync:
-    fallback = cfg.sync.straggler_fallback or "s-easgd"
-    rule = fallback.removeprefix("s-")
-    policy = BackgroundFallback(cfg.sync.mode.removeprefix("s-"),
-                                DetectorConfig.parse(cfg.switch.detector), fallback=rule)
+    fallback = cfg.sync.straggler_fallback
+    assert fallback is not None, "built only with --straggler-fallback"
+    rule = mode_of(fallback).rule
+    primary = mode_of(cfg.sync.mode).rule
+    assert rule is not None and primary is not None, "validated by the configuration"
+    policy = BackgroundFallback(primary, DetectorConfig.parse(cfg.switch.detector),
+                                fallback=rule)
     rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=cfg.sync.elastic_alpha)
                                   for g in groups}
     return FallbackSync(groups, exchange, pace, rules, policy, (cfg.sync.mode, fallback))

@@ -11,8 +11,9 @@ import threading
 import time
 from typing import Any
 
-from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.groups import ParamGroup
+from shadowsync.runners.rounds import GroupRunner
 from shadowsync.transport.collectives import TrainerExchange
 
 
@@ -67,7 +68,7 @@ class StepGate(WorkerHook):
             self._cond.notify_all()
 
 
-class ForegroundSync(SyncRunner):
+class ForegroundSync(GroupRunner):
     """Runs a round whenever all workers reach the gate; they wait while it runs."""
 
     kind = "foreground"

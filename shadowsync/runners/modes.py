@@ -15,19 +15,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Literal
 
+from shadowsync.protocols import Protocol  # defined in the base layer (transport names it too)
+
 GROUPED = "shadowsync.runners.build:grouped_runner"
-WORKER_GROUP = "shadowsync.runners.ddp:worker_group_runner"
+DDP = "shadowsync.runners.ddp:ddp_runner"
+PERIODIC_AVERAGING = "shadowsync.runners.ddp:periodic_averaging_runner"
 PROTOCOL = "shadowsync.runners.protocol:protocol_runner"
-
-
-class Protocol(str, Enum):
-    """How a step's gradient reaches the dense parameter servers (Sync-Switch's two protocols)."""
-
-    BSP = "bsp"  # bulk-synchronous: the servers apply one mean gradient of every worker
-    ASP = "asp"  # asynchronous: each worker's gradient applied on arrival, with its staleness
 
 
 Family = Literal["background", "foreground"]
@@ -51,6 +46,17 @@ class SyncMode:
     can_switch: bool = False  # --switch-plan / --switch-policy move it between protocols
     can_fall_back: bool = False  # --straggler-fallback may replace its rounds while one straggles
 
+    @property
+    def synchronizes(self) -> bool:
+        """Whether the mode runs anything between trainers (`none`: independent trainers)."""
+        return self.builder is not None
+
+    @property
+    def stops_alone(self) -> bool:
+        """Whether each worker may stop after its own current step: not under a per-step
+        protocol, whose dense servers decide when every worker stops."""
+        return self.resumable and not self.protocols
+
     def build(self) -> Callable[..., Any] | None:
         if self.builder is None:
             return None
@@ -71,8 +77,8 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
     SyncMode("none", "independent trainers", None),
     *_rule_modes("s-", "background", "in a background thread (ShadowSync)"),
     *_rule_modes("fr-", "foreground", "every --sync-every steps, workers waiting"),
-    SyncMode("ddp", "PyTorch DistributedDataParallel", WORKER_GROUP, lockstep=True),
-    SyncMode("torch-fr-ma", "PyTorch post-local SGD", WORKER_GROUP, lockstep=True),
+    SyncMode("ddp", "PyTorch DistributedDataParallel", DDP, lockstep=True),
+    SyncMode("torch-fr-ma", "PyTorch post-local SGD", PERIODIC_AVERAGING, lockstep=True),
     SyncMode("torchft-ma", "torchft LocalSGD, every --sync-every steps (optional peers extra)",
              "shadowsync.runners.torchft_ma:torchft_runner", lockstep=True),
     SyncMode("bsp", "bulk-synchronous steps on dense parameter servers", PROTOCOL,
@@ -85,6 +91,7 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
 ]}
 
 SYNC_CHOICES = tuple(MODES)
+__all__ = ["MODES", "SYNC_CHOICES", "Protocol", "SyncMode", "mode_of"]
 
 
 def mode_of(name: str) -> SyncMode:

@@ -33,11 +33,14 @@ from typing import Any
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from shadowsync.runners.base import SyncRunner, WorkerHook
+from shadowsync.protocols import Protocol
+from shadowsync.runners.base import StepRunner, WorkerHook
+from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
+from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.runners.switch.search import resolve_share, with_bsp_share
@@ -90,6 +93,10 @@ class ProtocolSettings:
     def schedule(self, budget: int) -> Schedule:
         return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
                         self.workers // self.workers_per_trainer, self.workers_per_trainer)
+
+    def machine(self, budget: int) -> SwitchMachine:
+        """The state machine the dense servers drive (each server gets its own copy)."""
+        return SwitchMachine(self.workers, budget, self.schedule(budget))
 
 
 class ServerStepper:
@@ -165,7 +172,7 @@ class ProtocolHook(WorkerHook):
         replica = copy.deepcopy(model)  # a private replica: one parameter-server worker
         self.client = TrainedTensorClient(KEY, self.s.servers, self.s.numel)
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
-                         self.s.workers, self.s.schedule(self.budget), self.budget)
+                         self.s.machine(self.budget))
         params, self.version, self.applied = self.client.params()
         self.mode, self.next_phase = self.client.mode()
         self.phase, self._last_mode = self.next_phase, self.mode
@@ -219,7 +226,7 @@ class ProtocolHook(WorkerHook):
         self.taken = reply.taken
         self._last_mode = mode
         # `isolate`: this trainer's steps are ASP while the others keep BSP
-        self.mode = "asp" if self.trainer in reply.isolated else reply.mode
+        self.mode = Protocol.ASP if self.trainer in reply.isolated else Protocol(reply.mode)
         self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
@@ -229,7 +236,8 @@ class ProtocolHook(WorkerHook):
 
     def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({
-            "phase": self.next_phase, "from": self._last_mode, "to": self.mode,
+            "phase": self.next_phase, "from": Protocol(self._last_mode).value,
+            "to": Protocol(self.mode).value,
             "step": self.pushes, "applied": self.applied,
             "wall_time": time.time(), "where": self.location,
             "params_digest": params_digest(parameters_to_vector(params)),  # at the decision
@@ -245,7 +253,7 @@ class ProtocolHook(WorkerHook):
         # the wait for the slowest worker to join the first BSP step).
         sw["cost_s"] = max(0.0, first_push_s - sw["push_s_before"])
         sw["digest_before"] = sw["params_digest"]
-        if sw["to"] == "bsp":  # the workers agree once the first BSP step is done
+        if sw["to"] == Protocol.BSP:  # the workers agree once the first BSP step is done
             sw["params_digest"] = params_digest(params)
 
     def step(self) -> float:
@@ -265,7 +273,7 @@ class ProtocolHook(WorkerHook):
         return out
 
 
-class ProtocolRunner(SyncRunner):
+class ProtocolRunner(StepRunner):
     """The trainer side: nothing runs between steps; it collects what workers report and
     loads the servers' final parameters when training is over."""
 
@@ -273,7 +281,7 @@ class ProtocolRunner(SyncRunner):
     blocks_workers = True
 
     def __init__(self, settings: ProtocolSettings, model: torch.nn.Module, mode: str) -> None:
-        super().__init__([], exchange=None)  # type: ignore[arg-type]
+        super().__init__()
         self.spec = settings
         self.model = model
         self.mode = mode
@@ -283,12 +291,6 @@ class ProtocolRunner(SyncRunner):
 
     def worker_hook(self, ctx: Any, workers: int) -> ProtocolHook:
         return ProtocolHook(self.spec)
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def stop(self) -> None:
-        self._t_end = time.perf_counter()
 
     def observe(self, report: WorkerReport) -> None:
         self.staleness.update({int(k): v for k, v in report.sync.get("staleness", {}).items()})
@@ -363,8 +365,9 @@ def group_switches(events: list[dict[str, Any]],
         digests = sorted({e["params_digest"] for e in es})
         # Workers that left BSP held the step's parameters at the decision; workers that
         # (re)join BSP hold the same after its first step (with `isolate` a switch may do both)
-        before = {e.get("digest_before", e["params_digest"]) for e in es if e["from"] == "bsp"}
-        after = {e["params_digest"] for e in es if e["to"] == "bsp"}
+        before = {e.get("digest_before", e["params_digest"]) for e in es
+                  if e["from"] == Protocol.BSP}
+        after = {e["params_digest"] for e in es if e["to"] == Protocol.BSP}
         out.append({
             "phase": phase, "from": es[0]["from"], "to": es[0]["to"], "step": es[0]["step"],
             "wall_time": min(e["wall_time"] for e in es),
@@ -382,8 +385,9 @@ def group_switches(events: list[dict[str, Any]],
 def protocol_runner(ctx: Any) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
-    if cfg.sync.mode != "switch":
-        plan = SwitchPlan.single(cfg.sync.mode)
+    mode = mode_of(cfg.sync.mode)
+    if not mode.can_switch:
+        plan = SwitchPlan.single(mode.protocols[0])
     elif cfg.switch.at is not None:
         plan = with_bsp_share(SwitchPlan.parse(cfg.switch.plan),
                               resolve_share(cfg.switch.at, cfg.switch.job_name))
@@ -395,7 +399,7 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
                                 cfg.optim.momentum, cfg.switch.momentum,
                                 cfg.cluster.trainers * cfg.cluster.workers, cfg.switch.scale_lr,
                                 compensate=cfg.switch.compensate_momentum,
-                                policy=cfg.switch.policy if cfg.sync.mode == "switch" else "plan",
+                                policy=cfg.switch.policy if mode.can_switch else "plan",
                                 detector=DetectorConfig.parse(cfg.switch.detector),
                                 patience_s=cfg.switch.patience,
                                 workers_per_trainer=cfg.cluster.workers)

@@ -1,7 +1,7 @@
 """What worker processes tell their trainer, as typed messages over a multiprocessing queue.
 
 The trainer folds `WorkerReport`s into its running metrics and hands each to its runner
-(`SyncRunner.observe`), which is where policies that react to step times (stragglers) and
+(`Runner.observe`), which is where policies that react to step times (stragglers) and
 protocol statistics (staleness) read them.
 """
 

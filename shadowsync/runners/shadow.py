@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shadowsync.runners.base import SyncRunner
 from shadowsync.runners.groups import ParamGroup
+from shadowsync.runners.rounds import GroupRunner
 from shadowsync.transport.collectives import TrainerExchange
 
 
@@ -40,7 +40,7 @@ class Pace:
         return {"sync_interval": self.interval}
 
 
-class BackgroundSync(SyncRunner):
+class BackgroundSync(GroupRunner):
     """Runs rounds of every group's rule in a thread until all trainers agree to stop."""
 
     kind = "background"

@@ -19,10 +19,17 @@ training depends on.
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import os
+import re
 import time
+import warnings
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
+
+from torch.distributed import TCPStore
 
 from shadowsync.errors import UserError
 from shadowsync.runners.ddp import (
@@ -45,11 +52,6 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         self.clock = AveragingClock()
 
     def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
-        import logging
-        import os
-        import re
-        import warnings
-
         # torchft logs every quorum step (its Rust side at INFO: a user's RUST_LOG wins) and
         # warns that this CPU build has no NCCL flight recorder.
         os.environ.setdefault("RUST_LOG", "error")
@@ -57,7 +59,7 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         # LocalSGD and the averaging clock wrap `optimizer.step` after the warm-up schedule
         # was made; the schedule still steps after it, as it should.
         warnings.filterwarnings("ignore", message=re.escape("Seems like `optimizer.step()`"))
-        from torch.distributed import TCPStore
+        # torchft is an optional dependency (the peers extra): imported where it is used.
         from torchft import Manager, ProcessGroupGloo
 
         replica = super().prepare(model, trainer, worker, steps)
@@ -69,7 +71,7 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         here = local_address(self.store_addr)
         self.lighthouse = None
         if trainer == 0 and worker == 0:
-            from torchft.coordination import LighthouseServer
+            from torchft.coordination import LighthouseServer  # optional (peers extra)
 
             self.lighthouse = LighthouseServer(bind=f"{here}:0", min_replicas=self.replicas)
             # Its own address() names the host by its hostname, which other hosts may not
@@ -102,7 +104,7 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         return step % self.period == 0
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
-        from torchft.local_sgd import LocalSGD
+        from torchft.local_sgd import LocalSGD  # optional dependency (the peers extra)
 
         self.local = LocalSGD(self.manager, self.replica, optimizer, sync_every=self.period)
         self.local.__enter__()
@@ -132,14 +134,11 @@ class TorchftLocalSGDHook(WorkerGroupHook):
 
 def torchft_runner(ctx: Any) -> WorkerGroupRunner:
     """The builder of the `torchft-ma` mode."""
-    import importlib.util
-
-    if importlib.util.find_spec("torchft") is None:
-        raise UserError("--sync torchft-ma needs torchft (the optional peers extra; see the "
-                        "README's 'Peers' section)")
     cfg = ctx.cfg
+    if importlib.util.find_spec("torchft") is None:
+        raise UserError(f"--sync {cfg.sync.mode} needs torchft (the optional peers extra; see the "
+                        "README's 'Peers' section)")
     addr, port = ctx.store or agent_store()
     hook = TorchftLocalSGDHook(addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers,
-                               cfg.cluster.workers,
-                               cfg.sync.every)
-    return WorkerGroupRunner(hook, "torchft-ma")
+                               cfg.cluster.workers, cfg.sync.every)
+    return WorkerGroupRunner(hook, cfg.sync.mode)

@@ -22,9 +22,11 @@ import torch
 
 from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
 from shadowsync.config import TrainConfig
+from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import PeerLost, UserError
 from shadowsync.forkserver import start_worker, worker_context
-from shadowsync.runners.modes import PROTOCOL, mode_of
+from shadowsync.runners.base import Runner
+from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
@@ -68,7 +70,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
 def resumable(cfg: TrainConfig) -> bool:
     """Whether a run can stop early and resume from its workers' positions. The protocols
     (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
-    (`SyncRunner.on_stop`); ddp, torch-fr-ma and torchft-ma stop at a step their workers
+    (`Runner.on_stop`); ddp, torch-fr-ma and torchft-ma stop at a step their workers
     agree on (`WorkerGroupHook.agree_stop`)."""
     return mode_of(cfg.sync.mode).resumable
 
@@ -83,7 +85,7 @@ def resumes_aligned(cfg: TrainConfig) -> bool:
 def stops_alone(cfg: TrainConfig) -> bool:
     """Whether each worker may stop after its own current step (not a protocol's, whose
     servers decide when every worker stops)."""
-    return resumable(cfg) and mode_of(cfg.sync.mode).builder != PROTOCOL
+    return mode_of(cfg.sync.mode).stops_alone
 
 
 def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
@@ -115,8 +117,9 @@ class _EvalAbandoned(Exception):
 class Trainer:
     """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
 
-    def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: Any, *, index: int = 0,
-                 model: torch.nn.Module | None = None, sync: Any = None,
+    def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient, *,
+                 index: int = 0,
+                 model: torch.nn.Module | None = None, sync: Runner | None = None,
                  log: MetricsLog | None = None, progress: Any = None,
                  slots: WorkerSlots | None = None, checkpointer: Any = None,
                  on_examples: Any = None, lost_peer: Any = None) -> None:

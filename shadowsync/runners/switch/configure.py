@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shadowsync.protocols import Protocol
+
 MOMENTUM_POLICIES = ("keep", "zero", "ramp")
 RAMP_STEPS = 50
 
@@ -41,7 +43,7 @@ def asp_momentum(momentum: float, workers: int) -> float:
     return max(0.0, momentum - (1.0 - 1.0 / workers))
 
 
-def step_settings(mode: str, lr: float, workers: int, momentum: float, policy: str,
+def step_settings(mode: Protocol, lr: float, workers: int, momentum: float, policy: str,
                   step_in_phase: int, after_switch: bool, scale_lr: bool = True,
                   compensate: bool = False) -> StepSettings:
     """Settings of one step, `step_in_phase` steps into a phase (0 = its first step).
@@ -50,8 +52,8 @@ def step_settings(mode: str, lr: float, workers: int, momentum: float, policy: s
     is False in a run's first phase (there is nothing to switch from); `scale_lr` False keeps
     L for ASP too; `compensate` lowers ASP's momentum by asynchrony's implicit share.
     """
-    step_lr = lr / workers if (mode == "asp" and scale_lr) else lr
-    if mode == "asp" and compensate:
+    step_lr = lr / workers if (mode == Protocol.ASP and scale_lr) else lr
+    if mode == Protocol.ASP and compensate:
         momentum = asp_momentum(momentum, workers)
     if not after_switch or policy == "keep":
         return StepSettings(step_lr, momentum, False)

@@ -3,7 +3,7 @@ arXiv 2104.08364): which trainers are transient stragglers right now.
 
 Fed with each trainer's step times: the time a worker spends between getting its parameters
 and pushing its gradient, so the time BSP makes the others wait is not counted, plus, fed
-from the dense server (`DenseServer._pace`), what a slow link adds: under BSP how late its
+from the dense server (`machine.SwitchMachine.pace`), what a slow link adds: under BSP how late its
 gradient arrived after the step's first, under ASP its previous round trip.
 Every `window` steps of a trainer close one of its windows, whose median (`window_pace`) is
 compared with the median of the other trainers' latest window medians (the others: with two

@@ -16,6 +16,8 @@ cost.
 
 from __future__ import annotations
 
+from shadowsync.protocols import Protocol
+
 DEFAULT_PATIENCE_S = 1.0
 
 
@@ -27,12 +29,12 @@ class Elastic:
         self.patience_s = patience_s
         self._since: float | None = None  # when the current straggler was first seen
 
-    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> str:
+    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> Protocol:
         if not stragglers:
             self._since = None
         elif self._since is None:
             self._since = now
         lasting = self._since is not None and now - self._since >= self.patience_s
         if lasting or bsp_applied >= self.quota:
-            return "asp"
-        return "bsp"
+            return Protocol.ASP
+        return Protocol.BSP

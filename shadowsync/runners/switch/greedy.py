@@ -15,6 +15,8 @@ waits for the slowest worker.
 
 from __future__ import annotations
 
+from shadowsync.protocols import Protocol
+
 
 class Greedy:
     name = "greedy"
@@ -22,8 +24,8 @@ class Greedy:
     def __init__(self, quota: int) -> None:
         self.quota = quota  # gradients to apply under BSP over the whole job
 
-    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> str:
+    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> Protocol:
         """The protocol to run from now on. `stragglers`: the detector sees one now."""
         if stragglers or bsp_applied >= self.quota:
-            return "asp"
-        return "bsp"
+            return Protocol.ASP
+        return Protocol.BSP

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from shadowsync.protocols import Protocol
+
 
 class Isolate:
     name = "isolate"
@@ -26,8 +28,8 @@ class Isolate:
         self.quota = quota
         self.trainers = trainers
 
-    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> str:
-        return "bsp" if bsp_applied < self.quota else "asp"
+    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> Protocol:
+        return Protocol.BSP if bsp_applied < self.quota else Protocol.ASP
 
     def isolated(self, stragglers: Sequence[int], bsp_applied: int) -> tuple[int, ...]:
         """Trainers whose pushes are asynchronous while the rest run BSP."""

@@ -14,8 +14,9 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 from shadowsync.errors import UserError
+from shadowsync.protocols import Protocol
 
-PROTOCOLS = ("bsp", "asp")
+PROTOCOLS = tuple(p.value for p in Protocol)
 
 
 def parse_share(text: str) -> float | None:
@@ -29,7 +30,7 @@ def parse_share(text: str) -> float | None:
 
 @dataclass(frozen=True)
 class Phase:
-    mode: str
+    mode: Protocol
     share: float  # of each worker's steps
 
 
@@ -58,7 +59,7 @@ class SwitchPlan:
                 share = parse_share(share_text)
                 if share is None:
                     raise UserError(f"{option}: share in '{item}' must be in (0, 1]")
-            phases.append(Phase(mode, share))
+            phases.append(Phase(Protocol(mode), share))
         total = sum(p.share for p in phases)
         if abs(total - 1.0) > 1e-9 or phases[-1].share <= 1e-12:
             raise UserError(f"{option}: shares must add up to 1 (got {total:g}); leave the last "
@@ -66,8 +67,8 @@ class SwitchPlan:
         return SwitchPlan(tuple(phases))
 
     @staticmethod
-    def single(mode: str) -> SwitchPlan:
-        return SwitchPlan((Phase(mode, 1.0),))
+    def single(mode: Protocol) -> SwitchPlan:
+        return SwitchPlan((Phase(Protocol(mode), 1.0),))
 
     def boundaries(self, total_steps: int) -> list[int]:
         """First step of each phase after the first."""
@@ -81,8 +82,8 @@ class SwitchPlan:
         """Index of the phase that step `step` (0-based) of `total_steps` belongs to."""
         return bisect_right(self.boundaries(total_steps), step)
 
-    def share_of(self, mode: str) -> float:
+    def share_of(self, mode: Protocol) -> float:
         return sum(p.share for p in self.phases if p.mode == mode)
 
     def __str__(self) -> str:
-        return ",".join(f"{p.mode}:{p.share:g}" for p in self.phases)
+        return ",".join(f"{p.mode.value}:{p.share:g}" for p in self.phases)

@@ -8,9 +8,9 @@ each trainer's runner sees only its own workers).
 - `isolate` (online, beyond the paper): BSP for the quota, with the detected stragglers'
   pushes asynchronous meanwhile (`isolated`, `isolate`).
 
-The server asks `decide` only between steps (never while a BSP step is half collected), and
-replies carry the decision, so every worker changes protocol on the same step. The object
-travels to the server by pickle and is driven there; it imports nothing from the server.
+The state machine (`machine`) asks `decide` only between steps (never while a BSP step is
+half collected), and replies carry the decision, so every worker changes protocol on the same
+step. Both travel to the server by pickle and are driven there; they import nothing from it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S, Elastic
 from shadowsync.runners.switch.greedy import Greedy
@@ -39,14 +40,14 @@ class Schedule:
         self.budget = budget
         self.policy_name = policy
         self.detector = StragglerDetector(detector) if policy != "plan" else None
-        quota = round(plan.share_of("bsp") * budget)
+        quota = round(plan.share_of(Protocol.BSP) * budget)
         self.online: Any = (Greedy(quota) if policy == "greedy"
                             else Elastic(quota, patience_s) if policy == "elastic"
                             else Isolate(quota, trainers) if policy == "isolate" else None)
         self.workers_per_trainer = workers_per_trainer  # the workers an isolated trainer takes
         self.isolated: tuple[int, ...] = ()  # `isolate`: trainers asynchronous for now
 
-    def first_mode(self) -> str:
+    def first_mode(self) -> Protocol:
         return self.decide(0, 0)
 
     def observe(self, trainer: int, step_s: float) -> None:
@@ -70,7 +71,7 @@ class Schedule:
         if self.detector is not None:
             self.detector.load_state_dict(part(state, "detector."))
 
-    def decide(self, applied: int, bsp_applied: int, now: float | None = None) -> str:
+    def decide(self, applied: int, bsp_applied: int, now: float | None = None) -> Protocol:
         """The protocol from now on, after `applied` gradients (`bsp_applied` under BSP)."""
         if self.online is None:
             return self.plan.phases[self.plan.phase_at(applied, self.budget)].mode

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.errors import UserError
+from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.plan import Phase, SwitchPlan, parse_share
 
 DEFAULT_STORE = "runs/switch-search"
@@ -141,13 +142,16 @@ def resolve_share(at: str, job_name: str | None, root: str | Path = DEFAULT_STOR
 def with_bsp_share(plan: SwitchPlan, share: float) -> SwitchPlan:
     """BSP for `share` of the job, then ASP (the plan's order kept if it starts with ASP)."""
     if share >= 1.0:
-        return SwitchPlan.single("bsp")
-    first, second = ("asp", "bsp") if plan.phases[0].mode == "asp" else ("bsp", "asp")
-    a = share if first == "bsp" else 1.0 - share
+        return SwitchPlan.single(Protocol.BSP)
+    bsp, asp = Protocol.BSP, Protocol.ASP
+    first, second = (asp, bsp) if plan.phases[0].mode == asp else (bsp, asp)
+    a = share if first == bsp else 1.0 - share
     return SwitchPlan((Phase(first, a), Phase(second, 1.0 - a)))
 
 
 def plot(result: SearchResult, path: Path) -> None:
+    # Here, not at the top: matplotlib with pyplot takes about 1.7 s to import (measured),
+    # and every protocol run imports this module (`resolve_share`) without plotting.
     import matplotlib
 
     matplotlib.use("Agg")

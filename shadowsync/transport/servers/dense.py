@@ -10,6 +10,9 @@ A `DenseServer` (one per server process) holds two kinds of state:
   n-th gradient of the step has arrived (`@rpc.functions.async_execution`), so BSP needs no
   separate barrier; under ASP the reply is immediate. Which one applies is named by each push,
   so a switch is only a change in what workers push: nothing restarts, nothing reloads.
+  What the next step's protocol is, and the progress, phases and switch log behind it, is the
+  Sync-Switch state machine's (`runners.switch.machine`, built by the trainers' runner and
+  sent with `init_trained`); this server stores, applies, holds and replies.
 
 Both optimizers are elementwise, so sharding a tensor changes nothing in its arithmetic.
 """
@@ -17,17 +20,19 @@ Both optimizers are elementwise, so sharding a tensor changes nothing in its ari
 from __future__ import annotations
 
 import threading
-import time
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed.rpc as rpc
 
+from shadowsync.protocols import Protocol
 from shadowsync.rules.asp import Asynchronous
 from shadowsync.rules.bsp import BulkSynchronous
 from shadowsync.rules.server_update import ServerState, apply_update, reset_momentum
-from shadowsync.state_dicts import nest, part
+from shadowsync.state_dicts import nest
 from shadowsync.transport.layout import ClusterLayout
 
 TRAINED = "trained/"  # checkpoint keys of parameters trained on the server
@@ -37,7 +42,7 @@ TRAINED = "trained/"  # checkpoint keys of parameters trained on the server
 class Push:
     """One worker's gradient and how the server should apply it."""
 
-    mode: str  # "bsp" or "asp": the protocol the server's last reply named
+    mode: Protocol  # the protocol the server's last reply named
     grad_version: int  # the version of the parameters the gradient was computed on
     phase: int  # index of the protocol phase the worker is in; a higher one starts a switch
     lr: float
@@ -54,55 +59,66 @@ class Reply:
     version: int
     staleness: int
     applied: int  # gradients applied so far (BSP: n per step), the job's global progress
-    mode: str = "bsp"  # the protocol of the worker's next step
+    mode: Protocol = Protocol.BSP  # the protocol of the worker's next step
     phase: int = 0  # and its phase index (one more at every switch)
     done: bool = False  # the budget is spent: the worker stops
     taken: bool = True  # False: released unapplied by a stop of the job
     isolated: tuple[int, ...] = ()  # trainers whose next steps are ASP while the rest run BSP
 
 
+@typing.runtime_checkable
+class SwitchDecisions(typing.Protocol):
+    """What the server asks of the Sync-Switch state machine of one trained tensor (progress,
+    phases, the next protocol; `runners.switch.machine.SwitchMachine`, which the trainers'
+    runner builds and sends with `init_trained`). The server calls it under its lock."""
+
+    mode: Protocol  # of the next step
+    decided_phase: int
+    phase: int  # whose pushes are being applied
+    applied: int
+    isolated: tuple[int, ...]
+    stopped: bool
+    switches: list[dict[str, Any]]
+    clock: Callable[[], float]
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def bsp_workers(self) -> int: ...
+    def start(self) -> None: ...
+    def observe(self, trainer: int, protocol: Protocol, compute_s: float, wait_s: float,
+                bsp_waiting: int) -> None: ...
+    def enter_phase(self, phase: int, protocol: Protocol, version: int,
+                    server_s: float) -> None: ...
+    def bsp_gradient(self, compute_s: float) -> None: ...
+    def asp_applied(self, phase: int, compute_s: float) -> None: ...
+    def bsp_step_applied(self, gradients: int, phase: int) -> None: ...
+    def decide(self, bsp_waiting: int) -> None: ...
+    def rewind(self, gradients: int) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 @dataclass
 class TrainedTensor:
-    """Parameters trained on the server, with everything a protocol needs."""
+    """Parameters trained on the server, with their optimizer state, version, the BSP step
+    being collected, and the state machine that decides the protocol."""
 
     state: ServerState
     optimizer: str
+    machine: SwitchDecisions
     bsp: BulkSynchronous
-    schedule: Any = None  # decides the next protocol (`runners.switch.schedule.Schedule`)
-    budget: int = 0  # gradients the job applies in all; 0: no end known here
-    applied: int = 0
-    bsp_applied: int = 0
-    phase: int = 0  # the phase whose pushes are being applied (momentum reset on entry)
-    mode: str = "bsp"  # the decision: the protocol of the next step, and its phase
-    decided_phase: int = 0
-    bsp_at_switch: int = 0  # bsp_applied when the last switch was decided
     waiting: list[torch.futures.Future] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    switches: list[dict[str, Any]] = field(default_factory=list)
-    stopped: bool = False  # the job was stopped: nothing more is applied
-    step_first: float = 0.0  # when the current BSP step's first gradient arrived
-    step_compute: float = 0.0  # the longest compute among the current BSP step's gradients
-    clock: Any = time.perf_counter  # seconds; a test may script it
-    isolated: tuple[int, ...] = ()  # `isolate`: trainers pushing ASP while the rest run BSP
-    workers: int = 0  # every worker of the job (BSP's n with nobody isolated)
-
-    @property
-    def done(self) -> bool:
-        return self.stopped or (self.budget > 0 and self.applied >= self.budget)
 
     # What a checkpoint keeps: parameters, optimizer state (momentum or Adagrad sums), version,
-    # progress, the protocol decided and its phase, and the schedule's own state. The budget
-    # and the schedule's settings come again from the workers of the resumed run.
-    COUNTERS = ("applied", "bsp_applied", "phase", "decided_phase", "bsp_at_switch")
-
+    # and the machine's (progress, the protocol decided and its phase, the schedule's state).
     def state_dict(self) -> dict[str, torch.Tensor]:
         with self.lock:
             out = {"params": self.state.params.clone(), "slot": self.state.slot.clone(),
-                   "version": torch.tensor(self.state.version),
-                   "asp": torch.tensor(int(self.mode == "asp"))}
-            out.update({name: torch.tensor(getattr(self, name)) for name in self.COUNTERS})
-            if self.schedule is not None:
-                out.update(nest("schedule.", self.schedule.state_dict()))
+                   "version": torch.tensor(self.state.version)}
+            out.update({k: v if isinstance(v, torch.Tensor) else torch.tensor(v)
+                        for k, v in self.machine.state_dict().items()})
             return out
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -111,25 +127,23 @@ class TrainedTensor:
                 self.state.params.copy_(state["params"])
                 self.state.slot.copy_(state["slot"])
             self.state.version = int(state["version"])
-            self.mode = "asp" if int(state["asp"]) else "bsp"
-            for name in self.COUNTERS:
-                setattr(self, name, int(state[name]))
-            if self.schedule is not None:
-                self.schedule.load_state_dict(part(state, "schedule."))
+            self.machine.load_state_dict({k: v for k, v in state.items()
+                                          if k not in ("params", "slot", "version")})
 
     def reply(self, staleness: int, taken: bool = True) -> Reply:
-        return Reply(self.state.params.clone(), self.state.version, staleness, self.applied,
-                     self.mode, self.decided_phase, self.done, taken, self.isolated)
+        m = self.machine
+        return Reply(self.state.params.clone(), self.state.version, staleness, m.applied,
+                     m.mode, m.decided_phase, m.done, taken, m.isolated)
 
 
 class DenseServer:
-    def __init__(self, clock: Any = time.perf_counter) -> None:
-        self.clock = clock
+    def __init__(self) -> None:
         self.tensors: dict[str, torch.Tensor] = {}
         self.locks: dict[str, threading.Lock] = {}
         self.trained: dict[str, TrainedTensor] = {}
         self._create = threading.Lock()
         self._restored: dict[str, dict[str, torch.Tensor]] = {}  # trained, from a checkpoint
+        self._rewind_to: int | None = None  # the gradients the resumed workers' positions count
 
     # -- plain tensors (the EASGD centre) --
     def init(self, key: str, value: torch.Tensor) -> None:
@@ -166,40 +180,36 @@ class DenseServer:
         """Resuming (before any trainer connects): the job's workers had taken `gradients`
         steps in all at the checkpoint, which may have been saved with a few more of their
         pushes applied (a save while training; positions trail by `state.LAG` steps). Those
-        are pushed again: count progress from `gradients`, so the job still applies exactly
-        its budget (and a BSP phase its share)."""
-        for state in self._restored.values():
-            extra = int(state["applied"]) - gradients
-            if extra > 0:
-                state["applied"] = torch.tensor(gradients)
-                if not int(state["asp"]):
-                    state["bsp_applied"] = torch.tensor(max(0, int(state["bsp_applied"]) - extra))
+        are pushed again: the restored machines count progress from `gradients`."""
+        self._rewind_to = gradients
 
     # -- parameters trained by protocol --
-    def init_trained(self, key: str, value: torch.Tensor, optimizer: str, workers: int,
-                     schedule: Any = None, budget: int = 0) -> None:
+    def init_trained(self, key: str, value: torch.Tensor, optimizer: str,
+                     machine: SwitchDecisions) -> None:
+        """The first call creates the parameters with `machine` (a fresh one); later calls
+        (every worker makes one) find them."""
         with self._create:
             if key not in self.trained:
-                t = TrainedTensor(ServerState(value.clone()), optimizer,
-                                  BulkSynchronous(workers), schedule, budget, clock=self.clock,
-                                  workers=workers)
-                if schedule is not None:
-                    t.mode = schedule.first_mode()
+                machine.start()
+                t = TrainedTensor(ServerState(value.clone()), optimizer, machine,
+                                  BulkSynchronous(machine.bsp_workers))
                 if key in self._restored:
                     t.load_state_dict(self._restored.pop(key))
+                    if self._rewind_to is not None:
+                        machine.rewind(self._rewind_to)
                 self.trained[key] = t
 
     def params(self, key: str) -> tuple[torch.Tensor, int, int]:
         """Parameters, version and gradients applied."""
         t = self.trained[key]
         with t.lock:
-            return t.state.params.clone(), t.state.version, t.applied
+            return t.state.params.clone(), t.state.version, t.machine.applied
 
-    def mode(self, key: str) -> tuple[str, int]:
+    def mode(self, key: str) -> tuple[Protocol, int]:
         """The protocol of the next step and its phase index."""
         t = self.trained[key]
         with t.lock:
-            return t.mode, t.decided_phase
+            return t.machine.mode, t.machine.decided_phase
 
     def push(self, key: str, grad: torch.Tensor, push: Push) -> torch.futures.Future:
         """Apply or hold `grad`; the Future completes with a `Reply`.
@@ -208,37 +218,33 @@ class DenseServer:
         once with the final parameters: a worker that entered a BSP step nobody else will
         join (the others saw the end first) is never left waiting."""
         t = self.trained[key]
+        m = t.machine
         fut: torch.futures.Future = torch.futures.Future()
         release: list[torch.futures.Future] = []
         with t.lock:
-            if t.done:
-                fut.set_result(t.reply(0, taken=not t.stopped))
+            if m.done:
+                fut.set_result(t.reply(0, taken=not m.stopped))
                 return fut
-            if t.schedule is not None:
-                t.schedule.observe(push.trainer, self._pace(t, push))
-            if push.phase > t.phase:
+            m.observe(push.trainer, push.mode, push.compute_s, push.wait_s, t.bsp.waiting)
+            if push.phase > m.phase:
                 self._enter_phase(t, push)
-            if push.mode == "asp":
+            if push.mode == Protocol.ASP:
                 staleness = Asynchronous.staleness(t.state.version, push.grad_version)
                 apply_update(t.state, grad, t.optimizer, push.lr, push.momentum)
-                t.applied += 1
-                self._first_step_done(t, push.phase, push.compute_s)
+                m.asp_applied(push.phase, push.compute_s)
                 self._decide(t)
                 fut.set_result(t.reply(staleness))
-                if t.done:
+                if m.done:
                     release, t.waiting = t.waiting, []
-            elif push.mode == "bsp":
+            elif push.mode == Protocol.BSP:
                 t.waiting.append(fut)
-                t.step_compute = max(t.step_compute, push.compute_s)
+                m.bsp_gradient(push.compute_s)
                 mean = t.bsp.offer(grad)
                 if mean is None:
                     return fut
                 staleness = t.state.version - push.grad_version
                 apply_update(t.state, mean, t.optimizer, push.lr, push.momentum)
-                t.applied += t.bsp.workers
-                t.bsp_applied += t.bsp.workers
-                self._first_step_done(t, push.phase, t.step_compute)
-                t.step_compute = 0.0
+                m.bsp_step_applied(t.bsp.workers, push.phase)
                 self._decide(t)
                 reply = t.reply(staleness)
                 release, t.waiting = t.waiting, []
@@ -246,74 +252,27 @@ class DenseServer:
                 raise ValueError(f"unknown protocol {push.mode!r}")
             final = t.reply(0)
         for f in release:
-            f.set_result(reply if push.mode == "bsp" else final)
+            f.set_result(reply if push.mode == Protocol.BSP else final)
         return fut
 
     @staticmethod
-    def _pace(t: TrainedTensor, push: Push) -> float:
-        """A worker's step as the job feels it, for the straggler detector: its compute,
-        plus, under ASP, its previous round trip, and under BSP (where every round trip holds
-        the wait for the slowest) how late its gradient came after the step's first. A slow
-        link to this server shows in the second part, slow compute in both."""
-        if push.mode != "bsp":
-            return push.compute_s + push.wait_s
-        now = t.clock()
-        if t.bsp.waiting == 0:  # the step's first gradient
-            t.step_first = now
-        return push.compute_s + (now - t.step_first)
-
-    @staticmethod
     def _decide(t: TrainedTensor) -> None:
-        """Between steps only: never while a BSP step is half collected, and not again after
-        a switch to BSP until its first step is done (a worker already told to join it
-        would otherwise wait for others told to stay in ASP)."""
-        if t.schedule is None or t.bsp.waiting or t.done:
-            return
-        if t.mode == "bsp" and t.bsp_applied == t.bsp_at_switch and t.decided_phase > 0:
-            return
-        mode = t.schedule.decide(t.applied, t.bsp_applied)
-        isolated = tuple(getattr(t.schedule, "isolated", ()))
-        if mode != t.mode or isolated != t.isolated:
-            t.bsp_at_switch = t.bsp_applied
-            t.switches.append({"phase": t.decided_phase + 1, "from": t.mode, "to": mode,
-                               "applied": t.applied, "wall_time": time.time(),
-                               "decided_s": t.clock(), "stragglers": t.schedule.stragglers,
-                               "isolated": list(isolated)})
-            if isolated != t.isolated:  # BSP steps among the others (none half collected)
-                per_trainer = getattr(t.schedule, "workers_per_trainer", 1)
-                t.bsp = BulkSynchronous(t.workers - len(isolated) * per_trainer)
-                t.isolated = isolated
-            t.mode, t.decided_phase = mode, t.decided_phase + 1
-
-    @staticmethod
-    def _first_step_done(t: TrainedTensor, phase: int, compute_s: float) -> None:
-        """The time a switch took the job, as the paper counts its overhead (summed into a
-        share of the training time, "as low as 1.7%" with its checkpoint and restart): from
-        the decision to the first step under the new protocol applied, less that step's own
-        compute (training, not switching; the longest of a BSP step's gradients). What is
-        left is the reply carrying the decision, a momentum reset, and into BSP the wait for
-        the workers still finishing an ASP step. Every gradient of that step was computed
-        after its worker heard the decision, so the difference is not negative."""
-        entry = next((sw for sw in reversed(t.switches) if sw["phase"] == phase), None)
-        if entry is None or "decided_s" not in entry or "switch_s" in entry:
-            return
-        entry["switch_s"] = t.clock() - entry["decided_s"] - compute_s
+        """The machine decides between steps; a change in who is isolated changes how many
+        gradients a BSP step takes (none is half collected when it does)."""
+        t.machine.decide(t.bsp.waiting)
+        if t.machine.bsp_workers != t.bsp.workers:
+            t.bsp = BulkSynchronous(t.machine.bsp_workers)
 
     @staticmethod
     def _enter_phase(t: TrainedTensor, push: Push) -> None:
-        t0 = t.clock()
-        t.phase = push.phase
+        t0 = t.machine.clock()
         if push.reset_momentum:
             reset_momentum(t.state, t.optimizer)
-        server_s = t.clock() - t0
-        entry = next((sw for sw in t.switches if sw["phase"] == push.phase), None)
-        if entry is None:  # decided elsewhere (a shard other than 0, or no schedule)
-            entry = {"phase": push.phase, "to": push.mode, "wall_time": time.time()}
-            t.switches.append(entry)
-        entry.update(version=t.state.version, server_s=server_s)
+        server_s = t.machine.clock() - t0
+        t.machine.enter_phase(push.phase, push.mode, t.state.version, server_s)
 
     def switches(self, key: str) -> list[dict[str, Any]]:
-        return list(self.trained[key].switches)
+        return list(self.trained[key].machine.switches)
 
     def finish(self, key: str) -> None:
         """Stop the job: every push from now on, and every BSP push held, is answered as
@@ -322,7 +281,7 @@ class DenseServer:
         if t is None:
             return
         with t.lock:
-            t.stopped = True
+            t.machine.stopped = True
             release, t.waiting = t.waiting, []
             reply = t.reply(0, taken=False)
         for f in release:
@@ -345,12 +304,12 @@ def _add(key: str, delta: torch.Tensor) -> None:
     SERVER.add(key, delta)
 
 
-def _init_trained(key: str, value: torch.Tensor, optimizer: str, workers: int,
-                  schedule: Any = None, budget: int = 0) -> None:
-    SERVER.init_trained(key, value, optimizer, workers, schedule, budget)
+def _init_trained(key: str, value: torch.Tensor, optimizer: str,
+                  machine: SwitchDecisions) -> None:
+    SERVER.init_trained(key, value, optimizer, machine)
 
 
-def _mode(key: str) -> tuple[str, int]:
+def _mode(key: str) -> tuple[Protocol, int]:
     return SERVER.mode(key)
 
 
@@ -419,13 +378,12 @@ class TrainedTensorClient(_Sharded):
         super().__init__(key, servers, "--sync bsp / asp / switch")
         self.numel = numel
 
-    def init(self, value: torch.Tensor, optimizer: str, workers: int, schedule: Any = None,
-             budget: int = 0) -> None:
+    def init(self, value: torch.Tensor, optimizer: str, machine: SwitchDecisions) -> None:
         """Every worker may call it: the first call creates the parameters, the rest agree.
-        Only shard 0's `schedule` decides; the others apply what the pushes name."""
-        self._call_all(_init_trained, optimizer, workers, schedule, budget, value=value)
+        Only shard 0's `machine` decides; the others apply what the pushes name."""
+        self._call_all(_init_trained, optimizer, machine, value=value)
 
-    def mode(self) -> tuple[str, int]:
+    def mode(self) -> tuple[Protocol, int]:
         """The protocol of the next step and its phase index (decided on shard 0)."""
         return rpc.rpc_sync(ClusterLayout.dense_name(0), _mode, args=(self.key,))
 

@@ -1,0 +1,141 @@
+"""The threaded group runner that the background and foreground rules share: a sync thread over
+parameter groups, its start, its agreed stop, and its counters. Subclasses decide only when a
+round runs (`_loop`). Runners that run nothing between steps implement `base.Runner` without
+this thread (`base.StepRunner`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from shadowsync.runners.groups import ParamGroup
+from shadowsync.runners.reports import WorkerReport
+from shadowsync.state_dicts import nest, part
+from shadowsync.transport.collectives import TrainerExchange
+
+
+class GroupRunner:
+    kind = "abstract"
+    blocks_workers = False
+    measures_blocking = True  # False where waiting cannot be told apart from compute
+
+    def __init__(self, groups: list[ParamGroup], exchange: TrainerExchange) -> None:
+        self.groups = groups
+        self.exchange = exchange
+        self.rounds = 0  # rounds while this trainer's workers were training
+        self.all_rounds = 0  # including those run after, until every trainer was done
+        self.sync_cpu_s = 0.0
+        self._workers_done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._t0 = 0.0
+        self._t_end: float | None = None
+        self._restored: dict[str, Any] | None = None
+
+    def worker_hook(self, ctx: Any, workers: int) -> Any:
+        """An object handed to each worker process, or None if workers never wait."""
+        return None
+
+    def observe(self, report: WorkerReport) -> None:
+        """Called by the trainer with every report of its workers."""
+
+    def on_stop(self) -> None:
+        """The job was asked to stop (Ctrl-C, SIGTERM): end what only the runner can end."""
+
+    def after_training(self) -> None:
+        """Called on every trainer once all trainers have finished training, before the final
+        evaluation."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rules' own state for a checkpoint (e.g. BMUF's global model and block
+        momentum), by group. Before `start` it has the right shapes (as a load needs)."""
+        out: dict[str, Any] = {}
+        for g in self.groups:
+            if hasattr(g.rule, "state_dict"):
+                if self._thread is None and self._restored is None:
+                    g.rule.start(g.flat())
+                out.update(nest(f"{g.name}.", g.rule.state_dict()))
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the rules' state; applied at `start` (which would otherwise reset it)."""
+        self._restored = dict(state)
+
+    def start(self) -> None:
+        for g in self.groups:
+            g.rule.start(g.flat())
+            if self._restored is not None and hasattr(g.rule, "load_state_dict"):
+                g.rule.load_state_dict(part(self._restored, f"{g.name}."))
+            if g.rule.needs_servers:  # the centre starts as the (identical) initial model
+                self.exchange.init_centre(g.name, g.flat())
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._guarded_loop, name=f"{self.kind}-sync",
+                                        daemon=True)
+        self._thread.start()
+
+    def _guarded_loop(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # surfaced by stop() in the trainer's main thread
+            self._error = e
+            self._on_error()
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def _on_error(self) -> None:
+        pass
+
+    def run_round(self, done: bool) -> tuple[bool, float, float]:
+        """One round over every group. Returns (was it the agreed last round, cpu s, wall s)."""
+        w0, c0 = time.perf_counter(), time.process_time()
+        self.exchange.begin_round(done)
+        for g in self.groups:
+            g.sync_round(self.exchange)
+        last = self.exchange.end_round()
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        self.sync_cpu_s += cpu
+        self.all_rounds += 1
+        if not done:
+            self.rounds += 1
+        return last, cpu, wall
+
+    def stop(self) -> None:
+        """Called when this trainer's workers have finished; returns after the round every
+        trainer agreed was the last."""
+        self._t_end = time.perf_counter()
+        self._workers_done.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise RuntimeError(f"{self.kind} synchronization failed: {self._error}") from None
+
+    def metrics(self) -> dict[str, Any]:
+        elapsed = (self._t_end or time.perf_counter()) - self._t0
+        return {
+            "syncs": self.rounds,
+            "syncs_per_min": 60.0 * self.rounds / elapsed if elapsed > 0 else 0.0,
+            "sync_cpu_s": round(self.sync_cpu_s, 3),
+            "sync_bytes_per_round": (self.exchange.bytes_sent / self.all_rounds
+                                     if self.exchange is not None and self.all_rounds
+                                     else None),
+        }
+
+    def final_metrics(self) -> dict[str, Any]:
+        """What this trainer contributes to the run's summary (gathered on trainer 0)."""
+        return self.metrics()
+
+    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+        """Summary entries from every trainer's `final_metrics`."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def settings(self) -> dict[str, Any]:
+        wire = {"sync_dtype": self.exchange.dtype} if self.exchange is not None else {}
+        return {"runner": self.kind, **self.describe(), **wire,
+                "groups": {g.name: {"rule": g.rule.name, "write_back": g.write_back,
+                                    "params": g.numel(), **g.rule.settings()}
+                           for g in self.groups}}

@@ -1,0 +1,229 @@
+"""The client of the embedding servers, `RemoteEmbeddings`: an `EmbeddingClient` that reaches
+servers on its host through their shared-memory files and the others over RPC, one request
+per server for a batch's distinct rows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed.rpc as rpc
+
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.embeddings.pooling import Bags
+from shadowsync.embeddings.unique import unique_with_inverse
+from shadowsync.transport import shm
+from shadowsync.transport.layout import ClusterLayout
+from shadowsync.transport.rpc import RpcEndpoint
+from shadowsync.transport.servers.embedding.plan import RowKeys, ShardingPlan
+from shadowsync.transport.servers.embedding.server import (
+    LOCAL_CALLS,
+    REMOTE_CALLS,
+    attached,
+    shared_info,
+)
+
+
+class RemoteEmbeddings:
+    """The client a trainer and its workers use in place of local `EmbeddingTables`.
+
+    Picklable before `attach`: it is built by the trainer and sent to each worker process,
+    which then joins the RPC world under its own name. With `transport="auto"`, shards whose
+    server runs on this host (and shares its tables) are read and updated in place through
+    shared memory, the others over RPC; `"rpc"` sends every request over RPC. Both run the
+    same update on the same rows, so a lone client gets bitwise the same results either way.
+    `private` (per server: tables in this trainer's shared memory) replaces the servers' tables
+    by a private copy, which makes the unshared ceiling the shared path is measured against.
+    """
+
+    MAX_PENDING_PUSHES = 4  # bound the gradients in flight so a slow server applies back-pressure
+    TRANSPORTS = ("auto", "rpc")
+
+    def __init__(self, plan: ShardingPlan, layout: ClusterLayout, endpoint: RpcEndpoint,
+                 dim: int, ranks: dict[str, int], transport: str = "auto",
+                 private: dict[int, EmbeddingTables] | None = None) -> None:
+        if transport not in self.TRANSPORTS:
+            raise ValueError(f"transport must be one of {self.TRANSPORTS}, got {transport!r}")
+        self.plan = plan
+        self.layout = layout
+        self.endpoint = endpoint
+        self.dim = dim
+        self.ranks = ranks  # RPC rank by the name a process attaches under
+        self.transport = transport
+        self.profile: dict[str, float] | None = None  # seconds per phase, when set to a dict
+        self._pending: list[torch.futures.Future] = []
+        self._keys: RowKeys | None = None
+        self._last: _Requests | None = None
+        self._shared: dict[int, EmbeddingTables] = {}
+        self._private = private or {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_pending=[], _last=None, _shared={}, _keys=None)
+        return state
+
+    def attach(self, name: str) -> None:
+        self.endpoint.join(name, self.ranks[name], self.layout.rpc_world_size)
+        self._keys = self.plan.keys()
+        self._shared = dict(self._private)
+        for s in range(self.plan.servers):
+            server = ClusterLayout.embedding_name(s)
+            if self.transport == "auto" and s not in self._shared:
+                mapped = _map_shared(rpc.rpc_sync(server, shared_info))
+                if mapped is not None:
+                    self._shared[s] = mapped
+            rpc.rpc_sync(server, attached)
+
+    @property
+    def shared_servers(self) -> list[int]:
+        """Servers this client reaches through shared memory rather than RPC."""
+        return sorted(self._shared)
+
+    def detach(self) -> None:
+        self.flush()
+        self._shared.clear()
+        RpcEndpoint.leave()
+
+    def _requests(self, ids: torch.Tensor | Bags) -> _Requests:
+        """Which distinct rows each server is asked for. Ads ids are heavily skewed, so a batch
+        repeats many of them (about 3 in 4 here): each distinct row travels once."""
+        if self._last is not None and self._last.ids is ids:
+            return self._last
+        assert self._keys is not None, "attach() first"
+        with self._timed("route_unique"):
+            keys, inverse = unique_with_inverse(self._keys.keys(ids))
+            start = self._keys.starts
+            bounds = torch.searchsorted(keys, start).tolist()
+            per_server = []
+            for s in range(self.plan.servers):
+                lo, hi = bounds[s], bounds[s + 1]
+                if hi > lo:
+                    span = None if hi - lo == len(keys) else slice(lo, hi)
+                    per_server.append((s, span, keys[lo:hi] - start[s]))
+        self._last = _Requests(ids, len(keys), inverse, per_server)
+        return self._last
+
+    def _call(self, s: int, kind: str, *args: Any) -> torch.futures.Future:
+        """One request to server `s`: in place when its tables are mapped here, else RPC."""
+        local = self._shared.get(s)
+        if local is None:
+            return rpc.rpc_async(ClusterLayout.embedding_name(s), REMOTE_CALLS[kind], args=args)
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(LOCAL_CALLS[kind](local, *args))
+        return fut
+
+    def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:
+        req = self._requests(ids)
+        calls = {s: self._call(s, "lookup", rows) for s, _, rows in req.per_server}
+        return self._gather(req, calls, ids)
+
+    def _gather(self, req: _Requests, calls: dict[int, torch.futures.Future],
+                ids: torch.Tensor | Bags) -> torch.Tensor:
+        with self._timed("wait"):
+            replies = {s: fut.wait() for s, fut in calls.items()}
+        with self._timed("gather"):
+            if len(req.per_server) == 1 and req.per_server[0][1] is None:
+                distinct = replies[req.per_server[0][0]]
+            else:
+                distinct = torch.empty(req.distinct, self.dim)
+                for s, span, _ in req.per_server:
+                    distinct[span] = replies[s]
+            if isinstance(ids, Bags):
+                return ids.pool(distinct, req.inverse)
+            return distinct.index_select(0, req.inverse).view(*ids.shape, self.dim)
+
+    def _summed(self, req: _Requests, grads: torch.Tensor) -> torch.Tensor:
+        with self._timed("sum_grads"):
+            grads = grads.detach()
+            per_row = (req.ids.unpool(grads) if isinstance(req.ids, Bags)
+                       else grads.reshape(-1, self.dim))
+            return torch.zeros(req.distinct, self.dim).index_add_(0, req.inverse, per_row)
+
+    def apply_gradients(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
+                        lr_scale: float = 1.0) -> None:
+        """Push asynchronously; waits only when too many pushes are still in flight."""
+        self.update_and_lookup(ids, grads, None, lr_scale)
+
+    def update_and_lookup(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
+                          next_ids: torch.Tensor | Bags | None,
+                          lr_scale: float = 1.0) -> torch.Tensor | None:
+        """Push one step's gradients (applied at `lr_scale` times the tables' learning rate)
+        and fetch the next step's rows in one call per server, halving the round trips of a
+        training step. The server applies the update before reading, so the next step sees
+        it."""
+        done = self._requests(ids)
+        summed = self._summed(done, grads)
+        # A slice of `summed` is cloned: RPC would send the whole tensor a view lives in.
+        pushes = {s: (rows, summed if span is None else summed[span].clone(), lr_scale)
+                  for s, span, rows in done.per_server}
+        if next_ids is None:
+            self._push_async(pushes)
+            return None
+        nxt = self._requests(next_ids)
+        calls = {}
+        with self._timed("send"):
+            for s, _, rows in nxt.per_server:
+                if s in pushes:
+                    calls[s] = self._call(s, "update_and_lookup", *pushes.pop(s), rows)
+                else:
+                    calls[s] = self._call(s, "lookup", rows)
+            self._push_async(pushes)  # servers the next batch does not need
+        return self._gather(nxt, calls, next_ids)
+
+    def _push_async(self, pushes: dict[int, tuple[torch.Tensor, torch.Tensor, float]]) -> None:
+        for s, push in pushes.items():
+            self._pending.append(self._call(s, "apply", *push))
+        while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
+            self._pending.pop(0).wait()
+
+    def flush(self) -> None:
+        for fut in self._pending:
+            fut.wait()
+        self._pending.clear()
+
+    def _timed(self, phase: str) -> Any:
+        return _PhaseTimer(self.profile, phase)
+
+
+class _PhaseTimer:
+    """Adds the seconds of a `with` block to profile[phase] (nothing when profile is None)."""
+
+    __slots__ = ("profile", "phase", "t0")
+
+    def __init__(self, profile: dict[str, float] | None, phase: str) -> None:
+        self.profile, self.phase, self.t0 = profile, phase, 0.0
+
+    def __enter__(self) -> None:
+        if self.profile is not None:
+            self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.profile is not None:
+            self.profile[self.phase] = (self.profile.get(self.phase, 0.0)
+                                        + time.perf_counter() - self.t0)
+
+
+def _map_shared(info: dict[str, Any] | None) -> EmbeddingTables | None:
+    """A server's tables mapped from its shared-memory files, when it runs on this host."""
+    if info is None or info["host"] != shm.host_id():
+        return None
+    rows, dim = info["rows"], info["dim"]
+    try:
+        weight = shm.map_file(info["paths"]["weight"], (sum(rows), dim))
+        state = (shm.map_file(info["paths"]["state"], (sum(rows),))
+                 if "state" in info["paths"] else None)
+    except (OSError, ValueError, RuntimeError):  # names already gone: RPC it is
+        return None
+    return EmbeddingTables.from_tensors(rows, dim, info["optimizer"], info["lr"], info["eps"],
+                                        weight, state, info.get("weight_decay", 0.0))
+
+
+@dataclass
+class _Requests:
+    ids: torch.Tensor | Bags  # the batch these were computed for
+    distinct: int
+    inverse: torch.Tensor  # position of every (example, table) among the distinct rows
+    # server, its distinct rows' span among all of them (None: all), its rows
+    per_server: list[tuple[int, slice | None, torch.Tensor]]

@@ -1,0 +1,154 @@
+"""One embedding server process: its pieces of the tables (`plan`), in /dev/shm files that
+clients on its host map, and the RPC functions that look rows up and apply sparse gradients
+in place (from many RPC threads at once, without locks: Hogwild on the server). `PROFILE`
+counts the seconds spent applying and reading (see `shadowsync bench embedding`): on a server
+for RPC clients, in a client for the shards it maps itself."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.transport import shm
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
+
+# Set in each embedding-server process; the RPC functions below run there.
+_LOCAL_TABLES: EmbeddingTables | None = None
+
+
+@dataclass
+class _SharedFiles:
+    """The shared-memory files holding this server's tables, for clients on its host."""
+
+    paths: dict[str, str]  # "weight", and "state" under Adagrad -> file
+    clients_left: int | None  # unlinked once this many clients have attached
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_SHARED: _SharedFiles | None = None
+# Seconds spent applying updates and reading rows in this process (a profile, see bench
+# embedding): on a server for RPC clients, in a client for the shards it maps itself.
+PROFILE = {"apply_s": 0.0, "lookup_s": 0.0, "calls": 0}
+
+
+def serve(plan: ShardingPlan, server: int, dim: int, table_optimizer: dict[str, Any],
+          seed: int, share: bool = True, clients: int | None = None) -> EmbeddingTables:
+    """Hold this server's pieces; the RPC agent answers requests until shutdown.
+
+    With `share`, the weights and optimizer state live in files under /dev/shm so that
+    clients on the same host update them in place (Hogwild, as the server's own RPC threads
+    do) instead of sending them over RPC; the names go once `clients` clients attached (the
+    mappings stay), or when `release()` runs or the process exits. `table_optimizer` is how
+    the rows learn (`TrainConfig.table_optimizer()`).
+    """
+    global _LOCAL_TABLES, _SHARED
+    torch.set_num_threads(1)
+    tables = EmbeddingTables(plan.server_pieces(server), dim, seed=seed * 7919 + server,
+                             **table_optimizer)
+    if share and shm.available():
+        paths = {"weight": shm.new_path(f"emb{server}-weight")}
+        tables.weight = shm.to_shared_file(tables.weight, paths["weight"])
+        if tables.state is not None:
+            paths["state"] = shm.new_path(f"emb{server}-state")
+            tables.state = shm.to_shared_file(tables.state, paths["state"])
+        _SHARED = _SharedFiles(paths, clients)
+        atexit.register(release)
+    _LOCAL_TABLES = tables
+    return tables
+
+
+def release() -> None:
+    """Remove this server's shared-memory names (idempotent)."""
+    shared = _SHARED
+    if shared is not None:
+        with shared.lock:
+            for path in shared.paths.values():
+                shm.unlink(path)
+
+
+def _server_tables() -> EmbeddingTables:
+    assert _LOCAL_TABLES is not None, "not an embedding server"
+    return _LOCAL_TABLES
+
+
+def _lookup_in(tables: EmbeddingTables, rows: torch.Tensor) -> torch.Tensor:
+    t0 = time.perf_counter()
+    out = tables.lookup_rows(rows)
+    PROFILE["lookup_s"] += time.perf_counter() - t0
+    PROFILE["calls"] += 1
+    return out
+
+
+def _apply_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
+              lr_scale: float) -> None:
+    """`rows` are unique: the client summed the gradients of repeated ids."""
+    t0 = time.perf_counter()
+    tables.apply_rows(rows, grads, unique=True, lr_scale=lr_scale)
+    PROFILE["apply_s"] += time.perf_counter() - t0
+    PROFILE["calls"] += 1
+
+
+def _update_and_lookup_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
+                          lr_scale: float, lookup_rows: torch.Tensor) -> torch.Tensor:
+    _apply_in(tables, rows, grads, lr_scale)
+    return _lookup_in(tables, lookup_rows)
+
+
+def _lookup(rows: torch.Tensor) -> torch.Tensor:
+    return _lookup_in(_server_tables(), rows)
+
+
+def _apply(rows: torch.Tensor, grads: torch.Tensor, lr_scale: float) -> None:
+    _apply_in(_server_tables(), rows, grads, lr_scale)
+
+
+def _update_and_lookup(rows: torch.Tensor, grads: torch.Tensor, lr_scale: float,
+                       lookup_rows: torch.Tensor) -> torch.Tensor:
+    return _update_and_lookup_in(_server_tables(), rows, grads, lr_scale, lookup_rows)
+
+
+def _echo(rows: torch.Tensor, grads: torch.Tensor, lookup_rows: torch.Tensor) -> torch.Tensor:
+    """No work, the reply of a lookup's size: what moving the bytes alone costs (profiling)."""
+    return torch.empty(len(lookup_rows), grads.shape[1] if grads.dim() == 2 else 1)
+
+
+def _profile(reset: bool = True) -> dict[str, float]:
+    out = dict(PROFILE)
+    if reset:
+        PROFILE.update(apply_s=0.0, lookup_s=0.0, calls=0)
+    return out
+
+
+def shared_info() -> dict[str, Any] | None:
+    """How a client on this host maps this server's tables (None when not shared)."""
+    if _SHARED is None:
+        return None
+    t = _server_tables()
+    return {"host": shm.host_id(), "paths": dict(_SHARED.paths), "rows": t.rows, "dim": t.dim,
+            "optimizer": t.optimizer.value, "lr": t.lr, "eps": t.eps,
+            "weight_decay": t.weight_decay}
+
+
+def attached() -> None:
+    """A client has attached (and mapped the files if it could)."""
+    shared = _SHARED
+    if shared is None or shared.clients_left is None:
+        return
+    with shared.lock:
+        shared.clients_left -= 1
+        done = shared.clients_left <= 0
+    if done:
+        release()
+
+
+LOCAL_CALLS: dict[str, Callable[..., Any]] = {
+    "lookup": _lookup_in, "apply": _apply_in, "update_and_lookup": _update_and_lookup_in}
+REMOTE_CALLS: dict[str, Callable[..., Any]] = {
+    "lookup": _lookup, "apply": _apply, "update_and_lookup": _update_and_lookup}

@@ -1,0 +1,206 @@
+"""The Sync-Switch state machine (`runners.switch.machine`) on plain numbers: no server, no
+tensors, no processes. Phases, quotas, the hold after a switch into BSP, isolate, switch time,
+pace and rewind, each against the closed form of its rule."""
+
+import pytest
+
+from shadowsync.protocols import Protocol
+from shadowsync.runners.switch.detector import DetectorConfig
+from shadowsync.runners.switch.machine import SwitchMachine
+from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.runners.switch.schedule import Schedule
+from shadowsync.transport.servers.dense import SwitchDecisions
+
+BSP, ASP = Protocol.BSP, Protocol.ASP
+
+
+class Clock:
+    def __init__(self, now=0.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+class Verdict:
+    """The straggler detector's verdict, set by the test."""
+
+    stragglers: list = []
+
+    def observe(self, trainer, step_s):
+        pass
+
+
+def machine(plan, budget, workers=2, policy="plan", trainers=None, **kw):
+    schedule = Schedule(SwitchPlan.parse(plan), budget, policy, DetectorConfig(), 0.0,
+                        trainers=trainers or workers)
+    if policy != "plan":
+        schedule.detector = Verdict()
+    m = SwitchMachine(workers, budget, schedule, **kw)
+    m.start()
+    return m
+
+
+def bsp_step(m, phase=None):
+    m.bsp_step_applied(m.bsp_workers, m.decided_phase if phase is None else phase)
+    m.decide(0)
+
+
+def test_it_is_what_the_dense_server_drives():
+    assert isinstance(SwitchMachine(workers=2), SwitchDecisions)
+
+
+@pytest.mark.parametrize("share,budget,workers", [(0.25, 40, 2), (0.5, 60, 3), (0.1, 100, 5)])
+def test_plan_phases_switch_at_the_share_of_the_budget(share, budget, workers):
+    """`bsp:s,asp`: BSP steps of n gradients while A < round(s Q), then ASP; one switch."""
+    m = machine(f"bsp:{share},asp", budget, workers)
+    assert m.mode is BSP
+    boundary = round(share * budget)
+    while m.mode is BSP:
+        bsp_step(m)
+    # the first BSP step that reaches the boundary decides ASP (steps are n gradients)
+    assert m.applied == -(-boundary // workers) * workers == m.bsp_applied
+    assert (m.decided_phase, m.bsp_at_switch) == (1, m.bsp_applied)
+    (sw,) = m.switches
+    assert (sw["phase"], sw["from"], sw["to"], sw["applied"]) == (1, "bsp", "asp", m.applied)
+    while not m.done:
+        m.asp_applied(1, 0.0)
+        m.decide(0)
+    assert m.applied == budget and m.decided_phase == 1 and len(m.switches) == 1
+
+
+def test_nothing_is_decided_while_a_bsp_step_is_half_collected_or_after_the_end():
+    m = machine("asp:0.5,bsp", budget=4)
+    m.asp_applied(0, 0.0)
+    m.asp_applied(0, 0.0)  # A = 2 = the boundary: BSP from now on ...
+    m.decide(bsp_waiting=1)  # ... but not while a BSP gradient is held
+    assert m.mode is ASP and m.decided_phase == 0
+    m.decide(0)
+    assert m.mode is BSP and m.decided_phase == 1
+    m.stopped = True
+    assert m.done
+    m.schedule.plan = SwitchPlan.parse("asp")  # would switch back if asked
+    m.decide(0)
+    assert m.mode is BSP
+
+
+def test_greedy_spends_the_bsp_quota_around_a_straggler_and_holds_after_a_switch_into_bsp():
+    """mode = ASP if a straggler or B >= Q else BSP, with Q = round(s Q_budget); B counts only
+    BSP gradients, so the quota is met in full however the straggler splits it."""
+    m = machine("bsp:0.5,asp", budget=40, policy="greedy")
+    quota = 20
+    bsp_step(m)
+    m.schedule.detector.stragglers = [1]
+    bsp_step(m)  # B = 4: greedy leaves BSP for the straggler
+    assert m.mode is ASP and m.bsp_applied == 4
+    for _ in range(6):
+        m.asp_applied(1, 0.0)
+        m.decide(0)
+    m.schedule.detector.stragglers = []
+    m.asp_applied(1, 0.0)
+    m.decide(0)
+    assert m.mode is BSP and m.decided_phase == 2 and m.bsp_at_switch == 4
+    # an ASP gradient still in flight must not flip it back before the first BSP step is done
+    m.schedule.detector.stragglers = [1]
+    m.asp_applied(1, 0.0)
+    m.decide(0)
+    assert m.mode is BSP and m.decided_phase == 2
+    m.schedule.detector.stragglers = []
+    while m.mode is BSP:
+        bsp_step(m, phase=2)
+    assert m.bsp_applied == quota and m.mode is ASP and m.decided_phase == 3
+    assert [sw["to"] for sw in m.switches] == ["asp", "bsp", "asp"]
+
+
+def test_isolate_takes_the_stragglers_workers_out_of_bsp_steps():
+    """A BSP step averages n - k w gradients while k trainers of w workers are isolated; a
+    change in who is isolated is a switch (a new phase) with the protocol unchanged."""
+    m = machine("bsp:0.5,asp", budget=400, workers=6, policy="isolate", trainers=3)
+    m.schedule.workers_per_trainer = 2
+    assert m.bsp_workers == 6
+    m.schedule.detector.stragglers = [2]
+    bsp_step(m)
+    assert m.isolated == (2,) and m.bsp_workers == 4 and m.mode is BSP
+    assert m.decided_phase == 1 and m.switches[-1]["isolated"] == [2]
+    bsp_step(m)  # a 4-gradient step
+    assert m.bsp_applied == 6 + 4
+    m.schedule.detector.stragglers = []
+    bsp_step(m)
+    assert m.isolated == () and m.bsp_workers == 6 and m.decided_phase == 2
+    m.schedule.detector.stragglers = [0, 1, 2]  # everyone: no BSP step could form
+    bsp_step(m)
+    assert m.isolated == () and m.bsp_workers == 6
+
+
+def test_switch_time_is_decision_to_first_new_step_less_its_compute():
+    """switch_s = t_applied - t_decided - compute (a BSP step's compute: its longest)."""
+    clock = Clock(10.0)
+    m = machine("bsp:0.5,asp", budget=8, clock=clock)
+    bsp_step(m)
+    bsp_step(m)  # A = 4: ASP decided at t = 10
+    assert m.switches[0]["decided_s"] == 10.0
+    clock.now = 10.0 + 0.04 + 0.25
+    m.enter_phase(1, ASP, version=2, server_s=0.001)
+    m.asp_applied(1, compute_s=0.25)
+    assert m.switches[0]["switch_s"] == pytest.approx(0.04)
+    assert (m.switches[0]["version"], m.switches[0]["server_s"]) == (2, 0.001)
+    clock.now += 1.0
+    m.asp_applied(1, compute_s=0.1)  # a later step does not move it
+    assert m.switches[0]["switch_s"] == pytest.approx(0.04)
+
+    clock = Clock(0.0)
+    m = machine("asp:0.25,bsp", budget=8, clock=clock)
+    m.asp_applied(0, 0.0)
+    m.asp_applied(0, 0.0)
+    m.decide(0)  # BSP decided at t = 0
+    clock.now = 0.5
+    m.bsp_gradient(0.3)
+    m.bsp_gradient(0.2)
+    m.bsp_step_applied(2, phase=1)
+    assert m.switches[0]["switch_s"] == pytest.approx(0.5 - 0.3)
+    assert m.step_compute == 0.0  # the next step starts its own maximum
+
+
+def test_pace_is_compute_plus_round_trip_or_lateness_in_the_step():
+    """ASP: compute + previous round trip; BSP: compute + (arrival - the step's first)."""
+    clock = Clock(5.0)
+    m = SwitchMachine(workers=3, clock=clock)
+    assert m.pace(ASP, 0.1, 0.02, bsp_waiting=0) == pytest.approx(0.12)
+    assert m.pace(BSP, 0.1, 9.9, bsp_waiting=0) == pytest.approx(0.1)  # the step's first
+    clock.now = 5.3
+    assert m.pace(BSP, 0.1, 9.9, bsp_waiting=1) == pytest.approx(0.4)
+    clock.now = 5.5
+    assert m.pace(BSP, 0.2, 0.0, bsp_waiting=2) == pytest.approx(0.7)
+
+
+def test_a_phase_decided_elsewhere_gets_its_entry_on_arrival():
+    m = SwitchMachine(workers=2, wall=lambda: 123.0)  # a shard with no schedule
+    m.enter_phase(1, ASP, version=7, server_s=0.002)
+    assert m.phase == 1
+    assert m.switches == [{"phase": 1, "to": "asp", "wall_time": 123.0, "version": 7,
+                           "server_s": 0.002}]
+
+
+@pytest.mark.parametrize("mode,applied,bsp_applied,gradients,expected", [
+    (BSP, 20, 14, 16, (16, 10)),  # 4 extra under BSP: B = max(0, 14 - 4)
+    (BSP, 20, 2, 16, (16, 0)),  # never below zero
+    (ASP, 20, 14, 16, (16, 14)),  # the extra were ASP pushes: B stays
+    (BSP, 20, 14, 30, (20, 14)),  # never forward
+])
+def test_rewind_counts_progress_from_the_positions(mode, applied, bsp_applied, gradients,
+                                                   expected):
+    m = SwitchMachine(workers=2, mode=mode, applied=applied, bsp_applied=bsp_applied)
+    m.rewind(gradients)
+    assert (m.applied, m.bsp_applied) == expected
+
+
+def test_state_round_trips_through_a_checkpoint():
+    m = machine("bsp:0.5,asp", budget=8)
+    for _ in range(3):
+        bsp_step(m)
+    state = m.state_dict()
+    assert state["asp"] == 1 and state["applied"] == 6 and state["decided_phase"] == 1
+    other = machine("bsp:0.5,asp", budget=8)
+    other.load_state_dict(state)
+    assert (other.mode, other.applied, other.bsp_applied, other.decided_phase,
+            other.bsp_at_switch) == (ASP, 6, 6, 1, 4)
