@@ -81,7 +81,7 @@ def _vocab(values: list[Any]) -> dict[Any, int]:
 
 def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, Any]:
     pa = tabular.arrow()
-    pq = tabular.arrow().parquet
+    pq = pa.parquet
 
     ratings, users, items = (_read_bundled(p) for p in ("data", "users", "items"))
     user_rows = {u: i for i, u in enumerate(users.column("user_id").to_pylist())}

@@ -434,8 +434,7 @@ def _read_parquet(f: Path, schema: TableSchema, w: _Writer) -> None:
 
 def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
     pa = arrow()
-    pc = arrow().compute
-    pcsv = arrow().csv
+    pc, pcsv = pa.compute, pa.csv
 
     types: dict[str, Any] = {schema.label: pa.float64()}
     types.update({d: pa.float64() for d in schema.dense})
@@ -506,7 +505,7 @@ def _first_bad(parts: Any, value_type: Any) -> int:
 def _csv_error(f: Path, schema: TableSchema, types: dict[str, Any], message: str) -> UserError:
     """pyarrow names the column but not the row of a value it cannot convert: find it."""
     pa = arrow()
-    pcsv = arrow().csv
+    pcsv = pa.csv
 
     names = [n for n in schema.columns() if f"'{n}'" in message] or \
         [n for n in schema.columns() if types.get(n) != pa.string()]

@@ -48,7 +48,7 @@ class RunnerDefaults:
 
     kind = "abstract"
     blocks_workers = False
-    measures_blocking = True
+    measures_blocking = True  # False where waiting cannot be told apart from compute
 
     def __init__(self) -> None:
         self._t0 = 0.0

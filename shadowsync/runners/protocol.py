@@ -278,7 +278,6 @@ class ProtocolRunner(StepRunner):
     loads the servers' final parameters when training is over."""
 
     kind = "protocol"
-    blocks_workers = True
 
     def __init__(self, settings: ProtocolSettings, model: torch.nn.Module, mode: str) -> None:
         super().__init__()

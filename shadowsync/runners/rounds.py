@@ -16,10 +16,8 @@ from shadowsync.transport.collectives import TrainerExchange
 
 
 class GroupRunner(RunnerDefaults):
-    blocks_workers = False
-    measures_blocking = True  # False where waiting cannot be told apart from compute
-
     def __init__(self, groups: list[ParamGroup], exchange: TrainerExchange) -> None:
+        super().__init__()
         self.groups = groups
         self.exchange = exchange
         self.rounds = 0  # rounds while this trainer's workers were training
@@ -28,8 +26,6 @@ class GroupRunner(RunnerDefaults):
         self._workers_done = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._t0 = 0.0
-        self._t_end: float | None = None
         self._restored: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
