@@ -40,10 +40,7 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     summary."""
     cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
     check_writable(out)
-    # Every process of the job (or the workers of a local trainer) is forked from it. It
-    # imports torch while this process imports torch too, checks the options and prepares
-    # the data: on 2 cores, that took the server's start out of the job's critical path.
-    forkserver.start()
+    forkserver.start()  # where the caller (`api.run`) has not started it yet
     try:
         return checked_run(cfg, out)
     except BaseException:
