@@ -27,8 +27,10 @@ MIXED_SIZES = ",".join(["500", "200"] * 13)
 # things of (conftest's `trained` runs each once a session).
 LAYOUTS = {
     "local-tables": LOCAL_JOB,  # test_recovery: bad inputs around its checkpoint
+    # with the DLRM's top MLP reading the embeddings too (a wider first layer)
     "one-embedding-server": [*TINY, "--trainers", "1", "--embedding-servers", "1",
-                             "--sync", "none", "--table-size", "500"],
+                             "--sync", "none", "--table-size", "500",
+                             "--interaction", "dot+cat"],
     "row-split-over-two-servers": [*TINY, "--trainers", "2", "--embedding-servers", "2",
                                    "--row-split-limit", "300", "--table-size", MIXED_SIZES,
                                    "--sync", "s-ma"],

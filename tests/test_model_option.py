@@ -56,6 +56,32 @@ def test_dlrm_interaction_is_every_pair_of_features_dotted_once():
     torch.testing.assert_close(emb.grad, grad)
 
 
+def test_dot_cat_shows_the_top_mlp_the_embeddings_beside_their_dot_products():
+    """With "dot+cat" the top MLP reads [x, dots, every embedding flattened]. Rotating every
+    embedding by one orthogonal matrix, with the bottom output at zero, keeps every dot
+    product: the "dot" model cannot tell the two inputs apart, "dot+cat" must."""
+    torch.manual_seed(0)
+    dot = build_model(dlrm_shape(3, [8], [8]), 4, 5)
+    cat = build_model(ModelConfig("dlrm", 3, bottom_mlp=[8], top_mlp=[8], id_bias=False,
+                                  interaction="dot+cat"), 4, 5)
+    dense, emb = torch.randn(6, 4), torch.randn(6, 5, 3)
+    seen = []
+    cat.top.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
+    cat(dense, emb)
+    x = cat.bottom(dense)
+    dots = torch.stack([(f * g).sum(1) for i, f in enumerate([x, *emb.unbind(1)])
+                        for g in [x, *emb.unbind(1)][i + 1:]], 1)
+    torch.testing.assert_close(seen[0], torch.cat([x, dots, emb.flatten(1)], 1))
+
+    q, _ = torch.linalg.qr(torch.randn(3, 3))
+    for m in (dot, cat):
+        torch.nn.init.zeros_(m.bottom[-2].weight)
+        torch.nn.init.zeros_(m.bottom[-2].bias)  # x = relu(0) = 0
+    rotated = emb @ q
+    torch.testing.assert_close(dot(dense, rotated), dot(dense, emb))
+    assert (cat(dense, rotated) - cat(dense, emb)).abs().max() > 1e-3
+
+
 def test_the_id_bias_is_the_last_column_summed_into_the_logit():
     """With the id bias an embedded row is one column wider: the DLRM sees the first
     `embedding_dim` columns, and the last column of every table's row is added to the logit,

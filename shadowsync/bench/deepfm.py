@@ -72,9 +72,10 @@ def load_rows(path: str) -> Rows:
     for m in doc.get("multi_hot", []):
         values, offsets, weights = arrays.check_multi_hot(str(p), m["name"],
                                                           int(m["table_size"]), len(labels))
-        bags.append((torch.from_numpy(np.asarray(values, np.int64)),
-                     torch.from_numpy(np.asarray(offsets, np.int64)),
-                     None if weights is None else torch.from_numpy(np.asarray(weights))))
+        # copies: the files are mapped read-only, and torch wants tensors it may write
+        bags.append((torch.from_numpy(np.array(values, np.int64)),
+                     torch.from_numpy(np.array(offsets, np.int64)),
+                     None if weights is None else torch.from_numpy(np.array(weights))))
         sizes.append(int(m["table_size"]))
         poolings.append(m["pooling"])
     return Rows(labels, dense, cats, bags, sizes, poolings)

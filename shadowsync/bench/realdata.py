@@ -4,7 +4,8 @@ On MovieLens 100K as clicks (`shadowsync data prepare movielens100k`; a fixed 90
 split), for each seed, interleaved:
 
 - **default**: the default job (2 trainers, one embedding server, s-bmuf) with `--epochs`,
-  `--val-share`, `--early-stop` and `--lr-decay-on-plateau`; its best checkpoint's eval AUC / NE;
+  `--val-share`, `--early-stop`, `--lr-decay-on-plateau` and `--interaction dot+cat` (the
+  README's real-data command); its best checkpoint's eval AUC / NE;
 - **local**: the same options with 1 trainer, local tables and `--sync none`;
 - **deepfm**: a plain single-process PyTorch DeepFM (`shadowsync.bench.deepfm`) with Adam,
   its best epoch on the same validation tail.
@@ -112,7 +113,7 @@ def run_realdata_bench(out: str, seeds: int = 3, epochs: int = 10, val_share: fl
     # epochs without improvement)
     options = ["--epochs", str(epochs), "--val-share", str(val_share), "--early-stop",
                str(early_stop), "--eval-points", str(eval_points), "--lr-decay-on-plateau",
-               *(extra or [])]
+               "--interaction", "dot+cat", *(extra or [])]
     counter = {"default": 0, "local": 0, "deepfm": 0}
 
     def seed_of(name: str) -> int:

@@ -139,7 +139,7 @@ def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, Any]:
 
 # Options added after checkpoints were first written, with the value every run before them
 # had: a checkpoint whose config.toml lacks one was saved by such a run.
-PREDATED = {"id_bias": False}
+PREDATED = {"id_bias": False, "interaction": "dot"}
 
 
 def saved_config(step: Path) -> TrainConfig:

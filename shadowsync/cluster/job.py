@@ -74,9 +74,9 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any
 # Options that shape the model, the tables, the data order or the processes: a checkpoint
 # only resumes a run that agrees on all of them.
 SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embedding_dim",
-                 "id_bias", "table_size", "bottom_mlp", "top_mlp", "optimizer", "batch_size",
-                 "workers", "trainers", "embedding_servers", "dense_servers", "row_split_limit",
-                 "sync", "sync_groups")
+                 "id_bias", "interaction", "table_size", "bottom_mlp", "top_mlp", "optimizer",
+                 "batch_size", "workers", "trainers", "embedding_servers", "dense_servers",
+                 "row_split_limit", "sync", "sync_groups")
 
 
 def resume_base(path: str | Path) -> TrainConfig:

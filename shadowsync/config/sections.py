@@ -134,6 +134,11 @@ class ModelConfig:
     id_bias: bool = opt(
         True, "dlrm: a learned bias per id, added to the logit (one more column in each "
         "embedding row)")
+    interaction: Literal["dot", "dot+cat"] = opt(
+        "dot", "dlrm: what the top MLP sees besides the bottom MLP's output: the pairwise dot "
+        "products of the feature vectors (dot), or those and every embedding vector "
+        "(dot+cat, the deep part of DeepFM and Wide & Deep: better on small real data, "
+        "a larger top MLP on many tables)")
 
     def normalise(self) -> None:
         """Accept what a Python caller naturally writes: table_size=50_000 or "1000,2000"."""

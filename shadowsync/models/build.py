@@ -53,13 +53,14 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
 
 def build_model(cfg: ModelConfig, num_dense: int, num_tables: int) -> nn.Module:
     """The dense model `cfg.name` for data with `num_dense` dense and `num_tables` categorical
-    features. `bottom_mlp`, `top_mlp` and `id_bias` shape the DLRM; other models get the
-    shape only."""
+    features. `bottom_mlp`, `top_mlp`, `id_bias` and `interaction` shape the DLRM; other
+    models get the shape only."""
     embedding_dim = cfg.embedding_dim
     if cfg.name == DEFAULT:
         return dlrm.DLRMDense(dlrm.ModelConfig(
             num_dense=num_dense, num_sparse=num_tables, embedding_dim=embedding_dim,
-            bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp), id_bias=cfg.id_bias))
+            bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp), id_bias=cfg.id_bias,
+            interaction=cfg.interaction))
     factory = cfg.name if callable(cfg.name) else load_factory(cfg.name)
     name = model_name(cfg.name)
     try:
