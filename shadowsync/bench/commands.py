@@ -103,7 +103,7 @@ def _bench_realdata(args: argparse.Namespace) -> int:
         raise UserError("--seeds and --epochs must be >= 1")
     run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs, val_share=args.val_share,
                        early_stop=args.early_stop, eval_points=args.eval_points,
-                       multi_hot=args.multi_hot)
+                       multi_hot=args.multi_hot, split_seed=args.split_seed)
     return 0
 
 
@@ -238,6 +238,9 @@ def _add_faults_data_realdata(bench: Any) -> None:
     real.add_argument("--eval-points", type=int, default=2, help="validations an epoch")
     real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"),
                       help="genres as a multi-hot feature (auto: when the data has them)")
+    real.add_argument("--split-seed", type=int, default=0,
+                      help="the train / eval split drawn from this seed (0: the README's); "
+                      "another checks that the figures do not hang on one split")
     real.set_defaults(func=_bench_realdata)
 
 

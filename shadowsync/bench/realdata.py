@@ -55,18 +55,20 @@ def multi_hot_trainable(data: Path) -> bool:
     return True
 
 
-def prepare_data(out: Path, multi_hot: str) -> tuple[Path, bool]:
+def prepare_data(out: Path, multi_hot: str, split_seed: int = 0) -> tuple[Path, bool]:
+    """The prepared MovieLens split drawn from `split_seed` (0: the README's)."""
     from shadowsync.data.prepare import prepare
 
-    full = out / "data"
+    tag = f"-split{split_seed}" if split_seed else ""
+    full = out / f"data{tag}"
     if not (full / "dataset.json").is_file():
-        prepare("movielens100k", str(full), seed=0)
+        prepare("movielens100k", str(full), seed=split_seed)
     use = multi_hot == "on" or (multi_hot == "auto" and multi_hot_trainable(full))
     if use:
         return full, True
-    single = out / "data-no-multi-hot"
+    single = out / f"data-no-multi-hot{tag}"
     if not (single / "dataset.json").is_file():
-        prepare("movielens100k", str(single), seed=0, multi_hot=False)
+        prepare("movielens100k", str(single), seed=split_seed, multi_hot=False)
     return single, False
 
 
@@ -105,11 +107,11 @@ def _deepfm(data: Path, seed: int, val_share: float) -> dict[str, Any]:
 
 def run_realdata_bench(out: str, seeds: int = 3, epochs: int = 10, val_share: float = 0.1,
                        early_stop: int = 4, eval_points: int = 2, multi_hot: str = "auto",
-                       extra: list[str] | None = None) -> dict[str, Any]:
+                       extra: list[str] | None = None, split_seed: int = 0) -> dict[str, Any]:
     started = time.perf_counter()
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    data, used_multi_hot = prepare_data(root, multi_hot)
+    data, used_multi_hot = prepare_data(root, multi_hot, split_seed)
     # --eval-points validations an epoch: --early-stop counts them (4 at 2 an epoch: two
     # epochs without improvement)
     options = ["--epochs", str(epochs), "--val-share", str(val_share), "--early-stop",
@@ -166,7 +168,7 @@ def run_realdata_bench(out: str, seeds: int = 3, epochs: int = 10, val_share: fl
     path = write_bench(root, "realdata", runs, {k: v for k, v in ratios.items()},
                        {"medians": med, "spread": spread, "goals": goals,
                         "multi_hot": used_multi_hot, "options": options,
-                        "data": str(data), "seeds": seeds,
+                        "data": str(data), "seeds": seeds, "split_seed": split_seed,
                         "bench_wall_s": time.perf_counter() - started})
     print(f"\n  results: {path}")
     return {"medians": med, "goals": goals, "path": str(path)}
