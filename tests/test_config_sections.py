@@ -24,7 +24,7 @@ from shadowsync.errors import UserError
 FLAT_OPTIONS = [
     "task", "data", "schema", "eval_data", "examples", "epochs", "val_share", "early_stop",
     "skip_bad_lines", "seed", "model", "embedding_dim", "table_size", "bottom_mlp", "top_mlp",
-    "id_bias", "optimizer", "lr", "embedding_lr", "embedding_initial_accumulator",
+    "id_bias", "interaction", "optimizer", "lr", "embedding_lr", "embedding_initial_accumulator",
     "embedding_weight_decay", "warmup_steps", "lr_decay_share", "lr_decay_floor",
     "lr_decay_on_plateau", "batch_size", "workers", "trainers", "embedding_servers",
     "dense_servers", "row_split_limit", "embedding_transport", "sync", "sync_groups",
