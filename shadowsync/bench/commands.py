@@ -233,9 +233,9 @@ def _add_faults_data_realdata(bench: Any) -> None:
     real.add_argument("--epochs", type=int, default=10, help="passes over the training rows")
     real.add_argument("--val-share", type=float, default=0.1,
                       help="validation tail of the training rows")
-    real.add_argument("--early-stop", type=int, default=4,
+    real.add_argument("--early-stop", type=int, default=12,
                       help="validations without improvement before stopping")
-    real.add_argument("--eval-points", type=int, default=2, help="validations an epoch")
+    real.add_argument("--eval-points", type=int, default=4, help="validations an epoch")
     real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"),
                       help="genres as a multi-hot feature (auto: when the data has them)")
     real.add_argument("--split-seed", type=int, default=0,

@@ -4,8 +4,9 @@ On MovieLens 100K as clicks (`shadowsync data prepare movielens100k`; a fixed 90
 split), for each seed, interleaved:
 
 - **default**: the default job (2 trainers, one embedding server, s-bmuf) with `--epochs`,
-  `--val-share`, `--early-stop`, `--lr-decay-on-plateau` and `--interaction dot+cat` (the
-  README's real-data command); its best checkpoint's eval AUC / NE;
+  `--val-share`, `--eval-points`, `--early-stop`, `--lr-decay-on-plateau`, `--interaction
+  dot+cat` and `--embedding-dim 32` (the README's real-data command); its best checkpoint's
+  eval AUC / NE;
 - **local**: the same options with 1 trainer, local tables and `--sync none`;
 - **deepfm**: a plain single-process PyTorch DeepFM (`shadowsync.bench.deepfm`) with Adam,
   its best epoch on the same validation tail.
@@ -106,17 +107,17 @@ def _deepfm(data: Path, seed: int, val_share: float) -> dict[str, Any]:
 
 
 def run_realdata_bench(out: str, seeds: int = 3, epochs: int = 10, val_share: float = 0.1,
-                       early_stop: int = 4, eval_points: int = 2, multi_hot: str = "auto",
+                       early_stop: int = 12, eval_points: int = 4, multi_hot: str = "auto",
                        extra: list[str] | None = None, split_seed: int = 0) -> dict[str, Any]:
     started = time.perf_counter()
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     data, used_multi_hot = prepare_data(root, multi_hot, split_seed)
-    # --eval-points validations an epoch: --early-stop counts them (4 at 2 an epoch: two
+    # --eval-points validations an epoch: --early-stop counts them (12 at 4 an epoch: three
     # epochs without improvement)
     options = ["--epochs", str(epochs), "--val-share", str(val_share), "--early-stop",
                str(early_stop), "--eval-points", str(eval_points), "--lr-decay-on-plateau",
-               "--interaction", "dot+cat", *(extra or [])]
+               "--interaction", "dot+cat", "--embedding-dim", "32", *(extra or [])]
     counter = {"default": 0, "local": 0, "deepfm": 0}
 
     def seed_of(name: str) -> int:
