@@ -35,6 +35,12 @@ def test_dlrm_is_the_default_and_sized_by_the_data():
     assert m(torch.zeros(3, 4), torch.zeros(3, 7, 8)).shape == (3,)
 
 
+def pair_by_pair_dots(x, emb):
+    """<f_i, f_j> for every pair i < j of [x, emb[:, 0], emb[:, 1], ...], written out."""
+    feats = [x, *emb.unbind(1)]
+    return torch.stack([(f * g).sum(1) for i, f in enumerate(feats) for g in feats[i + 1:]], 1)
+
+
 def test_dlrm_interaction_is_every_pair_of_features_dotted_once():
     """The top MLP sees the bottom output and, for every pair i < j of the features (bottom
     output first, then each table's embedding), their dot product: the DLRM paper's form,
@@ -46,9 +52,7 @@ def test_dlrm_interaction_is_every_pair_of_features_dotted_once():
     m.top.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
     m(dense, emb).sum().backward()
     x = m.bottom(dense)
-    feats = [x] + [emb[:, t] for t in range(5)]
-    pairs = [(feats[i] * feats[j]).sum(1) for i in range(6) for j in range(i + 1, 6)]
-    expected = torch.cat([x, torch.stack(pairs, 1)], 1)
+    expected = torch.cat([x, pair_by_pair_dots(x, emb)], 1)
     torch.testing.assert_close(seen[0], expected)
     grad = emb.grad.clone()
     emb.grad = None
@@ -69,9 +73,8 @@ def test_dot_cat_shows_the_top_mlp_the_embeddings_beside_their_dot_products():
     cat.top.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
     cat(dense, emb)
     x = cat.bottom(dense)
-    dots = torch.stack([(f * g).sum(1) for i, f in enumerate([x, *emb.unbind(1)])
-                        for g in [x, *emb.unbind(1)][i + 1:]], 1)
-    torch.testing.assert_close(seen[0], torch.cat([x, dots, emb.flatten(1)], 1))
+    torch.testing.assert_close(seen[0], torch.cat([x, pair_by_pair_dots(x, emb), emb.flatten(1)],
+                                                  1))
 
     q, _ = torch.linalg.qr(torch.randn(3, 3))
     for m in (dot, cat):
