@@ -79,12 +79,20 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     # Every process of the job (or the workers of a local trainer) is forked from it. It
     # imports torch while this process imports torch too, checks the options and prepares
     # the data: on 2 cores, that takes the server's start out of the job's critical path.
+    # A rollback's attempt forks from the same server.
     forkserver.start()
     try:
-        from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
+        return _run_with_rollbacks(cfg, started)
     except BaseException:
-        forkserver.stop()
+        forkserver.stop()  # a run that failed or stopped: no server left importing torch
         raise
+
+
+def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, dict[str, Any]]:
+    """`run`'s attempts: the first, then one from the last good checkpoint after each
+    divergence, while --on-divergence rollback allows."""
+    from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
+
     rollbacks: list[dict[str, Any]] = []
     if cfg.output.dir is None and not cfg.checkpoint.resume:
         cfg = replace(cfg, out=str(default_out_dir()))

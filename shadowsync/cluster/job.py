@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import shadowsync.forkserver as forkserver
 from shadowsync.checkpoint.store import (
     find_checkpoint,
     published,
@@ -36,16 +35,11 @@ log = logging.getLogger(__name__)
 
 
 def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
-    """One training run of `api.run` (no rollback): the checked configuration and the
-    summary."""
+    """One training run of `api.run` (no rollback; its processes fork from the server
+    `api.run` started): the checked configuration and the summary."""
     cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
     check_writable(out)
-    forkserver.start()  # where the caller (`api.run`) has not started it yet
-    try:
-        return checked_run(cfg, out)
-    except BaseException:
-        forkserver.stop()  # a run that failed or stopped: no server left importing torch
-        raise
+    return checked_run(cfg, out)
 
 
 def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any]]:
