@@ -18,11 +18,13 @@ from shadowsync.bench.switch import (
     overhead_by_variant,
     paired,
     ratios_of,
+    run_job,
     settings_of,
     switch_fields,
     time_split,
 )
 from shadowsync.lifecycle.attempts import Progress, reset
+from shadowsync.lifecycle.exits import TrainingDiverged
 
 
 def _run(variant, repeat, metric, train_s):
@@ -42,6 +44,29 @@ def test_paired_compares_repeat_by_repeat_against_the_right_baseline():
     ne = paired(runs, "switch", "bsp", "ne")  # NE: a ratio, not a difference
     assert ne["metric"]["each"] == pytest.approx([0.97 / 0.98, 0.97 / 0.96, 0.985 / 0.99])
     assert compared_with("greedy+straggler") == "bsp+straggler"
+
+
+def test_a_diverged_run_is_a_result_at_chance_without_a_time(tmp_path, monkeypatch):
+    """An ablation that diverges (ASP without the rate scaling) must not end the bench: the
+    run scores chance, is marked, and its variant's time comes from the runs that ended."""
+    import shadowsync.api
+
+    def diverge(cfg):
+        raise TrainingDiverged("training diverged: mean loss 201 under ASP")
+
+    monkeypatch.setattr(shadowsync.api, "run", diverge)
+    r = run_job(digits_job(4, 1000, 0.5), tmp_path / "run", "accuracy")
+    assert r["metric"] == 0.1 and r["train_s"] is None and "mean loss 201" in r["diverged"]
+    assert run_job(digits_job(4, 1000, 0.5), tmp_path / "run", "ne")["metric"] == 1.0
+    runs = [_run("bsp", 0, 0.98, 10.0), {**_run("asp", 0, 0.0, 0.0), **r},
+            _run("bsp", 1, 0.96, 20.0), _run("asp", 1, 0.90, 10.0)]
+    p = paired(runs, "asp", "bsp", "accuracy")
+    assert p["metric"]["each"] == pytest.approx([-88.0, -6.0])  # chance counts as a score
+    assert p["time"]["each"] == pytest.approx([0.5])  # only the run that ended has a time
+    for run in runs:
+        run.update(run_s=run["train_s"] or 3.0, startup_s=1.0 if run["train_s"] else None)
+    split = time_split(runs)
+    assert split["train_s_total"] == 40.0 and split["run_s_total"] == 43.0
 
 
 def test_ratios_are_each_variant_against_its_own_baseline():

@@ -127,24 +127,40 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
                        log_every=10**12, checkpoint_every="never").validate()
 
 
+# What a diverged run scores: chance. Digits has 10 balanced classes; an NE of 1.0 is the
+# constant prediction of the base rate (NE's definition, DESIGN.md).
+CHANCE = {"accuracy": 0.1, "ne": 1.0}
+
+
 def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     """One run, timed whole (`run_s`: launch to summary) and in training (`train_s`); the
     difference, `startup_s`, is starting and ending the processes. The bench's jobs write
     no checkpoint (`--checkpoint-every never`): nothing here reads one, and a ctr run's would
-    hold the 26 tables, about 170 MB."""
+    hold the 26 tables, about 170 MB.
+
+    A run that diverges is a result, not the bench's end (an ablation such as ASP without
+    the rate scaling is expected to): it scores chance (`CHANCE`), has no training time,
+    and is marked `diverged` with the error's line."""
     from shadowsync.api import run
+    from shadowsync.lifecycle.exits import TrainingDiverged
 
     if out.exists():
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    _, s = run(replace(cfg, out=str(out)))
+    try:
+        _, s = run(replace(cfg, out=str(out)))
+    except TrainingDiverged as e:
+        return {"train_s": None, "run_s": time.perf_counter() - t0, "startup_s": None,
+                "metric": CHANCE[metric], "examples": None, "curve": [], **switch_fields({}),
+                "staleness_mean": None, "diverged": str(e)}
     run_s = time.perf_counter() - t0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
     return {"train_s": s["train_s"], "run_s": run_s, "startup_s": run_s - s["train_s"],
             "metric": s[f"eval_{metric}"], "examples": s["examples"], "curve": curve,
-            **switch_fields(s), "staleness_mean": s.get("staleness", {}).get("staleness_mean")}
+            **switch_fields(s), "staleness_mean": s.get("staleness", {}).get("staleness_mean"),
+            "diverged": None}
 
 
 def switch_fields(summary: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +233,8 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "switch_overhead_share_by_variant": by_variant,
             "switch_overhead_share_max": max(shares) if shares else None,
             "switches": {v: median_of(runs, v, "switches") for v in variants},
+            "diverged": {v: sum(1 for r in runs if r["variant"] == v and r.get("diverged"))
+                         for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
 
 
@@ -340,10 +358,13 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
 def time_split(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Where a task's share of the bench went: its runs, their total and median whole-run
     time, and how much of it was training (the rest: starting and ending processes)."""
-    whole, train = [r["run_s"] for r in runs], [r["train_s"] for r in runs]
-    return {"runs": len(runs), "run_s_total": sum(whole), "train_s_total": sum(train),
+    whole = [r["run_s"] for r in runs]
+    done = [r for r in runs if r["train_s"] is not None]  # not a diverged run
+    return {"runs": len(runs), "run_s_total": sum(whole),
+            "train_s_total": sum(r["train_s"] for r in done),
             "run_s_median": statistics.median(whole),
-            "startup_s_median": statistics.median(r["startup_s"] for r in runs)}
+            "startup_s_median": statistics.median(r["startup_s"] for r in done)
+            if done else None}
 
 
 def cpu_s() -> float:
@@ -401,7 +422,8 @@ def paired(runs: list[dict[str, Any]], variant: str, base: str,
 
     q = [100.0 * (a[r]["metric"] - b[r]["metric"]) if metric == "accuracy"
          else a[r]["metric"] / b[r]["metric"] for r in common]
-    t = [a[r]["train_s"] / b[r]["train_s"] for r in common if b[r]["train_s"]]
+    t = [a[r]["train_s"] / b[r]["train_s"] for r in common  # a diverged run has no time
+         if a[r]["train_s"] is not None and b[r]["train_s"]]
     return {"vs": base, "metric": summary(q), "time": summary(t)}
 
 
@@ -564,6 +586,7 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
              "spreads": {t: r["spreads"] for t, r in results.items()},
              "paired": {t: r["paired"] for t, r in results.items()},
              "switches": {t: r["switches"] for t, r in results.items()},
+             "diverged": {t: r["diverged"] for t, r in results.items()},
              "straggler": {t: r["straggler"] for t, r in results.items()},
              "switch_overhead_max_s": {t: r["switch_overhead_max_s"]
                                        for t, r in results.items()},
@@ -573,10 +596,13 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
         print(f"\n{task}: eval {res['metric']}, median [min, max] of {repeats}")
         print_table([[v, m["train_s"], _range(res["spreads"][v]["train_s"]), m["metric"],
                       _range(res["spreads"][v]["metric"]), m["time_to_target_s"],
-                      res["switches"][v]]
+                      res["switches"][v], res["diverged"][v] or ""]
                      for v, m in res["medians"].items()],
                     ["variant", "train s", "range", res["metric"], "range",
-                     f"s to {res['target']}", "switches"])
+                     f"s to {res['target']}", "switches", "diverged"])
+        if any(res["diverged"].values()):
+            print(f"a diverged run scores chance ({res['metric']} {CHANCE[res['metric']]:g}) "
+                  "and has no time; its variant's time is the median of the others")
         print("paired, repeat by repeat (same seed): median [min, max]")
         unit = "points" if res["metric"] == "accuracy" else "ratio"
         print_table([[v, p["vs"], p["metric"].get("median"), _range(p["metric"].get("range")),
