@@ -59,6 +59,8 @@ def _bench_switch(args: argparse.Namespace) -> int:
         raise UserError("bench switch: --no-ctr and --no-digits leave nothing to run")
     if args.trainers < 2 or args.repeats < 1:
         raise UserError("--trainers must be >= 2 and --repeats >= 1")
+    if args.digits_lr is not None and not args.digits_lr > 0:
+        raise UserError(f"--digits-lr must be > 0, got {args.digits_lr}")
     if args.slow_link is not None and not args.slow_link > 0:
         raise UserError(f"--slow-link must be > 0 (Mbit/s), got {args.slow_link}")
     variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
@@ -69,7 +71,7 @@ def _bench_switch(args: argparse.Namespace) -> int:
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
                      ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
                      digits=not args.no_digits, full=args.full, slow_link=args.slow_link,
-                     variants=variants)
+                     variants=variants, digits_lr=args.digits_lr)
     return 0
 
 
@@ -179,6 +181,9 @@ def _add_switch(bench: Any) -> None:
     sw.add_argument("--trainers", type=int, default=4, help="trainers of the digits job")
     sw.add_argument("--digits-examples", type=int, default=None,
                     help="examples per digits run (default 96k)")
+    sw.add_argument("--digits-lr", type=float, default=None,
+                    help="learning rate of a BSP step of the digits job; ASP's is this over "
+                    "the trainers (default 0.1)")
     sw.add_argument("--ctr-examples", type=int, default=None,
                     help="examples per ctr run (default 100k, with --full 200k)")
     sw.add_argument("--ctr-trainers", type=int, default=2, help="trainers of the ctr job")
