@@ -1,5 +1,6 @@
 """Each synchronization rule against its closed form, on plain tensors."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,12 +11,17 @@ from shadowsync.rules import make_rule
 class Replicas:
     """An in-memory Exchange: T replicas taking turns in one lock-step round."""
 
-    def __init__(self, values: list[torch.Tensor], centre: torch.Tensor | None = None):
+    def __init__(self, values: list[torch.Tensor], centre: torch.Tensor | None = None,
+                 last: bool = False):
         self.values = values
         self._centre = centre
+        self.last = last  # every trainer has finished training: the job's last round
 
     def mean(self, local):
         return torch.stack(self.values).mean(0)
+
+    def every_trainer_done(self):
+        return self.last
 
     def centre(self):
         return self._centre.clone()
@@ -74,6 +80,19 @@ def test_bmuf_nesterov_measures_the_block_from_where_it_started():
         w_g += delta
         assert torch.allclose(out, torch.full((2,), w_g + eta * delta))
     assert w_g < 2.0 + 2.0 * eta / (1 - eta)  # bounded: the momentum's geometric sum
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_bmuf_ends_the_job_at_the_replicas_average_not_a_momentum_step_past_it(nesterov):
+    """Round 1 leaves delta = 2 (w_g = 2); in the last round the replicas average 3, where
+    the filtered step would end at 2 + 0.5 * 2 + 1 = 4 (5 with the look-ahead)."""
+    rule = make_rule("bmuf", trainers=2, block_momentum=0.5, nesterov=nesterov)
+    rule.start(torch.zeros(2))
+    rule.round(None, Replicas([torch.full((2,), 1.0), torch.full((2,), 3.0)]))
+    assert torch.allclose(rule.global_model, torch.full((2,), 2.0))
+    end = rule.round(None, Replicas([torch.full((2,), 2.0), torch.full((2,), 4.0)], last=True))
+    assert torch.allclose(end, torch.full((2,), 3.0))
+    assert torch.allclose(rule.state_dict()["global_model"], torch.full((2,), 3.0))
 
 
 @settings(max_examples=50, deadline=None)

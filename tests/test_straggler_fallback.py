@@ -63,6 +63,9 @@ class FakeExchange:
     def mean(self, local: torch.Tensor) -> torch.Tensor:
         return (local + self.other) / 2
 
+    def every_trainer_done(self) -> bool:
+        return False
+
     def init_centre(self, name: str, value: torch.Tensor) -> None:
         self.centre_value = value.clone()
 

@@ -15,6 +15,11 @@ class Exchange(Protocol):
         """The average of `local` over all trainers (an AllReduce)."""
         ...
 
+    def every_trainer_done(self) -> bool:
+        """After `mean` in a round: whether every trainer had finished training, which makes
+        this round the job's last."""
+        ...
+
     def centre(self) -> torch.Tensor:
         """The current centre variable held on the dense parameter servers."""
         ...

@@ -15,6 +15,16 @@ where `start` is the point the block's local models started from, the previous r
 the look-ahead point and applied to w_g; measured from w_g it would count eta * delta once
 more every round, a block momentum of 2 * eta that grows without bound from eta = 0.5.
 
+The job's last round, once every trainer has finished training, ends at the replicas'
+average instead:
+
+    w_g = local = mean_i(w_i)
+
+The filtered step would move the model eta * delta past that average, along the previous
+block's direction: a step no gradient has checked, the model the job ends with. In a short
+job with few rounds it is most of a block's progress: 60,000 examples on 2 trainers (3 to 5
+rounds) ended at eval NE 0.876-1.057 with it and 0.875-0.876 at eta = 0.
+
 Every trainer applies the same arithmetic to the same mean, so w_g and delta stay identical
 on all trainers without being communicated. With eta = 0 and zeta = 1 BMUF is exactly model
 averaging. The defaults follow the paper: eta = 1 - 1/trainers, zeta = 1.
@@ -48,7 +58,11 @@ class BlockwiseModelUpdateFiltering:
     def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
         if self.global_model is None or self.delta is None:
             raise RuntimeError("BMUF.round called before start()")
-        block_update = exchange.mean(local) - self._start_point()
+        mean = exchange.mean(local)
+        if exchange.every_trainer_done():
+            self.global_model.copy_(mean)
+            return mean
+        block_update = mean - self._start_point()
         self.delta.mul_(self.eta).add_(block_update, alpha=self.zeta)
         self.global_model.add_(self.delta)
         nxt = self._start_point()

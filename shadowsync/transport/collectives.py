@@ -155,6 +155,9 @@ class TrainerExchange:
         dist.all_reduce(buf, group=self.group)
         return buf.tolist()
 
+    def every_trainer_done(self) -> bool:
+        return bool(self._all_done)
+
     def end_round(self) -> bool:
         """True when every trainer has finished training: this was the last round."""
         if self._all_done is None:  # no AllReduce carried the flag this round (EASGD only)
