@@ -130,7 +130,7 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
 
 
 # What a diverged run scores: chance. Digits has 10 balanced classes; an NE of 1.0 is the
-# constant prediction of the base rate (NE's definition, DESIGN.md).
+# constant prediction of the base rate (`shadowsync.metrics.ctr`).
 CHANCE = {"accuracy": 0.1, "ne": 1.0}
 
 
