@@ -85,7 +85,8 @@ def test_bmuf_nesterov_measures_the_block_from_where_it_started():
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_bmuf_ends_the_job_at_the_replicas_average_not_a_momentum_step_past_it(nesterov):
     """Round 1 leaves delta = 2 (w_g = 2); in the last round the replicas average 3, where
-    the filtered step would end at 2 + 0.5 * 2 + 1 = 4 (5 with the look-ahead)."""
+    the filtered step would end at 2 + 0.5 * 2 + 1 = 4. With the look-ahead the block
+    started at 2 + 0.5 * 2 = 3, so G = 0 and it would end at 3 + 0.5 * 1 = 3.5."""
     rule = make_rule("bmuf", trainers=2, block_momentum=0.5, nesterov=nesterov)
     rule.start(torch.zeros(2))
     rule.round(None, Replicas([torch.full((2,), 1.0), torch.full((2,), 3.0)]))
