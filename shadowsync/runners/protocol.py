@@ -369,6 +369,7 @@ def group_switches(events: list[dict[str, Any]],
         after = {e["params_digest"] for e in es if e["to"] == Protocol.BSP}
         out.append({
             "phase": phase, "from": es[0]["from"], "to": es[0]["to"], "step": es[0]["step"],
+            "applied": srv.get("applied"),
             "wall_time": min(e["wall_time"] for e in es),
             "workers": len(es),
             "params_identical": len(before) <= 1 and len(after) <= 1 and bool(before or after),
