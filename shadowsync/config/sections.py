@@ -282,6 +282,9 @@ class SyncConfig:
     block_lr: float = opt(1.0, "BMUF block learning rate zeta")
     nesterov: bool = opt(False, "BMUF Nesterov look-ahead")
     elastic_alpha: float = opt(0.5, "EASGD elastic rate alpha")
+    warmup_rounds: int = opt(
+        20, "rounds over which BMUF's block momentum and EASGD's pull on the replicas grow "
+        "to their full values (0: full from the first round)", flag="sync_warmup_rounds")
     straggler_fallback: Literal["s-easgd"] | None = opt(
         None, "with --sync s-ma or s-bmuf: s-easgd rounds while the straggler detector "
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
@@ -293,6 +296,8 @@ class SyncConfig:
             raise UserError(f"--sync-budget must be in (0, 1], got {self.budget}")
         if not 0 < self.elastic_alpha <= 1:
             raise UserError(f"--elastic-alpha must be in (0, 1], got {self.elastic_alpha}")
+        if self.warmup_rounds < 0:
+            raise UserError(f"--sync-warmup-rounds must be 0 or more, got {self.warmup_rounds}")
         self.interval_s()
 
     def interval_s(self) -> float | None:

@@ -69,9 +69,10 @@ def needs_dense_servers(cfg: TrainConfig, model: torch.nn.Module) -> bool:
 def rule_for(sync: SyncConfig, trainers: int, rule: str) -> Any:
     if rule == "bmuf":
         return make_rule("bmuf", trainers=trainers, block_momentum=sync.block_momentum,
-                         block_lr=sync.block_lr, nesterov=sync.nesterov)
+                         block_lr=sync.block_lr, nesterov=sync.nesterov,
+                         warmup_rounds=sync.warmup_rounds)
     if rule == "easgd":
-        return make_rule("easgd", alpha=sync.elastic_alpha)
+        return make_rule("easgd", alpha=sync.elastic_alpha, warmup_rounds=sync.warmup_rounds)
     return make_rule(rule)
 
 
