@@ -124,3 +124,48 @@ def test_easgd_half_rate_meets_at_midpoint():
     ex = Replicas([], centre=torch.tensor([0.0]))
     new = make_rule("easgd", alpha=0.5).round(torch.tensor([4.0]), ex)
     assert new.item() == 2.0 and ex._centre.item() == 2.0
+
+
+def test_warmup_ramps_a_setting_linearly_over_its_rounds():
+    from shadowsync.rules.warmup import ramp
+
+    assert [ramp(r, 4) for r in (1, 2, 3, 4, 5, 40)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert ramp(1, 0) == 1.0
+
+
+def test_bmuf_block_momentum_warms_up_over_its_first_rounds():
+    """eta = 1/2, R = 4: rounds 1-3 filter with eta/4, eta/2, 3 eta/4. Round 1: G = 2, so
+    delta = 2, w_g = 2; round 2: G = 1, delta = 0.25 * 2 + 1 = 1.5, w_g = 3.5; round 3:
+    G = 0.5, delta = 0.375 * 1.5 + 0.5 = 1.0625, w_g = 4.5625."""
+    rule = make_rule("bmuf", trainers=2, warmup_rounds=4)
+    rule.start(torch.zeros(1))
+    for mean, w_g in ((2.0, 2.0), (3.0, 3.5), (4.0, 4.5625)):
+        out = rule.round(None, Replicas([torch.full((1,), mean)]))
+        assert torch.allclose(out, torch.full((1,), w_g))
+    assert rule.block_momentum == 0.5  # round 4 on: the paper's eta
+
+
+def test_bmuf_rounds_survive_a_checkpoint_and_an_older_one_resumes_warmed_up():
+    rule = make_rule("bmuf", trainers=2, warmup_rounds=10)
+    rule.start(torch.zeros(2))
+    for _ in range(3):
+        rule.round(None, Replicas([torch.ones(2)]))
+    state = {k: v.clone() for k, v in rule.state_dict().items()}
+    again = make_rule("bmuf", trainers=2, warmup_rounds=10)
+    again.load_state_dict(state)
+    assert again.rounds == 3 and again.block_momentum == 0.5 * 4 / 10
+    del state["rounds"]
+    again.load_state_dict(state)
+    assert again.block_momentum == 0.5
+
+
+def test_easgd_centre_moves_fully_while_the_pull_on_the_replica_warms_up():
+    """alpha = 1/2, R = 4, replica 4, centre 0: d = 2; the centre moves to 2, the replica
+    by a quarter of d in round 1 (to 3.5), by all of it from round 4."""
+    rule = make_rule("easgd", alpha=0.5, warmup_rounds=4)
+    ex = Replicas([], centre=torch.tensor([0.0]))
+    assert rule.round(torch.tensor([4.0]), ex).item() == 3.5 and ex._centre.item() == 2.0
+    for _ in range(2):
+        rule.round(torch.tensor([4.0]), ex)
+    ex._centre.zero_()
+    assert rule.round(torch.tensor([4.0]), ex).item() == 2.0  # round 4: the paper's rule
