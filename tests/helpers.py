@@ -11,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from shadowsync.bench.faults import session_pids as session_processes
+
+# A user's own dense model (`--model tests.helpers:two_layer_mlp`): bench short's.
+from shadowsync.bench.short import TwoLayerMLP, two_layer_mlp  # noqa: F401
 
 # Runs a command in a network namespace of its own with loopback only (needs root): for
 # torchft, whose manager listens on every interface.
@@ -105,25 +106,6 @@ def run_spawned(jobs: list[tuple], expected_results: int, timeout: float) -> lis
                 os.kill(p.pid, signal.SIGKILL)
     return got
 
-
-
-class TwoLayerMLP(torch.nn.Module):
-    """A user's own dense model: two layers over the dense features and the flattened
-    embeddings. Defined at module level: the model travels to worker processes by pickle."""
-
-    def __init__(self, num_dense: int, num_tables: int, embedding_dim: int) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(num_dense + num_tables * embedding_dim, 32), torch.nn.ReLU(),
-            torch.nn.Linear(32, 1))
-
-    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([dense, emb.flatten(1)], dim=1)).squeeze(1)
-
-
-def two_layer_mlp(num_dense: int, num_tables: int, embedding_dim: int) -> TwoLayerMLP:
-    """The factory `--model tests.helpers:two_layer_mlp` names."""
-    return TwoLayerMLP(num_dense, num_tables, embedding_dim)
 
 
 def require_movielens() -> None:

@@ -169,3 +169,10 @@ def test_easgd_centre_moves_fully_while_the_pull_on_the_replica_warms_up():
         rule.round(torch.tensor([4.0]), ex)
     ex._centre.zero_()
     assert rule.round(torch.tensor([4.0]), ex).item() == 2.0  # round 4: the paper's rule
+
+
+def test_easgd_ends_the_job_at_the_replicas_average_and_leaves_the_centre():
+    rule = make_rule("easgd", alpha=0.5)
+    ex = Replicas([torch.tensor([1.0]), torch.tensor([5.0])], centre=torch.tensor([0.0]),
+                  last=True)
+    assert rule.round(ex.values[0], ex).item() == 3.0 and ex._centre.item() == 0.0

@@ -75,6 +75,15 @@ def _bench_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_short(args: argparse.Namespace) -> int:
+    from shadowsync.bench.short import run_short_bench
+
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {args.repeats}")
+    run_short_bench(args.out, repeats=args.repeats, pair=not args.no_checkpoint_pair)
+    return 0
+
+
 def _bench_faults(args: argparse.Namespace) -> int:
     from shadowsync.bench.faults import SCENARIOS, run_faults_bench
 
@@ -148,6 +157,14 @@ def _add_throughput(bench: Any) -> None:
     emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
     emb.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     emb.set_defaults(func=_bench_embedding)
+    short = bench.add_parser("short", help="short jobs: a user's model on 120k rows of arrays "
+                             "under s-ma, s-bmuf, s-easgd and none, and the README's "
+                             "checkpoint-and-eval pair, eval NE over repeated identical runs")
+    short.add_argument("--out", default="runs/bench-short", help=OUT_HELP)
+    short.add_argument("--repeats", type=int, default=10, help=REPEATS_HELP)
+    short.add_argument("--no-checkpoint-pair", action="store_true",
+                       help="only the arrays case")
+    short.set_defaults(func=_bench_short)
 
 
 def _add_scale(bench: Any) -> None:

@@ -16,8 +16,8 @@ class Exchange(Protocol):
         ...
 
     def every_trainer_done(self) -> bool:
-        """After `mean` in a round: whether every trainer had finished training, which makes
-        this round the job's last."""
+        """Whether every trainer had finished training when this round began, which makes it
+        the job's last (agreed by all trainers; after `mean` it costs nothing more)."""
         ...
 
     def centre(self) -> torch.Tensor:

@@ -12,7 +12,15 @@ their midpoint. Before, the centre moves as in EASGD while the pull on the repli
 up: the centre starts at the initial model, and in a job's first rounds, when the replicas
 move furthest, a full pull drags them back towards it. The 2-trainer job of 108,000 examples
 (4 to 6 rounds) ended at eval NE 0.81-0.82 with the full pull, where model averaging ended at
-0.74-0.75. Trainers never talk to each other, only to the servers.
+0.74-0.75.
+
+Trainers talk to the servers, not to each other, until the job's last round, once every
+trainer has finished training; that round ends at the replicas' average instead, as model
+averaging and BMUF do:
+
+    w_i = mean_i(w_i)
+
+where a pull would leave each replica a share of the way to a centre that lags them.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ class ElasticAveraging:
         self.rounds = 0
 
     def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
+        if exchange.every_trainer_done():
+            return exchange.mean(local)
         self.rounds += 1
         d = self.alpha * (local - exchange.centre())
         exchange.add_to_centre(d)

@@ -156,13 +156,16 @@ class TrainerExchange:
         return buf.tolist()
 
     def every_trainer_done(self) -> bool:
-        return bool(self._all_done)
-
-    def end_round(self) -> bool:
-        """True when every trainer has finished training: this was the last round."""
-        if self._all_done is None:  # no AllReduce carried the flag this round (EASGD only)
+        """Whether every trainer had finished training when this round began, agreed by all:
+        carried by the round's first `mean`, or by a flag of its own where the round has
+        none yet (EASGD, which talks to the servers)."""
+        if self._all_done is None:
             flag = torch.tensor([1.0 if self._done else 0.0])
             self.bytes_sent += flag.element_size()
             dist.all_reduce(flag, group=self.group)
             self._all_done = round(flag.item()) == self.trainers
         return self._all_done
+
+    def end_round(self) -> bool:
+        """True when every trainer has finished training: this was the last round."""
+        return self.every_trainer_done()

@@ -1,0 +1,148 @@
+"""`shadowsync bench short`: does a short job end as well under every background rule?
+
+A user's first runs are short: a few hundred thousand rows or fewer, a handful of background
+rounds in all. Two cases, each repeated and interleaved:
+
+- **arrays**: a user's own model on their own arrays. 120,000 rows (108,000 trained), 5 dense
+  features, 7 tables of 500 ids, clicks drawn from a logistic model of the dense part and
+  per-id effects; a two-layer MLP over the dense features and the flattened embeddings; 2
+  trainers and 1 embedding server: 4 to 6 background rounds. `s-ma`, `s-bmuf`, `s-easgd`,
+  `none` (independent dense replicas over the shared tables), and `s-bmuf` and `s-easgd`
+  without the rules' warm-up (`--sync-warmup-rounds 0`: BMUF's block momentum and EASGD's
+  pull at full strength from the first round).
+- **checkpoint**: the README's checkpoint-and-eval pair, the default job on 100,000
+  synthetic examples with a checkpoint every 40,000, then `shadowsync eval` of its newest
+  checkpoint on the held-out examples.
+
+Goals: on the arrays case the median eval NE of `s-bmuf` and of `s-easgd` within 0.01 of
+`s-ma`'s, their worst run within 0.03 of `s-ma`'s worst, and no run above 0.9; every eval NE
+of the checkpoint pair below 1.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shadowsync.bench.common import interleaved, print_table, write_bench
+from shadowsync.config import TrainConfig
+
+RULES = ("s-ma", "s-bmuf", "s-easgd", "none")
+UNWARMED = ("s-bmuf", "s-easgd")  # also run with --sync-warmup-rounds 0, as "MODE/no-warmup"
+COMPARED = ("s-bmuf", "s-easgd")  # against s-ma
+MEDIAN_GAP, WORST_GAP, CEILING, PAIR_CEILING = 0.01, 0.03, 0.9, 1.0
+
+
+class TwoLayerMLP(torch.nn.Module):
+    """A user's own dense model: two layers over the dense features and the flattened
+    embeddings."""
+
+    def __init__(self, num_dense: int, num_tables: int, embedding_dim: int) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(num_dense + num_tables * embedding_dim, 32), torch.nn.ReLU(),
+            torch.nn.Linear(32, 1))
+
+    def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([dense, emb.flatten(1)], dim=1)).squeeze(1)
+
+
+def two_layer_mlp(num_dense: int, num_tables: int, embedding_dim: int) -> TwoLayerMLP:
+    """The factory `--model shadowsync.bench.short:two_layer_mlp` names."""
+    return TwoLayerMLP(num_dense, num_tables, embedding_dim)
+
+
+def write_arrays(path: Path, rows: int = 120_000, num_dense: int = 5, num_tables: int = 7,
+                 table_size: int = 500, seed: int = 0) -> Path:
+    """A `--data DIR` of .npy arrays whose clicks depend on both kinds of feature:
+    logit = 0.8 dense . w + 0.7 sum over tables of an effect per id - 0.5, w and the effects
+    standard normal (a click rate near 0.42)."""
+    rng = np.random.default_rng(seed)
+    dense = rng.standard_normal((rows, num_dense)).astype(np.float32)
+    cats = rng.integers(0, table_size, (rows, num_tables)).astype(np.int32)
+    w = rng.standard_normal(num_dense)
+    effect = rng.standard_normal((num_tables, table_size))
+    logit = 0.8 * dense @ w + 0.7 * effect[np.arange(num_tables), cats].sum(1) - 0.5
+    labels = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    path.mkdir(parents=True, exist_ok=True)
+    for name, arr in (("labels", labels), ("dense", dense), ("cats", cats)):
+        np.save(path / f"{name}.npy", arr)
+    return path
+
+
+def _run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
+    from shadowsync.api import run
+
+    if out.exists():
+        shutil.rmtree(out)
+    _, s = run(replace(cfg, out=str(out)))
+    syncs = [n for n in (s.get("syncs") or []) if n is not None]
+    return {"eval_ne": s["eval_ne"], "train_s": s["train_s"], "rounds": max(syncs, default=0)}
+
+
+def _checkpoint_pair(out: Path) -> dict[str, Any]:
+    from shadowsync.evaluation import evaluate_checkpoint
+
+    cfg = TrainConfig(examples=100_000, checkpoint_every="40000", progress=False,
+                      log_every=10**12).validate()
+    got = _run(cfg, out)
+    scored = evaluate_checkpoint(str(out), "synthetic")
+    return {**got, "checkpoint_eval_ne": scored["ne"]}
+
+
+def _gaps(runs: list[dict[str, Any]], variant: str, key: str = "eval_ne") -> dict[str, float]:
+    mine = [r[key] for r in runs if r["variant"] == variant]
+    ref = [r[key] for r in runs if r["variant"] == "s-ma"]
+    return {f"{variant}_median_gap": statistics.median(mine) - statistics.median(ref),
+            f"{variant}_worst_gap": max(mine) - max(ref), f"{variant}_worst": max(mine)}
+
+
+def run_short_bench(out: str, repeats: int = 10, pair: bool = True) -> dict[str, Any]:
+    root = Path(out)
+    data = write_arrays(root / "arrays")
+    base = TrainConfig(data=str(data), model="shadowsync.bench.short:two_layer_mlp", trainers=2,
+                       table_size=[500], checkpoint_every="never", progress=False,
+                       log_every=10**12).validate()
+    variants = {sync: (lambda sync=sync: _run(replace(base, sync=sync), root / "run"))
+                for sync in RULES}
+    for sync in UNWARMED:
+        unwarmed = replace(base, sync=sync, sync_warmup_rounds=0)
+        variants[f"{sync}/no-warmup"] = lambda cfg=unwarmed: _run(cfg, root / "run")
+    if pair:
+        variants["checkpoint-pair"] = lambda: _checkpoint_pair(root / "pair")
+    runs = interleaved(variants, repeats, "bench short", log=root / "runs.jsonl")
+    ratios: dict[str, float] = {}
+    for v in (*COMPARED, *(f"{v}/no-warmup" for v in UNWARMED)):
+        ratios.update(_gaps(runs, v))
+    goals = {**{f"{v}_median_gap": f"<= {MEDIAN_GAP}" for v in COMPARED},
+             **{f"{v}_worst_gap": f"<= {WORST_GAP}" for v in COMPARED},
+             **{f"{v}_worst": f"<= {CEILING}" for v in COMPARED}}
+    if pair:
+        ratios["checkpoint_pair_worst"] = max(r["checkpoint_eval_ne"] for r in runs
+                                              if r["variant"] == "checkpoint-pair")
+        goals["checkpoint_pair_worst"] = f"< {PAIR_CEILING}"
+    table = []
+    for v in variants:
+        key = "checkpoint_eval_ne" if v == "checkpoint-pair" else "eval_ne"
+        values = sorted(r[key] for r in runs if r["variant"] == v)
+        table.append([v, statistics.median(values), values[0], values[-1],
+                      statistics.median(r["rounds"] for r in runs if r["variant"] == v)])
+    print_table(table, ["variant", "median eval NE", "best", "worst", "median rounds"])
+    print_table([[k, v, goals.get(k, ""), _met(v, goals.get(k))] for k, v in ratios.items()],
+                ["measure", "value", "goal", "met"])
+    path = write_bench(root, "short", runs, ratios, {"repeats": repeats, "goals": goals})
+    print(f"wrote {path}")
+    return {"ratios": ratios, "goals": goals}
+
+
+def _met(value: float, goal: str | None) -> str:
+    if goal is None:
+        return ""
+    op, bound = goal.split()
+    return "met" if (value <= float(bound) if op == "<=" else value < float(bound)) else "NOT met"
