@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import shutil
 import statistics
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,7 @@ def _gaps(runs: list[dict[str, Any]], variant: str, key: str = "eval_ne") -> dic
 
 
 def run_short_bench(out: str, repeats: int = 10, pair: bool = True) -> dict[str, Any]:
+    started = time.perf_counter()
     root = Path(out)
     data = write_arrays(root / "arrays")
     base = TrainConfig(data=str(data), model="shadowsync.bench.short:two_layer_mlp", trainers=2,
@@ -136,7 +138,9 @@ def run_short_bench(out: str, repeats: int = 10, pair: bool = True) -> dict[str,
     print_table(table, ["variant", "median eval NE", "best", "worst", "median rounds"])
     print_table([[k, v, goals.get(k, ""), _met(v, goals.get(k))] for k, v in ratios.items()],
                 ["measure", "value", "goal", "met"])
-    path = write_bench(root, "short", runs, ratios, {"repeats": repeats, "goals": goals})
+    path = write_bench(root, "short", runs, ratios,
+                       {"repeats": repeats, "goals": goals, "eval_ne": table,
+                        "bench_wall_s": round(time.perf_counter() - started, 1)})
     print(f"wrote {path}")
     return {"ratios": ratios, "goals": goals}
 
