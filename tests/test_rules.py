@@ -159,16 +159,15 @@ def test_bmuf_rounds_survive_a_checkpoint_and_an_older_one_resumes_warmed_up():
     assert again.block_momentum == 0.5
 
 
-def test_easgd_centre_moves_fully_while_the_pull_on_the_replica_warms_up():
-    """alpha = 1/2, R = 4, replica 4, centre 0: d = 2; the centre moves to 2, the replica
-    by a quarter of d in round 1 (to 3.5), by all of it from round 4."""
-    rule = make_rule("easgd", alpha=0.5, warmup_rounds=4)
+def test_easgd_centre_follows_the_replica_before_the_pull_starts():
+    """alpha = 1/2, R = 2, replica 4, centre 0: rounds 1 and 2 move the centre to 2, then 3,
+    and leave the replica at 4; round 3 pulls it by d = (4 - 3) / 2 to 3.5."""
+    rule = make_rule("easgd", alpha=0.5, warmup_rounds=2)
     ex = Replicas([], centre=torch.tensor([0.0]))
-    assert rule.round(torch.tensor([4.0]), ex).item() == 3.5 and ex._centre.item() == 2.0
-    for _ in range(2):
-        rule.round(torch.tensor([4.0]), ex)
-    ex._centre.zero_()
-    assert rule.round(torch.tensor([4.0]), ex).item() == 2.0  # round 4: the paper's rule
+    for centre in (2.0, 3.0):
+        assert rule.round(torch.tensor([4.0]), ex).item() == 4.0
+        assert ex._centre.item() == centre
+    assert rule.round(torch.tensor([4.0]), ex).item() == 3.5 and ex._centre.item() == 3.5
 
 
 def test_easgd_ends_the_job_at_the_replicas_average_and_leaves_the_centre():

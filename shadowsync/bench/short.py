@@ -91,7 +91,7 @@ def _checkpoint_pair(out: Path) -> dict[str, Any]:
     from shadowsync.evaluation import evaluate_checkpoint
 
     cfg = TrainConfig(examples=100_000, checkpoint_every="40000", progress=False,
-                      log_every=10**12).validate()
+                      log_every=10**12, log_level="warning").validate()
     got = _run(cfg, out)
     scored = evaluate_checkpoint(str(out), "synthetic")
     return {**got, "checkpoint_eval_ne": scored["ne"]}
@@ -110,7 +110,7 @@ def run_short_bench(out: str, repeats: int = 10, pair: bool = True) -> dict[str,
     data = write_arrays(root / "arrays")
     base = TrainConfig(data=str(data), model="shadowsync.bench.short:two_layer_mlp", trainers=2,
                        table_size=[500], checkpoint_every="never", progress=False,
-                       log_every=10**12).validate()
+                       log_every=10**12, log_level="warning").validate()
     variants = {sync: (lambda sync=sync: _run(replace(base, sync=sync), root / "run"))
                 for sync in RULES}
     for sync in UNWARMED:

@@ -283,8 +283,9 @@ class SyncConfig:
     nesterov: bool = opt(False, "BMUF Nesterov look-ahead")
     elastic_alpha: float = opt(0.5, "EASGD elastic rate alpha")
     warmup_rounds: int = opt(
-        20, "rounds over which BMUF's block momentum and EASGD's pull on the replicas grow "
-        "to their full values (0: full from the first round)", flag="sync_warmup_rounds")
+        20, "first rounds of a job over which BMUF's block momentum grows to its full value "
+        "and EASGD's centre follows the replicas without pulling them (0: the rules in full "
+        "from the first round)", flag="sync_warmup_rounds")
     straggler_fallback: Literal["s-easgd"] | None = opt(
         None, "with --sync s-ma or s-bmuf: s-easgd rounds while the straggler detector "
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "

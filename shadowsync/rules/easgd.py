@@ -4,15 +4,15 @@ background against a centre variable held on dense parameter servers.
 
 A round moves the local replica and the centre towards each other by the elastic rate alpha:
 
-    d = alpha * (w_i - centre);   w_i = w_i - a_r * d;   centre = centre + d
+    d = alpha * (w_i - centre);   centre = centre + d;   w_i = w_i - d   (from round R + 1)
 
-with a_r = min(1, r / R) in the trainer's r-th round (`rules.warmup`). Past the first R rounds
-(a_r = 1) the sum w_i + centre is conserved by every round, and with alpha = 1/2 both end at
-their midpoint. Before, the centre moves as in EASGD while the pull on the replica is warmed
-up: the centre starts at the initial model, and in a job's first rounds, when the replicas
-move furthest, a full pull drags them back towards it. The 2-trainer job of 108,000 examples
-(4 to 6 rounds) ended at eval NE 0.81-0.82 with the full pull, where model averaging ended at
-0.74-0.75.
+so the sum w_i + centre is conserved by every round, and with alpha = 1/2 both end at their
+midpoint. In the trainer's first R rounds (R = warmup_rounds) the centre moves the same way
+but the replica stays where it is: the centre starts at the initial model, and while it
+catches up with replicas that move furthest in a job's first rounds, a pull would drag them
+back towards where they started. The 2-trainer job of 108,000 examples (4 to 6 rounds)
+ended at eval NE 0.81-0.83 with the pull from the first round, 0.75-0.76 with a pull grown
+linearly over 20 rounds, and 0.74-0.75, as model averaging, with none in the first 20.
 
 Trainers talk to the servers, not to each other, until the job's last round, once every
 trainer has finished training; that round ends at the replicas' average instead, as model
@@ -30,7 +30,6 @@ from typing import Any
 import torch
 
 from shadowsync.rules.base import Exchange
-from shadowsync.rules.warmup import ramp
 
 
 class ElasticAveraging:
@@ -53,7 +52,7 @@ class ElasticAveraging:
         self.rounds += 1
         d = self.alpha * (local - exchange.centre())
         exchange.add_to_centre(d)
-        return local - ramp(self.rounds, self.warmup_rounds) * d
+        return local - d if self.rounds > self.warmup_rounds else local
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"rounds": torch.tensor(self.rounds)}
