@@ -96,7 +96,8 @@ def test_runner_seeds_the_centre_with_the_average_and_restarts_bmuf_from_it():
     # the moving round averaged: local and centre both hold the mean with the other trainer
     assert torch.equal(ex.centre_value, param) and group.rule.name == "easgd"
     # a checkpoint taken now still has what BMUF loads on resume
-    assert set(runner.state_dict()) == {"dense.global_model", "dense.block_momentum"}
+    assert set(runner.state_dict()) == {"dense.global_model", "dense.block_momentum",
+                                        "dense.rounds"}
     before = param.clone()
     param.add_(2.0)
     runner.run_round(False)  # EASGD: both move halfway towards each other, sum conserved
@@ -106,6 +107,7 @@ def test_runner_seeds_the_centre_with_the_average_and_restarts_bmuf_from_it():
     assert [m["to"] for m in runner.moves] == ["s-easgd", "s-bmuf"]
     assert group.rule is bmuf and torch.equal(bmuf.global_model, param)
     assert torch.equal(bmuf.delta, torch.zeros(3))  # block momentum starts over
+    assert bmuf.rounds == 0  # and warms up again
 
 
 def test_fallback_option_mistakes_are_one_line_errors(capsys):
