@@ -3,15 +3,14 @@
 
 The layers, lowest first. A module may import from its own layer or a lower one; an import
 of a higher layer is "upward". An entry names a top-level module or package of
-``shadowsync`` (``config``) or a module or package inside one (``runners.modes``); a module
-belongs to the longest entry that contains it, so a leaf module can sit in a lower layer
-than its package (the configuration reads ``runners.modes`` without reading ``runners``).
+``shadowsync`` (``config``) or a module or package inside one; a module belongs to the
+longest entry that contains it.
 
     base        errors, logs, procfs, state_dicts, forkserver, toml_file, by_value, protocols,
                 lifecycle
-    spec        the leaf modules the configuration reads: runners.modes, the Sync-Switch
-                plan, search and detector settings, the straggler and link-delay options,
-                the checkpoint interval
+    spec        spec: the option value types the configuration parses once (the --sync
+                mode registry, the switch plan, share and detector, the straggler and its
+                link delay, the checkpoint and sync intervals)
     config      config
     maths       metrics, rules
     data        data
@@ -23,8 +22,11 @@ than its package (the configuration reads ``runners.modes`` without reading ``ru
     cluster     cluster
     surface     api, run, evaluation, inference, switch_search, cli, bench, __init__, __main__
 
-Import circles are counted between units (the entries above: ``runners.modes`` is one,
-``runners`` another). Every module must belong to some entry ("unplaced" otherwise).
+Import circles are counted between units (the entries above). Folder pairs are counted
+between the package's top-level folders and modules (``train`` and ``runners``, whatever their
+entries): two that import each other, directly, are a pair, even where each import is
+downward (a leaf of one placed in a lower layer). Every module must belong to some entry
+("unplaced" otherwise).
 
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
@@ -42,9 +44,7 @@ from pathlib import Path
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "logs", "procfs", "state_dicts", "forkserver", "toml_file", "by_value",
               "protocols", "lifecycle")),
-    ("spec", ("runners.modes", "runners.switch.plan", "runners.switch.search",
-              "runners.switch.detector_spec", "train.straggler", "transport.delay",
-              "checkpoint.interval")),
+    ("spec", ("spec",)),
     ("config", ("config",)),
     ("maths", ("metrics", "rules")),
     ("data", ("data",)),
@@ -179,8 +179,10 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     lines: list[str] = []
     counts = {"upward_imports": 0, "package_cycles": 0, "long_functions": 0,
-              "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0}
+              "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0,
+              "folder_pairs": 0}
     unit_graph: dict[str, set[str]] = defaultdict(set)
+    folder_graph: dict[str, set[str]] = defaultdict(set)
     paths = sorted(root.rglob("*.py"))
     known = {module_name(root, p) for p in paths}
     for path in paths:
@@ -203,6 +205,8 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
                 continue
             if there != here and here != "__init__":
                 unit_graph[here].add(there)
+            if top_part(target) != top_part(module) and top_part(module) != "__init__":
+                folder_graph[top_part(module)].add(top_part(target))
             if RANK[there] > RANK[here]:
                 counts["upward_imports"] += 1
                 lines.append(f"upward: {path}:{lineno}: {module} imports {target}")
@@ -210,6 +214,11 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
             for name, lineno, n in long_functions(tree):
                 counts["long_functions"] += 1
                 lines.append(f"long: {path}:{lineno}: {name} is {n} lines")
+    pairs = sorted((x, y) for x in folder_graph for y in folder_graph[x]
+                   if x < y and x in folder_graph.get(y, ()))
+    for x, y in pairs:
+        counts["folder_pairs"] += 1
+        lines.append(f"pair: {x} <-> {y} import each other")
     for cycle in find_cycles(unit_graph):
         counts["package_cycles"] += 1
         lines.append("cycle: " + " <-> ".join(cycle))

@@ -7,7 +7,7 @@ import pytest
 from shadowsync.config import TrainConfig, add_config_arguments, load_config
 from shadowsync.errors import UserError
 from shadowsync.runners.build import group_syncs, needs_dense_servers
-from shadowsync.runners.modes import MODES, SYNC_CHOICES
+from shadowsync.spec.modes import MODES, SYNC_CHOICES
 from shadowsync.train.trainer import build_dense_model, features_of
 
 

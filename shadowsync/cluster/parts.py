@@ -10,6 +10,8 @@ from shadowsync.config import ClusterConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
+from shadowsync.runners.switch.search import resolve_share
+from shadowsync.spec.modes import mode_of
 from shadowsync.train.trainer import build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
@@ -24,7 +26,8 @@ def layout_of(cluster: ClusterConfig) -> ClusterLayout:
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill defaults that depend on other options (dense servers, embedding servers)."""
+    """Fill defaults that depend on other options (dense servers, embedding servers) or on
+    a file (`--switch-at auto`: the share a search stored, read here once)."""
     need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
@@ -33,7 +36,10 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     if cfg.distributed and emb < 1:
         raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
                         "or a --sync other than none): embeddings are shared, never averaged")
-    return replace(cfg, dense_servers=dense)
+    at = cfg.switch.at
+    if at is not None and mode_of(cfg.sync.mode).can_switch:
+        at = resolve_share(at, cfg.switch.job_name)
+    return replace(cfg, dense_servers=dense, switch_at=at)
 
 
 def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:

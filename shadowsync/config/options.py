@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args, get_origin
 from shadowsync.config.sections import HELP_ORDER, HELP_TOPICS, SECTIONS, choices_of, type_hints
 from shadowsync.config.train import FLAT, TrainConfig, flag_name, unknown_option
 from shadowsync.errors import UserError
+from shadowsync.spec.value import OptionValue
 from shadowsync.toml_file import read_toml
 
 
@@ -76,6 +77,8 @@ def _default_text(o: Option) -> str:
     value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     if value is None or "default" in (f.metadata.get("help") or ""):
         return ""  # the help text says what None means
+    if isinstance(value, OptionValue):
+        value = str(value)
     if isinstance(value, list):
         value = ",".join(map(str, value)) if f.metadata.get("parse") else " ".join(map(str, value))
     elif isinstance(value, bool):
@@ -94,7 +97,9 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         text = (o.field.metadata.get("help") or "") + _default_text(o)
         # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
         kw: dict[str, Any] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
-        if tp is bool:
+        if o.field.metadata.get("spec"):  # parsed with the rest of the configuration
+            kw.update(type=str, metavar="TEXT")
+        elif tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif o.field.metadata.get("parse"):
             kw.update(type=o.field.metadata["parse"], metavar="N[,N...]")
@@ -114,10 +119,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{_flag(o.name)}", **kw)
 
 
-def _coerce(name: str, value: Any, tp: Any, source: str) -> Any:
-    base = _base_type(tp)
+def _coerce(name: str, value: Any, option: Option, source: str) -> Any:
+    base = _base_type(option.type)
     if value is None:
         return None
+    if option.field.metadata.get("spec"):  # the text, parsed with the rest of the configuration
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise UserError(f"{source}: option '{name}' must be text, got {value!r}")
+        return str(value)
     if get_origin(base) is list:
         item = get_args(base)[0]
         if isinstance(value, item) and not isinstance(value, bool):
@@ -148,9 +157,9 @@ def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
                     known = {f"{name}.{n}" for n in fields}
                     raise UserError(f"{source}: {unknown_option(f'{name}.{inner}', known)}")
                 option = BY_NAME[flag_name(f)]
-                values[option.name] = _coerce(f"{name}.{inner}", v, option.type, source)
+                values[option.name] = _coerce(f"{name}.{inner}", v, option, source)
         elif name in BY_NAME:
-            values[name] = _coerce(key, value, BY_NAME[name].type, source)
+            values[name] = _coerce(key, value, BY_NAME[name], source)
         else:
             known = set(BY_NAME) | (set(SECTIONS) if isinstance(value, dict) else set())
             raise UserError(f"{source}: {unknown_option(key, known)}")
@@ -191,7 +200,7 @@ def model_name(model: str | Callable[..., Any]) -> str:
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """The options as plain data by flat name (JSON and TOML can hold every value)."""
-    values = cfg.flat()
+    values = {k: str(v) if isinstance(v, OptionValue) else v for k, v in cfg.flat().items()}
     values["model"] = model_name(values["model"])
     return values
 
@@ -201,6 +210,8 @@ def default_out_dir() -> Path:
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, OptionValue):
+        value = str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

@@ -1,6 +1,6 @@
 """From a run configuration to the runner a trainer uses.
 
-`--sync` names a mode in `shadowsync.runners.modes`; the mode's builder makes the runner from a
+`--sync` names a mode in `shadowsync.spec.modes`; the mode's builder makes the runner from a
 `RunnerContext`. Rule modes (s-*, fr-*) also accept `--sync-groups`, other rules for parts of
 the model; all groups share one runner, since a trainer has one sync thread.
 """
@@ -19,8 +19,8 @@ from shadowsync.runners.base import Runner
 from shadowsync.runners.fallback import fallback_runner
 from shadowsync.runners.foreground import ForegroundSync
 from shadowsync.runners.groups import ParamGroup, split_model
-from shadowsync.runners.modes import MODES, mode_of
 from shadowsync.runners.shadow import BackgroundSync, Pace
+from shadowsync.spec.modes import MODES, mode_of
 from shadowsync.transport.collectives import TrainerExchange
 from shadowsync.transport.servers.dense import DenseServerClient
 
@@ -109,7 +109,7 @@ def grouped_runner(ctx: RunnerContext) -> Runner | None:
                                dtype=cfg.sync.dtype,
                                transport=cfg.sync.transport)
     if family == "background":
-        pace = Pace(cfg.sync.interval_s(), cfg.sync.budget, ctx.trainer_cores)
+        pace = Pace(cfg.sync.interval.seconds, cfg.sync.budget, ctx.trainer_cores)
         if cfg.sync.straggler_fallback is not None:
             return fallback_runner(cfg, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)

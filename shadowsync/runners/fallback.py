@@ -20,11 +20,10 @@ from shadowsync.config import TrainConfig
 from shadowsync.rules import SyncRule, make_rule
 from shadowsync.rules.ma import ModelAveraging
 from shadowsync.runners.groups import ParamGroup
-from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.shadow import BackgroundSync, Pace
 from shadowsync.runners.switch.background import BackgroundFallback
-from shadowsync.runners.switch.detector import DetectorConfig
+from shadowsync.spec.modes import mode_of
 from shadowsync.transport.collectives import TrainerExchange
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ def fallback_runner(cfg: TrainConfig, groups: list[ParamGroup], exchange: Traine
     rule = mode_of(fallback).rule
     primary = mode_of(cfg.sync.mode).rule
     assert rule is not None and primary is not None, "validated by the configuration"
-    policy = BackgroundFallback(primary, DetectorConfig.parse(cfg.switch.detector),
+    policy = BackgroundFallback(primary, cfg.switch.detector,
                                 fallback=rule)
     rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=cfg.sync.elastic_alpha)
                                   for g in groups}

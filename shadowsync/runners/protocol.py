@@ -35,16 +35,15 @@ from torch.nn.utils import parameters_to_vector
 
 from shadowsync.protocols import Protocol
 from shadowsync.runners.base import StepRunner, WorkerHook
-from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
 from shadowsync.runners.switch.machine import SwitchMachine
-from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
-from shadowsync.runners.switch.search import resolve_share, with_bsp_share
-from shadowsync.transport.delay import LinkDelay
+from shadowsync.spec.delay import LinkDelay
+from shadowsync.spec.modes import mode_of
+from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
@@ -388,11 +387,8 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
     mode = mode_of(cfg.sync.mode)
     if not mode.can_switch:
         plan = SwitchPlan.single(mode.protocols[0])
-    elif cfg.switch.at is not None:
-        plan = with_bsp_share(SwitchPlan.parse(cfg.switch.plan),
-                              resolve_share(cfg.switch.at, cfg.switch.job_name))
     else:
-        plan = SwitchPlan.parse(cfg.switch.plan)
+        plan = cfg.switch.protocol_plan()
     numel = sum(p.numel() for p in ctx.model.parameters())
     settings = ProtocolSettings(plan, cfg.cluster.dense_servers or 0, numel, cfg.optim.optimizer,
                                 cfg.optim.lr,
@@ -400,7 +396,7 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
                                 cfg.cluster.trainers * cfg.cluster.workers, cfg.switch.scale_lr,
                                 compensate=cfg.switch.compensate_momentum,
                                 policy=cfg.switch.policy if mode.can_switch else "plan",
-                                detector=DetectorConfig.parse(cfg.switch.detector),
+                                detector=cfg.switch.detector,
                                 patience_s=cfg.switch.patience,
                                 workers_per_trainer=cfg.cluster.workers)
     return ProtocolRunner(settings, ctx.model, cfg.sync.mode)

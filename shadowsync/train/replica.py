@@ -21,7 +21,6 @@ from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
 
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.coordinator import Checkpointer
-from shadowsync.checkpoint.interval import parse_every
 from shadowsync.checkpoint.store import read_manifest
 from shadowsync.config import TrainConfig, config_to_toml
 from shadowsync.lifecycle import attempts
@@ -78,7 +77,7 @@ def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Any,
 def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
                       remote: list[str]) -> Checkpointer | None:
     """Trainer 0's checkpointer; None with `--checkpoint-every never`."""
-    if parse_every(cfg.checkpoint.every)[0] == "never":
+    if cfg.checkpoint.every.never:
         return None
 
     shards_per = cfg.cluster.trainers * cfg.cluster.workers

@@ -28,14 +28,13 @@ from shadowsync.forkserver import start_worker, worker_context
 from shadowsync.lifecycle.exits import TrainingDiverged
 from shadowsync.lifecycle.stop import STOP
 from shadowsync.runners.base import Runner
-from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
+from shadowsync.spec.modes import mode_of
 from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.selection import ModelSelection, validation_points
 from shadowsync.train.state import WorkerSlots, examples_in
-from shadowsync.train.straggler import Straggler
 from shadowsync.train.tasks import DataPlan, Features, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
 from shadowsync.transport.layout import ClusterLayout
@@ -220,8 +219,7 @@ class Trainer:
                 batch_size=cfg.optim.batch_size, table_size=list(plan.features.table_rows),
                 optimizer=cfg.optim.optimizer, lr=cfg.optim.lr, schedule=LrSchedule.of(cfg.optim),
                 report_every=max(1, min(64, 8192 // cfg.optim.batch_size)), seed=cfg.seed,
-                straggler=Straggler.parse(cfg.testing.straggler,
-                                          cfg.cluster.trainers) if cfg.testing.straggler else None,
+                straggler=cfg.testing.straggler,
                 start_step=start, slots=self.slots, stop=self.stop_event,
                 poison_at_step=self.poison_step(w),
                 decay_flag=str(self.decay_flag) if self.decay_flag is not None else None,
@@ -235,8 +233,7 @@ class Trainer:
         messages = ctx.Queue()
         hook = self.sync.worker_hook(ctx, self.cfg.cluster.workers) if self.sync else None
         if hook is not None and self.cfg.testing.straggler:  # a network straggler delays the pushes
-            hook.link = Straggler.parse(self.cfg.testing.straggler,
-                                        self.cfg.cluster.trainers).link()
+            hook.link = self.cfg.testing.straggler.link()
         ready = ctx.Barrier(self.cfg.cluster.workers)
         specs = self.worker_specs()
         self._procs = []

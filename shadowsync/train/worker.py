@@ -32,8 +32,9 @@ from shadowsync.lifecycle.stop import (
 )
 from shadowsync.runners.base import WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.spec.straggler import Straggler
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.straggler import Straggler
+from shadowsync.train.straggler import pace_of
 from shadowsync.train.tasks import task_of
 
 
@@ -239,7 +240,7 @@ class WorkerRun:
         spec, hook, tables = self.spec, self.hook, self.tables
         self.t_start = time.time()  # wall clock, comparable across the trainer's processes
         self.t_report = self.t_step = time.perf_counter()
-        self.pace = spec.straggler.pace(spec.trainer) if spec.straggler is not None else None
+        self.pace = pace_of(spec.straggler, spec.trainer) if spec.straggler is not None else None
         stream = self.stream()
         batch = next(stream, None)
         vectors = tables.lookup(batch[1]) if batch is not None else None
