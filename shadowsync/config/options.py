@@ -77,8 +77,7 @@ def _default_text(o: Option) -> str:
     value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     if value is None or "default" in (f.metadata.get("help") or ""):
         return ""  # the help text says what None means
-    if isinstance(value, OptionValue):
-        value = str(value)
+    value = plain(value)
     if isinstance(value, list):
         value = ",".join(map(str, value)) if f.metadata.get("parse") else " ".join(map(str, value))
     elif isinstance(value, bool):
@@ -99,6 +98,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         kw: dict[str, Any] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
         if o.field.metadata.get("spec"):  # parsed with the rest of the configuration
             kw.update(type=str, metavar="TEXT")
+            if get_origin(tp) is list:
+                kw.update(nargs="+", metavar="VALUE")
         elif tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif o.field.metadata.get("parse"):
@@ -124,9 +125,11 @@ def _coerce(name: str, value: Any, option: Option, source: str) -> Any:
     if value is None:
         return None
     if option.field.metadata.get("spec"):  # the text, parsed with the rest of the configuration
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        items = value if get_origin(base) is list and isinstance(value, list) else [value]
+        if any(isinstance(v, bool) or not isinstance(v, (str, int, float)) for v in items):
             raise UserError(f"{source}: option '{name}' must be text, got {value!r}")
-        return str(value)
+        texts = [str(v) for v in items]
+        return texts if get_origin(base) is list else texts[0]
     if get_origin(base) is list:
         item = get_args(base)[0]
         if isinstance(value, item) and not isinstance(value, bool):
@@ -200,7 +203,7 @@ def model_name(model: str | Callable[..., Any]) -> str:
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """The options as plain data by flat name (JSON and TOML can hold every value)."""
-    values = {k: str(v) if isinstance(v, OptionValue) else v for k, v in cfg.flat().items()}
+    values = {k: plain(v) for k, v in cfg.flat().items()}
     values["model"] = model_name(values["model"])
     return values
 
@@ -209,9 +212,16 @@ def default_out_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
+def plain(value: Any) -> Any:
+    """An option's value as TOML and JSON hold it: a typed value (`shadowsync.spec`) as its
+    text."""
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return str(value) if isinstance(value, OptionValue) else value
+
+
 def _toml_value(value: Any) -> str:
-    if isinstance(value, OptionValue):
-        value = str(value)
+    value = plain(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from shadowsync.errors import UserError
 from shadowsync.spec.detector import DetectorConfig
+from shadowsync.spec.groups import GroupRule
 from shadowsync.spec.interval import CheckpointEvery, SyncInterval
 from shadowsync.spec.modes import SYNC_CHOICES
 from shadowsync.spec.plan import SwitchPlan
@@ -276,9 +277,9 @@ class SyncConfig:
 
     mode: str = opt("s-bmuf", "how trainers synchronize their dense parameters", flag="sync",
                     choices=SYNC_CHOICES)
-    groups: list[str] = opt(
+    groups: list[GroupRule] = opt(
         [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)",
-        flag="sync_groups")
+        flag="sync_groups", spec=GroupRule)
     interval: SyncInterval = opt(
         "auto", "seconds between background rounds, 0 = back to back, auto = CPU budget",
         flag="sync_interval", spec=SyncInterval)

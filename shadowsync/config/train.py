@@ -32,7 +32,7 @@ from shadowsync.config.sections import (
     opt,
 )
 from shadowsync.errors import UserError
-from shadowsync.spec.modes import mode_of
+from shadowsync.spec.modes import SyncMode, mode_of
 from shadowsync.spec.straggler import Straggler
 
 # Options that belong to the whole job rather than to one section.
@@ -136,6 +136,8 @@ class TrainConfig:
                     continue
                 if spec is Straggler:
                     value = Straggler.parse(str(value), self.cluster.trainers)
+                elif isinstance(value, list):
+                    value = [v if isinstance(v, spec) else spec.parse(str(v)) for v in value]
                 elif not isinstance(value, spec):
                     value = spec.parse(str(value))
                 setattr(section, f.name, value)
@@ -191,10 +193,20 @@ class TrainConfig:
                                                          or self.sync.groups):
             raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
                             "trainer needed at each round) and no --sync-groups")
+        self._check_groups(mode)
         at = self.switch.at
         if mode.can_switch and at is not None and at.auto and not self.switch.job_name:
             raise UserError("--switch-at auto needs --job-name (the name `shadowsync switch "
                             "search` stored its result under)")
+
+    def _check_groups(self, mode: SyncMode) -> None:
+        families = {mode_of(m).family for m in [*(g.mode for g in self.sync.groups), mode.name]
+                    if mode_of(m).rule is not None}
+        if len(families) > 1:
+            raise UserError("--sync-groups: all groups must be background (s-*) or all "
+                            "foreground (fr-*) in one run")
+        if self.sync.groups and mode.rule is None and mode.synchronizes:
+            raise UserError(f"--sync-groups cannot be combined with --sync {mode.name}")
 
     def _check_model(self) -> None:
         if not callable(self.model.name):

@@ -20,7 +20,7 @@ from shadowsync.runners.fallback import fallback_runner
 from shadowsync.runners.foreground import ForegroundSync
 from shadowsync.runners.groups import ParamGroup, split_model
 from shadowsync.runners.shadow import BackgroundSync, Pace
-from shadowsync.spec.modes import MODES, mode_of
+from shadowsync.spec.modes import mode_of
 from shadowsync.transport.collectives import TrainerExchange
 from shadowsync.transport.servers.dense import DenseServerClient
 
@@ -37,26 +37,14 @@ class RunnerContext:
 
 
 def group_syncs(sync: SyncConfig, model: torch.nn.Module) -> dict[str, str]:
-    """Module prefix -> sync name, validated against the model's modules."""
+    """Module prefix -> sync name (`--sync-groups`, parsed and checked against the modes by
+    the configuration), each module checked to be one of the model's."""
     modules = {n for n, _ in model.named_children()}
-    rule_modes = [m.name for m in MODES.values() if m.rule is not None]
-    out: dict[str, str] = {}
-    for entry in sync.groups:
-        prefix, sep, name = entry.partition("=")
-        if not sep or prefix not in modules:
-            raise UserError(f"--sync-groups: '{entry}' must be MODULE=SYNC with MODULE one of "
+    for group in sync.groups:
+        if group.module not in modules:
+            raise UserError(f"--sync-groups: '{group}' must be MODULE=SYNC with MODULE one of "
                             f"{', '.join(sorted(modules))}")
-        if name not in rule_modes:
-            raise UserError(f"--sync-groups: '{name}' is not a rule ({', '.join(rule_modes)})")
-        out[prefix] = name
-    families = {mode_of(s).family for s in [*out.values(), sync.mode]
-                if mode_of(s).rule is not None}
-    if len(families) > 1:
-        raise UserError("--sync-groups: all groups must be background (s-*) or all foreground "
-                        "(fr-*) in one run")
-    if out and mode_of(sync.mode).rule is None and mode_of(sync.mode).synchronizes:
-        raise UserError(f"--sync-groups cannot be combined with --sync {sync.mode}")
-    return out
+    return {group.module: group.mode for group in sync.groups}
 
 
 def needs_dense_servers(cfg: TrainConfig, model: torch.nn.Module) -> bool:
