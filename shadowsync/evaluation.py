@@ -19,7 +19,7 @@ from shadowsync.errors import UserError
 from shadowsync.metrics import evaluate_predictions
 from shadowsync.models.trained import TrainedModel
 from shadowsync.train.saved_model import load_model, score
-from shadowsync.train.trainer import plan_data
+from shadowsync.train.tasks import plan_data
 
 
 def _trained_layout(path: str, schema: str | None) -> str | None:

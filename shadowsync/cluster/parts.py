@@ -11,8 +11,7 @@ from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
 from shadowsync.runners.switch.search import resolve_share
-from shadowsync.spec.modes import mode_of
-from shadowsync.train.trainer import build_dense_model, features_of
+from shadowsync.train.tasks import build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
@@ -37,7 +36,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
         raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
                         "or a --sync other than none): embeddings are shared, never averaged")
     at = cfg.switch.at
-    if at is not None and mode_of(cfg.sync.mode).can_switch:
+    if at is not None and cfg.sync.entry.can_switch:
         at = resolve_share(at, cfg.switch.job_name)
     return replace(cfg, dense_servers=dense, switch_at=at)
 

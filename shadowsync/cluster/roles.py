@@ -40,7 +40,7 @@ from shadowsync.lifecycle.stop import STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
-from shadowsync.train.trainer import build_dense_model, plan_data
+from shadowsync.train.tasks import build_dense_model, plan_data
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint

@@ -27,7 +27,7 @@ from shadowsync.errors import UserError
 from shadowsync.spec.detector import DetectorConfig
 from shadowsync.spec.groups import GroupRule
 from shadowsync.spec.interval import CheckpointEvery, SyncInterval
-from shadowsync.spec.modes import SYNC_CHOICES
+from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
 from shadowsync.spec.plan import SwitchPlan
 from shadowsync.spec.share import BspShare
 from shadowsync.spec.straggler import Straggler
@@ -303,6 +303,12 @@ class SyncConfig:
         None, "with --sync s-ma or s-bmuf: s-easgd rounds while the straggler detector "
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
         "clears")
+
+    @property
+    def entry(self) -> SyncMode:
+        """The mode's entry in the registry (`shadowsync.spec.modes`): what it needs and
+        allows (dense servers, lockstep, resuming, switching...)."""
+        return mode_of(self.mode)
 
     def check(self) -> None:
         _positive(self.every, "sync-every")

@@ -172,7 +172,7 @@ class TrainConfig:
 
     def _check_validation(self) -> None:
         # Workers that push each step to the dense servers stop when the servers say so.
-        if self.data.early_stop is not None and mode_of(self.sync.mode).protocols:
+        if self.data.early_stop is not None and self.sync.entry.protocols:
             raise UserError(f"--early-stop: --sync {self.sync.mode} cannot stop its workers "
                             "early; use epochs, or another --sync")
         if self.data.val_share > 0:
@@ -184,7 +184,7 @@ class TrainConfig:
 
     def _check_specs(self) -> None:
         """The typed options (`_parse_values`) against the mode they run under."""
-        mode = mode_of(self.sync.mode)
+        mode = self.sync.entry
         straggler = self.testing.straggler
         if straggler is not None and straggler.kind != "compute" and not mode.protocols:
             raise UserError(f"--straggler kind={straggler.kind} delays pushes to the dense "
@@ -220,7 +220,7 @@ class TrainConfig:
     def distributed(self) -> bool:
         """A job of several processes (servers and/or several trainers)."""
         return (self.cluster.trainers > 1 or self.cluster.embedding_servers > 0
-                or mode_of(self.sync.mode).builder is not None or bool(self.sync.groups))
+                or self.sync.entry.builder is not None or bool(self.sync.groups))
 
 
 TrainConfig._base = property(  # type: ignore[assignment]

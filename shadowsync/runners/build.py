@@ -81,7 +81,7 @@ def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, 
 
 def build_runner(ctx: RunnerContext) -> Runner | None:
     """The runner of this trainer, or None when nothing synchronizes."""
-    build = mode_of(ctx.cfg.sync.mode).build()
+    build = ctx.cfg.sync.entry.build()
     if build is None and ctx.cfg.sync.groups:
         build = grouped_runner  # --sync none with rules for some groups
     return build(ctx) if build is not None else None
@@ -99,7 +99,7 @@ def grouped_runner(ctx: RunnerContext) -> Runner | None:
     if family == "background":
         pace = Pace(cfg.sync.interval.seconds, cfg.sync.budget, ctx.trainer_cores)
         if cfg.sync.straggler_fallback is not None:
-            return fallback_runner(cfg, groups, exchange, pace)
+            return fallback_runner(cfg.sync, cfg.switch.detector, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)
     if family == "foreground":
         return ForegroundSync(groups, exchange, cfg.sync.every)

@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
@@ -33,11 +34,11 @@ import torch.distributed as dist
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.parallel import DistributedDataParallel
 
-from shadowsync.runners.base import StepRunner, WorkerHook
+from shadowsync.runners.base import HookDefaults, StepRunner
 from shadowsync.transport.rendezvous import attempt
 
 
-class WorkerGroupHook(WorkerHook):
+class WorkerGroupHook(HookDefaults):
     """Puts every worker of every trainer in one process group, each with a private model."""
 
     period = 1  # the replicas are identical after every step (DDP)
@@ -170,7 +171,7 @@ class WorkerGroupRunner(StepRunner):
         self.hook = hook
         self.kind = kind
 
-    def worker_hook(self, ctx: Any, workers: int) -> WorkerGroupHook:
+    def worker_hook(self, ctx: BaseContext, workers: int) -> WorkerGroupHook:
         return self.hook
 
     def describe(self) -> dict[str, Any]:

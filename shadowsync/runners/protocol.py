@@ -28,13 +28,14 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import asdict
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
 from torch.nn.utils import parameters_to_vector
 
 from shadowsync.protocols import Protocol
-from shadowsync.runners.base import StepRunner, WorkerHook
+from shadowsync.runners.base import HookDefaults, StepRunner
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
@@ -42,7 +43,6 @@ from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
 from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.spec.delay import LinkDelay
-from shadowsync.spec.modes import mode_of
 from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
@@ -73,7 +73,8 @@ class ProtocolSettings:
                  momentum: float, momentum_policy: str, workers: int, scale_lr: bool,
                  compensate: bool = False, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S, workers_per_trainer: int = 1) -> None:
+                 patience_s: float = DEFAULT_PATIENCE_S, workers_per_trainer: int = 1,
+                 link: LinkDelay | None = None) -> None:
         self.plan = plan
         self.servers = servers
         self.numel = numel
@@ -88,6 +89,7 @@ class ProtocolSettings:
         self.detector = detector or DetectorConfig()
         self.patience_s = patience_s
         self.workers_per_trainer = workers_per_trainer
+        self.link = link  # a network straggler (`--straggler kind=delay|jitter`)
 
     def schedule(self, budget: int) -> Schedule:
         return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
@@ -121,7 +123,7 @@ class ServerStepper:
         load_flat(self.hook.push(grad, self.params, scale), self.params)
 
 
-class ProtocolHook(WorkerHook):
+class ProtocolHook(HookDefaults):
     """A worker's side of the protocol. The dense server holding shard 0 decides which
     protocol runs (`switch.schedule`: the offline plan from global progress, or an online
     policy from every trainer's pace) and names it in every reply, so all workers of a BSP
@@ -131,10 +133,10 @@ class ProtocolHook(WorkerHook):
     one (its data wraps around), so a straggler does not hold the job back."""
 
     endless_data = True
-    link: LinkDelay | None = None  # an emulated slow link: a sleep before each push
 
     def __init__(self, settings: ProtocolSettings) -> None:
         self.s = settings
+        self.link = settings.link  # an emulated slow link: a sleep before each push
         # per worker process (each has its own copy after pickling)
         self.budget = 0  # gradients the job applies in all
         self.applied = 0  # gradients applied on the servers, as of the last reply
@@ -287,7 +289,7 @@ class ProtocolRunner(StepRunner):
         self.switches: list[dict[str, Any]] = []
         self.server_switches: list[dict[str, Any]] = []
 
-    def worker_hook(self, ctx: Any, workers: int) -> ProtocolHook:
+    def worker_hook(self, ctx: BaseContext, workers: int) -> ProtocolHook:
         return ProtocolHook(self.spec)
 
     def observe(self, report: WorkerReport) -> None:
@@ -384,7 +386,7 @@ def group_switches(events: list[dict[str, Any]],
 def protocol_runner(ctx: Any) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
-    mode = mode_of(cfg.sync.mode)
+    mode = cfg.sync.entry
     if not mode.can_switch:
         plan = SwitchPlan.single(mode.protocols[0])
     else:
@@ -398,5 +400,7 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
                                 policy=cfg.switch.policy if mode.can_switch else "plan",
                                 detector=cfg.switch.detector,
                                 patience_s=cfg.switch.patience,
-                                workers_per_trainer=cfg.cluster.workers)
+                                workers_per_trainer=cfg.cluster.workers,
+                                link=cfg.testing.straggler.link() if cfg.testing.straggler
+                                else None)
     return ProtocolRunner(settings, ctx.model, cfg.sync.mode)
