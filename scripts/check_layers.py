@@ -28,6 +28,11 @@ entries): two that import each other, directly, are a pair, even where each impo
 downward (a leaf of one placed in a lower layer). Every module must belong to some entry
 ("unplaced" otherwise).
 
+``any_annotations``: annotations (of parameters, returns and annotated assignments) that
+mention ``Any``, outside ``transport`` (where bytes and pickled objects cross processes) and
+``bench``; ``--any`` lists them. ``any_beyond_plain_data``: those of them where ``Any`` is
+more than the values of plain data (``dict[str, Any]``: a summary, a report, JSON).
+
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
 """
@@ -127,6 +132,23 @@ def local_imports(tree: ast.AST) -> list[tuple[str, int]]:
     return sorted(set(out), key=lambda x: x[1])  # nested functions are walked twice
 
 
+def any_annotations(tree: ast.AST) -> list[tuple[str, int]]:
+    """(annotation, line) of every annotation that mentions `Any`."""
+    out = []
+    for node in ast.walk(tree):
+        found: list[ast.expr | None] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            found += [arg.annotation for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs,
+                                                 a.vararg, a.kwarg) if arg is not None]
+            found.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+        out += [(ast.unparse(ann), node.lineno) for ann in found
+                if ann is not None and "Any" in ast.unparse(ann)]
+    return out
+
+
 def long_functions(tree: ast.AST) -> list[tuple[str, int, int]]:
     out = []
     for node in ast.walk(tree):
@@ -180,7 +202,7 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     lines: list[str] = []
     counts = {"upward_imports": 0, "package_cycles": 0, "long_functions": 0,
               "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0,
-              "folder_pairs": 0}
+              "folder_pairs": 0, "any_annotations": 0, "any_beyond_plain_data": 0}
     unit_graph: dict[str, set[str]] = defaultdict(set)
     folder_graph: dict[str, set[str]] = defaultdict(set)
     paths = sorted(root.rglob("*.py"))
@@ -193,6 +215,11 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
             counts["unplaced_modules"] += 1
             lines.append(f"unplaced: {path}: {module} is in no layer")
         in_bench = top_part(module) == "bench"
+        if not in_bench and top_part(module) != "transport":
+            for text, lineno in any_annotations(tree):
+                counts["any_annotations"] += 1
+                counts["any_beyond_plain_data"] += "Any" in text.replace("dict[str, Any]", "")
+                lines.append(f"any: {path}:{lineno}: {text}")
         imports = imported_modules(tree, module, path.name == "__init__.py", known)
         for what, lineno in local_imports(tree):
             counts["local_imports"] += 1
@@ -229,13 +256,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1] / "shadowsync"))
     parser.add_argument("--json", action="store_true", help="print the counts only, as JSON")
+    parser.add_argument("--any", action="store_true", help="also list the Any annotations")
     args = parser.parse_args()
     counts, lines = measure(Path(args.root))
     if args.json:
         print(json.dumps(counts))
         return 0
     for line in lines:
-        print(line)
+        if not line.startswith("any: ") or args.any:
+            print(line)
     for key, value in counts.items():
         print(f"{key:30s} {value}")
     return 0

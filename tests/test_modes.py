@@ -32,14 +32,14 @@ def test_every_choice_is_an_entry_whose_builder_resolves():
                                         ("ddp", False), ("none", False)])
 def test_dense_servers_follow_the_mode(sync, need):
     cfg = TrainConfig(sync=sync)
-    assert needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg))) is need
+    assert needs_dense_servers(cfg.sync, build_dense_model(cfg, features_of(cfg))) is need
 
 
 def test_groups_take_rule_modes_only():
     model = build_dense_model(TrainConfig(), features_of(TrainConfig()))
     cfg = TrainConfig(sync="s-bmuf", sync_groups=["bottom=s-easgd"])
     assert group_syncs(cfg.sync, model) == {"bottom": "s-easgd"}
-    assert needs_dense_servers(cfg, model)
+    assert needs_dense_servers(cfg.sync, model)
     with pytest.raises(UserError, match="'bsp' is not a rule"):
         group_syncs(TrainConfig(sync_groups=["top=bsp"]).sync, model)
     with pytest.raises(UserError, match="all groups must be background"):

@@ -27,7 +27,7 @@ def layout_of(cluster: ClusterConfig) -> ClusterLayout:
 def resolve(cfg: TrainConfig) -> TrainConfig:
     """Fill defaults that depend on other options (dense servers, embedding servers) or on
     a file (`--switch-at auto`: the share a search stored, read here once)."""
-    need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
+    need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
@@ -41,13 +41,13 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, dense_servers=dense, switch_at=at)
 
 
-def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
+def rpc_endpoint(cluster: ClusterConfig) -> RpcEndpoint:
     """Where the RPC world meets. Under an elastic agent that shares its TCP store (torch's
     default), every process is a client of that store; otherwise RPC rank 0 hosts a store
     of its own on --rpc-port."""
     master_port = int(os.environ["MASTER_PORT"])
     agent = rendezvous.agent_store()
-    port = master_port if agent else cfg.cluster.rpc_port or master_port + 1
+    port = master_port if agent else cluster.rpc_port or master_port + 1
     return RpcEndpoint(os.environ["MASTER_ADDR"], port, rendezvous.attempt(), agent)
 
 
@@ -66,18 +66,18 @@ def trainers_here(layout: ClusterLayout) -> int:
     return max(1, sum(1 for r in local if layout.role(r)[0] == "trainer"))
 
 
-def embedding_plan(cfg: TrainConfig) -> ShardingPlan:
-    return ShardingPlan(cfg.cluster.embedding_servers, features_of(cfg).table_rows,
-                        cfg.cluster.row_split_limit)
+def embedding_plan(cluster: ClusterConfig, table_rows: tuple[int, ...]) -> ShardingPlan:
+    """Which server holds which rows of the tables (`table_rows`: the data's, `Features`)."""
+    return ShardingPlan(cluster.embedding_servers, table_rows, cluster.row_split_limit)
 
 
-def embedding_client(cfg: TrainConfig, layout: ClusterLayout,
+def embedding_client(cfg: TrainConfig, table_rows: tuple[int, ...], layout: ClusterLayout,
                      endpoint: RpcEndpoint) -> RemoteEmbeddings:
     """The client a trainer's processes reach the embedding servers with (in place on this
     host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
     copy of the tables instead (the ceiling the shared path is measured against; trainers then
     learn separate embeddings)."""
-    plan = embedding_plan(cfg)
+    plan = embedding_plan(cfg.cluster, table_rows)
     private = None
     if cfg.cluster.embedding_transport == "unshared":
         private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),

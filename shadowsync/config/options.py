@@ -231,13 +231,14 @@ def _toml_value(value: Any) -> str:
     return repr(value)
 
 
-def config_to_toml(cfg: TrainConfig) -> str:
+def config_to_toml(cfg: TrainConfig, leave_out: tuple[str, ...] = ()) -> str:
     """A TOML file, one table per section, that `--config` reads back into the same
-    configuration."""
+    configuration; the options named in `leave_out` (flat names) as if never given."""
     lines = [f"{name} = {_toml_value(getattr(cfg, name))}" for name in ("task", "seed")]
     for section in SECTIONS:
         obj = getattr(cfg, section)
-        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+                  if flag_name(f) not in leave_out}
         if section == "model":
             values["name"] = model_name(values["name"])
         set_values = [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]

@@ -10,13 +10,16 @@ SGD, torchft).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
+from torch.distributed import ProcessGroup
 from torch.optim import Optimizer
 
+from shadowsync.config import TrainConfig
 from shadowsync.runners.reports import WorkerReport
 
 
@@ -107,6 +110,26 @@ class StepRunner(RunnerDefaults):
     blocks_workers = True
 
 
+@dataclass
+class RunnerContext:
+    """What a mode's builder may use: the trainer's model, its peers and its host share."""
+
+    cfg: TrainConfig
+    model: torch.nn.Module
+    trainer_group: ProcessGroup | None = None  # the process group of the trainers
+    trainer_cores: float = 1.0  # this trainer's share of its host's cores (the auto pace)
+    store: tuple[str, int] | None = None  # the launcher's TCP store (worker groups)
+
+
+class Steps(Protocol):
+    """What a worker calls on the optimizer its hook hands it (`wrap_optimizer`): a torch
+    optimizer, or a stand-in that steps elsewhere (a protocol's push to the servers)."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None: ...
+
+    def step(self) -> object: ...
+
+
 class HeldSteps(Protocol):
     """The part of a trainer's shared worker slots a hook writes: `held[0]`, the step the
     shared model holds (a hook whose worker trains a private replica says it there)."""
@@ -126,7 +149,7 @@ class WorkerHook(Protocol):
 
     def prepare(self, model: nn.Module, trainer: int, worker: int,
                 steps: int = 0) -> nn.Module: ...
-    def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer: ...
+    def wrap_optimizer(self, optimizer: Optimizer) -> Steps: ...
     def attach_slots(self, slots: HeldSteps, start_step: int) -> None: ...
     def agree_stop(self, requested: bool) -> bool: ...
     def step(self) -> float: ...
@@ -149,7 +172,7 @@ class HookDefaults:
         how many steps this worker will take."""
         return model
 
-    def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer:
+    def wrap_optimizer(self, optimizer: Optimizer) -> Steps:
         return optimizer
 
     def attach_slots(self, slots: HeldSteps, start_step: int) -> None:

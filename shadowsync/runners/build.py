@@ -7,15 +7,14 @@ the model; all groups share one runner, since a trainer has one sync thread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from shadowsync.config import SyncConfig, TrainConfig
+from shadowsync.config import SyncConfig
 from shadowsync.errors import UserError
 from shadowsync.rules import make_rule
-from shadowsync.runners.base import Runner
+from shadowsync.runners.base import Runner, RunnerContext
 from shadowsync.runners.fallback import fallback_runner
 from shadowsync.runners.foreground import ForegroundSync
 from shadowsync.runners.groups import ParamGroup, split_model
@@ -23,17 +22,6 @@ from shadowsync.runners.shadow import BackgroundSync, Pace
 from shadowsync.spec.modes import mode_of
 from shadowsync.transport.collectives import TrainerExchange
 from shadowsync.transport.servers.dense import DenseServerClient
-
-
-@dataclass
-class RunnerContext:
-    """What a mode's builder may use: the trainer's model, its peers and its host share."""
-
-    cfg: TrainConfig
-    model: torch.nn.Module
-    trainer_group: Any = None  # the process group of the trainers (collectives)
-    trainer_cores: float = 1.0  # this trainer's share of its host's cores (the auto pace)
-    store: tuple[str, int] | None = None  # the launcher's TCP store (worker groups)
 
 
 def group_syncs(sync: SyncConfig, model: torch.nn.Module) -> dict[str, str]:
@@ -47,10 +35,10 @@ def group_syncs(sync: SyncConfig, model: torch.nn.Module) -> dict[str, str]:
     return {group.module: group.mode for group in sync.groups}
 
 
-def needs_dense_servers(cfg: TrainConfig, model: torch.nn.Module) -> bool:
-    names = [cfg.sync.mode, *group_syncs(cfg.sync, model).values()]
-    if cfg.sync.straggler_fallback is not None:
-        names.append(cfg.sync.straggler_fallback)
+def needs_dense_servers(sync: SyncConfig, model: torch.nn.Module) -> bool:
+    names = [sync.mode, *group_syncs(sync, model).values()]
+    if sync.straggler_fallback is not None:
+        names.append(sync.straggler_fallback)
     return any(mode_of(n).dense_servers for n in names)
 
 
@@ -63,19 +51,20 @@ def rule_for(sync: SyncConfig, trainers: int, rule: str) -> Any:
     return make_rule(rule)
 
 
-def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, list[ParamGroup]]:
+def param_groups(sync: SyncConfig, trainers: int,
+                 model: torch.nn.Module) -> tuple[str | None, list[ParamGroup]]:
     """The runner family and the synchronized groups (params under `none` are left alone)."""
-    per_prefix = group_syncs(cfg.sync, model)
+    per_prefix = group_syncs(sync, model)
     groups: list[ParamGroup] = []
     family = None
     for key, params in split_model(model, {p: p for p in per_prefix}).items():
-        mode = mode_of(per_prefix.get(key, cfg.sync.mode))
+        mode = mode_of(per_prefix.get(key, sync.mode))
         if mode.rule is None:
             continue
         family = mode.family
         name = key if key != "*" else ("rest" if per_prefix else "dense")
-        groups.append(ParamGroup(name, params, rule_for(cfg.sync, cfg.cluster.trainers, mode.rule),
-                                 cfg.sync.write_back))
+        groups.append(ParamGroup(name, params, rule_for(sync, trainers, mode.rule),
+                                 sync.write_back))
     return family, groups
 
 
@@ -90,7 +79,7 @@ def build_runner(ctx: RunnerContext) -> Runner | None:
 def grouped_runner(ctx: RunnerContext) -> Runner | None:
     """A background or foreground runner over the rule groups of `--sync` / `--sync-groups`."""
     cfg = ctx.cfg
-    family, groups = param_groups(cfg, ctx.model)
+    family, groups = param_groups(cfg.sync, cfg.cluster.trainers, ctx.model)
     centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.cluster.dense_servers or 0)
                for g in groups if g.rule.needs_servers or cfg.sync.straggler_fallback}
     exchange = TrainerExchange(ctx.trainer_group, cfg.cluster.trainers, centres,

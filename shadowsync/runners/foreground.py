@@ -25,7 +25,7 @@ class StepGate(HookDefaults):
     calls `wait_for_round()` then `release()`.
     """
 
-    def __init__(self, ctx: Any, workers: int, every: int) -> None:
+    def __init__(self, ctx: BaseContext, workers: int, every: int) -> None:
         self.workers = workers
         self.every = every
         self._cond = ctx.Condition()

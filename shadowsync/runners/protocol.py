@@ -32,10 +32,12 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
+from torch import nn
 from torch.nn.utils import parameters_to_vector
+from torch.optim import Optimizer
 
 from shadowsync.protocols import Protocol
-from shadowsync.runners.base import HookDefaults, StepRunner
+from shadowsync.runners.base import HookDefaults, RunnerContext, StepRunner
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
@@ -162,7 +164,8 @@ class ProtocolHook(HookDefaults):
         self._push_s: list[float] = []  # round trips of the current phase
         self._compute_s: list[float] = []
 
-    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+    def prepare(self, model: nn.Module, trainer: int, worker: int,
+                steps: int = 0) -> nn.Module:
         self.budget = steps * self.s.workers
         self.trainer = trainer
         self.location = f"trainer {trainer} worker {worker}"
@@ -180,7 +183,7 @@ class ProtocolHook(HookDefaults):
         load_flat(params, replica.parameters())
         return replica
 
-    def wrap_optimizer(self, optimizer: Any) -> Any:
+    def wrap_optimizer(self, optimizer: Optimizer) -> ServerStepper:
         # The local optimizer never steps (the servers do), only its schedule advances.
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step",
                                 category=UserWarning)
@@ -383,7 +386,7 @@ def group_switches(events: list[dict[str, Any]],
     return out
 
 
-def protocol_runner(ctx: Any) -> ProtocolRunner:
+def protocol_runner(ctx: RunnerContext) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
     mode = cfg.sync.entry

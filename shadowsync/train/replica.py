@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.coordinator import Checkpointer
 from shadowsync.checkpoint.store import read_manifest
-from shadowsync.config import TrainConfig, config_to_toml
+from shadowsync.config import CheckpointConfig, OutputConfig, TrainConfig, config_to_toml
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.stop import STOP, Interrupted, silence_stderr
@@ -40,12 +40,12 @@ from shadowsync.transport.layout import ClusterLayout
 log = logging.getLogger(__name__)
 
 
-def progress_enabled(cfg: TrainConfig) -> bool:
+def progress_enabled(output: OutputConfig) -> bool:
     """--progress / --no-progress, else on a terminal or in a notebook only; never under -q."""
-    if cfg.output.log_level == "warning":
+    if output.log_level == "warning":
         return False
-    if cfg.output.progress is not None:
-        return cfg.output.progress
+    if output.progress is not None:
+        return output.progress
     return sys.stderr.isatty() or _in_notebook()
 
 
@@ -93,7 +93,7 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
                                cfg.optim.batch_size) for w, k in enumerate(positions))
 
     return Checkpointer(Path(cfg.output.dir or "."), cfg.checkpoint.every, cfg.checkpoint.keep,
-                        config_to_toml(replace(cfg, port=None, resume=None)), cfg.cluster.trainers,
+                        config_to_toml(cfg, leave_out=("port", "resume")), cfg.cluster.trainers,
                         remote,
                         [r for r in remote if r.startswith("trainer")], examples,
                         cfg.sync.entry.resumable, {"sync": cfg.sync.mode, "task": cfg.task,
@@ -139,7 +139,7 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
     if cfg.sync.entry.resumable:
         shards.register_positions(shard, "workers", slots)
         parts["workers"] = slots
-    resumed = resume_summary(cfg)  # now: the checkpoint may be pruned by the end
+    resumed = resume_summary(cfg.checkpoint)  # now: the checkpoint may be pruned by the end
     if cfg.checkpoint.resume:
         shards.load_here(Path(cfg.checkpoint.resume), shard, parts, f"trainer {index}")
         if cfg.sync.entry.lockstep and resumed.get("aligned_at") is not None:
@@ -148,10 +148,9 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and lead)
     desc = "train" if cfg.cluster.trainers == 1 else f"trainer 0 (of {cfg.cluster.trainers})"
     bar = progress_bar(plan.train_stop // cfg.cluster.trainers, desc,
-                       lead and progress_enabled(cfg))
-    trainer_cfg = cfg if lead else replace(cfg, eval_points=0)  # trainer 0 evaluates for all
+                       lead and progress_enabled(cfg.output))
     progress = attempts.Progress(out, index)
-    trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
+    trainer = Trainer(cfg, plan, tables, index=index, model=model, sync=runner,
                       log=metrics, progress=bar, slots=slots, checkpointer=checkpointer,
                       on_examples=progress, lost_peer=attempts.PeerWatch.of_launch(out))
     progress(trainer.stats.examples)
@@ -318,12 +317,12 @@ def final_save(checkpointer: Checkpointer, stopped: int | None) -> Path | None:
         return None
 
 
-def resume_summary(cfg: TrainConfig) -> dict[str, Any]:
+def resume_summary(checkpoint: CheckpointConfig) -> dict[str, Any]:
     """Where a resumed run came from and what it trained twice."""
-    if not cfg.checkpoint.resume:
+    if not checkpoint.resume:
         return {}
-    manifest = read_manifest(Path(cfg.checkpoint.resume), "--resume")
-    out = {"resumed_from": cfg.checkpoint.resume, "resumed_examples": manifest["examples"],
+    manifest = read_manifest(Path(checkpoint.resume), "--resume")
+    out = {"resumed_from": checkpoint.resume, "resumed_examples": manifest["examples"],
            "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
     if manifest.get("aligned_at") is not None:  # where every worker resumes (lockstep modes)
         out["aligned_at"] = manifest["aligned_at"]

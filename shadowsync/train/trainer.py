@@ -114,6 +114,8 @@ class Trainer:
         self.stats.examples = self.resumed_examples()
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         self.validating = plan.val_start is not None and index == 0
+        # Trainer 0 evaluates (and validates) for every trainer.
+        self.eval_points = cfg.output.eval_points if index == 0 else 0
         self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop)
         self.best_checkpoint: Path | None = None
         self.early_stopped = False
@@ -271,11 +273,11 @@ class Trainer:
         expected = plan.train_stop // cfg.cluster.trainers
         start = self.stats.examples  # > 0 in a resumed run
         next_log = (start // cfg.output.log_every + 1) * cfg.output.log_every
-        eval_every = max(1, expected // max(1, cfg.output.eval_points))
+        eval_every = max(1, expected // max(1, self.eval_points))
         next_eval = (start // eval_every + 1) * eval_every
         per_epoch = plan.rows_per_epoch // cfg.cluster.trainers
         self._val_at = [v for v in validation_points(per_epoch, cfg.data.epochs,
-                                                     cfg.output.eval_points)
+                                                     self.eval_points)
                         if v > start] if self.validating else []
         self._t0 = t0
         done: set[int] = set()
@@ -323,7 +325,7 @@ class Trainer:
             if s.examples >= next_log:
                 next_log += cfg.output.log_every
                 row = self._metrics_row(wall)
-            if s.examples >= next_eval and cfg.output.eval_points > 0 and not self.validating:
+            if s.examples >= next_eval and self.eval_points > 0 and not self.validating:
                 next_eval += eval_every
                 row = row or self._metrics_row(wall)
                 row[f"eval_{self.task.metric}"] = self.sample_eval()
