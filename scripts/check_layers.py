@@ -3,15 +3,14 @@
 
 The layers, lowest first. A module may import from its own layer or a lower one; an import
 of a higher layer is "upward". An entry names a top-level module or package of
-``shadowsync`` (``config``) or a module or package inside one (``runners.modes``); a module
-belongs to the longest entry that contains it, so a leaf module can sit in a lower layer
-than its package (the configuration reads ``runners.modes`` without reading ``runners``).
+``shadowsync`` (``config``) or a module or package inside one; a module belongs to the
+longest entry that contains it.
 
     base        errors, logs, procfs, state_dicts, forkserver, toml_file, by_value, protocols,
                 lifecycle
-    spec        the leaf modules the configuration reads: runners.modes, the Sync-Switch
-                plan, search and detector settings, the straggler and link-delay options,
-                the checkpoint interval
+    spec        spec: the option value types the configuration parses once (the --sync
+                mode registry, the switch plan, share and detector, the straggler and its
+                link delay, the checkpoint and sync intervals)
     config      config
     maths       metrics, rules
     data        data
@@ -23,8 +22,16 @@ than its package (the configuration reads ``runners.modes`` without reading ``ru
     cluster     cluster
     surface     api, run, evaluation, inference, switch_search, cli, bench, __init__, __main__
 
-Import circles are counted between units (the entries above: ``runners.modes`` is one,
-``runners`` another). Every module must belong to some entry ("unplaced" otherwise).
+Import circles are counted between units (the entries above). Folder pairs are counted
+between the package's top-level folders and modules (``train`` and ``runners``, whatever their
+entries): two that import each other, directly, are a pair, even where each import is
+downward (a leaf of one placed in a lower layer). Every module must belong to some entry
+("unplaced" otherwise).
+
+``any_annotations``: annotations (of parameters, returns and annotated assignments) that
+mention ``Any``, outside ``transport`` (where bytes and pickled objects cross processes) and
+``bench``; ``--any`` lists them. ``any_beyond_plain_data``: those of them where ``Any`` is
+more than the values of plain data (``dict[str, Any]``: a summary, a report, JSON).
 
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
@@ -42,9 +49,7 @@ from pathlib import Path
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("errors", "logs", "procfs", "state_dicts", "forkserver", "toml_file", "by_value",
               "protocols", "lifecycle")),
-    ("spec", ("runners.modes", "runners.switch.plan", "runners.switch.search",
-              "runners.switch.detector_spec", "train.straggler", "transport.delay",
-              "checkpoint.interval")),
+    ("spec", ("spec",)),
     ("config", ("config",)),
     ("maths", ("metrics", "rules")),
     ("data", ("data",)),
@@ -127,6 +132,23 @@ def local_imports(tree: ast.AST) -> list[tuple[str, int]]:
     return sorted(set(out), key=lambda x: x[1])  # nested functions are walked twice
 
 
+def any_annotations(tree: ast.AST) -> list[tuple[str, int]]:
+    """(annotation, line) of every annotation that mentions `Any`."""
+    out = []
+    for node in ast.walk(tree):
+        found: list[ast.expr | None] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            found += [arg.annotation for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs,
+                                                 a.vararg, a.kwarg) if arg is not None]
+            found.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found.append(node.annotation)
+        out += [(ast.unparse(ann), node.lineno) for ann in found
+                if ann is not None and "Any" in ast.unparse(ann)]
+    return out
+
+
 def long_functions(tree: ast.AST) -> list[tuple[str, int, int]]:
     out = []
     for node in ast.walk(tree):
@@ -179,8 +201,10 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     lines: list[str] = []
     counts = {"upward_imports": 0, "package_cycles": 0, "long_functions": 0,
-              "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0}
+              "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0,
+              "folder_pairs": 0, "any_annotations": 0, "any_beyond_plain_data": 0}
     unit_graph: dict[str, set[str]] = defaultdict(set)
+    folder_graph: dict[str, set[str]] = defaultdict(set)
     paths = sorted(root.rglob("*.py"))
     known = {module_name(root, p) for p in paths}
     for path in paths:
@@ -191,6 +215,11 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
             counts["unplaced_modules"] += 1
             lines.append(f"unplaced: {path}: {module} is in no layer")
         in_bench = top_part(module) == "bench"
+        if not in_bench and top_part(module) != "transport":
+            for text, lineno in any_annotations(tree):
+                counts["any_annotations"] += 1
+                counts["any_beyond_plain_data"] += "Any" in text.replace("dict[str, Any]", "")
+                lines.append(f"any: {path}:{lineno}: {text}")
         imports = imported_modules(tree, module, path.name == "__init__.py", known)
         for what, lineno in local_imports(tree):
             counts["local_imports"] += 1
@@ -203,6 +232,8 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
                 continue
             if there != here and here != "__init__":
                 unit_graph[here].add(there)
+            if top_part(target) != top_part(module) and top_part(module) != "__init__":
+                folder_graph[top_part(module)].add(top_part(target))
             if RANK[there] > RANK[here]:
                 counts["upward_imports"] += 1
                 lines.append(f"upward: {path}:{lineno}: {module} imports {target}")
@@ -210,6 +241,11 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
             for name, lineno, n in long_functions(tree):
                 counts["long_functions"] += 1
                 lines.append(f"long: {path}:{lineno}: {name} is {n} lines")
+    pairs = sorted((x, y) for x in folder_graph for y in folder_graph[x]
+                   if x < y and x in folder_graph.get(y, ()))
+    for x, y in pairs:
+        counts["folder_pairs"] += 1
+        lines.append(f"pair: {x} <-> {y} import each other")
     for cycle in find_cycles(unit_graph):
         counts["package_cycles"] += 1
         lines.append("cycle: " + " <-> ".join(cycle))
@@ -220,13 +256,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1] / "shadowsync"))
     parser.add_argument("--json", action="store_true", help="print the counts only, as JSON")
+    parser.add_argument("--any", action="store_true", help="also list the Any annotations")
     args = parser.parse_args()
     counts, lines = measure(Path(args.root))
     if args.json:
         print(json.dumps(counts))
         return 0
     for line in lines:
-        print(line)
+        if not line.startswith("any: ") or args.any:
+            print(line)
     for key, value in counts.items():
         print(f"{key:30s} {value}")
     return 0

@@ -14,13 +14,12 @@ from typing import Any
 import numpy as np
 
 from shadowsync.checkpoint.store import read_manifest
-from shadowsync.data import arrays
-from shadowsync.data.dataset import layout, open_data, resolve, sparse_layout
+from shadowsync.data.dataset import check_ids, layout, open_data, resolve, sparse_layout
 from shadowsync.errors import UserError
 from shadowsync.metrics import evaluate_predictions
 from shadowsync.models.trained import TrainedModel
 from shadowsync.train.saved_model import load_model, score
-from shadowsync.train.trainer import plan_data
+from shadowsync.train.tasks import plan_data
 
 
 def _trained_layout(path: str, schema: str | None) -> str | None:
@@ -63,10 +62,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")
-        if arrays.is_array_dir(rows.source):
-            sizes = trained.table_rows.tolist()
-            arrays.check_ids(rows.source, rows.cats, sizes)
-            arrays.check_bag_ids(rows.source, rows.multi_hot, sizes[rows.cats.shape[1]:])
+        check_ids(rows, tuple(trained.table_rows.tolist()))
     pred, y = score(trained, rows, start, stop)
     if cfg.task == "digits":
         result: dict[str, Any] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))

@@ -1,7 +1,7 @@
 """The names of the parameter-server protocols (`bsp`, `asp`), defined once here, in a leaf
 module of the base layer that imports nothing (not even torch), so the rules, the servers
 (`transport`) and the runners can all name them without a string. The sync-mode registry
-(`runners.modes`) re-exports it; no other module spells a protocol."""
+(`spec.modes`) re-exports it; no other module spells a protocol."""
 
 from __future__ import annotations
 

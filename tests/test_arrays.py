@@ -67,7 +67,7 @@ def test_bad_arrays_exit_2_before_the_output_directory_exists(tmp_path):
 
 def test_table_sizes_must_match_the_tables(array_dir):
     from shadowsync.config import TrainConfig
-    from shadowsync.train.trainer import features_of
+    from shadowsync.train.tasks import features_of
 
     cfg = TrainConfig(data=str(array_dir), table_size="10,20")
     with pytest.raises(UserError, match="--table-size: 2 sizes given, but the data has 3"):
@@ -78,7 +78,7 @@ def test_table_sizes_must_match_the_tables(array_dir):
 
 def test_an_id_past_its_table_names_file_column_row_and_the_size_to_pass(array_dir):
     from shadowsync.config import TrainConfig
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     cats = np.load(array_dir / "cats.npy")
     row = int(np.argmax(cats[:, 1] >= 40))

@@ -60,7 +60,7 @@ def test_bench_json_from_jobs_answered_by_the_closed_form(tmp_path):
     def answer(cfg, out, rate=None):
         item = next(i for i in plan() if i.mode == cfg.sync.mode
                     and i.trainers == cfg.cluster.trainers
-                    and i.rate_mbit == rate and i.back_to_back == (cfg.sync.interval == "0")
+                    and i.rate_mbit == rate and i.back_to_back == (cfg.sync.interval.seconds == 0)
                     and i.sync_dtype == cfg.sync.dtype)
         q = _point(item)
         return {"eps": q["eps"], "syncs_per_min": q["syncs_per_min"], "wall_s": 1.0,

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from shadowsync.checkpoint.interval import parse_every
 from shadowsync.checkpoint.store import (
     CHECKPOINT_DIR,
     find_checkpoint,
@@ -24,6 +23,7 @@ from shadowsync.checkpoint.store import (
     step_dir,
 )
 from shadowsync.errors import UserError
+from shadowsync.spec.interval import CheckpointEvery
 from shadowsync.train.state import LAG, WorkerSlots, examples_in
 
 
@@ -106,12 +106,15 @@ def test_missing_incomplete_and_corrupt_checkpoints(tmp_path):
 
 
 def test_checkpoint_every():
-    assert parse_every("600s") == ("seconds", 600.0)
-    assert parse_every("250000") == ("examples", 250000.0)
-    assert parse_every("0")[0] == "off"
-    assert parse_every("never") == ("never", 0.0)
+    assert CheckpointEvery.parse("600s") == CheckpointEvery("seconds", 600.0)
+    assert CheckpointEvery.parse("250000") == CheckpointEvery("examples", 250000.0)
+    assert CheckpointEvery.parse("0").kind == "off"
+    assert CheckpointEvery.parse("never").never
+    for text in ("600s", "250000", "0", "never"):  # written out as read
+        assert str(CheckpointEvery.parse(text)) == text
+    assert str(CheckpointEvery("seconds", 30.0)) == "30s"  # made in code: written in full
     with pytest.raises(UserError, match="--checkpoint-every"):
-        parse_every("10 minutes")
+        CheckpointEvery.parse("10 minutes")
 
 
 def test_positions_trail_steps_until_settled():
@@ -147,7 +150,8 @@ def test_a_save_starts_early_enough_to_be_published_within_the_interval(monkeypa
 
     clock = [100.0]
     monkeypatch.setattr(coordinator.time, "monotonic", lambda: clock[0])
-    ck = coordinator.Checkpointer(Path("."), "60000", 2, "", 2, [], [], lambda t, p: 0, True)
+    ck = coordinator.Checkpointer(Path("."), CheckpointEvery.parse("60000"), 2, "", 2, [], [],
+                                  lambda t, p: 0, True)
     saves = []
     monkeypatch.setattr(ck, "save", lambda final: saves.append(clock[0]))
     ck.resumed_at(0)
@@ -183,7 +187,8 @@ def test_a_save_that_would_not_fit_on_the_disk_is_refused_in_one_line(tmp_path, 
             self.w = torch.nn.Parameter(torch.ones(1000))  # 4,000 bytes
 
     shards.register("trainer0", "model", Model())
-    ck = coordinator.Checkpointer(tmp_path, "1s", 2, "", 1, [], [], lambda t, p: 0, True)
+    ck = coordinator.Checkpointer(tmp_path, CheckpointEvery.parse("1s"), 2, "", 1, [], [],
+                                  lambda t, p: 0, True)
     first = ck.save(final=False)
     assert first is not None and published(tmp_path) == [first]
 

@@ -24,7 +24,7 @@ def test_toml_fills_and_command_line_wins(tmp_path):
     f.write_text('workers = 3\nlr = 1\ntop-mlp = [8, 4]\nsync = "s-ma"\nsync_interval = 0.5\n')
     cfg = parse(["--config", str(f), "--workers", "5"])
     assert cfg.cluster.workers == 5 and cfg.optim.lr == 1.0 and cfg.model.top_mlp == [8, 4]
-    assert cfg.sync.mode == "s-ma" and cfg.sync.interval_s() == 0.5
+    assert cfg.sync.mode == "s-ma" and cfg.sync.interval.seconds == 0.5
 
 
 def test_unknown_toml_key_is_named(tmp_path):

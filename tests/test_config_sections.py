@@ -119,8 +119,8 @@ def test_flags_land_in_their_sections():
                  "--trainers", "4", "--straggler", "trainer=1,slowdown=2,start=0,duration=1"])
     assert (cfg.sync.mode, cfg.sync.every, cfg.data.path, cfg.model.name) == ("s-ma", 7, "x.tsv",
                                                                               "m:f")
-    assert (cfg.output.dir, cfg.checkpoint.keep, cfg.switch.plan) == ("o", 5, "bsp:0.5,asp")
-    assert cfg.cluster.trainers == 4 and cfg.testing.straggler.startswith("trainer=1")
+    assert (cfg.output.dir, cfg.checkpoint.keep, str(cfg.switch.plan)) == ("o", 5, "bsp:0.5,asp")
+    assert cfg.cluster.trainers == 4 and str(cfg.testing.straggler).startswith("trainer=1")
 
 
 def test_toml_sections_and_flat_keys_in_one_file(tmp_path):
@@ -130,7 +130,7 @@ def test_toml_sections_and_flat_keys_in_one_file(tmp_path):
                  '[model]\nname = "dlrm"\ntable_size = 50\n\n[checkpoint]\nkeep = 4\n')
     cfg = parse(["--config", str(f), "--sync-every", "30"])
     assert cfg.cluster.trainers == 3 and cfg.data.path == "rows.tsv"
-    assert cfg.sync.mode == "s-ma" and cfg.sync.interval_s() == 0.5
+    assert cfg.sync.mode == "s-ma" and cfg.sync.interval.seconds == 0.5
     assert cfg.sync.every == 30  # the command line wins over the file
     assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
     assert cfg.model.table_size == [50] and cfg.checkpoint.keep == 4

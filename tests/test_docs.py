@@ -68,3 +68,11 @@ def test_bench_page_add_imports_a_bench_json(tmp_path: Path, monkeypatch) -> Non
     assert result["goals"] == {"two_vs_one": ">= 1.5"} and result["machine"]["cpus"] >= 1
     section = "\n".join(bench_page.section(result))
     assert "| `two_vs_one` | 1.9 (1.8 to 2.1) | >= 1.5 |" in section
+
+
+def test_mode_tables_are_generated_from_the_registry() -> None:
+    """The README's and docs/sync-modes.md's tables of --sync modes are the registry's."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mode_table.py"), "--check"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr

@@ -74,7 +74,7 @@ def test_bad_options_name_the_option(options, message):
 
 
 def test_examples_past_the_data_is_an_error_that_says_epochs(tmp_path):
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     data = write_array_dir(tmp_path / "a", rows=1000)
     with pytest.raises(UserError, match="holds 900 training rows; .* use --epochs"):

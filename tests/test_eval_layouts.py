@@ -51,7 +51,7 @@ def held_out_rows(run: Path) -> tuple[np.ndarray, np.ndarray]:
     """The held-out rows `shadowsync eval --data synthetic` scores, as (dense, ids)."""
     from shadowsync.checkpoint.store import find_checkpoint, saved_config
     from shadowsync.data.dataset import batches
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     plan = plan_data(saved_config(find_checkpoint(run)))
     n = plan.eval_stop - plan.eval_start

@@ -28,6 +28,10 @@ def test_no_import_circles(counts):
     assert counts["package_cycles"] == 0
 
 
+def test_no_two_folders_import_each_other(counts):
+    assert counts["folder_pairs"] == 0
+
+
 def test_no_upward_imports(counts):
     assert counts["upward_imports"] == 0
 
@@ -51,10 +55,17 @@ def test_the_measure_sees_what_it_counts(tmp_path):
                                 f"    import shadowsync.logs\n{body}\n")
     (pkg / "logs.py").write_text("")
     (pkg / "stray.py").write_text("")
+    # Two folders that import each other (config -> train is one more upward import).
+    for folder, text in (("config", "from shadowsync.train import straggler\n"),
+                         ("train", "from shadowsync.config import x\n")):
+        (pkg / folder).mkdir()
+        (pkg / folder / "__init__.py").write_text(text)
+        (pkg / folder / "x.py").write_text("")
+    (pkg / "train" / "straggler.py").write_text("")
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
                           "--root", str(pkg)], capture_output=True, text=True, check=True,
                          timeout=60).stdout
     got = json.loads(out)
-    assert got["upward_imports"] == 1 and got["package_cycles"] == 1
+    assert got["upward_imports"] == 2 and got["package_cycles"] == 2
     assert got["long_functions"] == 1 and got["local_imports_outside_bench"] == 1
-    assert got["unplaced_modules"] == 1
+    assert got["unplaced_modules"] == 1 and got["folder_pairs"] == 2  # errors-cli, config-train

@@ -87,7 +87,7 @@ def test_sparse_sgd():
 def test_a_jobs_tables_start_from_its_initial_accumulator():
     from shadowsync.config import TrainConfig
     from shadowsync.train.local import local_tables
-    from shadowsync.train.trainer import Features
+    from shadowsync.train.tasks import Features
 
     cfg = TrainConfig(embedding_initial_accumulator=0.3, embedding_lr=0.7)
     t = local_tables(cfg, Features(13, (5, 7)))

@@ -12,7 +12,7 @@ from shadowsync.config import TrainConfig
 from shadowsync.data.dataset import batches, open_data
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.trainer import build_dense_model, features_of
+from shadowsync.train.tasks import build_dense_model, features_of
 from shadowsync.train.worker import make_dense_optimizer
 
 

@@ -7,8 +7,8 @@ import pytest
 from shadowsync.config import TrainConfig, add_config_arguments, load_config
 from shadowsync.errors import UserError
 from shadowsync.runners.build import group_syncs, needs_dense_servers
-from shadowsync.runners.modes import MODES, SYNC_CHOICES
-from shadowsync.train.trainer import build_dense_model, features_of
+from shadowsync.spec.modes import MODES, SYNC_CHOICES
+from shadowsync.train.tasks import build_dense_model, features_of
 
 
 def parse(argv):
@@ -32,14 +32,14 @@ def test_every_choice_is_an_entry_whose_builder_resolves():
                                         ("ddp", False), ("none", False)])
 def test_dense_servers_follow_the_mode(sync, need):
     cfg = TrainConfig(sync=sync)
-    assert needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg))) is need
+    assert needs_dense_servers(cfg.sync, build_dense_model(cfg, features_of(cfg))) is need
 
 
 def test_groups_take_rule_modes_only():
     model = build_dense_model(TrainConfig(), features_of(TrainConfig()))
     cfg = TrainConfig(sync="s-bmuf", sync_groups=["bottom=s-easgd"])
     assert group_syncs(cfg.sync, model) == {"bottom": "s-easgd"}
-    assert needs_dense_servers(cfg, model)
+    assert needs_dense_servers(cfg.sync, model)
     with pytest.raises(UserError, match="'bsp' is not a rule"):
         group_syncs(TrainConfig(sync_groups=["top=bsp"]).sync, model)
     with pytest.raises(UserError, match="all groups must be background"):
@@ -96,3 +96,13 @@ def test_what_the_code_asks_of_a_mode_is_a_registry_property():
     assert {m.name: m.rule for m in MODES.values() if m.family == "background"} == {
         "s-ma": "ma", "s-bmuf": "bmuf", "s-easgd": "easgd"}
     assert MODES["ddp"].build() is not MODES["torch-fr-ma"].build()
+
+
+def test_the_table_of_modes_shows_every_mode_once():
+    from shadowsync.config import SyncConfig
+    from shadowsync.spec.modes import DEFAULT_MODE, TABLE, mode_table
+
+    shown = [m for row in TABLE for m in row.modes]
+    assert sorted(shown) == sorted(MODES) and len(shown) == len(set(shown))
+    assert DEFAULT_MODE == SyncConfig().mode
+    assert f"`{DEFAULT_MODE}` (default)" in mode_table()

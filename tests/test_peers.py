@@ -12,7 +12,7 @@ import pytest
 
 from shadowsync.bench import peers
 from shadowsync.bench.sync import job, peer_variants
-from shadowsync.train.trainer import plan_data
+from shadowsync.train.tasks import plan_data
 
 
 def _hide(monkeypatch, *names: str) -> None:

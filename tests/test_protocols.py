@@ -13,7 +13,7 @@ from shadowsync.rules import BulkSynchronous
 from shadowsync.rules.server_update import ServerState, apply_update
 from shadowsync.runners.switch.configure import RAMP_STEPS, step_settings
 from shadowsync.runners.switch.machine import SwitchMachine
-from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import DenseServer, Push
 
 
@@ -260,7 +260,7 @@ def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress
     count against the budget) and sleeps it inside the push's round trip, where the server
     and the detector see a slow link (`wait_s` of the next push)."""
     from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
-    from shadowsync.transport.delay import LinkDelay
+    from shadowsync.spec.delay import LinkDelay
 
     asked = []
 

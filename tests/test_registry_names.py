@@ -1,4 +1,4 @@
-"""The sync-mode registry (`runners/modes.py`) is the only place a mode or a protocol is
+"""The sync-mode registry (`spec/modes.py`) is the only place a mode or a protocol is
 named: everywhere else code asks the registry (`mode_of(name).lockstep`, `.protocols`, ...)
 or uses the `Protocol` enum. This reads the package's syntax trees and lists, file:line, every
 string constant that decodes a name outside it:
@@ -17,10 +17,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from shadowsync.runners.modes import MODES, Protocol
+from shadowsync.spec.modes import MODES, Protocol
 
 PACKAGE = Path(__file__).resolve().parents[1] / "shadowsync"
-EXEMPT = {"runners/modes.py", "protocols.py"}
+EXEMPT = {"spec/modes.py", "protocols.py"}
 EXEMPT_DIRS = ("bench/",)
 PROTOCOL_NAMES = {p.value for p in Protocol}
 MODE_NAMES = set(MODES) - PROTOCOL_NAMES  # "bsp" and "asp" are flagged as protocols anywhere
@@ -87,7 +87,7 @@ def package_findings() -> list[str]:
 
 def test_no_mode_or_protocol_is_named_outside_the_registry():
     found = package_findings()
-    assert not found, "mode or protocol names outside runners/modes.py:\n" + "\n".join(found)
+    assert not found, "mode or protocol names outside spec/modes.py:\n" + "\n".join(found)
 
 
 def test_the_check_catches_each_kind_of_name():

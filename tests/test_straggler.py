@@ -5,13 +5,14 @@ import time
 import pytest
 
 from shadowsync.errors import UserError
-from shadowsync.train.straggler import Straggler
+from shadowsync.spec.straggler import Straggler
+from shadowsync.train.straggler import pace_of
 
 
 def test_delay_applies_to_one_trainer_inside_its_window():
     s = Straggler.parse("trainer=1,slowdown=3,start=2,duration=4", trainers=4)
     assert s == Straggler(1, 3.0, 2.0, 4.0)
-    slow, other = s.pace(1), s.pace(0)
+    slow, other = pace_of(s, 1), pace_of(s, 0)
     for t in (0.0, 0.5, 1.0, 1.5):  # before the window: steps of 10 ms (one of 30 ms)
         assert slow.delay(t, 0.03 if t == 1.0 else 0.01) == 0.0
     # inside: each step is held to 3x the median step before the window, 30 ms in all
@@ -24,7 +25,7 @@ def test_delay_applies_to_one_trainer_inside_its_window():
 
 
 def test_a_window_open_from_the_start_uses_the_first_step_and_sleeps():
-    pace = Straggler.parse("trainer=0,slowdown=2", 1).pace(0)
+    pace = pace_of(Straggler.parse("trainer=0,slowdown=2", 1), 0)
     t0 = time.perf_counter()
     assert pace.sleep_after_step(0.0, 0.02) == pytest.approx(0.02)
     assert time.perf_counter() - t0 >= 0.02
@@ -35,7 +36,7 @@ def test_a_window_in_shares_of_the_job_follows_progress_not_the_clock():
     assert s == Straggler(1, 3.0, 0.25, 0.5, of_job=True)
     assert s.at(since_start_s=100.0, progress=0.3) == 0.3
     assert Straggler.parse("trainer=1,start=2", 2).at(100.0, 0.3) == 100.0
-    slow = s.pace(1)
+    slow = pace_of(s, 1)
     assert slow.delay(s.at(0.0, 0.1), 0.01) == 0.0
     assert slow.delay(s.at(99.0, 0.24), 0.01) == 0.0  # late on the clock, early in the job
     assert slow.delay(s.at(0.5, 0.25), 0.01) == pytest.approx(0.02)
@@ -56,7 +57,7 @@ def test_bad_stragglers_name_the_option(text, message):
 
 
 def test_episodes_cut_the_window_into_equal_slices_on_and_off():
-    from shadowsync.transport.delay import in_episode
+    from shadowsync.spec.delay import in_episode
 
     # window [0.25, 0.75) in 4 episodes: 7 slices of 1/14, on in slices 0, 2, 4, 6
     on = [at for at in [0.25 + (i + 0.5) / 14 for i in range(7)] if in_episode(at, 0.25, 0.5, 4)]
@@ -68,7 +69,7 @@ def test_episodes_cut_the_window_into_equal_slices_on_and_off():
 def test_delay_and_jitter_stragglers_parse_into_a_link_delay():
     s = Straggler.parse("kind=delay,ms=30,trainers=2,start=25%,duration=50%,episodes=4", 4)
     assert (s.kind, s.trainers, s.episodes) == ("delay", (2, 3), 4)
-    assert s.pace(3) is None  # nothing slows the compute
+    assert pace_of(s, 3) is None  # nothing slows the compute
     link = s.link()
     assert link.seconds(3, 0.3) == pytest.approx(0.03) and link.seconds(1, 0.3) == 0.0
     assert link.seconds(3, 0.3 + 1 / 14) == 0.0  # a break between episodes

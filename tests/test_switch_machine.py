@@ -7,8 +7,8 @@ import pytest
 from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.detector import DetectorConfig
 from shadowsync.runners.switch.machine import SwitchMachine
-from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
+from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import SwitchDecisions
 
 BSP, ASP = Protocol.BSP, Protocol.ASP

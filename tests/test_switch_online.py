@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
-from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
+from shadowsync.spec.plan import SwitchPlan
 
 
 def modes_under(policy, slow_steps, steps, patience_s=100.0):

@@ -17,8 +17,9 @@ from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
 from shadowsync.runners.switch.elastic import Elastic
 from shadowsync.runners.switch.greedy import Greedy
 from shadowsync.runners.switch.machine import SwitchMachine
-from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
+from shadowsync.spec.plan import SwitchPlan
+from shadowsync.spec.share import BspShare
 from shadowsync.transport.servers.dense import DenseServer, Push
 
 
@@ -275,16 +276,35 @@ def test_search_result_round_trips_and_drives_switch_at_auto(tmp_path):
                                {"1": [0.98], "0.5": [0.979], "0.125": [0.977]})
     path = sw_search.store(r, tmp_path)
     assert path.exists() and path.with_suffix(".png").exists()
-    assert sw_search.resolve_share("auto", "job", tmp_path) == 0.125
-    plan = sw_search.with_bsp_share(SwitchPlan.parse("bsp:0.1,asp"), 0.125)
+    auto = BspShare.parse("auto")
+    assert sw_search.resolve_share(auto, "job", tmp_path).share == 0.125
+    assert str(sw_search.resolve_share(auto, "job", tmp_path)) == "auto"  # written as given
+    plan = SwitchPlan.parse("bsp:0.1,asp").with_bsp_share(0.125)
     assert str(plan) == "bsp:0.125,asp:0.875"
-    assert sw_search.resolve_share("0.25", None, tmp_path) == 0.25
+    assert sw_search.resolve_share(BspShare.parse("0.25"), None, tmp_path).share == 0.25
     with pytest.raises(UserError, match="no search result for job 'other'"):
-        sw_search.resolve_share("auto", "other", tmp_path)
+        sw_search.resolve_share(auto, "other", tmp_path)
     with pytest.raises(UserError, match="--job-name"):
-        sw_search.resolve_share("auto", None, tmp_path)
+        sw_search.resolve_share(auto, None, tmp_path)
     with pytest.raises(UserError, match="--switch-at"):
-        sw_search.resolve_share("2", None, tmp_path)
+        BspShare.parse("2")
+
+
+def test_switch_at_auto_is_read_once_at_the_entry(tmp_path, monkeypatch):
+    """The configuration reads no file; the job's entry (`cluster.parts.resolve`) reads the
+    stored share once and the runner's plan uses it."""
+    from shadowsync.cluster.parts import resolve
+    from shadowsync.config import TrainConfig, config_to_toml
+
+    monkeypatch.chdir(tmp_path)  # the default store is runs/switch-search under it
+    cfg = TrainConfig(sync="switch", switch_at="auto", job_name="job", examples=1000)
+    assert cfg.switch.at.share is None
+    with pytest.raises(UserError, match="--switch-at auto"):
+        cfg.switch.protocol_plan()
+    sw_search.store(sw_search.SearchResult("job", 0.125, "ne", False, 0.01, 0.5, {}))
+    got = resolve(cfg)
+    assert str(got.switch.protocol_plan()) == "bsp:0.125,asp:0.875"
+    assert 'at = "auto"' in config_to_toml(got)  # written as the user wrote it
 
 
 def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
@@ -317,8 +337,9 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
 
     def fake_run(cfg):
         time.sleep(0.02)  # the search's own time is at least its runs'
-        ran.append((cfg.sync.mode, cfg.switch.plan, cfg.seed, cfg.task, cfg.cluster.trainers))
-        share = 1.0 if cfg.switch.plan == "bsp" else float(cfg.switch.plan[4:].split(",")[0])
+        ran.append((cfg.sync.mode, str(cfg.switch.plan), cfg.seed, cfg.task,
+                    cfg.cluster.trainers))
+        share = cfg.switch.plan.share_of(Protocol.BSP)
         return cfg, {"eval_accuracy": 0.98 if share >= 0.25 else 0.90}
 
     monkeypatch.setattr(shadowsync.switch_search, "run", fake_run)
@@ -334,7 +355,7 @@ def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
         "bsp", "bsp:0.5,asp", "bsp:0.25,asp", "bsp:0.125,asp", "bsp:0.1875,asp",
         "bsp:0.21875,asp"]
     assert "chosen BSP share: 0.25" in capsys.readouterr().out
-    assert sw_search.resolve_share("auto", "digits-job", store) == 0.25
+    assert sw_search.resolve_share(BspShare.parse("auto"), "digits-job", store).share == 0.25
     curve = json.loads((tmp_path / "runs" / "curve.json").read_text())  # beside the runs
     assert curve["bracket"] == [0.21875, 0.25] and (tmp_path / "runs" / "curve.png").exists()
     assert sw_search.load("digits-job", store).wall_s >= 0.02 * len(ran)  # its time is kept

@@ -28,7 +28,8 @@ def _config(examples: int, workers: int) -> TrainConfig:
 
 def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
     from shadowsync.train.local import local_tables
-    from shadowsync.train.trainer import Trainer, plan_data
+    from shadowsync.train.tasks import plan_data
+    from shadowsync.train.trainer import Trainer
 
     plan = plan_data(cfg)
     trainer = Trainer(cfg, plan, local_tables(cfg, plan.features))
@@ -43,7 +44,7 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
     from shadowsync.data.dataset import batches, num_batches
     from shadowsync.train.local import local_tables
     from shadowsync.train.schedule import LrSchedule
-    from shadowsync.train.trainer import build_dense_model, plan_data
+    from shadowsync.train.tasks import build_dense_model, plan_data
     from shadowsync.train.worker import make_dense_optimizer
 
     torch.set_num_threads(1)
@@ -82,7 +83,7 @@ def bare_run(cfg: TrainConfig) -> dict[str, Any]:
 
 def run_hogwild_bench(out: str, examples: int = 400_000, repeats: int = 3) -> dict[str, Any]:
     base = _config(examples, 1)
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     plan_data(base)  # generate the data once, outside the timings
     variants = {

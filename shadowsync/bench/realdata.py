@@ -45,7 +45,7 @@ LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none"]
 def multi_hot_trainable(data: Path) -> bool:
     """Whether this shadowsync's training path reads the prepared multi-hot features."""
     from shadowsync.config import TrainConfig
-    from shadowsync.train.trainer import features_of
+    from shadowsync.train.tasks import features_of
 
     try:
         features_of(TrainConfig(data=str(data / "train.parquet"), schema=str(data / "schema.toml")))

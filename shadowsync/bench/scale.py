@@ -491,7 +491,7 @@ def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
     `local`, `hosts` and `embedding` run the jobs (replaceable, so the bookkeeping can be
     tested without)."""
     from shadowsync.bench.sync import job
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     t0 = time.perf_counter()
     root = Path(out)

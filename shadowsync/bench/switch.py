@@ -37,7 +37,6 @@ from typing import Any
 
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
 from shadowsync.config import TrainConfig
-from shadowsync.runners.switch.plan import SwitchPlan
 
 # The slowdowns a variant may meet (`--straggler`), each over the middle half of the job:
 # trainer 1's compute 3x slower (`straggler`); every push of the last one or two trainers
@@ -228,7 +227,7 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "target": target, "straggler": STRAGGLER, "scenarios": SCENARIOS,
             "gradients": base.data.examples // base.optim.batch_size,
             "workers": base.cluster.trainers * base.cluster.workers,
-            "bsp_share": SwitchPlan.parse(base.switch.plan).share_of("bsp"),
+            "bsp_share": base.switch.plan.share_of("bsp"),
             "switch_overhead_s": statistics.mean(costs) if costs else None,
             "switch_overhead_max_s": max(costs) if costs else None,
             "switch_overhead_share": max(by_variant.values()) if by_variant else None,
@@ -255,7 +254,7 @@ def settings_of(v: Variant, base: TrainConfig) -> dict[str, Any]:
     ASP instead of before it."""
     out = dict(v.settings)
     if out.get("switch_plan") == "asp-first":
-        share = SwitchPlan.parse(base.switch.plan).share_of("bsp")
+        share = base.switch.plan.share_of("bsp")
         out["switch_plan"] = f"asp:{1 - share:g},bsp"
     return out
 

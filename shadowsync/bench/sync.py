@@ -116,7 +116,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     way of syncing on a 50 Mbit/s and a 1 Gbit/s link. `slow_net_only` runs the namespace
     hosts part alone."""
     from shadowsync.bench.peers import missing
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     if examples is None:
         examples = EXAMPLES_FULL if full else EXAMPLES
@@ -172,7 +172,7 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
     """The local-cluster part: throughput and quality runs, their medians, ratios, spreads
     and what bench.json says of them."""
     from shadowsync.bench.peers import runner
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     plan_data(base)
     last_ma: dict[str, Any] = {}

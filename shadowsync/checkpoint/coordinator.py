@@ -21,9 +21,9 @@ from typing import Any
 import torch.distributed.rpc as rpc
 
 from shadowsync.checkpoint import shards
-from shadowsync.checkpoint.interval import parse_every
 from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, prune, publish, step_dir
 from shadowsync.errors import UserError
+from shadowsync.spec.interval import CheckpointEvery
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,12 @@ class Checkpointer:
     `aligned`: the workers run in lockstep and must all resume at one step, the smallest
     position of the job (the manifest's `aligned_at`; what is past it is trained again)."""
 
-    def __init__(self, run: Path, every: str, keep: int, config_toml: str,
+    def __init__(self, run: Path, every: CheckpointEvery, keep: int, config_toml: str,
                  trainers: int, remote: list[str], remote_trainers: list[str],
                  examples: Callable[[int, list[int]], int], resumable: bool,
                  manifest_extra: dict[str, Any] | None = None, aligned: bool = False) -> None:
         self.run = Path(run)
-        self.kind, self.every = parse_every(every)
+        self.kind, self.every = every.kind, every.value
         self.keep = keep
         self.config_toml = config_toml
         self.trainers = trainers

@@ -1,10 +1,11 @@
 """The state one process contributes to a checkpoint, and the RPC functions that save it.
 
 Each process registers its stateful components under one shard name (``trainer0``,
-``emb0``, ``dense0``); a component is anything with ``state_dict() -> {name: tensor}`` and
-``load_state_dict(state)``, and may also have ``mark()`` (remember where the readers are,
-called on every trainer before any process saves) and ``info()`` (plain data for the
-manifest). `save_here` runs in that process, called directly or by RPC from trainer 0.
+``emb0``, ``dense0``); a component is `Checkpointable` (``state_dict() -> {name: tensor}`` and
+``load_state_dict(state)``). A trainer also registers its workers' positions (`Positions`:
+``mark()`` remembers where the readers are, called on every trainer before any process
+saves; ``info()`` is plain data for the manifest). `save_here` runs in that process, called
+directly or by RPC from trainer 0.
 """
 
 from __future__ import annotations
@@ -19,26 +20,36 @@ import torch.distributed.rpc as rpc
 
 from shadowsync.checkpoint.store import load_shard, save_shard, space_short
 from shadowsync.lifecycle.stop import STOP, silence_stderr
-from shadowsync.state_dicts import nest, part
+from shadowsync.state_dicts import Checkpointable, nest, part
 
 
-class Stateful(Protocol):
-    def state_dict(self) -> dict[str, torch.Tensor]: ...
+class Positions(Checkpointable, Protocol):
+    """Where a trainer's workers are, as a checkpoint records them."""
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
+    def mark(self) -> None: ...
+
+    def info(self) -> dict[str, Any]: ...
 
 
 _SHARD: str | None = None
-_COMPONENTS: dict[str, Stateful] = {}
+_COMPONENTS: dict[str, Checkpointable] = {}
+_POSITIONS: dict[str, Positions] = {}
 
 
-def register(shard: str, name: str, component: Stateful) -> None:
+def register_positions(shard: str, name: str, positions: Positions) -> None:
+    """Make the workers' `positions` part of shard `shard`, marked before every save."""
+    register(shard, name, positions)
+    _POSITIONS[name] = positions
+
+
+def register(shard: str, name: str, component: Checkpointable) -> None:
     """Make `component` part of this process's shard `shard`."""
     global _SHARD
     import torch.distributed.checkpoint  # noqa: F401  (now, not in the first save: seconds)
 
     if _SHARD is not None and _SHARD != shard:
         _COMPONENTS.clear()
+        _POSITIONS.clear()
     _SHARD = shard
     _COMPONENTS[name] = component
 
@@ -47,6 +58,7 @@ def clear() -> None:
     global _SHARD
     _SHARD = None
     _COMPONENTS.clear()
+    _POSITIONS.clear()
 
 
 def _merged() -> dict[str, torch.Tensor]:
@@ -62,10 +74,8 @@ def keep_alive() -> None:
 def mark_here() -> None:
     """Remember reader positions now: what a later save says was trained."""
     STOP.extend()
-    for comp in _COMPONENTS.values():
-        mark = getattr(comp, "mark", None)
-        if mark is not None:
-            mark()
+    for positions in _POSITIONS.values():
+        positions.mark()
 
 
 def save_here(staging: str) -> dict[str, Any]:
@@ -81,10 +91,8 @@ def save_here(staging: str) -> dict[str, Any]:
 
     bad = not_finite()
     info: dict[str, Any] = {"shard": _SHARD, "not_finite": bad[:5]}
-    for name, comp in _COMPONENTS.items():
-        extra = getattr(comp, "info", None)
-        if extra is not None:
-            info[name] = extra()
+    for name, positions in _POSITIONS.items():
+        info[name] = positions.info()
     short = space_short(Path(staging) / _SHARD, state) if not bad else None
     if short:
         info["no_space"] = short
@@ -96,7 +104,7 @@ def save_here(staging: str) -> dict[str, Any]:
     return info
 
 
-def load_here(step: Path, shard: str, components: dict[str, Stateful], what: str) -> None:
+def load_here(step: Path, shard: str, components: dict[str, Checkpointable], what: str) -> None:
     """Load `components` (this process's, registered under `shard`) from checkpoint `step`."""
     targets: dict[str, Any] = {}
     for name, comp in components.items():

@@ -27,7 +27,7 @@ from shadowsync.cluster.parts import resolve
 from shadowsync.config import TrainConfig, config_to_dict, config_to_toml, default_out_dir
 from shadowsync.errors import UserError
 from shadowsync.train.local import train_local
-from shadowsync.train.trainer import plan_data, resumable
+from shadowsync.train.tasks import plan_data
 
 CONFIG_FILE = "config.toml"
 
@@ -83,7 +83,7 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     assert cfg.checkpoint.resume is not None
     step = find_checkpoint(cfg.checkpoint.resume, "--resume")
     manifest = read_manifest(step, "--resume")
-    if not manifest.get("resumable") or not resumable(cfg):
+    if not manifest.get("resumable") or not cfg.sync.entry.resumable:
         raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync.mode)} saves only "
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")

@@ -27,7 +27,6 @@ from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.stop import Interrupted
-from shadowsync.train.trainer import resumable
 from shadowsync.transport import shm
 
 log = logging.getLogger(__name__)
@@ -81,7 +80,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, Any]:
              "%d trainer(s) of %d worker(s)", layout.world_size, layout.embedding_servers,
              layout.dense_servers, layout.trainers, layout.workers)
     # A restarted attempt resumes from the newest checkpoint, which only some modes can.
-    restarts = cfg.checkpoint.max_restarts if resumable(cfg) else 0
+    restarts = cfg.checkpoint.max_restarts if cfg.sync.entry.resumable else 0
     attempts.reset(out)
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=layout.world_size,

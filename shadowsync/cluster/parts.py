@@ -10,7 +10,8 @@ from shadowsync.config import ClusterConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
-from shadowsync.train.trainer import build_dense_model, features_of
+from shadowsync.runners.switch.search import resolve_share
+from shadowsync.train.tasks import build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
@@ -24,8 +25,9 @@ def layout_of(cluster: ClusterConfig) -> ClusterLayout:
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill defaults that depend on other options (dense servers, embedding servers)."""
-    need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
+    """Fill defaults that depend on other options (dense servers, embedding servers) or on
+    a file (`--switch-at auto`: the share a search stored, read here once)."""
+    need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
@@ -33,16 +35,19 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     if cfg.distributed and emb < 1:
         raise UserError("--embedding-servers must be >= 1 for a cluster job (several trainers "
                         "or a --sync other than none): embeddings are shared, never averaged")
-    return replace(cfg, dense_servers=dense)
+    at = cfg.switch.at
+    if at is not None and cfg.sync.entry.can_switch:
+        at = resolve_share(at, cfg.switch.job_name)
+    return replace(cfg, dense_servers=dense, switch_at=at)
 
 
-def rpc_endpoint(cfg: TrainConfig) -> RpcEndpoint:
+def rpc_endpoint(cluster: ClusterConfig) -> RpcEndpoint:
     """Where the RPC world meets. Under an elastic agent that shares its TCP store (torch's
     default), every process is a client of that store; otherwise RPC rank 0 hosts a store
     of its own on --rpc-port."""
     master_port = int(os.environ["MASTER_PORT"])
     agent = rendezvous.agent_store()
-    port = master_port if agent else cfg.cluster.rpc_port or master_port + 1
+    port = master_port if agent else cluster.rpc_port or master_port + 1
     return RpcEndpoint(os.environ["MASTER_ADDR"], port, rendezvous.attempt(), agent)
 
 
@@ -61,18 +66,18 @@ def trainers_here(layout: ClusterLayout) -> int:
     return max(1, sum(1 for r in local if layout.role(r)[0] == "trainer"))
 
 
-def embedding_plan(cfg: TrainConfig) -> ShardingPlan:
-    return ShardingPlan(cfg.cluster.embedding_servers, features_of(cfg).table_rows,
-                        cfg.cluster.row_split_limit)
+def embedding_plan(cluster: ClusterConfig, table_rows: tuple[int, ...]) -> ShardingPlan:
+    """Which server holds which rows of the tables (`table_rows`: the data's, `Features`)."""
+    return ShardingPlan(cluster.embedding_servers, table_rows, cluster.row_split_limit)
 
 
-def embedding_client(cfg: TrainConfig, layout: ClusterLayout,
+def embedding_client(cfg: TrainConfig, table_rows: tuple[int, ...], layout: ClusterLayout,
                      endpoint: RpcEndpoint) -> RemoteEmbeddings:
     """The client a trainer's processes reach the embedding servers with (in place on this
     host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
     copy of the tables instead (the ceiling the shared path is measured against; trainers then
     learn separate embeddings)."""
-    plan = embedding_plan(cfg)
+    plan = embedding_plan(cfg.cluster, table_rows)
     private = None
     if cfg.cluster.embedding_transport == "unshared":
         private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.store import load_all, published, read_manifest
-from shadowsync.config import TrainConfig
+from shadowsync.config import CheckpointConfig, TrainConfig
 from shadowsync.lifecycle.attempts import attempt
+from shadowsync.state_dicts import Checkpointable
 
 
 def after_restart(cfg: TrainConfig) -> TrainConfig:
@@ -21,23 +21,24 @@ def after_restart(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, resume=str(found[-1]) if found else None)
 
 
-def own_shard(cfg: TrainConfig, shard: str, part: Any, what: str, known: bool = True) -> None:
+def own_shard(checkpoint: CheckpointConfig, shard: str, part: Checkpointable, what: str,
+              known: bool = True) -> None:
     """Register a server's state for checkpoints and, resuming, load it. `known`: the
     tensors exist already (else they are created from the checkpoint)."""
     shards.register(shard, "state", part)
-    if not cfg.checkpoint.resume:
+    if not checkpoint.resume:
         return
     if known:
-        shards.load_here(Path(cfg.checkpoint.resume), shard, {"state": part}, what)
+        shards.load_here(Path(checkpoint.resume), shard, {"state": part}, what)
     else:
-        saved = load_all(Path(cfg.checkpoint.resume) / shard, what)
+        saved = load_all(Path(checkpoint.resume) / shard, what)
         part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
 
 
-def pushes_to_rewind(cfg: TrainConfig) -> int:
+def pushes_to_rewind(checkpoint: CheckpointConfig) -> int:
     """A checkpoint taken while training holds pushes past the workers' positions, which the
     resumed workers push again: the dense servers count them once (0: not resuming)."""
-    if not cfg.checkpoint.resume:
+    if not checkpoint.resume:
         return 0
-    positions = read_manifest(Path(cfg.checkpoint.resume), "--resume").get("positions") or {}
+    positions = read_manifest(Path(checkpoint.resume), "--resume").get("positions") or {}
     return sum(sum(p) for p in positions.values())

@@ -40,7 +40,7 @@ from shadowsync.lifecycle.stop import STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
-from shadowsync.train.trainer import build_dense_model, plan_data
+from shadowsync.train.tasks import build_dense_model, features_of, plan_data
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
@@ -103,7 +103,7 @@ def run_role(cfg: TrainConfig) -> None:
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     rank, trainer_group = join_process_group(layout)
     role, index = layout.role(rank)
-    endpoint = rpc_endpoint(cfg)
+    endpoint = rpc_endpoint(cfg.cluster)
     if cfg.output.dir and (role, index) != ("trainer", 0):
         follow_trainer0(Path(cfg.output.dir))
     if role == "embedding":
@@ -143,13 +143,13 @@ def join_process_group(layout: ClusterLayout) -> tuple[int, Any]:
 def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
                      endpoint: RpcEndpoint) -> None:
     """Embedding server `index`: hold its shard of the tables until the job leaves RPC."""
-    plan = embedding_plan(cfg)
+    plan = embedding_plan(cfg.cluster, features_of(cfg).table_rows)
     # Clients: every trainer and each of its workers attach once.
     tables = embedding_servers.serve(plan, index, cfg.model.table_width(),
                                      cfg.optim.table_optimizer(), cfg.seed,
                                      share=cfg.cluster.embedding_transport == "auto",
                                      clients=layout.trainers * (layout.workers + 1))
-    own_shard(cfg, layout.embedding_name(index), tables, f"embedding server {index}")
+    own_shard(cfg.checkpoint, layout.embedding_name(index), tables, f"embedding server {index}")
     log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
     try:
         endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)
@@ -162,9 +162,10 @@ def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: 
 def serve_dense(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
                 endpoint: RpcEndpoint) -> None:
     """Dense server `index`: hold its centre (or the protocol's parameters) until the end."""
-    own_shard(cfg, layout.dense_name(index), DENSE_SERVER, f"dense server {index}", known=False)
+    own_shard(cfg.checkpoint, layout.dense_name(index), DENSE_SERVER, f"dense server {index}",
+              known=False)
     if cfg.checkpoint.resume:
-        DENSE_SERVER.rewind(pushes_to_rewind(cfg))
+        DENSE_SERVER.rewind(pushes_to_rewind(cfg.checkpoint))
     endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
     STOP.mark_running()
     RpcEndpoint.leave()
@@ -175,7 +176,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     """Trainer `index`: build its parts in order, then train."""
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
-    tables = embedding_client(cfg, layout, endpoint)
+    tables = embedding_client(cfg, plan.features.table_rows, layout, endpoint)
     runner = build_runner(RunnerContext(
         cfg, model, trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))

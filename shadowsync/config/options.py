@@ -20,6 +20,7 @@ from typing import Any, Literal, get_args, get_origin
 from shadowsync.config.sections import HELP_ORDER, HELP_TOPICS, SECTIONS, choices_of, type_hints
 from shadowsync.config.train import FLAT, TrainConfig, flag_name, unknown_option
 from shadowsync.errors import UserError
+from shadowsync.spec.value import OptionValue
 from shadowsync.toml_file import read_toml
 
 
@@ -76,6 +77,7 @@ def _default_text(o: Option) -> str:
     value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     if value is None or "default" in (f.metadata.get("help") or ""):
         return ""  # the help text says what None means
+    value = plain(value)
     if isinstance(value, list):
         value = ",".join(map(str, value)) if f.metadata.get("parse") else " ".join(map(str, value))
     elif isinstance(value, bool):
@@ -94,7 +96,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         text = (o.field.metadata.get("help") or "") + _default_text(o)
         # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
         kw: dict[str, Any] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
-        if tp is bool:
+        if o.field.metadata.get("spec"):  # parsed with the rest of the configuration
+            kw.update(type=str, metavar="TEXT")
+            if get_origin(tp) is list:
+                kw.update(nargs="+", metavar="VALUE")
+        elif tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif o.field.metadata.get("parse"):
             kw.update(type=o.field.metadata["parse"], metavar="N[,N...]")
@@ -114,10 +120,16 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{_flag(o.name)}", **kw)
 
 
-def _coerce(name: str, value: Any, tp: Any, source: str) -> Any:
-    base = _base_type(tp)
+def _coerce(name: str, value: Any, option: Option, source: str) -> Any:
+    base = _base_type(option.type)
     if value is None:
         return None
+    if option.field.metadata.get("spec"):  # the text, parsed with the rest of the configuration
+        items = value if get_origin(base) is list and isinstance(value, list) else [value]
+        if any(isinstance(v, bool) or not isinstance(v, (str, int, float)) for v in items):
+            raise UserError(f"{source}: option '{name}' must be text, got {value!r}")
+        texts = [str(v) for v in items]
+        return texts if get_origin(base) is list else texts[0]
     if get_origin(base) is list:
         item = get_args(base)[0]
         if isinstance(value, item) and not isinstance(value, bool):
@@ -148,9 +160,9 @@ def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
                     known = {f"{name}.{n}" for n in fields}
                     raise UserError(f"{source}: {unknown_option(f'{name}.{inner}', known)}")
                 option = BY_NAME[flag_name(f)]
-                values[option.name] = _coerce(f"{name}.{inner}", v, option.type, source)
+                values[option.name] = _coerce(f"{name}.{inner}", v, option, source)
         elif name in BY_NAME:
-            values[name] = _coerce(key, value, BY_NAME[name].type, source)
+            values[name] = _coerce(key, value, BY_NAME[name], source)
         else:
             known = set(BY_NAME) | (set(SECTIONS) if isinstance(value, dict) else set())
             raise UserError(f"{source}: {unknown_option(key, known)}")
@@ -191,7 +203,7 @@ def model_name(model: str | Callable[..., Any]) -> str:
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """The options as plain data by flat name (JSON and TOML can hold every value)."""
-    values = cfg.flat()
+    values = {k: plain(v) for k, v in cfg.flat().items()}
     values["model"] = model_name(values["model"])
     return values
 
@@ -200,7 +212,16 @@ def default_out_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
+def plain(value: Any) -> Any:
+    """An option's value as TOML and JSON hold it: a typed value (`shadowsync.spec`) as its
+    text."""
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return str(value) if isinstance(value, OptionValue) else value
+
+
 def _toml_value(value: Any) -> str:
+    value = plain(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -210,13 +231,14 @@ def _toml_value(value: Any) -> str:
     return repr(value)
 
 
-def config_to_toml(cfg: TrainConfig) -> str:
+def config_to_toml(cfg: TrainConfig, leave_out: tuple[str, ...] = ()) -> str:
     """A TOML file, one table per section, that `--config` reads back into the same
-    configuration."""
+    configuration; the options named in `leave_out` (flat names) as if never given."""
     lines = [f"{name} = {_toml_value(getattr(cfg, name))}" for name in ("task", "seed")]
     for section in SECTIONS:
         obj = getattr(cfg, section)
-        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+                  if flag_name(f) not in leave_out}
         if section == "model":
             values["name"] = model_name(values["name"])
         set_values = [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]

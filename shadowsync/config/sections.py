@@ -7,6 +7,11 @@ long command-line option where that does not repeat the section (`--embedding-se
 `sync.every`, `--data` is `data.path`): the command line and flat TOML keys use the option's
 name, `[section]` tables in a TOML file the field's.
 
+An option written in a small language of its own (`--checkpoint-every 600s`, `--switch-plan
+bsp:0.1,asp`) is a typed value of `shadowsync.spec` on its section (`checkpoint.every` is a
+`CheckpointEvery`), parsed once when the configuration is made (`parse_values`); builders read
+the value, never the text.
+
 A section checks the values that only concern it (`check`); checks across sections are
 `TrainConfig.validate`'s.
 """
@@ -19,7 +24,13 @@ from functools import cache
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from shadowsync.errors import UserError
-from shadowsync.runners.modes import SYNC_CHOICES
+from shadowsync.spec.detector import DetectorConfig
+from shadowsync.spec.groups import GroupRule
+from shadowsync.spec.interval import CheckpointEvery, SyncInterval
+from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
+from shadowsync.spec.plan import SwitchPlan
+from shadowsync.spec.share import BspShare
+from shadowsync.spec.straggler import Straggler
 
 TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
 DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
@@ -29,12 +40,18 @@ TASK_CHOICES: tuple[str, ...] = ("ctr", "digits")
 
 
 def opt(default: Any, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None,
-        parse: Callable[[str], Any] | None = None, group: str | None = None) -> Any:
+        parse: Callable[[str], Any] | None = None, group: str | None = None,
+        spec: type | None = None) -> Any:
     """A field of a section. `flag`: its long option's name with underscores where it is not
     the field's (`sync_every` for `sync.every`). `choices`: where the type is not a Literal
     that lists them. `parse`: how the command line's one word becomes the value (default: the
-    field's type). `group`: the --help topic where it is not its section's."""
-    meta = {"help": help, "flag": flag, "choices": choices, "parse": parse, "group": group}
+    field's type). `group`: the --help topic where it is not its section's. `spec`: the
+    option value type of `shadowsync.spec` the text is parsed into (once, `parse_values`);
+    a text default is parsed here."""
+    if spec is not None and isinstance(default, str):
+        default = spec.parse(default)
+    meta = {"help": help, "flag": flag, "choices": choices, "parse": parse, "group": group,
+            "spec": spec}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -260,12 +277,12 @@ class SyncConfig:
 
     mode: str = opt("s-bmuf", "how trainers synchronize their dense parameters", flag="sync",
                     choices=SYNC_CHOICES)
-    groups: list[str] = opt(
+    groups: list[GroupRule] = opt(
         [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)",
-        flag="sync_groups")
-    interval: str = opt(
+        flag="sync_groups", spec=GroupRule)
+    interval: SyncInterval = opt(
         "auto", "seconds between background rounds, 0 = back to back, auto = CPU budget",
-        flag="sync_interval")
+        flag="sync_interval", spec=SyncInterval)
     budget: float = opt(0.03, "share of the trainer's cores the auto pace may spend",
                         flag="sync_budget")
     every: int = opt(50, "worker steps between foreground rounds", flag="sync_every")
@@ -291,6 +308,12 @@ class SyncConfig:
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
         "clears")
 
+    @property
+    def entry(self) -> SyncMode:
+        """The mode's entry in the registry (`shadowsync.spec.modes`): what it needs and
+        allows (dense servers, lockstep, resuming, switching...)."""
+        return mode_of(self.mode)
+
     def check(self) -> None:
         _positive(self.every, "sync-every")
         if not 0 < self.budget <= 1:
@@ -299,29 +322,15 @@ class SyncConfig:
             raise UserError(f"--elastic-alpha must be in (0, 1], got {self.elastic_alpha}")
         if self.warmup_rounds < 0:
             raise UserError(f"--sync-warmup-rounds must be 0 or more, got {self.warmup_rounds}")
-        self.interval_s()
-
-    def interval_s(self) -> float | None:
-        """The background pace in seconds, or None for auto."""
-        if self.interval == "auto":
-            return None
-        try:
-            v = float(self.interval)
-        except ValueError:
-            v = -1.0
-        if not v >= 0:
-            raise UserError(f"--sync-interval must be 'auto' or seconds >= 0, "
-                            f"got {self.interval!r}")
-        return v
 
 
 @dataclass
 class SwitchConfig:
     """Sync-Switch: when and how `--sync switch` moves between BSP and ASP."""
 
-    plan: str = opt(
+    plan: SwitchPlan = opt(
         "bsp:0.1,asp", "protocol phases of --sync switch: MODE:SHARE,... (last share: the rest)",
-        flag="switch_plan")
+        flag="switch_plan", spec=SwitchPlan)
     momentum: Literal["keep", "zero", "ramp"] = opt(
         "keep", "momentum at a switch: keep it, zero it, or zero it and ramp it back",
         flag="switch_momentum")
@@ -335,26 +344,35 @@ class SwitchConfig:
         "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
         "one lasts; elastic: only once it lasted --switch-patience s; isolate: only the "
         "stragglers' pushes ASP, the rest BSP)", flag="switch_policy")
-    detector: str = opt(
+    detector: DetectorConfig = opt(
         "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
-        "windows of `window` steps", flag="switch_detector")
+        "windows of `window` steps", flag="switch_detector", spec=DetectorConfig)
     patience: float = opt(1.0, "seconds a straggler must last before elastic switches",
                           flag="switch_patience")
-    at: str | None = opt(
+    at: BspShare | None = opt(
         None, "BSP share of the plan: a number, or 'auto' for what `shadowsync switch search` "
-        "stored under --job-name", flag="switch_at")
+        "stored under --job-name", flag="switch_at", spec=BspShare)
     job_name: str | None = opt(None, "name a recurring job's search result is stored under")
+
+    def protocol_plan(self) -> SwitchPlan:
+        """The plan with --switch-at's share (`auto` resolved by the job's entry)."""
+        if self.at is None:
+            return self.plan
+        if self.at.share is None:
+            raise UserError("--switch-at auto: the stored search result was not read before "
+                            "the job started")
+        return self.plan.with_bsp_share(self.at.share)
 
 
 @dataclass
 class CheckpointConfig:
     """When the job saves itself, how many saves it keeps, and what it does on a failure."""
 
-    every: str = opt(
+    every: CheckpointEvery = opt(
         "300s", "checkpoint the job every N seconds ('600s') or N examples ('500000'); 0: only "
         "at the end and on Ctrl-C / SIGTERM; never: no checkpoint (a throwaway run: nothing "
         "to resume, and a restart after a failure begins from the start)",
-        flag="checkpoint_every")
+        flag="checkpoint_every", spec=CheckpointEvery)
     keep: int = opt(2, "checkpoints kept under OUT/checkpoint (older ones pruned)",
                     flag="keep_checkpoints")
     max_restarts: int = opt(
@@ -395,12 +413,12 @@ class OutputConfig:
 class TestingConfig:
     """Fault injection for tests and benchmarks."""
 
-    straggler: str | None = opt(
+    straggler: Straggler | None = opt(
         None, "slow trainers down: trainer=ID,slowdown=3,start=S,duration=D (seconds, or "
         "shares of the job's examples: start=25%,duration=50%); kind=delay,ms=30,trainers=N "
         "delays each push of the last N trainers (emulated link delay), kind=jitter,ms=D,"
         "jitter=J every trainer's by D +- J ms; episodes=K repeats the window's slowdown K "
-        "times")
+        "times", spec=Straggler)
     inject_nan_at: int | None = opt(
         None, "poison trainer 0's dense model once the job has trained about N examples "
         "(to test --on-divergence)")

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadowsync.by_value import portable
-from shadowsync.checkpoint.interval import parse_every
 from shadowsync.config.sections import (
     SECTIONS,
     TASK_CHOICES,
@@ -33,11 +32,8 @@ from shadowsync.config.sections import (
     opt,
 )
 from shadowsync.errors import UserError
-from shadowsync.runners.modes import mode_of
-from shadowsync.runners.switch.detector_spec import DetectorConfig
-from shadowsync.runners.switch.plan import SwitchPlan
-from shadowsync.runners.switch.search import resolve_share
-from shadowsync.train.straggler import Straggler
+from shadowsync.spec.modes import SyncMode, mode_of
+from shadowsync.spec.straggler import Straggler
 
 # Options that belong to the whole job rather than to one section.
 TOP_LEVEL = ("task", "seed")
@@ -106,6 +102,7 @@ class TrainConfig:
             section, name = FLAT[key]
             setattr(getattr(self, section), name, value)
         self.model.normalise()
+        self._parse_values()
         self.validate()
 
     @classmethod
@@ -125,6 +122,25 @@ class TrainConfig:
         """Every option by its flat name, in --help order."""
         return {key: getattr(self if section is None else getattr(self, section), name)
                 for key, (section, name) in FLAT.items()}
+
+    def _parse_values(self) -> None:
+        """Every option written as text becomes its typed value (`shadowsync.spec`), here and
+        only here, so a mistake is one line before any process starts. A value already typed
+        is kept, except the straggler: which trainers it slows depends on --trainers, so it
+        is read again from its text."""
+        for name in SECTIONS:
+            section = getattr(self, name)
+            for f in dataclasses.fields(section):
+                spec, value = f.metadata.get("spec"), getattr(section, f.name)
+                if spec is None or value is None:
+                    continue
+                if spec is Straggler:
+                    value = Straggler.parse(str(value), self.cluster.trainers)
+                elif isinstance(value, list):
+                    value = [v if isinstance(v, spec) else spec.parse(str(v)) for v in value]
+                elif not isinstance(value, spec):
+                    value = spec.parse(str(value))
+                setattr(section, f.name, value)
 
     def validate(self) -> TrainConfig:
         if self.task not in TASK_CHOICES:
@@ -156,36 +172,41 @@ class TrainConfig:
 
     def _check_validation(self) -> None:
         # Workers that push each step to the dense servers stop when the servers say so.
-        if self.data.early_stop is not None and mode_of(self.sync.mode).protocols:
+        if self.data.early_stop is not None and self.sync.entry.protocols:
             raise UserError(f"--early-stop: --sync {self.sync.mode} cannot stop its workers "
                             "early; use epochs, or another --sync")
         if self.data.val_share > 0:
             if self.task != "ctr":
                 raise UserError("--val-share needs --task ctr")
-            if self.checkpoint.every == "never":
+            if self.checkpoint.every.never:
                 raise UserError("--val-share keeps the best model as a checkpoint: not with "
                                 "--checkpoint-every never")
 
     def _check_specs(self) -> None:
-        """The options written in small languages of their own, parsed once here so that a
-        mistake is one line before any process starts."""
-        mode = mode_of(self.sync.mode)
-        parse_every(self.checkpoint.every)
-        if self.testing.straggler is not None:
-            kind = Straggler.parse(self.testing.straggler, self.cluster.trainers).kind
-            if kind != "compute" and not mode.protocols:
-                raise UserError(f"--straggler kind={kind} delays pushes to the dense servers: it "
-                                "needs --sync bsp, asp or switch")
-        if self.sync.straggler_fallback is not None:
-            if not mode.can_fall_back or self.sync.groups:
-                raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
-                                "trainer needed at each round) and no --sync-groups")
-            DetectorConfig.parse(self.switch.detector)
-        if mode.can_switch:
-            SwitchPlan.parse(self.switch.plan)
-            DetectorConfig.parse(self.switch.detector)
-            if self.switch.at is not None:
-                resolve_share(self.switch.at, self.switch.job_name)
+        """The typed options (`_parse_values`) against the mode they run under."""
+        mode = self.sync.entry
+        straggler = self.testing.straggler
+        if straggler is not None and straggler.kind != "compute" and not mode.protocols:
+            raise UserError(f"--straggler kind={straggler.kind} delays pushes to the dense "
+                            "servers: it needs --sync bsp, asp or switch")
+        if self.sync.straggler_fallback is not None and (not mode.can_fall_back
+                                                         or self.sync.groups):
+            raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
+                            "trainer needed at each round) and no --sync-groups")
+        self._check_groups(mode)
+        at = self.switch.at
+        if mode.can_switch and at is not None and at.auto and not self.switch.job_name:
+            raise UserError("--switch-at auto needs --job-name (the name `shadowsync switch "
+                            "search` stored its result under)")
+
+    def _check_groups(self, mode: SyncMode) -> None:
+        families = {mode_of(m).family for m in [*(g.mode for g in self.sync.groups), mode.name]
+                    if mode_of(m).rule is not None}
+        if len(families) > 1:
+            raise UserError("--sync-groups: all groups must be background (s-*) or all "
+                            "foreground (fr-*) in one run")
+        if self.sync.groups and mode.rule is None and mode.synchronizes:
+            raise UserError(f"--sync-groups cannot be combined with --sync {mode.name}")
 
     def _check_model(self) -> None:
         if not callable(self.model.name):
@@ -199,7 +220,7 @@ class TrainConfig:
     def distributed(self) -> bool:
         """A job of several processes (servers and/or several trainers)."""
         return (self.cluster.trainers > 1 or self.cluster.embedding_servers > 0
-                or mode_of(self.sync.mode).builder is not None or bool(self.sync.groups))
+                or self.sync.entry.builder is not None or bool(self.sync.groups))
 
 
 TrainConfig._base = property(  # type: ignore[assignment]

@@ -2,7 +2,8 @@
 feature counts, planted-teacher synthetic data, batches.
 
 - ``open_data(path)`` gives a ``CtrData`` for ``"synthetic"``, a directory of ``.npy`` arrays
-  or a Criteo file/.gz/directory;
+  or a Criteo file/.gz/directory, read by the path's source (``shadowsync.data.sources``:
+  one module per format and one registry entry);
 - ``batches(data, start, stop, batch_size, shard, num_shards)`` cuts it into tensors;
 - ``synth.write_tsv_dataset`` writes synthetic data as Criteo TSV with the teacher's NE.
 """

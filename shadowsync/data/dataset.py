@@ -1,4 +1,5 @@
-"""Opening CTR data (synthetic, Criteo TSV or ``.npy`` arrays) and cutting it into batches.
+"""Opening CTR data through its source (`shadowsync.data.sources`: synthetic, ``.npy``
+arrays, Criteo TSV, Parquet / CSV) and cutting it into batches.
 
 Every process of a run opens the same data: the first one converts (or generates) it into
 a cache of ``.npy`` files, the others wait for it and map the same files, so the rows live
@@ -7,261 +8,87 @@ in the page cache once however many workers read them.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from shadowsync.data import arrays, criteo, synth, tabular
 from shadowsync.data.bags import Bags
-from shadowsync.data.cache import built_once, cache_root
-from shadowsync.data.jagged import Jagged
-from shadowsync.data.schema import NUM_CAT, NUM_DENSE
+from shadowsync.data.ctr_data import CtrData, layout
+from shadowsync.data.sources import SYNTHETIC, source_of
 from shadowsync.errors import UserError
-from shadowsync.metrics.ctr import binary_entropy, normalized_entropy
 
-SYNTHETIC = "synthetic"
-DEFAULT_SYNTHETIC_EXAMPLES = 1_000_000
 DEFAULT_TABLE_SIZE = 100_000
 
+__all__ = ["SYNTHETIC", "Batch", "CtrData", "EpochOrder", "batch_of", "batches",
+           "check_ids", "feature_counts", "layout", "num_batches", "open_data",
+           "predict_rows", "resolve", "sparse_features", "sparse_layout", "table_rows_of"]
 
-class CtrData:
-    """Rows of CTR examples: labels [n], dense features [n, D], raw ids or hashes [n, T].
 
-    Criteo and synthetic data have D = 13 (log-transformed counts) and T = 26; arrays given
-    by the user have their own D and T, and may add ``multi_hot`` features (several ids per
-    row, `Jagged`), whose tables come after the T of ``cats``.
+class Batch(NamedTuple):
+    """One batch of rows, as every source's rows are cut: what a worker's step reads."""
 
-    Arrays are usually read-only memory maps of a cache. ``probs`` holds the true click
-    probabilities when the data is synthetic; ``teacher_ne_hint`` is the teacher's NE read
-    from a ``teacher.json`` beside TSV files that the generator wrote.
-    """
-
-    def __init__(
-        self,
-        labels: np.ndarray,
-        dense: np.ndarray,
-        cats: np.ndarray,
-        *,
-        source: str,
-        skipped_lines: int = 0,
-        probs: np.ndarray | None = None,
-        teacher_ne_hint: float | None = None,
-        multi_hot: Sequence[Jagged] = (),
-    ) -> None:
-        n = len(labels)
-        if dense.ndim != 2 or cats.ndim != 2 or len(dense) != n or len(cats) != n:
-            raise ValueError(
-                f"inconsistent shapes: labels {labels.shape}, dense {dense.shape}, "
-                f"cats {cats.shape}"
-            )
-        if probs is not None and probs.shape != (n,):
-            raise ValueError(f"probs shape {probs.shape} does not match {n} rows")
-        if any(len(feature) != n for feature in multi_hot):
-            raise ValueError(f"multi-hot features of {[len(f) for f in multi_hot]} rows, not {n}")
-        self.multi_hot = tuple(multi_hot)
-        self.labels = labels
-        self.dense = dense
-        self.cats = cats
-        self.probs = probs
-        self.source = source
-        self.skipped_lines = skipped_lines
-        self.teacher_ne_hint = teacher_ne_hint
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    @property
-    def num_dense(self) -> int:
-        return self.dense.shape[1]
-
-    @property
-    def num_tables(self) -> int:
-        """Embedding tables: the single-id columns of ``cats``, then the multi-hot features."""
-        return self.cats.shape[1] + len(self.multi_hot)
-
-    def sparse_layout(self) -> str:
-        """How the ids are pooled, which a model trained on other data must share: the single-id
-        columns, then each multi-hot feature's name, pooling and weighting."""
-        return layout(self.cats.shape[1],
-                      [(f.name, f.weights is not None, f.pooling) for f in self.multi_hot])
-
-    def __repr__(self) -> str:
-        return f"CtrData({self.source!r}, rows={len(self)}, skipped_lines={self.skipped_lines})"
-
-    def teacher_ne(self, start: int = 0, stop: int | None = None) -> float | None:
-        """The teacher's NE on rows [start, stop) when true probabilities are known."""
-        if self.probs is None:
-            return None
-        return normalized_entropy(self.probs[start:stop], self.labels[start:stop])
-
-    def head(self, rows: int) -> CtrData:
-        """The first ``rows`` rows (a view, no copy)."""
-        return CtrData(
-            self.labels[:rows],
-            self.dense[:rows],
-            self.cats[:rows],
-            source=self.source,
-            skipped_lines=self.skipped_lines,
-            probs=None if self.probs is None else self.probs[:rows],
-            teacher_ne_hint=self.teacher_ne_hint if rows >= len(self) else None,
-            multi_hot=[feature.head(rows) for feature in self.multi_hot],
-        )
+    dense: torch.Tensor  # [B, D] float32
+    ids: torch.Tensor | Bags  # [B, T] int64 table rows, or the single ids and multi-hot bags
+    labels: torch.Tensor  # [B] float32
 
 
 def open_data(
     path: str, *, skip_bad_lines: bool = False, examples: int | None = None, seed: int = 0
 ) -> CtrData:
-    """Open ``"synthetic"`` (``examples`` rows of the planted teacher built from ``seed``,
-    default 1,000,000), a directory of ``.npy`` arrays (see ``shadowsync.data.arrays``) or
-    Criteo TSV at ``path`` (file, .gz or directory of them).
+    """The rows at ``path``, read by its source (`shadowsync.data.sources`): ``"synthetic"``
+    (``examples`` rows of the planted teacher built from ``seed``, default 1,000,000), a
+    directory of ``.npy`` arrays (see ``shadowsync.data.arrays``) or Criteo TSV (file, .gz
+    or directory of them).
 
-    For files, ``examples`` keeps only the first rows and ``seed`` is unused. Both kinds
-    are cached on first use (see ``shadowsync.data.criteo``); raises UserError on bad input.
+    For files, ``examples`` keeps only the first rows and ``seed`` is unused. Every kind is
+    cached on first use; raises UserError on bad input.
     """
     if examples is not None and examples < 1:
         raise UserError(f"examples must be positive, got {examples}")
-    if path == SYNTHETIC:
-        return _open_synthetic(examples or DEFAULT_SYNTHETIC_EXAMPLES, seed)
-    if arrays.is_array_dir(path):
-        labels, dense, cats = arrays.load(path)
-        data = CtrData(labels, dense, cats, source=path,
-                       multi_hot=arrays.load_multi_hot(path, len(labels)))
-        return data if examples is None else data.head(examples)
-    parsed = criteo.load(path, skip_bad_lines=skip_bad_lines)
-    data = CtrData(
-        parsed.labels,
-        parsed.dense,
-        parsed.cats,
-        source=path,
-        skipped_lines=parsed.skipped_lines,
-        teacher_ne_hint=_teacher_hint(path),
-    )
-    return data if examples is None else data.head(examples)
+    return source_of(path).open(path, examples=examples, seed=seed,
+                                skip_bad_lines=skip_bad_lines)
 
 
-def sparse_layout(path: str) -> str:
-    """`CtrData.sparse_layout` of the data at ``path``, from the files' headers only."""
-    if path == SYNTHETIC or not arrays.is_array_dir(path):
-        return layout(NUM_CAT, [])
-    specs = arrays.multi_hot_specs(path)
-    return layout(arrays.shapes(path)[1] - len(specs),
-                  [(s["name"], s["weighted"], s["pooling"]) for s in specs])
+def resolve(path: str, schema: str | None) -> str:
+    """Where rows of `path` are read from: with a schema, the array directory its Parquet or
+    CSV files convert into (once, cached; see ``shadowsync.data.tabular``)."""
+    return source_of(path, schema).resolve(path, schema)
+
+
+def feature_counts(path: str) -> tuple[int, int]:
+    """(dense features D, categorical features T) of the data at ``path``, without reading
+    or converting its rows: what the model and the embedding tables are sized by."""
+    return source_of(path).feature_counts(path)
+
+
+def table_rows_of(path: str, num_tables: int,
+                  given: Callable[[int], list[int]]) -> tuple[int, ...]:
+    """Table sizes: those the data declares (an array directory's features.json), else
+    `given(T)` (--table-size)."""
+    declared = source_of(path).declared_table_rows(path)
+    return tuple(declared if declared is not None else given(num_tables))
 
 
 def sparse_features(path: str, num_tables: int) -> list[dict[str, Any]]:
     """Each table's feature, in the tables' order, from the files' headers: its name (an
     array directory's features.json names, else C1..CT as Criteo names its fields), whether it
     is multi-hot, and then its pooling and weighting. What a checkpoint's manifest records."""
-    specs = arrays.multi_hot_specs(path) if arrays.is_array_dir(path) else []
-    single = num_tables - len(specs)
-    doc = arrays.declared(path) if arrays.is_array_dir(path) else None
-    named = (doc or {}).get("categorical", [])
-    names = [f"C{i + 1}" for i in range(single)]
-    if (isinstance(named, list) and len(named) == single
-            and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in named)):
-        names = [c["name"] for c in named]
-    return [*({"name": name, "multi_hot": False} for name in names),
-            *({"name": s["name"], "multi_hot": True, "pooling": s["pooling"],
-               "weighted": s["weighted"]} for s in specs)]
+    return source_of(path).sparse_features(path, num_tables)
 
 
-def layout(single: int, multi: Sequence[tuple[str, bool, str]]) -> str:
-    """How a model's ids are pooled, in words: its single-id count, then each multi-hot
-    feature's (name, weighted, pooling)."""
-    named = [f"{name} ({'weighted ' if weighted else ''}{pooling})"
-             for name, weighted, pooling in multi]
-    return ", ".join([f"{single} single-id", *named])
+def sparse_layout(path: str) -> str:
+    """`CtrData.sparse_layout` of the data at ``path``, from the files' headers only."""
+    features = sparse_features(path, feature_counts(path)[1])
+    return layout(sum(not f["multi_hot"] for f in features),
+                  [(f["name"], f["weighted"], f["pooling"]) for f in features if f["multi_hot"]])
 
 
-def resolve(path: str, schema: str | None) -> str:
-    """Where rows of `path` are read from: with a schema, the array directory its Parquet or
-    CSV files convert into (once, cached; see ``shadowsync.data.tabular``)."""
-    if schema is not None and path != SYNTHETIC:
-        return str(tabular.convert(path, schema))
-    if Path(path).suffix.lower() in tabular.SUFFIXES:
-        raise UserError(f"{path}: Parquet and CSV data needs --schema naming its columns "
-                        "(see docs/real-data.md)")
-    return path
-
-
-def table_rows_of(path: str, num_tables: int, given: Any) -> tuple[int, ...]:
-    """Table sizes: those an array directory declares (features.json), else `given(T)`
-    (--table-size)."""
-    declared = arrays.declared_table_rows(path) if (
-        path != SYNTHETIC and arrays.is_array_dir(path)) else None
-    return tuple(declared if declared is not None else given(num_tables))
-
-
-def feature_counts(path: str) -> tuple[int, int]:
-    """(dense features D, categorical features T) of the data at ``path``, without reading
-    or converting its rows: what the model and the embedding tables are sized by."""
-    if path != SYNTHETIC and arrays.is_array_dir(path):
-        return arrays.shapes(path)
-    return NUM_DENSE, NUM_CAT
-
-
-def synthetic_cache_dir(examples: int, seed: int) -> Path:
-    return cache_root() / f"synth-{examples}-{seed}-v{synth.SYNTH_VERSION}"
-
-
-def _open_synthetic(examples: int, seed: int) -> CtrData:
-    def build(tmp: Path) -> None:
-        data = synth.generate(examples, seed)
-        for name in ("labels", "dense", "cats", "probs"):
-            np.save(tmp / f"{name}.npy", getattr(data, name))
-        meta = {
-            "generator": "shadowsync planted teacher",
-            "version": synth.SYNTH_VERSION,
-            "examples": examples,
-            "seed": seed,
-            "mean_ctr": data.mean_ctr,
-            "teacher_ne": data.teacher_ne(),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-
-    cache = built_once(synthetic_cache_dir(examples, seed), "meta.json", build)
-    cached = {n: np.load(cache / f"{n}.npy", mmap_mode="r") for n in ("labels", "dense", "cats")}
-    return CtrData(
-        cached["labels"],
-        cached["dense"],
-        cached["cats"],
-        source=SYNTHETIC,
-        probs=np.load(cache / "probs.npy", mmap_mode="r"),
-    )
-
-
-def _teacher_hint(path: str) -> float | None:
-    """Teacher NE from a ``teacher.json`` written by ``synth.write_tsv_dataset``, if any.
-
-    For a directory of several listed files the NE is pooled from their log losses and
-    click rates; any data file the summary does not list means no hint.
-    """
-    p = Path(path)
-    summary = (p if p.is_dir() else p.parent) / "teacher.json"
-    try:
-        listed = json.loads(summary.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    names = [real.name for real, _ in criteo.list_sources(path)]
-    if not names or any(name not in listed for name in names):
-        return None
-    entries = [listed[name] for name in names]
-    if len(entries) == 1:
-        ne = entries[0].get("ne")
-        return float(ne) if ne is not None else None
-    try:
-        rows = sum(e["examples"] for e in entries)
-        loss = sum(e["logloss"] * e["examples"] for e in entries) / rows
-        ctr = sum(e["mean_ctr"] * e["examples"] for e in entries) / rows
-    except (KeyError, TypeError, ZeroDivisionError):
-        return None
-    h = binary_entropy(ctr)
-    return loss / h if h > 0 else None
+def check_ids(data: CtrData, table_rows: tuple[int, ...]) -> None:
+    """Every id of `data` within its table (`table_rows`), or one line saying which is not."""
+    source_of(data.source).check_ids(data, table_rows)
 
 
 def num_batches(start: int, stop: int, batch_size: int, drop_last: bool = False) -> int:
@@ -316,8 +143,8 @@ def batches(
     drop_last: bool = False,
     skip: int = 0,
     order: EpochOrder | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """One pass of ``(dense [B, D] float32, ids [B, T] int64, labels [B] float32)``.
+) -> Iterator[Batch]:
+    """One pass of `Batch` ``(dense [B, D] float32, ids [B, T] int64, labels [B] float32)``.
 
     Rows [start, stop) form global batches of ``batch_size`` consecutive rows; batch ``b``
     belongs to shard ``b % num_shards``, so shards never overlap and together read every row
@@ -345,8 +172,7 @@ def batches(
         yield batch_of(data, rows, modulus)
 
 
-def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray
-             ) -> tuple[torch.Tensor, torch.Tensor | Bags, torch.Tensor]:
+def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray) -> Batch:
     """``(dense, ids, labels)`` of the rows ``rows`` picks (consecutive rows, or any row
     numbers), ids reduced modulo ``modulus`` (uint64, one for all tables or one per table).
 
@@ -364,7 +190,7 @@ def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray
         last = len(modulus) - 1
         ids = Bags.build(ids, [f.batch(rows, int(modulus[min(single + m, last)]))
                                for m, f in enumerate(data.multi_hot)])
-    return torch.from_numpy(dense), ids, torch.from_numpy(labels)
+    return Batch(torch.from_numpy(dense), ids, torch.from_numpy(labels))
 
 
 def predict_rows(data: CtrData, start: int, stop: int, table_size: int | Sequence[int],

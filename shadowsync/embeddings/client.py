@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from shadowsync.data.bags import Bags
+from shadowsync.state_dicts import Checkpointable
 
 
 @runtime_checkable
@@ -31,3 +32,11 @@ class EmbeddingClient(Protocol):
                           next_ids: torch.Tensor | Bags | None,
                           lr_scale: float = 1.0) -> torch.Tensor | None:
         """One step's gradients applied, then the next step's vectors read (if any)."""
+
+    def flush(self) -> None:
+        """Every gradient this process pushed applied (remote: the pushes in flight
+        answered), so its position is exact."""
+
+    def saved_here(self) -> Checkpointable | None:
+        """What of the tables the trainer's own checkpoint shard holds: tables in its memory,
+        or None where servers save the rows."""

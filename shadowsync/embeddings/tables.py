@@ -105,6 +105,12 @@ class EmbeddingTables:
                 self.state.copy_(state["adagrad"])
 
     # Local tables are already in every worker's address space; remote clients connect here.
+    def flush(self) -> None:
+        """Nothing in flight: every gradient is applied in place when pushed."""
+
+    def saved_here(self) -> EmbeddingTables:
+        return self  # the rows live in the trainer: its shard saves them
+
     def attach(self, name: str) -> None:
         pass
 

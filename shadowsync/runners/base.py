@@ -10,8 +10,16 @@ SGD, torchft).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 from typing import Any, Protocol, runtime_checkable
 
+import torch
+from torch import nn
+from torch.distributed import ProcessGroup
+from torch.optim import Optimizer
+
+from shadowsync.config import TrainConfig
 from shadowsync.runners.reports import WorkerReport
 
 
@@ -27,7 +35,7 @@ class Runner(Protocol):
     blocks_workers: bool  # workers wait on synchronization inside their steps
     measures_blocking: bool  # False where waiting cannot be told apart from compute
 
-    def worker_hook(self, ctx: Any, workers: int) -> Any: ...
+    def worker_hook(self, ctx: BaseContext, workers: int) -> WorkerHook | None: ...
     def start(self) -> None: ...
     def observe(self, report: WorkerReport) -> None: ...
     def on_stop(self) -> None: ...
@@ -54,7 +62,7 @@ class RunnerDefaults:
         self._t0 = 0.0
         self._t_end: float | None = None
 
-    def worker_hook(self, ctx: Any, workers: int) -> Any:
+    def worker_hook(self, ctx: BaseContext, workers: int) -> WorkerHook | None:
         return None
 
     def start(self) -> None:
@@ -102,18 +110,72 @@ class StepRunner(RunnerDefaults):
     blocks_workers = True
 
 
-class WorkerHook:
-    """What a runner does inside each worker process. The defaults do nothing."""
+@dataclass
+class RunnerContext:
+    """What a mode's builder may use: the trainer's model, its peers and its host share."""
 
-    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+    cfg: TrainConfig
+    model: torch.nn.Module
+    trainer_group: ProcessGroup | None = None  # the process group of the trainers
+    trainer_cores: float = 1.0  # this trainer's share of its host's cores (the auto pace)
+    store: tuple[str, int] | None = None  # the launcher's TCP store (worker groups)
+
+
+class Steps(Protocol):
+    """What a worker calls on the optimizer its hook hands it (`wrap_optimizer`): a torch
+    optimizer, or a stand-in that steps elsewhere (a protocol's push to the servers)."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None: ...
+
+    def step(self) -> object: ...
+
+
+class HeldSteps(Protocol):
+    """The part of a trainer's shared worker slots a hook writes: `held[0]`, the step the
+    shared model holds (a hook whose worker trains a private replica says it there)."""
+
+    held: torch.Tensor
+
+
+@runtime_checkable
+class WorkerHook(Protocol):
+    """What a runner does inside each worker process, in the order a worker calls it:
+    `prepare` and `attach_slots` (before training), `wrap_optimizer`; then after every step
+    `agree_stop`, `finished`, `step_taken`, `step`, `progress`, and with each report
+    `report`; `where` in error messages; `finish` at the end. `HookDefaults` does nothing
+    at each call."""
+
+    endless_data: bool  # True: the worker's data wraps around until `finished()`
+
+    def prepare(self, model: nn.Module, trainer: int, worker: int,
+                steps: int = 0) -> nn.Module: ...
+    def wrap_optimizer(self, optimizer: Optimizer) -> Steps: ...
+    def attach_slots(self, slots: HeldSteps, start_step: int) -> None: ...
+    def agree_stop(self, requested: bool) -> bool: ...
+    def step(self) -> float: ...
+    def finished(self) -> bool: ...
+    def step_taken(self) -> bool: ...
+    def progress(self, own: float) -> float: ...
+    def report(self) -> dict[str, Any]: ...
+    def where(self) -> str: ...
+    def finish(self, shared_model: nn.Module, trained: nn.Module) -> None: ...
+
+
+class HookDefaults:
+    """`WorkerHook`'s calls doing nothing: what a hook does not override."""
+
+    endless_data = False
+
+    def prepare(self, model: nn.Module, trainer: int, worker: int,
+                steps: int = 0) -> nn.Module:
         """Returns the module the worker trains (the shared one unless overridden). `steps`:
         how many steps this worker will take."""
         return model
 
-    def wrap_optimizer(self, optimizer: Any) -> Any:
+    def wrap_optimizer(self, optimizer: Optimizer) -> Steps:
         return optimizer
 
-    def attach_slots(self, slots: Any, start_step: int) -> None:
+    def attach_slots(self, slots: HeldSteps, start_step: int) -> None:
         """Before training: the trainer's shared slots (a hook whose worker trains a private
         replica says there which step the shared model holds) and the step it resumes at."""
 
@@ -121,8 +183,6 @@ class WorkerHook:
         """After each optimizer step: whether to stop now, given whether this worker was asked
         to (workers whose collectives run in lockstep must agree on the step)."""
         return requested
-
-    endless_data = False  # True: the worker's data wraps around until `finished()`
 
     def step(self) -> float:
         """After each step; returns seconds spent waiting on synchronization."""
@@ -150,5 +210,5 @@ class WorkerHook:
         """Where in its synchronization schedule the worker is, for error messages."""
         return ""
 
-    def finish(self, shared_model: Any, trained: Any) -> None:
+    def finish(self, shared_model: nn.Module, trained: nn.Module) -> None:
         pass

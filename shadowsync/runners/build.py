@@ -1,68 +1,44 @@
 """From a run configuration to the runner a trainer uses.
 
-`--sync` names a mode in `shadowsync.runners.modes`; the mode's builder makes the runner from a
+`--sync` names a mode in `shadowsync.spec.modes`; the mode's builder makes the runner from a
 `RunnerContext`. Rule modes (s-*, fr-*) also accept `--sync-groups`, other rules for parts of
 the model; all groups share one runner, since a trainer has one sync thread.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from shadowsync.config import SyncConfig, TrainConfig
+from shadowsync.config import SyncConfig
 from shadowsync.errors import UserError
 from shadowsync.rules import make_rule
-from shadowsync.runners.base import Runner
+from shadowsync.runners.base import Runner, RunnerContext
 from shadowsync.runners.fallback import fallback_runner
 from shadowsync.runners.foreground import ForegroundSync
 from shadowsync.runners.groups import ParamGroup, split_model
-from shadowsync.runners.modes import MODES, mode_of
 from shadowsync.runners.shadow import BackgroundSync, Pace
+from shadowsync.spec.modes import mode_of
 from shadowsync.transport.collectives import TrainerExchange
 from shadowsync.transport.servers.dense import DenseServerClient
 
 
-@dataclass
-class RunnerContext:
-    """What a mode's builder may use: the trainer's model, its peers and its host share."""
-
-    cfg: TrainConfig
-    model: torch.nn.Module
-    trainer_group: Any = None  # the process group of the trainers (collectives)
-    trainer_cores: float = 1.0  # this trainer's share of its host's cores (the auto pace)
-    store: tuple[str, int] | None = None  # the launcher's TCP store (worker groups)
-
-
 def group_syncs(sync: SyncConfig, model: torch.nn.Module) -> dict[str, str]:
-    """Module prefix -> sync name, validated against the model's modules."""
+    """Module prefix -> sync name (`--sync-groups`, parsed and checked against the modes by
+    the configuration), each module checked to be one of the model's."""
     modules = {n for n, _ in model.named_children()}
-    rule_modes = [m.name for m in MODES.values() if m.rule is not None]
-    out: dict[str, str] = {}
-    for entry in sync.groups:
-        prefix, sep, name = entry.partition("=")
-        if not sep or prefix not in modules:
-            raise UserError(f"--sync-groups: '{entry}' must be MODULE=SYNC with MODULE one of "
+    for group in sync.groups:
+        if group.module not in modules:
+            raise UserError(f"--sync-groups: '{group}' must be MODULE=SYNC with MODULE one of "
                             f"{', '.join(sorted(modules))}")
-        if name not in rule_modes:
-            raise UserError(f"--sync-groups: '{name}' is not a rule ({', '.join(rule_modes)})")
-        out[prefix] = name
-    families = {mode_of(s).family for s in [*out.values(), sync.mode]
-                if mode_of(s).rule is not None}
-    if len(families) > 1:
-        raise UserError("--sync-groups: all groups must be background (s-*) or all foreground "
-                        "(fr-*) in one run")
-    if out and mode_of(sync.mode).rule is None and mode_of(sync.mode).synchronizes:
-        raise UserError(f"--sync-groups cannot be combined with --sync {sync.mode}")
-    return out
+    return {group.module: group.mode for group in sync.groups}
 
 
-def needs_dense_servers(cfg: TrainConfig, model: torch.nn.Module) -> bool:
-    names = [cfg.sync.mode, *group_syncs(cfg.sync, model).values()]
-    if cfg.sync.straggler_fallback is not None:
-        names.append(cfg.sync.straggler_fallback)
+def needs_dense_servers(sync: SyncConfig, model: torch.nn.Module) -> bool:
+    names = [sync.mode, *group_syncs(sync, model).values()]
+    if sync.straggler_fallback is not None:
+        names.append(sync.straggler_fallback)
     return any(mode_of(n).dense_servers for n in names)
 
 
@@ -76,25 +52,26 @@ def rule_for(sync: SyncConfig, trainers: int, rule: str) -> Any:
     return make_rule(rule)
 
 
-def param_groups(cfg: TrainConfig, model: torch.nn.Module) -> tuple[str | None, list[ParamGroup]]:
+def param_groups(sync: SyncConfig, trainers: int,
+                 model: torch.nn.Module) -> tuple[str | None, list[ParamGroup]]:
     """The runner family and the synchronized groups (params under `none` are left alone)."""
-    per_prefix = group_syncs(cfg.sync, model)
+    per_prefix = group_syncs(sync, model)
     groups: list[ParamGroup] = []
     family = None
     for key, params in split_model(model, {p: p for p in per_prefix}).items():
-        mode = mode_of(per_prefix.get(key, cfg.sync.mode))
+        mode = mode_of(per_prefix.get(key, sync.mode))
         if mode.rule is None:
             continue
         family = mode.family
         name = key if key != "*" else ("rest" if per_prefix else "dense")
-        groups.append(ParamGroup(name, params, rule_for(cfg.sync, cfg.cluster.trainers, mode.rule),
-                                 cfg.sync.write_back))
+        groups.append(ParamGroup(name, params, rule_for(sync, trainers, mode.rule),
+                                 sync.write_back))
     return family, groups
 
 
 def build_runner(ctx: RunnerContext) -> Runner | None:
     """The runner of this trainer, or None when nothing synchronizes."""
-    build = mode_of(ctx.cfg.sync.mode).build()
+    build = ctx.cfg.sync.entry.build()
     if build is None and ctx.cfg.sync.groups:
         build = grouped_runner  # --sync none with rules for some groups
     return build(ctx) if build is not None else None
@@ -103,16 +80,16 @@ def build_runner(ctx: RunnerContext) -> Runner | None:
 def grouped_runner(ctx: RunnerContext) -> Runner | None:
     """A background or foreground runner over the rule groups of `--sync` / `--sync-groups`."""
     cfg = ctx.cfg
-    family, groups = param_groups(cfg, ctx.model)
+    family, groups = param_groups(cfg.sync, cfg.cluster.trainers, ctx.model)
     centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.cluster.dense_servers or 0)
                for g in groups if g.rule.needs_servers or cfg.sync.straggler_fallback}
     exchange = TrainerExchange(ctx.trainer_group, cfg.cluster.trainers, centres,
                                dtype=cfg.sync.dtype,
                                transport=cfg.sync.transport)
     if family == "background":
-        pace = Pace(cfg.sync.interval_s(), cfg.sync.budget, ctx.trainer_cores)
+        pace = Pace(cfg.sync.interval.seconds, cfg.sync.budget, ctx.trainer_cores)
         if cfg.sync.straggler_fallback is not None:
-            return fallback_runner(cfg, groups, exchange, pace)
+            return fallback_runner(cfg.sync, cfg.switch.detector, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)
     if family == "foreground":
         return ForegroundSync(groups, exchange, cfg.sync.every)

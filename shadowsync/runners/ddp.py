@@ -26,18 +26,21 @@ import os
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim import Optimizer
 
-from shadowsync.runners.base import StepRunner, WorkerHook
+from shadowsync.runners.base import HeldSteps, HookDefaults, RunnerContext, StepRunner
 from shadowsync.transport.rendezvous import attempt
 
 
-class WorkerGroupHook(WorkerHook):
+class WorkerGroupHook(HookDefaults):
     """Puts every worker of every trainer in one process group, each with a private model."""
 
     period = 1  # the replicas are identical after every step (DDP)
@@ -50,10 +53,10 @@ class WorkerGroupHook(WorkerHook):
         self.prefix = prefix
         self.trainers = trainers
         self.workers = workers
-        self.slots: Any = None
+        self.slots: HeldSteps | None = None
         self.steps = 0
 
-    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+    def prepare(self, model: nn.Module, trainer: int, worker: int, steps: int = 0) -> nn.Module:
         store = dist.TCPStore(self.store_addr, self.store_port, is_master=False,
                               timeout=timedelta(seconds=120))
         dist.init_process_group("gloo", store=dist.PrefixStore(self.prefix, store),
@@ -64,7 +67,7 @@ class WorkerGroupHook(WorkerHook):
         self.replica = copy.deepcopy(model)  # a private replica: no Hogwild sharing under DDP
         return self.replica
 
-    def attach_slots(self, slots: Any, start_step: int) -> None:
+    def attach_slots(self, slots: HeldSteps, start_step: int) -> None:
         self.slots, self.steps = slots, start_step
         if self.rank % self.workers == 0:
             slots.held[0] = start_step
@@ -93,7 +96,7 @@ class WorkerGroupHook(WorkerHook):
             self.slots.held[0] = self.steps
         return 0.0
 
-    def finish(self, shared_model: Any, trained: Any) -> None:
+    def finish(self, shared_model: nn.Module, trained: nn.Module) -> None:
         # Replicas are identical (DDP) or averaged on the last period; rank 0 of each trainer
         # hands its copy back for evaluation.
         module = getattr(trained, "module", trained)
@@ -106,7 +109,7 @@ class WorkerGroupHook(WorkerHook):
 
 
 class DDPHook(WorkerGroupHook):
-    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+    def prepare(self, model: nn.Module, trainer: int, worker: int, steps: int = 0) -> nn.Module:
         return DistributedDataParallel(super().prepare(model, trainer, worker, steps))
 
 
@@ -141,7 +144,7 @@ class TorchPeriodicAveragingHook(WorkerGroupHook):
         self.period = period
         self.clock = AveragingClock()
 
-    def wrap_optimizer(self, optimizer: Any) -> Any:
+    def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer:
         # Here, not at the top: importing torch.distributed.optim takes about 3 s (measured
         # on these machines), paid only by the worker processes of this mode.
         from torch.distributed.optim import PostLocalSGDOptimizer
@@ -170,27 +173,27 @@ class WorkerGroupRunner(StepRunner):
         self.hook = hook
         self.kind = kind
 
-    def worker_hook(self, ctx: Any, workers: int) -> WorkerGroupHook:
+    def worker_hook(self, ctx: BaseContext, workers: int) -> WorkerGroupHook:
         return self.hook
 
     def describe(self) -> dict[str, Any]:
         return {"period": getattr(self.hook, "period", 1)}
 
 
-def _hook_args(ctx: Any) -> tuple[str, int, str, int, int]:
+def _hook_args(ctx: RunnerContext) -> tuple[str, int, str, int, int]:
     cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
     return addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers, cfg.cluster.workers
 
 
-def ddp_runner(ctx: Any) -> WorkerGroupRunner:
+def ddp_runner(ctx: RunnerContext) -> WorkerGroupRunner:
     """The builder of the `ddp` mode."""
     runner = WorkerGroupRunner(DDPHook(*_hook_args(ctx)), ctx.cfg.sync.mode)
     runner.measures_blocking = False  # DDP waits inside backward(), not separable
     return runner
 
 
-def periodic_averaging_runner(ctx: Any) -> WorkerGroupRunner:
+def periodic_averaging_runner(ctx: RunnerContext) -> WorkerGroupRunner:
     """The builder of the `torch-fr-ma` mode (post-local SGD)."""
     hook = TorchPeriodicAveragingHook(*_hook_args(ctx), period=ctx.cfg.sync.every)
     return WorkerGroupRunner(hook, ctx.cfg.sync.mode)

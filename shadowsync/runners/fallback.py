@@ -16,15 +16,15 @@ import logging
 import time
 from typing import Any
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import SyncConfig
 from shadowsync.rules import SyncRule, make_rule
 from shadowsync.rules.ma import ModelAveraging
 from shadowsync.runners.groups import ParamGroup
-from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.shadow import BackgroundSync, Pace
 from shadowsync.runners.switch.background import BackgroundFallback
-from shadowsync.runners.switch.detector import DetectorConfig
+from shadowsync.spec.detector import DetectorConfig
+from shadowsync.spec.modes import mode_of
 from shadowsync.transport.collectives import TrainerExchange
 
 log = logging.getLogger(__name__)
@@ -114,15 +114,14 @@ class _Averaging(ModelAveraging):
         return self.mean
 
 
-def fallback_runner(cfg: TrainConfig, groups: list[ParamGroup], exchange: TrainerExchange,
-                    pace: Pace) -> FallbackSync:
-    fallback = cfg.sync.straggler_fallback
+def fallback_runner(sync: SyncConfig, detector: DetectorConfig, groups: list[ParamGroup],
+                    exchange: TrainerExchange, pace: Pace) -> FallbackSync:
+    fallback = sync.straggler_fallback
     assert fallback is not None, "built only with --straggler-fallback"
     rule = mode_of(fallback).rule
-    primary = mode_of(cfg.sync.mode).rule
+    primary = sync.entry.rule
     assert rule is not None and primary is not None, "validated by the configuration"
-    policy = BackgroundFallback(primary, DetectorConfig.parse(cfg.switch.detector),
-                                fallback=rule)
-    rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=cfg.sync.elastic_alpha)
+    policy = BackgroundFallback(primary, detector, fallback=rule)
+    rules: dict[str, SyncRule] = {g.name: make_rule(rule, alpha=sync.elastic_alpha)
                                   for g in groups}
-    return FallbackSync(groups, exchange, pace, rules, policy, (cfg.sync.mode, fallback))
+    return FallbackSync(groups, exchange, pace, rules, policy, (sync.mode, fallback))

@@ -9,22 +9,23 @@ from __future__ import annotations
 
 import threading
 import time
+from multiprocessing.context import BaseContext
 from typing import Any
 
-from shadowsync.runners.base import WorkerHook
+from shadowsync.runners.base import HookDefaults
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.rounds import GroupRunner
 from shadowsync.transport.collectives import TrainerExchange
 
 
-class StepGate(WorkerHook):
+class StepGate(HookDefaults):
     """Shared by a trainer and its worker processes (multiprocessing primitives).
 
     Workers call `step()` after each step and `finish()` at the end; the trainer's sync thread
     calls `wait_for_round()` then `release()`.
     """
 
-    def __init__(self, ctx: Any, workers: int, every: int) -> None:
+    def __init__(self, ctx: BaseContext, workers: int, every: int) -> None:
         self.workers = workers
         self.every = every
         self._cond = ctx.Condition()
@@ -79,7 +80,7 @@ class ForegroundSync(GroupRunner):
         self.every = every
         self.gate: StepGate | None = None
 
-    def worker_hook(self, ctx: Any, workers: int) -> StepGate:
+    def worker_hook(self, ctx: BaseContext, workers: int) -> StepGate:
         self.gate = StepGate(ctx, workers, self.every)
         return self.gate
 

@@ -28,23 +28,24 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import asdict
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
+from torch import nn
 from torch.nn.utils import parameters_to_vector
+from torch.optim import Optimizer
 
 from shadowsync.protocols import Protocol
-from shadowsync.runners.base import StepRunner, WorkerHook
-from shadowsync.runners.modes import mode_of
+from shadowsync.runners.base import HookDefaults, RunnerContext, StepRunner
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
 from shadowsync.runners.switch.machine import SwitchMachine
-from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
-from shadowsync.runners.switch.search import resolve_share, with_bsp_share
-from shadowsync.transport.delay import LinkDelay
+from shadowsync.spec.delay import LinkDelay
+from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
@@ -74,7 +75,8 @@ class ProtocolSettings:
                  momentum: float, momentum_policy: str, workers: int, scale_lr: bool,
                  compensate: bool = False, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S, workers_per_trainer: int = 1) -> None:
+                 patience_s: float = DEFAULT_PATIENCE_S, workers_per_trainer: int = 1,
+                 link: LinkDelay | None = None) -> None:
         self.plan = plan
         self.servers = servers
         self.numel = numel
@@ -89,6 +91,7 @@ class ProtocolSettings:
         self.detector = detector or DetectorConfig()
         self.patience_s = patience_s
         self.workers_per_trainer = workers_per_trainer
+        self.link = link  # a network straggler (`--straggler kind=delay|jitter`)
 
     def schedule(self, budget: int) -> Schedule:
         return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
@@ -122,7 +125,7 @@ class ServerStepper:
         load_flat(self.hook.push(grad, self.params, scale), self.params)
 
 
-class ProtocolHook(WorkerHook):
+class ProtocolHook(HookDefaults):
     """A worker's side of the protocol. The dense server holding shard 0 decides which
     protocol runs (`switch.schedule`: the offline plan from global progress, or an online
     policy from every trainer's pace) and names it in every reply, so all workers of a BSP
@@ -132,10 +135,10 @@ class ProtocolHook(WorkerHook):
     one (its data wraps around), so a straggler does not hold the job back."""
 
     endless_data = True
-    link: LinkDelay | None = None  # an emulated slow link: a sleep before each push
 
     def __init__(self, settings: ProtocolSettings) -> None:
         self.s = settings
+        self.link = settings.link  # an emulated slow link: a sleep before each push
         # per worker process (each has its own copy after pickling)
         self.budget = 0  # gradients the job applies in all
         self.applied = 0  # gradients applied on the servers, as of the last reply
@@ -161,7 +164,8 @@ class ProtocolHook(WorkerHook):
         self._push_s: list[float] = []  # round trips of the current phase
         self._compute_s: list[float] = []
 
-    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+    def prepare(self, model: nn.Module, trainer: int, worker: int,
+                steps: int = 0) -> nn.Module:
         self.budget = steps * self.s.workers
         self.trainer = trainer
         self.location = f"trainer {trainer} worker {worker}"
@@ -179,7 +183,7 @@ class ProtocolHook(WorkerHook):
         load_flat(params, replica.parameters())
         return replica
 
-    def wrap_optimizer(self, optimizer: Any) -> Any:
+    def wrap_optimizer(self, optimizer: Optimizer) -> ServerStepper:
         # The local optimizer never steps (the servers do), only its schedule advances.
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step",
                                 category=UserWarning)
@@ -288,7 +292,7 @@ class ProtocolRunner(StepRunner):
         self.switches: list[dict[str, Any]] = []
         self.server_switches: list[dict[str, Any]] = []
 
-    def worker_hook(self, ctx: Any, workers: int) -> ProtocolHook:
+    def worker_hook(self, ctx: BaseContext, workers: int) -> ProtocolHook:
         return ProtocolHook(self.spec)
 
     def observe(self, report: WorkerReport) -> None:
@@ -382,17 +386,14 @@ def group_switches(events: list[dict[str, Any]],
     return out
 
 
-def protocol_runner(ctx: Any) -> ProtocolRunner:
+def protocol_runner(ctx: RunnerContext) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
     cfg = ctx.cfg
-    mode = mode_of(cfg.sync.mode)
+    mode = cfg.sync.entry
     if not mode.can_switch:
         plan = SwitchPlan.single(mode.protocols[0])
-    elif cfg.switch.at is not None:
-        plan = with_bsp_share(SwitchPlan.parse(cfg.switch.plan),
-                              resolve_share(cfg.switch.at, cfg.switch.job_name))
     else:
-        plan = SwitchPlan.parse(cfg.switch.plan)
+        plan = cfg.switch.protocol_plan()
     numel = sum(p.numel() for p in ctx.model.parameters())
     settings = ProtocolSettings(plan, cfg.cluster.dense_servers or 0, numel, cfg.optim.optimizer,
                                 cfg.optim.lr,
@@ -400,7 +401,9 @@ def protocol_runner(ctx: Any) -> ProtocolRunner:
                                 cfg.cluster.trainers * cfg.cluster.workers, cfg.switch.scale_lr,
                                 compensate=cfg.switch.compensate_momentum,
                                 policy=cfg.switch.policy if mode.can_switch else "plan",
-                                detector=DetectorConfig.parse(cfg.switch.detector),
+                                detector=cfg.switch.detector,
                                 patience_s=cfg.switch.patience,
-                                workers_per_trainer=cfg.cluster.workers)
+                                workers_per_trainer=cfg.cluster.workers,
+                                link=cfg.testing.straggler.link() if cfg.testing.straggler
+                                else None)
     return ProtocolRunner(settings, ctx.model, cfg.sync.mode)

@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 from torch.distributed import TCPStore
 
 from shadowsync.errors import UserError
+from shadowsync.runners.base import RunnerContext
 from shadowsync.runners.ddp import (
     AveragingClock,
     WorkerGroupHook,
@@ -132,7 +133,7 @@ class TorchftLocalSGDHook(WorkerGroupHook):
             self.lighthouse.shutdown()
 
 
-def torchft_runner(ctx: Any) -> WorkerGroupRunner:
+def torchft_runner(ctx: RunnerContext) -> WorkerGroupRunner:
     """The builder of the `torchft-ma` mode."""
     cfg = ctx.cfg
     if importlib.util.find_spec("torchft") is None:

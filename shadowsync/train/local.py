@@ -7,8 +7,7 @@ from typing import Any
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
-from shadowsync.train.tasks import task_of
-from shadowsync.train.trainer import DataPlan, Features, build_dense_model
+from shadowsync.train.tasks import DataPlan, Features, build_dense_model, task_of
 
 
 def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +21,31 @@ from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
 
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.coordinator import Checkpointer
-from shadowsync.checkpoint.interval import parse_every
 from shadowsync.checkpoint.store import read_manifest
-from shadowsync.config import TrainConfig, config_to_toml
+from shadowsync.config import CheckpointConfig, OutputConfig, TrainConfig, config_to_toml
+from shadowsync.embeddings import EmbeddingClient
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.stop import STOP, Interrupted, silence_stderr
 from shadowsync.metrics import evaluate_predictions
+from shadowsync.runners.base import Runner
 from shadowsync.runners.switch.overhead import switch_overhead
+from shadowsync.state_dicts import Checkpointable
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.saved_model import load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
-from shadowsync.train.trainer import DataPlan, Trainer, resumable, resumes_aligned
+from shadowsync.train.tasks import DataPlan
+from shadowsync.train.trainer import Trainer, TrainerStats
 from shadowsync.transport.layout import ClusterLayout
 
 log = logging.getLogger(__name__)
 
 
-def progress_enabled(cfg: TrainConfig) -> bool:
+def progress_enabled(output: OutputConfig) -> bool:
     """--progress / --no-progress, else on a terminal or in a notebook only; never under -q."""
-    if cfg.output.log_level == "warning":
+    if output.log_level == "warning":
         return False
-    if cfg.output.progress is not None:
-        return cfg.output.progress
+    if output.progress is not None:
+        return output.progress
     return sys.stderr.isatty() or _in_notebook()
 
 
@@ -55,30 +58,31 @@ def _in_notebook() -> bool:
     return type(shell).__name__ == "ZMQInteractiveShell"
 
 
-def progress_bar(total: int, desc: str, enabled: bool) -> Any:
+def progress_bar(total: int, desc: str, enabled: bool) -> tqdm:
     return tqdm(total=total, unit="ex", unit_scale=True, disable=not enabled, desc=desc,
                 dynamic_ncols=True)
 
 
-def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Any,
-                          tables: Any) -> tuple[WorkerSlots, dict[str, Any]]:
-    """What this trainer saves: its dense model, its workers' optimizer state and positions,
-    its sync rules' state, its random state, and the tables if they live here."""
+def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Runner | None,
+                          tables: EmbeddingClient) -> tuple[WorkerSlots,
+                                                           dict[str, Checkpointable]]:
+    """What this trainer saves besides its workers' positions (`slots`, saved when the mode
+    resumes): its dense model, its sync rules' state, its random state, and the tables if
+    they live here."""
     slots = WorkerSlots(list(model.parameters()), cfg.cluster.workers, cfg.optim.optimizer)
-    parts: dict[str, Any] = {"model": DenseModelState(model), "rng": RngState()}
-    if resumable(cfg):
-        parts["workers"] = slots
-        if runner is not None and hasattr(runner, "state_dict") and runner.state_dict():
-            parts["sync"] = runner
-    if hasattr(tables, "state_dict"):  # local tables (embedding servers save their own)
-        parts["tables"] = tables
+    parts: dict[str, Checkpointable] = {"model": DenseModelState(model), "rng": RngState()}
+    if cfg.sync.entry.resumable and runner is not None and runner.state_dict():
+        parts["sync"] = runner
+    local = tables.saved_here()
+    if local is not None:  # local tables (embedding servers save their own)
+        parts["tables"] = local
     return slots, parts
 
 
 def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
                       remote: list[str]) -> Checkpointer | None:
     """Trainer 0's checkpointer; None with `--checkpoint-every never`."""
-    if parse_every(cfg.checkpoint.every)[0] == "never":
+    if cfg.checkpoint.every.never:
         return None
 
     shards_per = cfg.cluster.trainers * cfg.cluster.workers
@@ -89,14 +93,14 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
                                cfg.optim.batch_size) for w, k in enumerate(positions))
 
     return Checkpointer(Path(cfg.output.dir or "."), cfg.checkpoint.every, cfg.checkpoint.keep,
-                        config_to_toml(replace(cfg, port=None, resume=None)), cfg.cluster.trainers,
+                        config_to_toml(cfg, leave_out=("port", "resume")), cfg.cluster.trainers,
                         remote,
                         [r for r in remote if r.startswith("trainer")], examples,
-                        resumable(cfg), {"sync": cfg.sync.mode, "task": cfg.task,
+                        cfg.sync.entry.resumable, {"sync": cfg.sync.mode, "task": cfg.task,
                                           # the model's input shape, known without the data
                                           "num_dense": plan.features.num_dense,
                                           "table_rows": list(plan.features.table_rows)},
-                        aligned=resumes_aligned(cfg))
+                        aligned=cfg.sync.entry.lockstep)
 
 
 @dataclass
@@ -106,10 +110,10 @@ class Replica:
     cfg: TrainConfig
     plan: DataPlan
     trainer: Trainer
-    runner: Any
-    checkpointer: Any
+    runner: Runner | None
+    checkpointer: Checkpointer | None
     metrics: MetricsLog
-    bar: Any
+    bar: tqdm
     resumed: dict[str, Any]
 
     @property
@@ -121,8 +125,9 @@ class Replica:
         return Path(self.cfg.output.dir or ".")
 
 
-def build_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, model: torch.nn.Module,
-                  runner: Any, checkpointer: Any, *, index: int = 0) -> Replica:
+def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
+                  model: torch.nn.Module, runner: Runner | None,
+                  checkpointer: Checkpointer | None, *, index: int = 0) -> Replica:
     """The trainer over its built parts: what it saves registered for checkpoints and, with
     `cfg.resume`, loaded from that checkpoint; its metrics log, progress bar and the note of
     its progress (--max-restarts). `checkpointer`: trainer 0's (`make_checkpointer`) or None."""
@@ -131,19 +136,21 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, model: torch.nn
     shard = ClusterLayout.trainer_name(index)
     for name, part in parts.items():
         shards.register(shard, name, part)
-    resumed = resume_summary(cfg)  # now: the checkpoint may be pruned by the end
+    if cfg.sync.entry.resumable:
+        shards.register_positions(shard, "workers", slots)
+        parts["workers"] = slots
+    resumed = resume_summary(cfg.checkpoint)  # now: the checkpoint may be pruned by the end
     if cfg.checkpoint.resume:
         shards.load_here(Path(cfg.checkpoint.resume), shard, parts, f"trainer {index}")
-        if resumes_aligned(cfg) and resumed.get("aligned_at") is not None:
+        if cfg.sync.entry.lockstep and resumed.get("aligned_at") is not None:
             slots.align(resumed["aligned_at"])
     lead = index == 0
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and lead)
     desc = "train" if cfg.cluster.trainers == 1 else f"trainer 0 (of {cfg.cluster.trainers})"
     bar = progress_bar(plan.train_stop // cfg.cluster.trainers, desc,
-                       lead and progress_enabled(cfg))
-    trainer_cfg = cfg if lead else replace(cfg, eval_points=0)  # trainer 0 evaluates for all
+                       lead and progress_enabled(cfg.output))
     progress = attempts.Progress(out, index)
-    trainer = Trainer(trainer_cfg, plan, tables, index=index, model=model, sync=runner,
+    trainer = Trainer(cfg, plan, tables, index=index, model=model, sync=runner,
                       log=metrics, progress=bar, slots=slots, checkpointer=checkpointer,
                       on_examples=progress, lost_peer=attempts.PeerWatch.of_launch(out))
     progress(trainer.stats.examples)
@@ -157,7 +164,11 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, model: torch.nn
     return Replica(cfg, plan, trainer, runner, checkpointer, metrics, bar, resumed)
 
 
-def run_replica(replica: Replica, *, gather: Callable[[Any], list[Any]] | None = None,
+Everyone = list[tuple[TrainerStats, dict[str, Any]]]  # each trainer's statistics, sync metrics
+
+
+def run_replica(replica: Replica, *,
+                gather: Callable[[tuple[TrainerStats, dict[str, Any]]], Everyone] | None = None,
                 remote_shards: list[str] | None = None,
                 followers: list[str] | None = None) -> dict[str, Any] | None:
     """Train this replica; returns the summary on trainer 0 (which writes it), else None.
@@ -189,7 +200,7 @@ def run_replica(replica: Replica, *, gather: Callable[[Any], list[Any]] | None =
     return write_run_summary(replica, stats, everyone, saved, final, best)
 
 
-def train_until_done(replica: Replica) -> Any:
+def train_until_done(replica: Replica) -> TrainerStats:
     """Run the trainer to the end of its data (or a stop), Ctrl-C / SIGTERM asking it to stop."""
     trainer = replica.trainer
     local_signals = STOP.install() if not STOP.installed else False  # a local run
@@ -207,8 +218,10 @@ def train_until_done(replica: Replica) -> Any:
     return stats
 
 
-def finish_training(replica: Replica, stats: Any, gather: Callable[[Any], list[Any]] | None
-                    ) -> tuple[list[Any], Any, dict[str, float] | None, dict[str, float] | None]:
+def finish_training(replica: Replica, stats: TrainerStats,
+                    gather: Callable[[tuple[TrainerStats, dict[str, Any]]], Everyone] | None
+                    ) -> tuple[Everyone, Path | None, dict[str, float] | None,
+                               dict[str, float] | None]:
     """After the last step: every trainer's statistics, the final checkpoint, and trainer 0's
     final evaluation (of the last model and of the best checkpoint, with --val-share)."""
     runner, trainer = replica.runner, replica.trainer
@@ -225,7 +238,8 @@ def finish_training(replica: Replica, stats: Any, gather: Callable[[Any], list[A
     return everyone, saved, final, best
 
 
-def write_run_summary(replica: Replica, stats: Any, everyone: list[Any], saved: Any,
+def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
+                      saved: Path | None,
                       final: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
     """Trainer 0: the run's summary.json, its last metrics row and the NE plot."""
     cfg, trainer, runner, out = replica.cfg, replica.trainer, replica.runner, replica.out
@@ -290,7 +304,7 @@ def selection_summary(trainer: Trainer, final: dict[str, float],
     return out
 
 
-def final_save(checkpointer: Any, stopped: int | None) -> Any:
+def final_save(checkpointer: Checkpointer, stopped: int | None) -> Path | None:
     """The run's last checkpoint. After a stop the others wait for it (`keep_alive`), and a
     failure (a process already gone) means no checkpoint, said in the launcher's one line."""
     if not stopped:
@@ -303,12 +317,12 @@ def final_save(checkpointer: Any, stopped: int | None) -> Any:
         return None
 
 
-def resume_summary(cfg: TrainConfig) -> dict[str, Any]:
+def resume_summary(checkpoint: CheckpointConfig) -> dict[str, Any]:
     """Where a resumed run came from and what it trained twice."""
-    if not cfg.checkpoint.resume:
+    if not checkpoint.resume:
         return {}
-    manifest = read_manifest(Path(cfg.checkpoint.resume), "--resume")
-    out = {"resumed_from": cfg.checkpoint.resume, "resumed_examples": manifest["examples"],
+    manifest = read_manifest(Path(checkpoint.resume), "--resume")
+    out = {"resumed_from": checkpoint.resume, "resumed_examples": manifest["examples"],
            "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
     if manifest.get("aligned_at") is not None:  # where every worker resumes (lockstep modes)
         out["aligned_at"] = manifest["aligned_at"]
@@ -321,7 +335,8 @@ def resumed_eps(summary: dict[str, Any]) -> None:
         summary["eps"] = (summary["examples"] - summary["resumed_examples"]) / summary["wall_s"]
 
 
-def sync_summary(everyone: list[Any], stats: list[Any], runner: Any) -> dict[str, Any]:
+def sync_summary(everyone: Everyone, stats: list[TrainerStats],
+                 runner: Runner | None) -> dict[str, Any]:
     """Synchronization figures over all trainers: rounds a minute, time blocked, settings."""
     per_min = [m.get("syncs_per_min") for _, m in everyone if m.get("syncs_per_min") is not None]
     busy = sum(s.busy_s for s in stats)

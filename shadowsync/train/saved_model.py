@@ -38,7 +38,7 @@ from shadowsync.data.dataset import predict_rows, resolve, sparse_features
 from shadowsync.errors import UserError
 from shadowsync.models.trained import SparseFeature, TrainedModel
 from shadowsync.runners.protocol import KEY, load_flat
-from shadowsync.train.trainer import Features, build_dense_model, features_of
+from shadowsync.train.tasks import Features, build_dense_model, features_of
 from shadowsync.transport.servers.dense import TRAINED
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 

@@ -14,12 +14,15 @@ import logging
 import queue as queue_mod
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
+from shadowsync.checkpoint.coordinator import Checkpointer
 from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingClient
@@ -28,15 +31,13 @@ from shadowsync.forkserver import start_worker, worker_context
 from shadowsync.lifecycle.exits import TrainingDiverged
 from shadowsync.lifecycle.stop import STOP
 from shadowsync.runners.base import Runner
-from shadowsync.runners.modes import mode_of
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.selection import ModelSelection, validation_points
 from shadowsync.train.state import WorkerSlots, examples_in
-from shadowsync.train.straggler import Straggler
-from shadowsync.train.tasks import DataPlan, Features, task_of
+from shadowsync.train.tasks import DataPlan, build_dense_model, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
 from shadowsync.transport.layout import ClusterLayout
 
@@ -53,46 +54,6 @@ DECAY_FLAG = ".lr-decay"
 # decides on a checkpoint, whatever its workers report: a dead peer is seen, and a checkpoint
 # is taken, within about this long.
 TICK_S = 0.1
-# DataPlan and Features live with the tasks; callers have always found them here.
-__all__ = ["DataPlan", "Features", "Trainer", "TrainerStats", "build_dense_model", "features_of",
-           "plan_data"]
-
-
-def features_of(cfg: TrainConfig) -> Features:
-    """The shape the run's model and tables are sized by (the task's, from cheap headers)."""
-    return task_of(cfg.task).features(cfg)
-
-
-def plan_data(cfg: TrainConfig) -> DataPlan:
-    """Open (convert, generate) the task's data once and decide train and held-out rows."""
-    return task_of(cfg.task).plan_data(cfg)
-
-
-def resumable(cfg: TrainConfig) -> bool:
-    """Whether a run can stop early and resume from its workers' positions. The protocols
-    (bsp, asp, switch) can: the dense servers end every worker's step at once when asked
-    (`Runner.on_stop`); ddp, torch-fr-ma and torchft-ma stop at a step their workers
-    agree on (`WorkerGroupHook.agree_stop`)."""
-    return mode_of(cfg.sync.mode).resumable
-
-
-def resumes_aligned(cfg: TrainConfig) -> bool:
-    """Whether every worker of the job resumes at one step: the lockstep modes (a checkpoint
-    taken while they train may find their workers a step apart; a DDP worker group must take
-    equal steps, a BSP step needs one gradient from each worker)."""
-    return mode_of(cfg.sync.mode).lockstep
-
-
-def stops_alone(cfg: TrainConfig) -> bool:
-    """Whether each worker may stop after its own current step (not a protocol's, whose
-    servers decide when every worker stops)."""
-    return mode_of(cfg.sync.mode).stops_alone
-
-
-def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
-    """The one place a run's dense model is made (the task's: DLRM or --model for ctr), in
-    every process."""
-    return task_of(cfg.task).build_model(cfg, features)
 
 
 @dataclass
@@ -121,9 +82,10 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient, *,
                  index: int = 0,
                  model: torch.nn.Module | None = None, sync: Runner | None = None,
-                 log: MetricsLog | None = None, progress: Any = None,
-                 slots: WorkerSlots | None = None, checkpointer: Any = None,
-                 on_examples: Any = None, lost_peer: Any = None) -> None:
+                 log: MetricsLog | None = None, progress: tqdm | None = None,
+                 slots: WorkerSlots | None = None, checkpointer: Checkpointer | None = None,
+                 on_examples: Callable[[int], None] | None = None,
+                 lost_peer: Callable[[], str | None] | None = None) -> None:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
@@ -145,15 +107,17 @@ class Trainer:
         self.on_examples = on_examples  # called with the examples trained so far
         self.lost_peer = lost_peer  # () -> name of a process of the job that is gone, or None
         self.context = worker_context()  # how the workers start: forked or spawned
-        self.stop_event = self.context.Event() if stops_alone(cfg) else None
+        self.stop_event = self.context.Event() if cfg.sync.entry.stops_alone else None
         self.stop_signal: int | None = None
         self._evaluating = False
         self._slices: list[Any] | None = None  # each worker's rows (`_examples_at`)
         self.stats.examples = self.resumed_examples()
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         self.validating = plan.val_start is not None and index == 0
+        # Trainer 0 evaluates (and validates) for every trainer.
+        self.eval_points = cfg.output.eval_points if index == 0 else 0
         self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop)
-        self.best_checkpoint: Any = None
+        self.best_checkpoint: Path | None = None
         self.early_stopped = False
         self._last_val_examples: int | None = None
         self._val_at: list[int] = []  # trainer examples at which to validate next
@@ -206,7 +170,7 @@ class Trainer:
         cfg, plan = self.cfg, self.plan
         shards = cfg.cluster.trainers * cfg.cluster.workers
         stop = plan.train_stop
-        if mode_of(cfg.sync.mode).lockstep:  # workers step in lockstep with all others
+        if cfg.sync.entry.lockstep:  # workers step in lockstep with all others
             # Every rank must take the same number of steps, or its last collective waits
             # forever for the ranks that ran out of data: drop the uneven tail.
             stop = (stop // cfg.optim.batch_size // shards) * shards * cfg.optim.batch_size
@@ -220,8 +184,7 @@ class Trainer:
                 batch_size=cfg.optim.batch_size, table_size=list(plan.features.table_rows),
                 optimizer=cfg.optim.optimizer, lr=cfg.optim.lr, schedule=LrSchedule.of(cfg.optim),
                 report_every=max(1, min(64, 8192 // cfg.optim.batch_size)), seed=cfg.seed,
-                straggler=Straggler.parse(cfg.testing.straggler,
-                                          cfg.cluster.trainers) if cfg.testing.straggler else None,
+                straggler=cfg.testing.straggler,
                 start_step=start, slots=self.slots, stop=self.stop_event,
                 poison_at_step=self.poison_step(w),
                 decay_flag=str(self.decay_flag) if self.decay_flag is not None else None,
@@ -234,9 +197,6 @@ class Trainer:
         ctx = self.context
         messages = ctx.Queue()
         hook = self.sync.worker_hook(ctx, self.cfg.cluster.workers) if self.sync else None
-        if hook is not None and self.cfg.testing.straggler:  # a network straggler delays the pushes
-            hook.link = Straggler.parse(self.cfg.testing.straggler,
-                                        self.cfg.cluster.trainers).link()
         ready = ctx.Barrier(self.cfg.cluster.workers)
         specs = self.worker_specs()
         self._procs = []
@@ -313,11 +273,11 @@ class Trainer:
         expected = plan.train_stop // cfg.cluster.trainers
         start = self.stats.examples  # > 0 in a resumed run
         next_log = (start // cfg.output.log_every + 1) * cfg.output.log_every
-        eval_every = max(1, expected // max(1, cfg.output.eval_points))
+        eval_every = max(1, expected // max(1, self.eval_points))
         next_eval = (start // eval_every + 1) * eval_every
         per_epoch = plan.rows_per_epoch // cfg.cluster.trainers
         self._val_at = [v for v in validation_points(per_epoch, cfg.data.epochs,
-                                                     cfg.output.eval_points)
+                                                     self.eval_points)
                         if v > start] if self.validating else []
         self._t0 = t0
         done: set[int] = set()
@@ -365,7 +325,7 @@ class Trainer:
             if s.examples >= next_log:
                 next_log += cfg.output.log_every
                 row = self._metrics_row(wall)
-            if s.examples >= next_eval and cfg.output.eval_points > 0 and not self.validating:
+            if s.examples >= next_eval and self.eval_points > 0 and not self.validating:
                 next_eval += eval_every
                 row = row or self._metrics_row(wall)
                 row[f"eval_{self.task.metric}"] = self.sample_eval()

@@ -11,14 +11,17 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from shadowsync.data.dataset import EpochOrder, batches, num_batches
+from shadowsync.data.dataset import Batch, EpochOrder, batches, num_batches
+from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import failure_line
 from shadowsync.lifecycle.attempts import note_process
 from shadowsync.lifecycle.exits import TrainingDiverged
@@ -30,10 +33,12 @@ from shadowsync.lifecycle.stop import (
     watch_parent,
     watch_signals,
 )
-from shadowsync.runners.base import WorkerHook
+from shadowsync.runners.base import HookDefaults, WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
+from shadowsync.spec.straggler import Straggler
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.straggler import Straggler
+from shadowsync.train.state import WorkerSlots
+from shadowsync.train.straggler import pace_of
 from shadowsync.train.tasks import task_of
 
 
@@ -67,8 +72,8 @@ class WorkerSpec:
     seed: int
     straggler: Straggler | None = None
     start_step: int = 0  # steps of this shard already trained (a resumed run)
-    slots: Any = None  # WorkerSlots: shared optimizer state and positions, for checkpoints
-    stop: Any = None  # an Event: stop after the current step (None: this mode cannot stop early)
+    slots: WorkerSlots | None = None  # shared optimizer state and positions, for checkpoints
+    stop: Event | None = None  # stop after the current step (None: this mode cannot stop early)
     poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
     decay_flag: str | None = None  # --lr-decay-on-plateau: the decay starts when this exists
 
@@ -134,7 +139,7 @@ def poison(model: torch.nn.Module) -> None:
         next(model.parameters()).fill_(float("nan"))
 
 
-def endless(one_pass: Any) -> Any:
+def endless(one_pass: Callable[[], Iterator[Batch]]) -> Iterator[Batch]:
     """Pass after pass over a worker's shard, for runners that end training themselves."""
     while True:
         empty = True
@@ -145,15 +150,15 @@ def endless(one_pass: Any) -> Any:
             return
 
 
-def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any, queue: Any,
-                ready: Any, hook: WorkerHook | None = None) -> None:
+def worker_main(spec: WorkerSpec, shared_model: torch.nn.Module, tables: EmbeddingClient,
+                queue: Queue, ready: Barrier, hook: WorkerHook | None = None) -> None:
     """Train on this worker's shard, sending `WorkerReport`s, then `WorkerDone` (or
     `WorkerFailed`) to the trainer.
 
     `hook` is the runner's part inside the worker: a foreground gate that may block after a
     step while a round runs, or a DDP / periodic-averaging wrapper around a private replica.
     """
-    hook = hook or WorkerHook()
+    hook = hook or HookDefaults()
     note_process(f"trainer{spec.trainer}-worker{spec.worker}")
     watch_parent()
     stopped = stop_on_signals(spec)
@@ -175,7 +180,7 @@ class WorkerRun:
     """One worker's training, in phases: open its data, model and optimizer (`__init__`),
     train step after step (`train`), then settle and say it is done (`finish`)."""
 
-    def __init__(self, spec: WorkerSpec, shared_model: torch.nn.Module, tables: Any,
+    def __init__(self, spec: WorkerSpec, shared_model: torch.nn.Module, tables: EmbeddingClient,
                  hook: WorkerHook, stopped: threading.Event) -> None:
         self.spec, self.shared_model, self.tables, self.hook = spec, shared_model, tables, hook
         self.stopped = stopped
@@ -217,7 +222,7 @@ class WorkerRun:
                             self.label_sum, now - self.t_report, self.blocked, self.step_s,
                             self.hook.report())
 
-    def stream(self) -> Iterator[Any]:
+    def stream(self) -> Iterator[Batch]:
         """The worker's batches: one pass over its shard, or pass after pass for runners that
         end training themselves. A resumed worker skips the steps its position counts; one
         whose data wrapped around (a fast worker under ASP) skips them within its pass."""
@@ -226,7 +231,7 @@ class WorkerRun:
                 else spec.start_step]
         order = EpochOrder(d.epoch_rows, d.seed) if d.epoch_rows else None
 
-        def one_pass() -> Any:
+        def one_pass() -> Iterator[Batch]:
             first, skip[0] = skip[0], 0
             return batches(self.data, d.start, d.stop, spec.batch_size, shard=d.shard,
                            num_shards=d.num_shards, table_size=spec.table_size, skip=first,
@@ -234,12 +239,12 @@ class WorkerRun:
 
         return endless(one_pass) if hook.endless_data else one_pass()
 
-    def train(self, queue: Any) -> None:
+    def train(self, queue: Queue) -> None:
         """Step until the data, the runner or a stop ends it, reporting every few steps."""
         spec, hook, tables = self.spec, self.hook, self.tables
         self.t_start = time.time()  # wall clock, comparable across the trainer's processes
         self.t_report = self.t_step = time.perf_counter()
-        self.pace = spec.straggler.pace(spec.trainer) if spec.straggler is not None else None
+        self.pace = pace_of(spec.straggler, spec.trainer) if spec.straggler is not None else None
         stream = self.stream()
         batch = next(stream, None)
         vectors = tables.lookup(batch[1]) if batch is not None else None
@@ -302,13 +307,11 @@ class WorkerRun:
             self._clear_counts()
             self.t_report = now
 
-    def finish(self, queue: Any) -> None:
+    def finish(self, queue: Queue) -> None:
         """Hand the model back, settle the embedding pushes and the position, say done."""
         spec = self.spec
         self.hook.finish(self.shared_model, self.model)
-        flush = getattr(self.tables, "flush", None)
-        if flush is not None:
-            flush()  # every push applied: the position below is exact
+        self.tables.flush()  # every push applied: the position below is exact
         if spec.slots is not None:
             spec.slots.advance(spec.worker, self.steps, settled=True)
         queue.put(WorkerDone(spec.trainer, spec.worker, self.t_start, time.time()))

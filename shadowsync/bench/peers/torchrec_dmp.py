@@ -51,7 +51,7 @@ def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     """Train `cfg`'s job (data, model shape, examples, batch, learning rates) the TorchRec
     way on 2 ranks; the same result keys as one of our runs."""
     from shadowsync.bench.peers.ranks import run_ranks
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     plan_data(cfg)  # convert or generate the data once, before the ranks open it
     t0 = time.time()
@@ -84,7 +84,7 @@ def _model(cfg: TrainConfig, plan: Any, padded: int, embedding_lr: float) -> Any
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
     from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-    from shadowsync.train.trainer import build_dense_model
+    from shadowsync.train.tasks import build_dense_model
 
     rows = plan.features.table_rows
     width = cfg.model.table_width()
@@ -184,7 +184,7 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
 
     from shadowsync.data.dataset import num_batches
     from shadowsync.train.schedule import LrSchedule
-    from shadowsync.train.trainer import plan_data
+    from shadowsync.train.tasks import plan_data
 
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)

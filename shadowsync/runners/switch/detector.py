@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from shadowsync.runners.switch.detector_spec import DetectorConfig
+from shadowsync.spec.detector import DetectorConfig
 
 
 @dataclass

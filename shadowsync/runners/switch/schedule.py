@@ -23,7 +23,7 @@ from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
 from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S, Elastic
 from shadowsync.runners.switch.greedy import Greedy
 from shadowsync.runners.switch.isolate import Isolate
-from shadowsync.runners.switch.plan import SwitchPlan
+from shadowsync.spec.plan import SwitchPlan
 from shadowsync.state_dicts import nest, part
 
 POLICIES = ("plan", "greedy", "elastic", "isolate")

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.errors import UserError
-from shadowsync.protocols import Protocol
-from shadowsync.runners.switch.plan import Phase, SwitchPlan, parse_share
+from shadowsync.spec.share import BspShare
 
 DEFAULT_STORE = "runs/switch-search"
 DEFAULT_PROBES = 6  # points measured in all, full BSP included
@@ -126,32 +125,21 @@ def load(name: str, root: str | Path = DEFAULT_STORE) -> SearchResult:
     return SearchResult(**json.loads(path.read_text()))
 
 
-def resolve_share(at: str, job_name: str | None, root: str | Path = DEFAULT_STORE) -> float:
-    """`--switch-at`: a share in (0, 1], or 'auto' for the stored search result."""
-    if at == "auto":
-        if not job_name:
-            raise UserError("--switch-at auto needs --job-name (the name `shadowsync switch "
-                            "search` stored its result under)")
-        return load(job_name, root).share
-    share = parse_share(at)
-    if share is None:
-        raise UserError(f"--switch-at: expected 'auto' or a BSP share in (0, 1], got {at!r}")
-    return share
-
-
-def with_bsp_share(plan: SwitchPlan, share: float) -> SwitchPlan:
-    """BSP for `share` of the job, then ASP (the plan's order kept if it starts with ASP)."""
-    if share >= 1.0:
-        return SwitchPlan.single(Protocol.BSP)
-    bsp, asp = Protocol.BSP, Protocol.ASP
-    first, second = (asp, bsp) if plan.phases[0].mode == asp else (bsp, asp)
-    a = share if first == bsp else 1.0 - share
-    return SwitchPlan((Phase(first, a), Phase(second, 1.0 - a)))
+def resolve_share(at: BspShare, job_name: str | None,
+                  root: str | Path = DEFAULT_STORE) -> BspShare:
+    """`--switch-at` with `auto` resolved to the share stored for `job_name` (read once, by the
+    job's entry, before any process starts)."""
+    if not at.auto or at.share is not None:
+        return at
+    if not job_name:
+        raise UserError("--switch-at auto needs --job-name (the name `shadowsync switch "
+                        "search` stored its result under)")
+    return at.resolved(load(job_name, root).share)
 
 
 def plot(result: SearchResult, path: Path) -> None:
     # Here, not at the top: matplotlib with pyplot takes about 1.7 s to import (measured),
-    # and every protocol run imports this module (`resolve_share`) without plotting.
+    # and every switch job's entry imports this module (`resolve_share`) without plotting.
     import matplotlib
 
     matplotlib.use("Agg")

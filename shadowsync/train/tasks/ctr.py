@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from shadowsync.config import TrainConfig
-from shadowsync.data import arrays
-from shadowsync.data.dataset import feature_counts, open_data, resolve, table_rows_of
+from shadowsync.data.dataset import check_ids, feature_counts, open_data, resolve, table_rows_of
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
 from shadowsync.metrics.ctr import roc_auc
@@ -77,10 +76,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     features = Features(train.num_dense,
                         table_rows_of(train.source, train.num_tables, cfg.model.table_rows))
     for rows in (train, ev):
-        if rows.source != "synthetic" and arrays.is_array_dir(rows.source):
-            arrays.check_ids(rows.source, rows.cats, features.table_rows)
-            arrays.check_bag_ids(rows.source, rows.multi_hot,
-                                 features.table_rows[rows.cats.shape[1]:])
+        check_ids(rows, features.table_rows)
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
                     open_examples=len(train) if cfg.data.path == "synthetic" else None,
                     open_path=train.source if cfg.data.schema else None,

@@ -11,21 +11,13 @@ share as their BSP quota.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shadowsync.errors import UserError
 from shadowsync.protocols import Protocol
+from shadowsync.spec.share import parse_share
 
 PROTOCOLS = tuple(p.value for p in Protocol)
-
-
-def parse_share(text: str) -> float | None:
-    """A BSP share in (0, 1] from `text`, or None when it is not one."""
-    try:
-        share = float(text)
-    except ValueError:
-        return None
-    return share if 0.0 < share <= 1.0 else None
 
 
 @dataclass(frozen=True)
@@ -37,6 +29,7 @@ class Phase:
 @dataclass(frozen=True)
 class SwitchPlan:
     phases: tuple[Phase, ...]
+    text: str = field(default="", compare=False)  # as written; "" for a plan made in code
 
     @staticmethod
     def parse(text: str, option: str = "--switch-plan") -> SwitchPlan:
@@ -64,7 +57,7 @@ class SwitchPlan:
         if abs(total - 1.0) > 1e-9 or phases[-1].share <= 1e-12:
             raise UserError(f"{option}: shares must add up to 1 (got {total:g}); leave the last "
                             "share out to give it the rest")
-        return SwitchPlan(tuple(phases))
+        return SwitchPlan(tuple(phases), text)
 
     @staticmethod
     def single(mode: Protocol) -> SwitchPlan:
@@ -85,5 +78,15 @@ class SwitchPlan:
     def share_of(self, mode: Protocol) -> float:
         return sum(p.share for p in self.phases if p.mode == mode)
 
+    def with_bsp_share(self, share: float) -> SwitchPlan:
+        """BSP for `share` of the job, then ASP (this plan's order kept if it starts with
+        ASP)."""
+        if share >= 1.0:
+            return SwitchPlan.single(Protocol.BSP)
+        bsp, asp = Protocol.BSP, Protocol.ASP
+        first, second = (asp, bsp) if self.phases[0].mode == asp else (bsp, asp)
+        a = share if first == bsp else 1.0 - share
+        return SwitchPlan((Phase(first, a), Phase(second, 1.0 - a)))
+
     def __str__(self) -> str:
-        return ",".join(f"{p.mode.value}:{p.share:g}" for p in self.phases)
+        return self.text or ",".join(f"{p.mode.value}:{p.share:g}" for p in self.phases)

@@ -5,7 +5,9 @@ parameter groups), whether it needs dense parameter servers, and whether every w
 job steps in lockstep (then every worker must take the same number of steps, or its last step
 waits forever for ranks that ran out of data).
 
-Adding a mode is one module with a builder plus one entry here. Builders are named as
+Adding a mode is one module with a builder plus one entry here (and its row in `TABLE`, the
+table of modes the README and docs/sync-modes.md show, which `scripts/mode_table.py` writes
+from it). Builders are named as
 "module:function" and imported only when a run needs them, so this table stays a leaf that the
 configuration can read without importing torch.
 """
@@ -91,7 +93,50 @@ MODES: dict[str, SyncMode] = {m.name: m for m in [
 ]}
 
 SYNC_CHOICES = tuple(MODES)
-__all__ = ["MODES", "SYNC_CHOICES", "Protocol", "SyncMode", "mode_of"]
+DEFAULT_MODE = "s-bmuf"  # --sync's default (`config.sections.SyncConfig.mode`)
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One row of the table of modes users read: modes that run alike, what and when."""
+
+    modes: tuple[str, ...]
+    what: str
+    when: str
+
+
+TABLE: tuple[TableRow, ...] = (
+    TableRow(("s-ma", "s-bmuf", "s-easgd"),
+             "model averaging, blockwise model-update filtering, elastic averaging",
+             "in a background thread that never stops the workers (ShadowSync)"),
+    TableRow(("fr-ma", "fr-bmuf", "fr-easgd"), "the same rules",
+             "in the foreground, every `--sync-every` steps, workers waiting"),
+    TableRow(("ddp",), "PyTorch DistributedDataParallel (gradient AllReduce)",
+             "inside every step"),
+    TableRow(("torch-fr-ma",), "PyTorch's post-local SGD (`PeriodicModelAverager`)",
+             "every `--sync-every` steps"),
+    TableRow(("torchft-ma",), "torchft's LocalSGD (optional `peers` extra)",
+             "every `--sync-every` steps"),
+    TableRow(("bsp", "asp"), "bulk-synchronous / asynchronous SGD on dense parameter servers",
+             "every step"),
+    TableRow(("switch",), "BSP, then ASP (or any `--switch-plan`), switched in place",
+             "every step"),
+    TableRow(("none",), "nothing: independent trainers", "never"),
+)
+
+
+def mode_table() -> str:
+    """`TABLE` as Markdown: every mode in one row, the default marked."""
+    lines = ["| `--sync` | what runs | when |", "|---|---|---|"]
+    for row in TABLE:
+        names = ", ".join(f"`{m}`" + (" (default)" if m == DEFAULT_MODE else "")
+                          for m in row.modes)
+        lines.append(f"| {names} | {row.what} | {row.when} |")
+    return "\n".join(lines)
+
+
+__all__ = ["DEFAULT_MODE", "MODES", "SYNC_CHOICES", "TABLE", "Protocol", "SyncMode",
+           "TableRow", "mode_of", "mode_table"]
 
 
 def mode_of(name: str) -> SyncMode:
