@@ -124,6 +124,11 @@ class DynamicRowMap:
         self.capacity, self.admit_after, self.eviction = capacity, admit_after, eviction
         self.tensors = tensors if tensors is not None else map_tensors(
             capacity, sketch_width, sketch_depth)
+        self.bind()
+
+    def bind(self) -> None:
+        """Take numpy views of the tensors again: after they moved (`share_memory_`) or the
+        map arrived in another process (views are not pickled, the tensors are)."""
         a = {k: t.numpy() for k, t in self.tensors.items()}
         self._slot_key, self._slot_row = a["slot_key"], a["slot_row"]
         self._row_key, self._last_used, self._free = a["row_key"], a["last_used"], a["free"]
@@ -131,6 +136,13 @@ class DynamicRowMap:
         self._shift = np.uint64(64 - (len(self._slot_key).bit_length() - 1))
         depth = self._sketch.shape[0]
         self._sketch_salt = mix64(np.arange(1, depth + 1, dtype=np.uint64) * GOLDEN)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.bind()
 
     # -- what a holder asks ------------------------------------------------------------------
     def resolve(self, keys: np.ndarray, examples: int = 0, admit: bool = True

@@ -217,7 +217,7 @@ class Trainer:
                                cfg.seed, cfg.data.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.cluster.workers + w, num_shards=shards,
                                epoch_rows=plan.epoch_rows),
-                batch_size=cfg.optim.batch_size, table_size=list(plan.features.table_rows),
+                batch_size=cfg.optim.batch_size, table_size=list(plan.features.id_modulus),
                 optimizer=cfg.optim.optimizer, lr=cfg.optim.lr, schedule=LrSchedule.of(cfg.optim),
                 report_every=max(1, min(64, 8192 // cfg.optim.batch_size)), seed=cfg.seed,
                 straggler=Straggler.parse(cfg.testing.straggler,
@@ -410,7 +410,7 @@ class Trainer:
             return  # the model it ends with is the one last validated (give or take a step)
         self._last_val_examples = trained
         m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
-                     plan.features.table_rows)
+                     plan.features.id_modulus)
         epoch = trained * cfg.cluster.trainers / plan.rows_per_epoch
         value = m[self.task.metric]
         improved = self.selection.observe(value, epoch=round(epoch, 3),
