@@ -10,6 +10,7 @@ from shadowsync.config import ClusterConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
+from shadowsync.train.local import dynamic_spec
 from shadowsync.train.trainer import build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
@@ -62,8 +63,11 @@ def trainers_here(layout: ClusterLayout) -> int:
 
 
 def embedding_plan(cfg: TrainConfig) -> ShardingPlan:
-    return ShardingPlan(cfg.cluster.embedding_servers, features_of(cfg).table_rows,
-                        cfg.cluster.row_split_limit)
+    features = features_of(cfg)
+    dynamic = (dynamic_spec(cfg, features, cfg.cluster.embedding_servers)
+               if cfg.model.tables == "dynamic" else None)
+    return ShardingPlan(cfg.cluster.embedding_servers, features.table_rows,
+                        cfg.cluster.row_split_limit, dynamic)
 
 
 def embedding_client(cfg: TrainConfig, layout: ClusterLayout,

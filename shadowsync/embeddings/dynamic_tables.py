@@ -67,10 +67,12 @@ class DynamicSpec:
     init_rows: int = 100_000  # new rows start as a fixed table of this many rows does
 
     def build(self, dim: int, seed: int, lock_path: str | None = None,
+              tensors: dict[str, torch.Tensor] | None = None,
               **table_optimizer: Any) -> DynamicTables:
+        """A holder; over existing `tensors` (another process's, mapped) when given."""
         return DynamicTables(self.num_tables, self.capacity, dim, self.admit_after,
                              Eviction.parse(self.eviction), self.init_rows, seed, lock_path,
-                             **table_optimizer)
+                             tensors=tensors, **table_optimizer)
 
 
 class HostLock:
@@ -82,6 +84,13 @@ class HostLock:
         self._thread = threading.Lock()
         self._fd: int | None = None
         self._pid = os.getpid()
+        self._open()
+
+    def _open(self) -> None:
+        """Open the file now, while its name is sure to be there (its owner may remove the
+        name once every process has it open)."""
+        if self.path is not None and (self._fd is None or self._pid != os.getpid()):
+            self._fd, self._pid = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600), os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path}
@@ -91,9 +100,8 @@ class HostLock:
 
     def __enter__(self) -> None:
         self._thread.acquire()
-        if self.path is not None:
-            if self._fd is None or self._pid != os.getpid():
-                self._fd, self._pid = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600), os.getpid()
+        self._open()
+        if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     def __exit__(self, *exc: Any) -> None:
