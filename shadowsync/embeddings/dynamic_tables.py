@@ -258,3 +258,11 @@ def keys_of(ids: torch.Tensor | Bags) -> torch.Tensor:
         raw = ids.reshape(-1).numpy()
         tables = np.tile(np.arange(ids.shape[1]), ids.shape[0])
     return torch.from_numpy(raw_keys(tables, raw))
+
+
+def merge_counters(per_holder: list[dict[str, int]]) -> dict[str, int]:
+    """The counters of several holders' maps as one job's: sums, but the clock (each holder
+    counts the examples whose ids reached it) is the largest."""
+    out = {k: sum(c[k] for c in per_holder) for k in per_holder[0]}
+    out["clock"] = max(c["clock"] for c in per_holder)
+    return out

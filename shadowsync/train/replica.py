@@ -244,6 +244,9 @@ def write_run_summary(replica: Replica, stats: Any, everyone: list[Any], saved: 
     summary["restarts"] = attempts.attempt()
     summary["examples_lost"] = attempts.examples_lost(out, cfg.cluster.trainers)
     summary.update(replica.resumed)
+    if getattr(trainer, "table_counters", None) is not None:
+        # Dynamic tables: ids looked up, admitted, rejected (read the default row), evicted.
+        summary["dynamic_tables"] = trainer.table_counters
     resumed_eps(summary)
     summary.update(selection_summary(trainer, final, best))
     metrics = replica.metrics

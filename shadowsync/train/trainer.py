@@ -127,6 +127,7 @@ class Trainer:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
+        self.table_counters: dict[str, int] | None = None  # dynamic tables, read at close
         self.index = index
         on_plateau = cfg.optim.lr_decay_on_plateau and plan.val_start is not None
         self.decay_flag = Path(cfg.output.dir or ".") / DECAY_FLAG if on_plateau else None
@@ -290,6 +291,8 @@ class Trainer:
 
     def close(self) -> None:
         """Leave the RPC world (a barrier over the job) and reap the worker processes."""
+        id_maps = getattr(self.tables, "counters", None)  # dynamic tables: read them first
+        self.table_counters = id_maps() if id_maps is not None else None
         self.tables.detach()
         for p in self._procs:
             p.join(timeout=30)

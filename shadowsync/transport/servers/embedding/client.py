@@ -14,7 +14,12 @@ import torch.distributed.rpc as rpc
 from shadowsync.data.bags import Bags
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic import server_of
-from shadowsync.embeddings.dynamic_tables import DynamicSpec, DynamicTables, keys_of
+from shadowsync.embeddings.dynamic_tables import (
+    DynamicSpec,
+    DynamicTables,
+    keys_of,
+    merge_counters,
+)
 from shadowsync.embeddings.unique import unique_with_inverse
 from shadowsync.transport import shm
 from shadowsync.transport.layout import ClusterLayout
@@ -24,6 +29,7 @@ from shadowsync.transport.servers.embedding.server import (
     LOCAL_CALLS,
     REMOTE_CALLS,
     attached,
+    counters,
     shared_info,
 )
 
@@ -132,6 +138,13 @@ class RemoteEmbeddings:
             else:
                 out[at] = rows
         return out
+
+    def counters(self) -> dict[str, int] | None:
+        """Dynamic tables: the id maps' counters over every server (None: fixed tables)."""
+        if self.plan.dynamic is None:
+            return None
+        return merge_counters([rpc.rpc_sync(ClusterLayout.embedding_name(s), counters)
+                               for s in range(self.plan.servers)])
 
     def _call(self, s: int, kind: str, *args: Any) -> torch.futures.Future:
         """One request to server `s`: in place when its tables are mapped here, else RPC."""
