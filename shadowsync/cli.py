@@ -54,6 +54,11 @@ def _train(args: argparse.Namespace) -> int:
               f"{best.get('val_auc', float('nan')):.4f}"
               f"{'; stopped early' if summary.get('early_stopped') else ''}"
               f"; last model's eval AUC {summary.get('last_eval_auc', float('nan')):.4f}")
+    ids = summary.get("dynamic_tables")
+    if ids:  # --tables dynamic: what the id maps did
+        print(f"  dynamic tables: {ids['admitted']:,} ids admitted, {ids['evicted']:,} rows "
+              f"evicted, {ids['live']:,} of {ids['capacity']:,} rows in use; "
+              f"{ids['rejected']:,} of {ids['lookups']:,} lookups read the default row")
     return 0
 
 

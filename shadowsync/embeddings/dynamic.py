@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from shadowsync.data.ids import mix64
+
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 EMPTY = np.iinfo(np.int64).min  # a slot never used
 TOMBSTONE = EMPTY + 1  # a slot whose key was evicted
@@ -45,17 +47,6 @@ DEFAULT_ROW = 0
 _LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT = range(5)
 COUNTERS = ("lookups", "hits", "admitted", "rejected", "evicted")
 _FIRST_COUNTER = 5
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser on uint64 words (a bijection: distinct in, distinct out)."""
-    x = x.astype(np.uint64, copy=True)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
 
 
 def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
