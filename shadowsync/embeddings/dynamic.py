@@ -93,8 +93,10 @@ def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str
     """The arrays of an empty map (see `DynamicRowMap`)."""
     slots = slot_count(capacity)
     return {
-        "slot_key": torch.full((slots,), int(EMPTY), dtype=torch.int64),
-        "slot_row": torch.zeros(slots, dtype=torch.int64),
+        # Each slot's key and row side by side: a probe that finds its key reads its row
+        # from the same cache line (the table is far larger than the caches).
+        "slots": torch.stack([torch.full((slots,), int(EMPTY), dtype=torch.int64),
+                              torch.zeros(slots, dtype=torch.int64)], dim=1),
         "row_key": torch.full((capacity + 1,), FREE, dtype=torch.int64),
         "last_used": torch.zeros(capacity + 1, dtype=torch.int64),
         # Free rows, a stack popped from its top: rows 1, 2, 3... first.
@@ -121,7 +123,7 @@ class DynamicRowMap:
         """Take numpy views of the tensors again: after they moved (`share_memory_`) or the
         map arrived in another process (views are not pickled, the tensors are)."""
         a = {k: t.numpy() for k, t in self.tensors.items()}
-        self._slot_key, self._slot_row = a["slot_key"], a["slot_row"]
+        self._slot_key, self._slot_row = a["slots"][:, 0], a["slots"][:, 1]
         self._row_key, self._last_used, self._free = a["row_key"], a["last_used"], a["free"]
         self._sketch, self._meta = a["sketch"], a["meta"]
         self._shift = np.uint64(64 - (len(self._slot_key).bit_length() - 1))
@@ -203,11 +205,17 @@ class DynamicRowMap:
             return ((keys.view(np.uint64) * GOLDEN) >> self._shift).astype(np.int64)
 
     def _probe(self, keys: np.ndarray) -> np.ndarray:
-        """The slot holding each key, or -1 (probing stops at an empty slot)."""
-        found = np.full(len(keys), -1, dtype=np.int64)
-        look = np.arange(len(keys))
-        pos = self._home(keys)
+        """The slot holding each key, or -1 (probing stops at an empty slot). The first
+        round, where nearly every key ends, runs over the whole batch without index arrays."""
         mask = len(self._slot_key) - 1
+        pos = self._home(keys)
+        at = self._slot_key[pos]
+        found = np.where(at == keys, pos, -1)
+        going = (found < 0) & (at != EMPTY)
+        if not going.any():
+            return found
+        look = np.flatnonzero(going)
+        pos = (pos[look] + 1) & mask
         while len(look):
             at = self._slot_key[pos]
             hit = at == keys[look]
@@ -218,10 +226,7 @@ class DynamicRowMap:
 
     def _find(self, keys: np.ndarray) -> np.ndarray:
         slot = self._probe(keys)
-        rows = np.zeros(len(keys), dtype=np.int64)
-        held = slot >= 0
-        rows[held] = self._slot_row[slot[held]]
-        return rows
+        return np.where(slot >= 0, self._slot_row[slot], DEFAULT_ROW)
 
     def _insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Put distinct keys that are not in the table: each takes the first empty or

@@ -253,11 +253,9 @@ class DynamicTables:
 def keys_of(ids: torch.Tensor | Bags) -> torch.Tensor:
     """The `raw_keys` of a batch's lookups: ids [B, T] flattened, or a `Bags`' pairs."""
     if isinstance(ids, Bags):
-        tables, raw = ids.tables.numpy(), ids.ids.numpy()
-    else:
-        raw = ids.reshape(-1).numpy()
-        tables = np.tile(np.arange(ids.shape[1]), ids.shape[0])
-    return torch.from_numpy(raw_keys(tables, raw))
+        return torch.from_numpy(raw_keys(ids.tables.numpy(), ids.ids.numpy()))
+    tables = np.arange(ids.shape[1], dtype=np.int64)  # broadcast over the rows
+    return torch.from_numpy(raw_keys(tables, ids.numpy()).reshape(-1))
 
 
 def merge_counters(per_holder: list[dict[str, int]]) -> dict[str, int]:

@@ -1,0 +1,161 @@
+"""`shadowsync bench dynamic`: dynamic embedding tables against hashing into fixed tables.
+
+Three parts, each a figure the docs page (docs/dynamic-tables.md) reports:
+
+- **quality**: Zipf raw ids over 10^7 values a feature (`shadowsync.data.zipf`), one pass on
+  the default job's shape (2 trainers, 1 embedding server). Fixed tables of `rows` rows a
+  feature see the ids folded modulo `rows` (what ``hash = true`` does); dynamic tables with
+  admission after 2 sightings get the same rows (`rows` a feature), and, at equal bytes, the
+  fixed tables' memory as --table-memory (fewer rows: the map costs bytes too). Eval NE and
+  AUC on the last 10%, and how many ids and lookups hashing made share a row (collisions).
+- **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
+  interleaved; the ratio of median training EPS (goal >= 0.9).
+- **memory**: the peak RSS of a process holding one server's dynamic tables while the ids
+  it is fed grow 10x in number (the pool, its map and its sketch are allocated up front).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import resource
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shadowsync.bench.common import (
+    interleaved,
+    median_of,
+    print_table,
+    ratio_of_medians,
+    write_bench,
+)
+from shadowsync.bench.sync import job, run_job
+
+
+def hashed_copy(src: Path, dst: Path, rows: int) -> None:
+    """The arrays of `src` with every id folded modulo `rows`, as ``hash = true`` folds."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("labels.npy", "dense.npy"):
+        shutil.copy(src / name, dst / name)
+    np.save(dst / "cats.npy", np.load(src / "cats.npy") % rows)
+
+
+def collision_rate(cats: np.ndarray, rows: int) -> dict[str, float]:
+    """Of the distinct ids of each feature, the share whose row (id mod rows) some other
+    distinct id also folds to; and the share of lookups that read such a row."""
+    shared_ids = shared_lookups = distinct = 0
+    for f in range(cats.shape[1]):
+        ids, counts = np.unique(cats[:, f], return_counts=True)
+        row_of = ids % rows
+        per_row = np.bincount(row_of, minlength=rows)
+        shared = per_row[row_of] > 1
+        shared_ids += int(shared.sum())
+        shared_lookups += int(counts[shared].sum())
+        distinct += len(ids)
+    return {"ids_sharing_a_row": shared_ids / distinct,
+            "lookups_on_shared_rows": shared_lookups / cats.size, "distinct_ids": distinct}
+
+
+def _quality(out: Path, examples: int, rows: int, repeats: int) -> dict[str, Any]:
+    from shadowsync.data.zipf import write_days
+
+    data = out / "data"
+    info = write_days(data, examples, days=1)
+    raw, folded = data / "day0", data / f"day0-mod{rows}"
+    hashed_copy(raw, folded, rows)
+    features = info["config"]["features"]
+    fixed_bytes = features * rows * (17 + 1) * 4  # rows of 16 + id bias, and Adagrad's sum
+    base = dict(examples=int(examples * 0.9), table_size=[rows])
+    variants = {
+        "hash": lambda: run_job(job(data=str(folded), **base), out / "runs" / "hash"),
+        "dynamic": lambda: run_job(job(data=str(raw), tables="dynamic", admit_after=2, **base),
+                                   out / "runs" / "dynamic"),
+        "dynamic-equal-bytes": lambda: run_job(
+            job(data=str(raw), tables="dynamic", admit_after=2, table_memory=str(fixed_bytes),
+                **base), out / "runs" / "dynamic-equal-bytes"),
+    }
+    runs = interleaved(variants, repeats, "quality", out / "runs.jsonl")
+    cats = np.load(raw / "cats.npy")[:int(examples * 0.9)]
+    return {"runs": runs, "collisions": collision_rate(cats, rows), "fixed_table_bytes":
+            fixed_bytes, "teacher_eval_ne": info["days"]["day0"]["teacher_eval_ne"]}
+
+
+def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
+    variants = {
+        "fixed": lambda: run_job(job(examples), out / "runs" / "fixed"),
+        "dynamic": lambda: run_job(job(examples, tables="dynamic"),
+                                   out / "runs" / "dynamic-eps"),
+    }
+    return interleaved(variants, repeats, "eps", out / "runs.jsonl")
+
+
+def _hold(capacity: int, id_space: int, batches: int, results: Any) -> None:
+    """A process that holds one server's dynamic tables and feeds them Zipf ids of
+    `id_space` distinct values: its peak RSS and the map's counters."""
+    from shadowsync.embeddings.dynamic_tables import DynamicSpec
+
+    tables = DynamicSpec(26, capacity, admit_after=2).build(17, 0, lock_path=None)
+    rng = np.random.default_rng(0)
+    for _ in range(batches):
+        ids = (rng.zipf(1.05, (256, 26)) - 1) % id_space
+        tables.rows_of(torch.from_numpy(ids), admit=True)
+    results.put({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                 **tables.counters()})
+
+
+def _memory(capacity: int, batches: int) -> list[dict[str, Any]]:
+    ctx = mp.get_context("spawn")
+    out = []
+    for id_space in (10**5, 10**6):
+        q = ctx.Queue()
+        p = ctx.Process(target=_hold, args=(capacity, id_space, batches, q))
+        p.start()
+        out.append({"id_space": id_space, **q.get(timeout=600)})
+        p.join(timeout=60)
+    return out
+
+
+def run_dynamic_bench(out: str, examples: int = 400_000, rows: int = 100_000,
+                      eps_examples: int = 300_000, repeats: int = 3,
+                      quality_repeats: int = 1, memory_batches: int = 400) -> dict[str, Any]:
+    root = Path(out)
+    t0 = time.time()
+    quality = _quality(root, examples, rows, quality_repeats)
+    eps_runs = _eps(root, eps_examples, repeats)
+    ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
+    memory = _memory(capacity=200_000, batches=memory_batches)
+    q = quality["runs"]
+    summary = {
+        "quality": {v: {k: median_of(q, v, k) for k in ("eval_ne", "eval_auc", "eps")}
+                    for v in ("hash", "dynamic", "dynamic-equal-bytes")},
+        "collisions": quality["collisions"], "fixed_table_bytes": quality["fixed_table_bytes"],
+        "teacher_eval_ne": quality["teacher_eval_ne"],
+        "eps": {"fixed": median_of(eps_runs, "fixed", "eps"),
+                "dynamic": median_of(eps_runs, "dynamic", "eps"),
+                "ratio": ratio, "ratio_spread": spread, "goal": 0.9},
+        "memory": memory,
+        "settings": {"examples": examples, "rows": rows, "eps_examples": eps_examples,
+                     "repeats": repeats, "quality_repeats": quality_repeats,
+                     "memory_batches": memory_batches},
+        "bench_s": round(time.time() - t0, 1),
+    }
+    write_bench(root, "dynamic", q + eps_runs, {"eps_dynamic_over_fixed": ratio}, summary)
+    print(f"\nquality: Zipf ids over 10^7 a feature, {rows:,} rows a feature "
+          f"(teacher NE {summary['teacher_eval_ne']:.4f})")
+    print_table([[v, s["eval_ne"], s["eval_auc"]] for v, s in summary["quality"].items()],
+                ["tables", "eval NE", "eval AUC"])
+    c = summary["collisions"]
+    print(f"hashing: {c['ids_sharing_a_row']:.1%} of {c['distinct_ids']:,} distinct ids and "
+          f"{c['lookups_on_shared_rows']:.1%} of lookups share a row with another id")
+    e = summary["eps"]
+    print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
+          f"{ratio:.3f} (per repeat {spread}), goal >= 0.9")
+    print("\nmemory (one holder, 200,000 rows):")
+    print_table([[m["id_space"], m["peak_rss_mb"], m["live"], m["admitted"], m["evicted"]]
+                 for m in memory], ["id space", "peak RSS MB", "rows used", "admitted",
+                                    "evicted"])
+    return summary
