@@ -63,7 +63,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         if trained_on is not None and rows.sparse_layout() != trained_on:
             raise UserError(f"--data {data}: sparse features {rows.sparse_layout()}, but the "
                             f"checkpoint's model was trained on {trained_on}")
-        if arrays.is_array_dir(rows.source):
+        if arrays.is_array_dir(rows.source) and not trained.raw_ids:
             sizes = trained.table_rows.tolist()
             arrays.check_ids(rows.source, rows.cats, sizes)
             arrays.check_bag_ids(rows.source, rows.multi_hot, sizes[rows.cats.shape[1]:])

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from shadowsync.embeddings.dynamic import (
     DEFAULT_ROW,
@@ -9,7 +10,9 @@ from shadowsync.embeddings.dynamic import (
     Eviction,
     mix64,
     raw_keys,
+    raw_keys_torch,
     server_of,
+    table_of,
 )
 
 
@@ -103,8 +106,8 @@ def test_a_pool_smaller_than_a_call_admits_what_fits_and_evicts_nothing_in_use()
 
 def test_ttl_frees_rows_idle_longer_than_n_examples():
     m = DynamicRowMap(capacity=100, eviction=Eviction.parse("ttl:80"))
-    old, _ = m.resolve(keys_of([1, 2]), examples=10)
-    for step in range(10):
+    m.resolve(keys_of([1, 2]), examples=10)
+    for _ in range(10):
         m.resolve(keys_of([3]), examples=10)  # ids 1 and 2 idle for 100 examples
     assert m.counters()["evicted"] == 2 and m.counters()["live"] == 1
     assert (m.resolve(keys_of([1, 2]), admit=False)[0] == DEFAULT_ROW).all()
@@ -130,3 +133,12 @@ def test_state_dict_round_trip_keeps_rows_and_counters():
     assert (b.resolve(probe[200:400])[0] == a.resolve(probe[200:400])[0]).all()
     with pytest.raises(ValueError, match="shape"):
         DynamicRowMap(capacity=10).load_state_dict(a.state_dict())
+
+
+def test_the_torch_key_function_matches_numpy_bit_for_bit():
+    ids = np.concatenate([np.arange(1000), np.random.default_rng(2).integers(0, 2**63 - 1, 5000),
+                          [2**63 - 1]]).astype(np.int64)
+    for table in (0, 1, 25, 127, 128, 255):
+        want = raw_keys(np.full(len(ids), table), ids)
+        assert (raw_keys_torch(table, torch.from_numpy(ids)).numpy() == want).all()
+        assert (table_of(want) == table).all()

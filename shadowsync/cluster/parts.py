@@ -10,7 +10,7 @@ from shadowsync.config import ClusterConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
-from shadowsync.train.local import dynamic_spec
+from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.trainer import build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout

@@ -5,10 +5,13 @@ Instead of folding them modulo a table size (unrelated ids then share a row), a 
 an id -> row map over a pool of `capacity` rows, as the parameter servers of Monolith,
 DeepRec (EmbeddingVariable), PERSIA and XDL do, and TorchRec's managed-collision modules:
 
-- **keys**: a (table, id) pair is one 64-bit key, ``key = mix64(id XOR table * G)`` (`raw_keys`;
-  mix64 is SplitMix64's finaliser, a bijection of 64-bit words, G the golden-ratio constant),
-  so every table a holder keeps shares one map and one pool of rows. The key also routes the
-  id to its server (``key mod servers``): stable across processes and runs.
+- **keys**: a (table, id) pair is one 64-bit key, the table in its top byte and 56 bits of
+  ``mix64(id XOR table * G)`` below (`raw_keys`; mix64 is SplitMix64's finaliser, a bijection
+  of 64-bit words, G the golden-ratio constant), so every table a holder keeps shares one map
+  and one pool of rows, and a row's key still says its table (a saved model is cut back into
+  tables by it). Two ids of one table share a key with probability 2^-56 a pair (for 10^7
+  ids of a table, about 7 x 10^-4 pairs in all). The key also routes the id to its server
+  (``key mod servers``): stable across processes and runs.
 - **admission**: an id not in the map gets a row only once it has been seen `admit_after`
   times. Sightings are counted in a count-min sketch (Cormode and Muthukrishnan 2005) of
   `depth` rows of `width` counters: ``count(k) = min_j C[j, h_j(k)]``, which never
@@ -38,10 +41,11 @@ import torch
 from shadowsync.data.ids import mix64
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-EMPTY = np.iinfo(np.int64).min  # a slot never used
+EMPTY = np.iinfo(np.int64).min  # a slot never used (and the row_key of a free row)
 TOMBSTONE = EMPTY + 1  # a slot whose key was evicted
-FREE = -1  # row_key of a row no key holds
+FREE = EMPTY
 DEFAULT_ROW = 0
+MAX_TABLES = 256  # the tables one key space holds (the key's top byte)
 
 # meta: the map's scalars, in one tensor so that they are shared with the arrays.
 _LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT = range(5)
@@ -50,13 +54,44 @@ _FIRST_COUNTER = 5
 
 
 def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """The int64 key of each (table, raw id) pair (ids taken as unsigned 64-bit numbers)."""
+    """The int64 key of each (table, raw id) pair (ids taken as unsigned 64-bit numbers,
+    tables below MAX_TABLES); broadcasts like numpy."""
+    t = np.asarray(tables).astype(np.uint64)
     with np.errstate(over="ignore"):
-        salted = ids.astype(np.int64).view(np.uint64) ^ (tables.astype(np.uint64) * GOLDEN)
-        keys = mix64(salted).view(np.int64)
-    # The two sentinels are keys no pair may have; the two pairs that mix to them share
-    # the neighbouring key instead (a 2^-63 chance per pair).
+        salted = np.asarray(ids).astype(np.int64).view(np.uint64) ^ (t * GOLDEN)
+        keys = ((t << np.uint64(56)) | (mix64(salted) >> np.uint64(8))).view(np.int64)
+    # The two sentinels are keys no pair may have (both in table 128's range): the pairs
+    # that would take them take the key two above instead.
     return np.where(keys <= TOMBSTONE, keys + 2, keys)
+
+
+def _signed(word: int) -> int:
+    """A 64-bit word as the int64 with the same bits."""
+    word %= 1 << 64
+    return word - (1 << 64) if word >= 1 << 63 else word
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 words (torch's >> keeps the sign)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def raw_keys_torch(table: int, ids: torch.Tensor) -> torch.Tensor:
+    """`raw_keys` of one table's int64 ids in torch operations alone (int64 products wrap as
+    uint64 ones do), so that a model exported with torch.export maps raw ids itself."""
+    x = ids ^ _signed(table * int(GOLDEN))
+    x = x ^ _shift_right(x, 30)
+    x = x * _signed(0xBF58476D1CE4E5B9)
+    x = x ^ _shift_right(x, 27)
+    x = x * _signed(0x94D049BB133111EB)
+    x = x ^ _shift_right(x, 31)
+    keys = _shift_right(x, 8) | _signed(table << 56)
+    return torch.where(keys <= int(TOMBSTONE), keys + 2, keys)
+
+
+def table_of(keys: np.ndarray) -> np.ndarray:
+    """The table each key belongs to (its top byte)."""
+    return (keys.view(np.uint64) >> np.uint64(56)).astype(np.int64)
 
 
 def server_of(keys: np.ndarray, servers: int) -> np.ndarray:
@@ -84,6 +119,9 @@ class Eviction:
         return "lru" if self.ttl is None else f"ttl:{self.ttl}"
 
 
+LRU = Eviction()
+
+
 def slot_count(capacity: int) -> int:
     """Hash-table slots for a pool of `capacity` rows: a power of two >= 2 x capacity."""
     return 1 << max(3, (2 * capacity - 1).bit_length())
@@ -109,7 +147,7 @@ def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str
 class DynamicRowMap:
     """An id -> row map over rows 1..capacity of a pool (row 0: the default row)."""
 
-    def __init__(self, capacity: int, admit_after: int = 1, eviction: Eviction = Eviction(),
+    def __init__(self, capacity: int, admit_after: int = 1, eviction: Eviction = LRU,
                  sketch_width: int = 1 << 20, sketch_depth: int = 4,
                  tensors: dict[str, torch.Tensor] | None = None) -> None:
         if capacity < 1 or admit_after < 1:

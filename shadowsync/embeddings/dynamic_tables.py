@@ -28,9 +28,8 @@ import numpy as np
 import torch
 
 from shadowsync.data.bags import Bags
-from shadowsync.embeddings.dynamic import DEFAULT_ROW, DynamicRowMap, Eviction, raw_keys
+from shadowsync.embeddings.dynamic import DEFAULT_ROW, LRU, DynamicRowMap, Eviction, raw_keys
 from shadowsync.embeddings.tables import INIT_MIN_ROWS, EmbeddingTables
-
 
 SKETCH_DEPTH = 4
 
@@ -114,7 +113,7 @@ class DynamicTables:
     """`num_tables` dynamic tables in one pool of `capacity` rows (see the module)."""
 
     def __init__(self, num_tables: int, capacity: int, dim: int, admit_after: int = 1,
-                 eviction: Eviction = Eviction(), init_rows: int = 100_000, seed: int = 0,
+                 eviction: Eviction = LRU, init_rows: int = 100_000, seed: int = 0,
                  lock_path: str | None = None,
                  optimizer: str = "adagrad", lr: float = 0.05, initial_accumulator: float = 0.0,
                  weight_decay: float = 0.0,

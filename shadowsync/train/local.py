@@ -7,30 +7,12 @@ from typing import Any
 
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
-from shadowsync.embeddings.dynamic_tables import DynamicSpec, DynamicTables, pool_rows
-from shadowsync.errors import UserError
-from shadowsync.transport import shm
+from shadowsync.embeddings.dynamic_tables import DynamicTables
+from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
 from shadowsync.train.tasks import task_of
 from shadowsync.train.trainer import DataPlan, Features, build_dense_model
-
-
-def dynamic_spec(cfg: TrainConfig, features: Features, holders: int) -> DynamicSpec:
-    """How each of `holders` (the trainer, or each embedding server) keeps --tables dynamic:
-    its pool's rows from --table-size (rows per table) or --table-memory (the job's bytes).
-    A budget below one batch's lookups could not hold the batch it is reading: refused."""
-    m = cfg.model
-    rows = pool_rows(features.table_rows, m.table_width(), m.admit_after,
-                     m.table_memory_bytes(), holders)
-    lookups = cfg.optim.batch_size * features.num_tables
-    if rows * holders < lookups:
-        given = (f"--table-memory {m.table_memory}" if m.table_memory is not None
-                 else f"--table-size {','.join(map(str, m.table_size))}")
-        raise UserError(f"{given}: dynamic tables of {rows * holders:,} rows in all cannot hold "
-                        f"one batch's {lookups:,} ids (--batch-size x {features.num_tables} "
-                        "features); raise the budget")
-    return DynamicSpec(features.num_tables, rows, m.admit_after, m.evict,
-                       init_rows=max(features.table_rows))
+from shadowsync.transport import shm
 
 
 def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables | DynamicTables:
