@@ -392,6 +392,10 @@ class CheckpointConfig:
     resume: str | None = opt(
         None, "continue the run in this directory (or from this checkpoint/step-N) where its "
         "latest checkpoint left off; its config.toml is the base of the options")
+    warm_start: str | None = opt(
+        None, "start from this finished run's (or checkpoint/step-N's) model, embedding tables "
+        "and id maps, training on --data from its first row: a recurring job's next day "
+        "(the model's shape options must match; the dense optimizer starts afresh)")
     on_divergence: Literal["stop", "rollback"] = opt(
         "stop", "on a NaN / Inf loss: stop with one line, or roll back to the last good "
         "checkpoint at half the learning rate (at most 3 times)")

@@ -136,6 +136,12 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: Any, model: torch.nn
         shards.load_here(Path(cfg.checkpoint.resume), shard, parts, f"trainer {index}")
         if resumes_aligned(cfg) and resumed.get("aligned_at") is not None:
             slots.align(resumed["aligned_at"])
+    elif cfg.checkpoint.warm_start:
+        # What the model learned, not where its workers were (positions, the dense
+        # optimizer's state: a new day's data starts at its first row).
+        learned = {k: v for k, v in parts.items() if k in ("model", "sync", "tables")}
+        shards.load_here(Path(cfg.checkpoint.warm_start), shard, learned, f"trainer {index}",
+                         strict=False)
     lead = index == 0
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and lead)
     desc = "train" if cfg.cluster.trainers == 1 else f"trainer 0 (of {cfg.cluster.trainers})"
