@@ -142,7 +142,7 @@ class DynamicTables:
         self.pool = pool
         self.lock = HostLock(lock_path)
         self._gen = torch.Generator().manual_seed(seed * 7919 + os.getpid())
-        self._last: tuple[Any, torch.Tensor] | None = None
+        self._last: tuple[Any, torch.Tensor, bool] | None = None
 
     @property
     def capacity(self) -> int:
@@ -219,10 +219,11 @@ class DynamicTables:
 
     def rows_of(self, ids: torch.Tensor | Bags, admit: bool) -> torch.Tensor:
         """The pool rows of a batch's lookups (ids [B, T] flattened, or a `Bags`' pairs)."""
-        if self._last is not None and self._last[0] is ids:
+        # A step reads its rows (admitting) and then updates them: one resolve serves both.
+        if self._last is not None and self._last[0] is ids and (self._last[2] or not admit):
             return self._last[1]
         rows = self.resolve(keys_of(ids), len(ids), admit)
-        self._last = (ids, rows)
+        self._last = (ids, rows, admit)
         return rows
 
     def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:

@@ -98,7 +98,7 @@ class RemoteEmbeddings:
         """Which distinct rows each server is asked for. Ads ids are heavily skewed, so a batch
         repeats many of them (about 3 in 4 here): each distinct row travels once. With
         dynamic tables the servers' maps say the rows first (new ids admitted if `admit`)."""
-        if self._last is not None and self._last.ids is ids:
+        if self._last is not None and self._last.ids is ids and (self._last.admitted or not admit):
             return self._last
         assert self._keys is not None, "attach() first"
         if self.plan.dynamic is not None:
@@ -116,7 +116,7 @@ class RemoteEmbeddings:
                 if hi > lo:
                     span = None if hi - lo == len(keys) else slice(lo, hi)
                     per_server.append((s, span, keys[lo:hi] - start[s]))
-        self._last = _Requests(ids, len(keys), inverse, per_server)
+        self._last = _Requests(ids, len(keys), inverse, per_server, admit)
         return self._last
 
     def _resolve(self, ids: torch.Tensor | Bags, admit: bool) -> torch.Tensor:
@@ -279,3 +279,4 @@ class _Requests:
     inverse: torch.Tensor  # position of every (example, table) among the distinct rows
     # server, its distinct rows' span among all of them (None: all), its rows
     per_server: list[tuple[int, slice | None, torch.Tensor]]
+    admitted: bool = False  # dynamic tables: resolved by a training step (ids counted)
