@@ -40,9 +40,14 @@ def _bench_embedding(args: argparse.Namespace) -> int:
 def _bench_dynamic(args: argparse.Namespace) -> int:
     from shadowsync.bench.dynamic import run_dynamic_bench
 
-    if args.examples < 10_000 or args.rows < 1 or args.repeats < 1:
-        raise UserError("--examples must be >= 10000, --rows and --repeats >= 1")
-    run_dynamic_bench(args.out, examples=args.examples, rows=args.rows,
+    try:
+        budgets = tuple(int(v) for v in args.rows.split(","))
+    except ValueError:
+        budgets = ()
+    if args.examples < 10_000 or not budgets or min(budgets) < 1 or args.repeats < 1:
+        raise UserError("--examples must be >= 10000, --rows a comma list of sizes >= 1 and "
+                        "--repeats >= 1")
+    run_dynamic_bench(args.out, examples=args.examples, budgets=budgets,
                       eps_examples=args.eps_examples, repeats=args.repeats,
                       quality_repeats=args.quality_repeats)
     return 0
@@ -164,8 +169,9 @@ def _add_throughput(bench: Any) -> None:
     dyn.add_argument("--out", default="runs/bench-dynamic", help=OUT_HELP)
     dyn.add_argument("--examples", type=int, default=400_000,
                      help="rows of Zipf raw-id data (the last 10%% evaluates)")
-    dyn.add_argument("--rows", type=int, default=100_000,
-                     help="rows a feature: the fixed tables' size, the dynamic ones' budget")
+    dyn.add_argument("--rows", default="100000,10000",
+                     help="rows a feature, one quality comparison each: the fixed tables' size, "
+                     "the dynamic ones' budget")
     dyn.add_argument("--eps-examples", type=int, default=300_000,
                      help="examples of each default-job run timed for EPS")
     dyn.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP + " (EPS)")
