@@ -58,11 +58,15 @@ def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
     tables below MAX_TABLES); broadcasts like numpy."""
     t = np.asarray(tables).astype(np.uint64)
     with np.errstate(over="ignore"):
-        salted = np.asarray(ids).astype(np.int64).view(np.uint64) ^ (t * GOLDEN)
-        keys = ((t << np.uint64(56)) | (mix64(salted) >> np.uint64(8))).view(np.int64)
+        salted = np.asarray(ids, dtype=np.int64).view(np.uint64) ^ (t * GOLDEN)
+        keys = mix64(salted)
+        keys >>= np.uint64(8)
+        keys |= t << np.uint64(56)
+    keys = keys.view(np.int64)
     # The two sentinels are keys no pair may have (both in table 128's range): the pairs
     # that would take them take the key two above instead.
-    return np.where(keys <= TOMBSTONE, keys + 2, keys)
+    keys[keys <= TOMBSTONE] += 2
+    return keys
 
 
 def _signed(word: int) -> int:

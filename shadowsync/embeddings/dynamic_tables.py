@@ -204,8 +204,10 @@ class DynamicTables:
     def apply_rows(self, rows: torch.Tensor, grads: torch.Tensor, unique: bool = False,
                    lr_scale: float = 1.0) -> None:
         """As `EmbeddingTables.apply_rows`; the default row's gradients are dropped."""
-        kept = (rows != DEFAULT_ROW).nonzero().squeeze(1)
-        if len(kept) < len(rows):
+        if len(rows) and int(rows[0]) == DEFAULT_ROW:  # sorted rows (a server's) start with it
+            rows, grads = rows[1:], grads[1:]
+        if bool((rows == DEFAULT_ROW).any()):
+            kept = (rows != DEFAULT_ROW).nonzero().squeeze(1)
             rows, grads = rows.index_select(0, kept), grads.index_select(0, kept)
         if len(rows):
             self.pool.apply_rows(rows, grads, unique=unique, lr_scale=lr_scale)

@@ -123,12 +123,13 @@ class RemoteEmbeddings:
         """Dynamic tables: each lookup's row, as a key of the servers' rows end to end. An
         id goes to the server its key names; that server's map gives its row."""
         raw = keys_of(ids)
-        owner = torch.from_numpy(server_of(raw.numpy(), self.plan.servers))
+        servers = self.plan.servers
+        owner = torch.from_numpy(server_of(raw.numpy(), servers)) if servers > 1 else None
         out = torch.empty_like(raw)
         assert self._keys is not None
         calls = []
-        for s in range(self.plan.servers):
-            at = (owner == s).nonzero().squeeze(1) if self.plan.servers > 1 else None
+        for s in range(servers):
+            at = (owner == s).nonzero().squeeze(1) if owner is not None else None
             mine = raw if at is None else raw.index_select(0, at)
             calls.append((s, at, self._call(s, "resolve", mine, len(ids), admit)))
         for s, at, fut in calls:
