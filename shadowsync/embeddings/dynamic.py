@@ -185,38 +185,70 @@ class DynamicRowMap:
         """Rows of `keys` (int64, repeats allowed) and the rows newly given to an id in this
         call (their contents are the holder's to reset). `examples` advance the clock first.
         With `admit` false (evaluation, serving) nothing is counted, touched or admitted:
-        ids not in the map read the default row."""
-        meta = self._meta
-        rows = self._find(keys)
+        ids not in the map read the default row. (`find`, `touch`, then `admit` when
+        `needs_admit` says so: the same in three steps, for holders shared by processes.)"""
+        rows = self.find(keys)
         if not admit:
             return rows, np.empty(0, dtype=np.int64)
+        clock = self.touch(rows, examples)
+        return rows, self.admit(keys, rows, clock)
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """The rows of `keys`, the default row for keys not in the map. Safe without the
+        lock: a key being inserted meanwhile reads as missing (its row is written before
+        the key), and a key being evicted may still read its old row, as Hogwild updates
+        race."""
+        slot = self._probe(keys)
+        return np.where(slot >= 0, self._slot_row[slot], DEFAULT_ROW)
+
+    def touch(self, rows: np.ndarray, examples: int) -> int:
+        """A training step's use of `rows`: the clock advances by `examples`, the rows found
+        are marked used now, the lookups counted. Safe without the lock (a race between
+        processes can lose a count or a tick, never a row). Returns the clock."""
+        meta = self._meta
         meta[_CLOCK] += examples
         clock = int(meta[_CLOCK])
         hit = rows != DEFAULT_ROW
         self._last_used[rows[hit]] = clock
-        meta[_FIRST_COUNTER + COUNTERS.index("lookups")] += len(keys)
-        meta[_FIRST_COUNTER + COUNTERS.index("hits")] += int(hit.sum())
+        meta[_FIRST_COUNTER + COUNTERS.index("lookups")] += len(rows)
+        meta[_FIRST_COUNTER + COUNTERS.index("hits")] += len(rows) - int((~hit).sum())
+        return clock
+
+    def needs_admit(self, rows: np.ndarray, clock: int) -> bool:
+        """Whether `admit` has work: ids without a row, or expired rows to free."""
+        ttl = self.eviction.ttl
+        return bool((rows == DEFAULT_ROW).any()) or (
+            ttl is not None and clock - self._meta[_SWEPT] >= max(1, ttl // 8))
+
+    def admit(self, keys: np.ndarray, rows: np.ndarray, clock: int) -> np.ndarray:
+        """Under the lock: count the sightings of the keys `rows` has no row for, give rows
+        to those seen `admit_after` times (into `rows`) and free expired rows. The rows newly
+        given out."""
         self._expire(clock)
-        miss = np.flatnonzero(~hit)
-        fresh = np.empty(0, dtype=np.int64)
-        if len(miss):
-            new, inverse, counts = np.unique(keys[miss], return_inverse=True,
-                                             return_counts=True)
-            admitted = self._count(new, counts) >= self.admit_after
-            room = self._make_room(int(admitted.sum()), clock)
-            if room < admitted.sum():  # the pool is all in use by this call: the rest wait
-                admitted[np.flatnonzero(admitted)[room:]] = False
-            fresh = self._take_rows(int(admitted.sum()))
-            row_of_new = np.zeros(len(new), dtype=np.int64)
-            row_of_new[admitted] = fresh
-            self._insert(new[admitted], fresh)
-            self._row_key[fresh] = new[admitted]
-            self._last_used[fresh] = clock
-            rows[miss] = row_of_new[inverse]
-            meta[_FIRST_COUNTER + COUNTERS.index("admitted")] += len(fresh)
-            meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += int(
-                (rows[miss] == DEFAULT_ROW).sum())
-        return rows, fresh
+        miss = np.flatnonzero(rows == DEFAULT_ROW)
+        if not len(miss):
+            return np.empty(0, dtype=np.int64)
+        rows[miss] = self.find(keys[miss])  # another process may have admitted them since
+        miss = miss[rows[miss] == DEFAULT_ROW]
+        if not len(miss):
+            return np.empty(0, dtype=np.int64)
+        new, inverse, counts = np.unique(keys[miss], return_inverse=True, return_counts=True)
+        admitted = self._count(new, counts) >= self.admit_after
+        room = self._make_room(int(admitted.sum()), clock)
+        if room < admitted.sum():  # the pool is all in use by this call: the rest wait
+            admitted[np.flatnonzero(admitted)[room:]] = False
+        fresh = self._take_rows(int(admitted.sum()))
+        row_of_new = np.zeros(len(new), dtype=np.int64)
+        row_of_new[admitted] = fresh
+        self._insert(new[admitted], fresh)  # (a rebuild inside re-inserts rows with keys)
+        self._row_key[fresh] = new[admitted]
+        self._last_used[fresh] = clock
+        rows[miss] = row_of_new[inverse]
+        meta = self._meta
+        meta[_FIRST_COUNTER + COUNTERS.index("admitted")] += len(fresh)
+        meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += int(
+            (rows[miss] == DEFAULT_ROW).sum())
+        return fresh
 
     def counters(self) -> dict[str, int]:
         """lookups, hits, admitted, rejected (lookups answered by the default row because
@@ -266,10 +298,6 @@ class DynamicRowMap:
             look, pos = look[going], (pos[going] + 1) & mask
         return found
 
-    def _find(self, keys: np.ndarray) -> np.ndarray:
-        slot = self._probe(keys)
-        return np.where(slot >= 0, self._slot_row[slot], DEFAULT_ROW)
-
     def _insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Put distinct keys that are not in the table: each takes the first empty or
         tombstone slot from its home; of several keys reaching one free slot in a round,
@@ -286,8 +314,9 @@ class DynamicRowMap:
             _, first = np.unique(pos[wants], return_index=True)
             won = wants[first]
             meta[_TOMBS] -= int((at[won] == TOMBSTONE).sum())
-            self._slot_key[pos[won]] = keys[look[won]]
+            # The row before the key: a reader without the lock that sees the key sees it.
             self._slot_row[pos[won]] = rows[look[won]]
+            self._slot_key[pos[won]] = keys[look[won]]
             placed = np.zeros(len(look), dtype=bool)
             placed[won] = True
             step = ~open_  # an occupied slot: probe the next; a lost race: look again
