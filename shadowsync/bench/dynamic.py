@@ -10,7 +10,8 @@ Three parts, each a figure the docs page (docs/dynamic-tables.md) reports:
   rows: the map costs bytes too). Eval NE and AUC on the last 10%, and how many ids and
   lookups hashing made share a row (collisions).
 - **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
-  interleaved; the ratio of median training EPS (goal >= 0.9).
+  interleaved; the ratio of median training EPS (goal >= 0.9); and one embedding step's
+  milliseconds in one process (the map's own cost, without other processes in the way).
 - **memory**: the peak RSS of a process holding one server's dynamic tables while the ids
   it is fed grow 10x in number (the pool, its map and its sketch are allocated up front).
 """
@@ -109,6 +110,41 @@ def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
     return interleaved(variants, repeats, "eps", out / "runs.jsonl")
 
 
+def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
+    """Milliseconds of one embedding step (apply a batch's gradients, read the next batch)
+    in this process, one thread, on the default job's batches (26 features x 256 examples):
+    fixed tables of 100,000 rows a feature against dynamic tables of the same budget
+    (admission at once, and after 2 sightings), interleaved. The map's cost without the
+    rest of a training step, and without other processes in the way."""
+    from shadowsync.data.dataset import batches, open_data
+    from shadowsync.embeddings import EmbeddingTables
+    from shadowsync.embeddings.dynamic_tables import DynamicSpec
+
+    torch.set_num_threads(1)
+    data = open_data("synthetic", examples=examples)
+    raw = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[0] * 26)]
+    folded = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[100_000] * 26)]
+    grads = torch.randn(256, 26, 17) * 0.01
+    optimizer = {"lr": 0.2, "initial_accumulator": 0.05}
+
+    def timed(tables: Any, ids: list[Any]) -> dict[str, Any]:
+        tables.lookup(ids[0])
+        seconds = []
+        for prev, nxt in zip(ids, ids[1:]):
+            t0 = time.perf_counter()
+            tables.update_and_lookup(prev, grads, nxt)
+            seconds.append(time.perf_counter() - t0)
+        return {"step_ms": float(np.median(seconds[len(seconds) // 4:]) * 1e3)}
+
+    variants = {
+        "fixed": lambda: timed(EmbeddingTables([100_000] * 26, 17, **optimizer), folded),
+        "dynamic": lambda: timed(DynamicSpec(26, 2_600_000).build(17, 0, **optimizer), raw),
+        "dynamic-admit2": lambda: timed(
+            DynamicSpec(26, 2_600_000, admit_after=2).build(17, 0, **optimizer), raw),
+    }
+    return interleaved(variants, repeats, "embedding steps")
+
+
 def _rss_mb() -> float:
     with open("/proc/self/statm", encoding="ascii") as fh:
         return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
@@ -159,6 +195,7 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
     eps_runs = _eps(root, eps_examples, repeats)
     ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
     memory = _memory(capacity=200_000, batches=memory_batches)
+    steps = _steps(eps_examples, repeats)
     q = quality["runs"]
     summary = {
         "quality": {v: {k: median_of(q, v, k) for k in ("eval_ne", "eval_auc")}
@@ -168,6 +205,8 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
         "eps": {"fixed": median_of(eps_runs, "fixed", "eps"),
                 "dynamic": median_of(eps_runs, "dynamic", "eps")},
         "memory": memory,
+        "embedding_step_ms": {v: median_of(steps, v, "step_ms")
+                              for v in ("fixed", "dynamic", "dynamic-admit2")},
         "settings": {"examples": examples, "budgets": list(budgets),
                      "eps_examples": eps_examples, "repeats": repeats,
                      "quality_repeats": quality_repeats, "memory_batches": memory_batches},
@@ -175,7 +214,8 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
         "ratio_spread": {"eps_dynamic_over_fixed": spread},
         "goals": {"eps_dynamic_over_fixed": ">= 0.9"},
     }
-    write_bench(root, "dynamic", q + eps_runs, {"eps_dynamic_over_fixed": ratio}, summary)
+    write_bench(root, "dynamic", q + eps_runs + steps, {"eps_dynamic_over_fixed": ratio},
+                summary)
     print(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
           f"{summary['teacher_eval_ne']:.4f}); rows a feature in the name")
     print_table([[v, s["eval_ne"], s["eval_auc"]] for v, s in summary["quality"].items()],
@@ -187,6 +227,9 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
     e = summary["eps"]
     print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
           f"{ratio:.3f} (per repeat {spread}), goal >= 0.9")
+    ms = summary["embedding_step_ms"]
+    print("embedding step in one process (ms): " + ", ".join(f"{v} {t:.2f}"
+                                                            for v, t in ms.items()))
     print(f"\nmemory (one holder of {200_000:,} rows, RSS in MB):")
     print_table([[m["distinct_ids_fed"], m["rss_built_mb"], m["peak_rss_mb"], m["live"],
                   m["admitted"], m["evicted"]] for m in memory],
