@@ -156,6 +156,9 @@ class DynamicRowMap:
                  tensors: dict[str, torch.Tensor] | None = None) -> None:
         if capacity < 1 or admit_after < 1:
             raise ValueError("capacity and admit_after must be positive")
+        if sketch_width < 2 and admit_after > 1 or sketch_width & (sketch_width - 1):
+            raise ValueError(f"sketch_width must be a power of two (>= 2 to count), "
+                             f"got {sketch_width}")
         self.capacity, self.admit_after, self.eviction = capacity, admit_after, eviction
         self.tensors = tensors if tensors is not None else map_tensors(
             capacity, sketch_width, sketch_depth)
@@ -170,7 +173,7 @@ class DynamicRowMap:
         self._sketch, self._meta = a["sketch"], a["meta"]
         self._shift = np.uint64(64 - (len(self._slot_key).bit_length() - 1))
         depth = self._sketch.shape[0]
-        self._sketch_salt = mix64(np.arange(1, depth + 1, dtype=np.uint64) * GOLDEN)
+        self._sketch_salt = mix64(np.arange(1, depth + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
 
     def __getstate__(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -335,12 +338,16 @@ class DynamicRowMap:
         """Add `counts` sightings of the distinct `keys` to the sketch; their estimates."""
         if self.admit_after == 1:
             return np.ones(len(keys), dtype=np.int64)
-        width = np.uint64(self._sketch.shape[1])
+        # Keys are mixed already: multiply-shift hashing (one odd multiplier a row, the top
+        # bits of the product) spreads them over a row's power-of-two counters.
+        shift = np.uint64(64 - (self._sketch.shape[1].bit_length() - 1))
         estimate = np.full(len(keys), np.iinfo(np.int64).max)
-        for j, salt in enumerate(self._sketch_salt):
-            col = (mix64(keys.view(np.uint64) ^ salt) % width).astype(np.int64)
-            np.add.at(self._sketch[j], col, counts.astype(np.int32))
-            estimate = np.minimum(estimate, self._sketch[j][col])
+        added = counts.astype(np.int32)
+        with np.errstate(over="ignore"):
+            for j, factor in enumerate(self._sketch_salt):
+                col = ((keys.view(np.uint64) * factor) >> shift).astype(np.int64)
+                np.add.at(self._sketch[j], col, added)
+                estimate = np.minimum(estimate, self._sketch[j][col])
         return estimate
 
     def _take_rows(self, n: int) -> np.ndarray:

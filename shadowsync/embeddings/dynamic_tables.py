@@ -31,6 +31,7 @@ import torch
 from shadowsync.data.bags import Bags
 from shadowsync.embeddings.dynamic import DEFAULT_ROW, LRU, DynamicRowMap, Eviction, raw_keys
 from shadowsync.embeddings.tables import INIT_MIN_ROWS, EmbeddingTables
+from shadowsync.embeddings.unique import unique_with_inverse
 
 SKETCH_DEPTH = 4
 
@@ -196,7 +197,7 @@ class DynamicTables:
         return torch.from_numpy(rows)
 
     def _reset(self, rows: torch.Tensor) -> None:
-        init = torch.empty(len(rows), self.dim).uniform_(-self.init_bound, self.init_bound,
+        init = torch.empty(rows.shape[0], self.dim).uniform_(-self.init_bound, self.init_bound,
                                                          generator=self._gen)
         self.pool.weight.index_copy_(0, rows, init)
         if self.pool.state is not None:
@@ -211,14 +212,19 @@ class DynamicTables:
 
     def apply_rows(self, rows: torch.Tensor, grads: torch.Tensor, unique: bool = False,
                    lr_scale: float = 1.0) -> None:
-        """As `EmbeddingTables.apply_rows`; the default row's gradients are dropped."""
-        if len(rows) and int(rows[0]) == DEFAULT_ROW:  # sorted rows (a server's) start with it
+        """As `EmbeddingTables.apply_rows`; the default row's gradients are dropped. Rows
+        are summed per distinct row first (as the pool's update would): sorted, the default
+        row is then the first, cut off by a slice rather than a mask over every lookup."""
+        if not unique:
+            rows, inverse = unique_with_inverse(rows)
+            grads = torch.zeros(rows.shape[0], self.dim).index_add_(0, inverse, grads)
+        if rows.shape[0] and int(rows[0]) == DEFAULT_ROW:  # sorted: a server's rows are too
             rows, grads = rows[1:], grads[1:]
-        if bool((rows == DEFAULT_ROW).any()):
+        if bool((rows == DEFAULT_ROW).any()):  # unsorted unique rows (no caller sends those)
             kept = (rows != DEFAULT_ROW).nonzero().squeeze(1)
             rows, grads = rows.index_select(0, kept), grads.index_select(0, kept)
-        if len(rows):
-            self.pool.apply_rows(rows, grads, unique=unique, lr_scale=lr_scale)
+        if rows.shape[0]:
+            self.pool.apply_rows(rows, grads, unique=True, lr_scale=lr_scale)
 
     # -- the EmbeddingClient of a trainer without embedding servers --------------------------
     def attach(self, name: str) -> None:
@@ -232,7 +238,7 @@ class DynamicTables:
         # A step reads its rows (admitting) and then updates them: one resolve serves both.
         if self._last is not None and self._last[0] is ids and (self._last[2] or not admit):
             return self._last[1]
-        rows = self.resolve(keys_of(ids), len(ids), admit)
+        rows = self.resolve(keys_of(ids), ids.shape[0], admit)
         self._last = (ids, rows, admit)
         return rows
 

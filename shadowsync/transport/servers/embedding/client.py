@@ -131,7 +131,7 @@ class RemoteEmbeddings:
         for s in range(servers):
             at = (owner == s).nonzero().squeeze(1) if owner is not None else None
             mine = raw if at is None else raw.index_select(0, at)
-            calls.append((s, at, self._call(s, "resolve", mine, len(ids), admit)))
+            calls.append((s, at, self._call(s, "resolve", mine, ids.shape[0], admit)))
         for s, at, fut in calls:
             rows = fut.wait() + self._keys.starts[s]
             if at is None:
