@@ -123,8 +123,6 @@ class DynamicTables:
         self.num_tables, self.dim, self.seed = num_tables, dim, seed
         self.init_bound = max(init_rows, INIT_MIN_ROWS) ** -0.5
         self.initial_accumulator = initial_accumulator
-        self.settings = {"admit_after": admit_after, "eviction": str(eviction),
-                         "init_rows": init_rows}
         width = sketch_width(capacity, admit_after)
         if tensors is None:
             pool = EmbeddingTables([capacity + 1], dim, optimizer, lr, seed=seed,
