@@ -75,3 +75,40 @@ def test_a_budget_below_one_batch_is_a_one_line_error(days, tmp_path):
     assert res.stderr.strip().splitlines() == [
         "shadowsync: error: --table-size 100: dynamic tables of 800 rows in all cannot hold "
         "one batch's 2,048 ids (--batch-size x 8 features); raise the budget"]
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_of_its_own_with_raw_multi_hot_ids_reads_back(tmp_path):
+    """The tables in the trainer's shared memory (no servers), a multi-hot feature of raw
+    ids ("ids": "raw"), pooled by mean; the model read back scores as the job did."""
+    import shadowsync
+
+    rng = np.random.default_rng(0)
+    n, data = 6000, tmp_path / "data"
+    data.mkdir()
+    cats = rng.integers(0, 2**62, (n, 2)) // rng.zipf(1.5, (n, 2))
+    offsets = np.concatenate([[0], np.cumsum(rng.integers(0, 4, n))])
+    values = 10**15 + rng.zipf(1.3, offsets[-1]) % 10**6
+    dense = rng.standard_normal((n, 2)).astype(np.float32)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-dense[:, 0] - (cats[:, 0] % 3 == 0)))).astype(
+        np.float32)
+    for name, arr in {"cats": cats, "dense": dense, "labels": labels, "tags.values": values,
+                      "tags.offsets": offsets}.items():
+        np.save(data / f"{name}.npy", arr)
+    (data / "features.json").write_text(json.dumps({"multi_hot": [
+        {"name": "tags", "table_size": 500, "pooling": "mean", "ids": "raw"}]}))
+    out = tmp_path / "run"
+    res = run_cli(["train", "--data", str(data), "--trainers", "1", "--embedding-servers", "0",
+                   "--sync", "none", "--workers", "2", "--tables", "dynamic", "--table-size",
+                   "500", "--batch-size", "64", "--no-progress", "--eval-points", "0", "-q",
+                   "--out", str(out)], timeout=100)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = summary_of(out)
+    assert summary["dynamic_tables"]["live"] <= 1500
+    model = shadowsync.load(out)
+    tail = slice(n - n // 10, n)
+    first = int(offsets[tail.start])
+    pred = model.predict(dense[tail], cats[tail], multi_hot={"tags": (
+        values[first:], offsets[tail.start:] - first)}).numpy()
+    assert evaluate_predictions(pred, labels[tail])["ne"] == pytest.approx(
+        summary["eval_ne"], abs=1e-6)
