@@ -12,14 +12,14 @@ Three parts, each a figure the docs page (docs/dynamic-tables.md) reports:
 - **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
   interleaved; the ratio of median training EPS (goal >= 0.9); and one embedding step's
   milliseconds in one process (the map's own cost, without other processes in the way).
-- **memory**: the peak RSS of a process holding one server's dynamic tables while the ids
-  it is fed grow 10x in number (the pool, its map and its sketch are allocated up front).
+- **memory**: the embedding server's peak RSS in a job on a sixteenth of the Zipf rows and
+  in one on all of them (about 10x the distinct ids): the pool, its map and its sketch are
+  allocated when the job starts.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import resource
+import json
 import shutil
 import time
 from pathlib import Path
@@ -145,56 +145,65 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
     return interleaved(variants, repeats, "embedding steps")
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm", encoding="ascii") as fh:
-        return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+def _peak_rss_mb(pid: int) -> int:
+    """VmHWM of process `pid` in MB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
 
 
-def _hold(capacity: int, batches: int, results: Any) -> None:
-    """A process that holds one server's dynamic tables (26 tables, admission after 2
-    sightings) and feeds them `batches` batches of 256 x 26 ids: half from a Zipf head that
-    keeps coming back, half never seen before (so the distinct ids grow with the batches).
-    Its RSS once the tables are built, its peak RSS, and the map's counters."""
-    from shadowsync.embeddings.dynamic_tables import DynamicSpec
+def _server_memory(out: Path, data: Path, rows: int, examples: tuple[int, ...]
+                   ) -> list[dict[str, Any]]:
+    """The embedding server's peak RSS in jobs on the first `examples` rows of the Zipf data
+    (dynamic tables of `rows` rows a feature, admission after 2), sampled from /proc while
+    each job runs, beside the distinct ids each job saw."""
+    import subprocess
+    import sys
 
-    tables = DynamicSpec(26, capacity, admit_after=2).build(17, 0, lock_path=None)
-    built = _rss_mb()
-    rng = np.random.default_rng(0)
-    fresh = 10**12
-    for _ in range(batches):
-        ids = rng.zipf(1.05, (256, 26))
-        new = rng.random((256, 26)) < 0.5
-        ids[new] = fresh + np.arange(int(new.sum()))
-        fresh += int(new.sum())
-        tables.rows_of(torch.from_numpy(ids), admit=True)
-        tables.rows_of(torch.from_numpy(ids), admit=True)  # seen twice: admitted
-    results.put({"distinct_ids_fed": fresh - 10**12, "rss_built_mb": built,
-                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                 **tables.counters()})
+    from shadowsync.lifecycle import attempts
 
-
-def _memory(capacity: int, batches: int) -> list[dict[str, Any]]:
-    ctx = mp.get_context("spawn")
-    out = []
-    for n in (batches // 10, batches):
-        q = ctx.Queue()
-        p = ctx.Process(target=_hold, args=(capacity, n, q))
-        p.start()
-        out.append({"batches": n, **q.get(timeout=600)})
-        p.join(timeout=60)
-    return out
+    cats = np.load(data / "cats.npy")
+    results = []
+    for n in examples:
+        run = out / "runs" / f"memory-{n}"
+        shutil.rmtree(run, ignore_errors=True)
+        job = subprocess.Popen(
+            [sys.executable, "-m", "shadowsync.cli", "train", "--data", str(data), "--tables",
+             "dynamic", "--admit-after", "2", "--table-size", str(rows), "--examples", str(n),
+             "--checkpoint-every", "never", "--no-progress", "--eval-points", "0", "-q",
+             "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        peak = 0
+        while job.poll() is None:
+            for _, name, pid in attempts.processes(run):
+                if name == "emb0":
+                    peak = max(peak, _peak_rss_mb(pid))
+            time.sleep(0.05)
+        if job.returncode != 0:
+            raise RuntimeError(f"bench dynamic: the memory job failed: {job.stderr.read()}")
+        maps = json.loads((run / "summary.json").read_text())["dynamic_tables"]
+        distinct = sum(len(np.unique(cats[:n, f])) for f in range(cats.shape[1]))
+        results.append({"examples": n, "distinct_ids": distinct, "server_peak_rss_mb": peak,
+                        **maps})
+    return results
 
 
 def run_dynamic_bench(out: str, examples: int = 400_000,
                       budgets: tuple[int, ...] = (100_000, 10_000),
                       eps_examples: int = 300_000, repeats: int = 3,
-                      quality_repeats: int = 1, memory_batches: int = 1000) -> dict[str, Any]:
+                      quality_repeats: int = 1) -> dict[str, Any]:
     root = Path(out)
     t0 = time.time()
     quality = _quality(root, examples, budgets, quality_repeats)
     eps_runs = _eps(root, eps_examples, repeats)
     ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
-    memory = _memory(capacity=200_000, batches=memory_batches)
+    train = int(examples * 0.9)
+    memory = _server_memory(root, root / "data" / "day0", 20_000,
+                            (max(1, train // 16), train))
     steps = _steps(eps_examples, repeats)
     q = quality["runs"]
     summary = {
@@ -209,7 +218,7 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
                               for v in ("fixed", "dynamic", "dynamic-admit2")},
         "settings": {"examples": examples, "budgets": list(budgets),
                      "eps_examples": eps_examples, "repeats": repeats,
-                     "quality_repeats": quality_repeats, "memory_batches": memory_batches},
+                     "quality_repeats": quality_repeats},
         "bench_wall_s": round(time.time() - t0, 1),
         "ratio_spread": {"eps_dynamic_over_fixed": spread},
         "goals": {"eps_dynamic_over_fixed": ">= 0.9"},
@@ -230,9 +239,8 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
     ms = summary["embedding_step_ms"]
     print("embedding step in one process (ms): " + ", ".join(f"{v} {t:.2f}"
                                                             for v, t in ms.items()))
-    print(f"\nmemory (one holder of {200_000:,} rows, RSS in MB):")
-    print_table([[m["distinct_ids_fed"], m["rss_built_mb"], m["peak_rss_mb"], m["live"],
-                  m["admitted"], m["evicted"]] for m in memory],
-                ["distinct ids fed", "RSS built", "peak RSS", "rows used", "admitted",
-                 "evicted"])
+    print("\nmemory (the embedding server of a job, 20,000 rows a feature):")
+    print_table([[m["examples"], m["distinct_ids"], m["server_peak_rss_mb"], m["live"],
+                  m["capacity"], m["evicted"]] for m in memory],
+                ["examples", "distinct ids", "peak RSS MB", "rows used", "budget", "evicted"])
     return summary
