@@ -54,6 +54,11 @@ def _train(args: argparse.Namespace) -> int:
               f"{best.get('val_auc', float('nan')):.4f}"
               f"{'; stopped early' if summary.get('early_stopped') else ''}"
               f"; last model's eval AUC {summary.get('last_eval_auc', float('nan')):.4f}")
+    ids = summary.get("dynamic_tables")
+    if ids:  # --tables dynamic: what the id maps did
+        print(f"  dynamic tables: {ids['admitted']:,} ids admitted, {ids['evicted']:,} rows "
+              f"evicted, {ids['live']:,} of {ids['capacity']:,} rows in use; "
+              f"{ids['rejected']:,} of {ids['lookups']:,} lookups read the default row")
     return 0
 
 
@@ -90,6 +95,8 @@ def _synth(args: argparse.Namespace) -> int:
 
     if args.examples < 10:
         raise UserError(f"--examples must be at least 10 (10% is held out), got {args.examples}")
+    if args.ids == "zipf":
+        return _synth_zipf(args)
     info = write_tsv_dataset(args.out, args.examples, args.seed)
 
     def ne(v: float | None) -> str:  # None where a split's labels are all the same
@@ -98,6 +105,20 @@ def _synth(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}/train.tsv, eval.tsv, teacher.json: mean CTR "
           f"{info['mean_ctr']:.4f}, teacher NE train {ne(info['train_ne'])} "
           f"eval {ne(info['eval_ne'])}")
+    return 0
+
+
+def _synth_zipf(args: argparse.Namespace) -> int:
+    from shadowsync.data.zipf import ZipfConfig, write_days  # start-up cost: numpy
+
+    if args.days < 1 or args.vocab < 1 or not 0 <= args.drift <= 1:
+        raise UserError("--days and --vocab must be >= 1 and --drift in [0, 1]")
+    info = write_days(args.out, args.examples, args.days, args.seed,
+                      ZipfConfig(vocab=args.vocab, drift=args.drift))
+    for day, d in info["days"].items():
+        print(f"wrote {args.out}/{day}: {args.examples:,} rows, {d['distinct_ids']:,} distinct "
+              f"ids, mean CTR {d['mean_ctr']:.4f}, teacher NE on its last 10% "
+              f"{d['teacher_eval_ne']:.4f}")
     return 0
 
 
@@ -254,6 +275,15 @@ def _add_data(sub: Any) -> None:
     synth.add_argument("--examples", type=int, default=1_000_000,
                        help="examples in all, the last 10%% written to eval.tsv")
     synth.add_argument("--seed", type=int, default=0, help="seed of the teacher and the rows")
+    synth.add_argument("--ids", choices=("hashed", "zipf"), default="hashed",
+                       help="hashed: Criteo TSV whose ids fit 100,000-row tables; zipf: array "
+                       "directories OUT/day0, day1... of raw 63-bit ids, Zipf over --vocab "
+                       "values a feature, drifting by day (for --tables dynamic)")
+    synth.add_argument("--days", type=int, default=1, help="zipf: days of --examples rows each")
+    synth.add_argument("--vocab", type=int, default=10_000_000,
+                       help="zipf: distinct values a feature draws from")
+    synth.add_argument("--drift", type=float, default=0.2,
+                       help="zipf: share of each day's ids that are new that day")
     synth.set_defaults(func=_synth)
     prep = data.add_parser("prepare", help="a real public data set (movielens100k) as "
                            "Parquet + schema.toml, or arrays, with a fixed train/eval split")

@@ -23,17 +23,19 @@ from shadowsync.errors import UserError
 # The options of the version before sections, in its order: each must stay a flag.
 FLAT_OPTIONS = [
     "task", "data", "schema", "eval_data", "examples", "epochs", "val_share", "early_stop",
-    "skip_bad_lines", "seed", "model", "embedding_dim", "table_size", "bottom_mlp", "top_mlp",
+    "skip_bad_lines", "seed", "model", "embedding_dim", "table_size", "tables", "admit_after",
+    "evict", "table_memory", "bottom_mlp", "top_mlp",
     "id_bias", "interaction", "optimizer", "lr", "embedding_lr", "embedding_initial_accumulator",
     "embedding_weight_decay", "warmup_steps", "lr_decay_share", "lr_decay_floor",
     "lr_decay_on_plateau", "batch_size", "workers", "trainers", "embedding_servers",
     "dense_servers", "row_split_limit", "embedding_transport", "sync", "sync_groups",
     "sync_interval", "sync_budget", "sync_every", "sync_dtype", "sync_transport", "write_back",
-    "block_momentum", "block_lr", "nesterov", "elastic_alpha", "momentum", "switch_plan",
+    "block_momentum", "block_lr", "nesterov", "elastic_alpha", "sync_warmup_rounds", "momentum",
+    "switch_plan",
     "switch_momentum", "switch_scale_lr", "switch_compensate_momentum", "switch_policy",
     "switch_detector", "switch_patience", "switch_at", "job_name", "straggler_fallback",
     "straggler", "addr", "port", "rpc_port", "out", "log_every", "eval_points", "progress",
-    "log_level", "checkpoint_every", "keep_checkpoints", "max_restarts", "resume",
+    "log_level", "checkpoint_every", "keep_checkpoints", "max_restarts", "resume", "warm_start",
     "on_divergence", "inject_nan_at", "tensorboard",
 ]
 

@@ -216,3 +216,25 @@ def test_parquet_trains_and_a_bad_file_exits_2_in_one_line(tmp_path):
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
     res = run_cli(["train", "--data", data, *local, "--out", str(tmp_path / "r3")], timeout=60)
     assert res.returncode == 2 and "needs --schema" in res.stderr
+
+
+def test_raw_ids_stay_unfolded_and_strings_hash_to_63_bits(tmp_path):
+    """ids = "raw" (for --tables dynamic): integers past table_size kept, strings hashed
+    stably to ids >= 0, multi-hot values too; the array directory says so."""
+    path = tmp_path / "raw.toml"
+    path.write_text(SCHEMA.replace('table_size = 7\nhash = true', 'table_size = 7\nids = "raw"')
+                    .replace('table_size = 5\n', 'table_size = 5\nids = "raw"\n')
+                    .replace('table_size = 10\n', 'table_size = 10\nids = "raw"\n'))
+    table = _table(user=pa.array([3, 10**15, 0, 3], pa.int64()),
+                   genres=pa.array([[1, 2], [], None, [4, 10**12, 4]], pa.list_(pa.int64())))
+    out = tabular.convert(_parquet(tmp_path, table), str(path))
+    cats = np.load(out / "cats.npy")
+    assert (cats[:, 0] == [3, 10**15, 0, 3]).all()
+    assert (cats[:, 1] >= 2**31).all() and cats[0, 1] == cats[2, 1] != cats[1, 1]
+    assert (np.load(out / "genres.values.npy") == [1, 2, 4, 10**12, 4]).all()
+    features = json.loads((out / "features.json").read_text())
+    assert features["multi_hot"][0]["ids"] == "raw" and features["categorical"][1]["ids"] == "raw"
+    assert len(arrays.load_multi_hot(str(out), 4)[0].values) == 5  # no table-size check
+    path.write_text(SCHEMA.replace("hash = true", 'hash = true\nids = "raw"'))
+    with pytest.raises(UserError, match="choose one"):
+        tabular.convert(_parquet(tmp_path, _table(), name="e.parquet"), str(path))

@@ -37,6 +37,22 @@ def _bench_embedding(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_dynamic(args: argparse.Namespace) -> int:
+    from shadowsync.bench.dynamic import run_dynamic_bench
+
+    try:
+        budgets = tuple(int(v) for v in args.rows.split(","))
+    except ValueError:
+        budgets = ()
+    if args.examples < 10_000 or not budgets or min(budgets) < 1 or args.repeats < 1:
+        raise UserError("--examples must be >= 10000, --rows a comma list of sizes >= 1 and "
+                        "--repeats >= 1")
+    run_dynamic_bench(args.out, examples=args.examples, budgets=budgets,
+                      eps_examples=args.eps_examples, repeats=args.repeats,
+                      quality_repeats=args.quality_repeats)
+    return 0
+
+
 def _bench_scale(args: argparse.Namespace) -> int:
     from shadowsync.bench.scale import require_scipy, run_scale_bench
 
@@ -165,6 +181,19 @@ def _add_throughput(bench: Any) -> None:
     short.add_argument("--no-checkpoint-pair", action="store_true",
                        help="only the arrays case")
     short.set_defaults(func=_bench_short)
+    dyn = bench.add_parser("dynamic", help="dynamic tables against hashing into fixed tables: "
+                           "quality on Zipf raw ids, EPS, memory while ids grow")
+    dyn.add_argument("--out", default="runs/bench-dynamic", help=OUT_HELP)
+    dyn.add_argument("--examples", type=int, default=400_000,
+                     help="rows of Zipf raw-id data (the last 10%% evaluates)")
+    dyn.add_argument("--rows", default="100000,10000",
+                     help="rows a feature, one quality comparison each: the fixed tables' size, "
+                     "the dynamic ones' budget")
+    dyn.add_argument("--eps-examples", type=int, default=300_000,
+                     help="examples of each default-job run timed for EPS")
+    dyn.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP + " (EPS)")
+    dyn.add_argument("--quality-repeats", type=int, default=1, help="repeats of the quality runs")
+    dyn.set_defaults(func=_bench_dynamic)
 
 
 def _add_scale(bench: Any) -> None:

@@ -98,7 +98,8 @@ def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
         shutil.rmtree(out)
     _, s = run(replace(cfg, out=str(out)))
     return {
-        "eps": s["train_eps"], "eval_ne": s["eval_ne"], "syncs_per_min": s["syncs_per_min"],
+        "eps": s["train_eps"], "eval_ne": s["eval_ne"], "eval_auc": s.get("eval_auc"),
+        "syncs_per_min": s["syncs_per_min"],
         "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],
         "teacher_eval_ne": s["teacher_eval_ne"], "examples": s["examples"],
         "sync_bytes_per_round": s.get("sync_bytes_per_round"),

@@ -104,12 +104,14 @@ def save_here(staging: str) -> dict[str, Any]:
     return info
 
 
-def load_here(step: Path, shard: str, components: dict[str, Checkpointable], what: str) -> None:
-    """Load `components` (this process's, registered under `shard`) from checkpoint `step`."""
+def load_here(step: Path, shard: str, components: dict[str, Checkpointable], what: str,
+              strict: bool = True) -> None:
+    """Load `components` (this process's, registered under `shard`) from checkpoint `step`;
+    not `strict`: the shard may hold other components too."""
     targets: dict[str, Any] = {}
     for name, comp in components.items():
         targets.update(nest(f"{name}/", comp.state_dict()))
-    load_shard(Path(step) / shard, targets, what)
+    load_shard(Path(step) / shard, targets, what, strict=strict)
     for name, comp in components.items():
         comp.load_state_dict(part(targets, f"{name}/"))
 

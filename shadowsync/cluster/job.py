@@ -38,6 +38,8 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     """One training run of `api.run` (no rollback; its processes fork from the server
     `api.run` started): the checked configuration and the summary."""
     cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
+    if cfg.checkpoint.warm_start and not cfg.checkpoint.resume:
+        cfg = checked_warm_start(cfg)
     check_writable(out)
     return checked_run(cfg, out)
 
@@ -68,9 +70,12 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any
 # Options that shape the model, the tables, the data order or the processes: a checkpoint
 # only resumes a run that agrees on all of them.
 SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embedding_dim",
-                 "id_bias", "interaction", "table_size", "bottom_mlp", "top_mlp", "optimizer",
+                 "id_bias", "interaction", "table_size", "tables", "table_memory",
+                 "admit_after", "bottom_mlp", "top_mlp", "optimizer",
                  "batch_size", "workers", "trainers", "embedding_servers", "dense_servers",
                  "row_split_limit", "sync", "sync_groups")
+# What a warm start (the next day's data) may change; the rest must agree.
+NEXT_DAY_OPTIONS = ("data", "eval_data", "examples")
 
 
 def resume_base(path: str | Path) -> TrainConfig:
@@ -101,6 +106,23 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     if out.resolve() != run.resolve():
         out = free_out_dir(replace(cfg, out=str(out)))
     return replace(cfg, resume=str(step), out=str(out)), out
+
+
+def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
+    """--warm-start: the checkpoint, found, and shaped as this run (the data may differ)."""
+    assert cfg.checkpoint.warm_start is not None
+    step = find_checkpoint(cfg.checkpoint.warm_start, "--warm-start")
+    if not read_manifest(step, "--warm-start").get("resumable") or not cfg.sync.entry.resumable:
+        raise UserError(f"--warm-start {step}: --sync {cfg.sync.mode} runs do not warm start; "
+                        "use none, s-* or fr-*")
+    saved = config_to_dict(resume_base(step))
+    here = config_to_dict(resolve(cfg))
+    diff = [k for k in SHAPE_OPTIONS if k not in NEXT_DAY_OPTIONS and saved.get(k) != here.get(k)]
+    if diff:
+        k = diff[0]
+        raise UserError(f"--warm-start {step}: a model of another shape "
+                        f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
+    return replace(cfg, warm_start=str(step))
 
 
 def check_writable(out: Path) -> None:

@@ -11,7 +11,8 @@ from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
 from shadowsync.runners.switch.search import resolve_share
-from shadowsync.train.tasks import build_dense_model, features_of
+from shadowsync.train.dynamic_tables import dynamic_spec
+from shadowsync.train.tasks import Features, build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
@@ -66,18 +67,22 @@ def trainers_here(layout: ClusterLayout) -> int:
     return max(1, sum(1 for r in local if layout.role(r)[0] == "trainer"))
 
 
-def embedding_plan(cluster: ClusterConfig, table_rows: tuple[int, ...]) -> ShardingPlan:
-    """Which server holds which rows of the tables (`table_rows`: the data's, `Features`)."""
-    return ShardingPlan(cluster.embedding_servers, table_rows, cluster.row_split_limit)
+def embedding_plan(cfg: TrainConfig, features: Features) -> ShardingPlan:
+    """Which server holds which rows of the tables (with --tables dynamic, how each server
+    keeps its share of the id maps)."""
+    dynamic = (dynamic_spec(cfg, features, cfg.cluster.embedding_servers)
+               if cfg.model.tables == "dynamic" else None)
+    return ShardingPlan(cfg.cluster.embedding_servers, features.table_rows,
+                        cfg.cluster.row_split_limit, dynamic)
 
 
-def embedding_client(cfg: TrainConfig, table_rows: tuple[int, ...], layout: ClusterLayout,
+def embedding_client(cfg: TrainConfig, features: Features, layout: ClusterLayout,
                      endpoint: RpcEndpoint) -> RemoteEmbeddings:
     """The client a trainer's processes reach the embedding servers with (in place on this
     host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
     copy of the tables instead (the ceiling the shared path is measured against; trainers then
     learn separate embeddings)."""
-    plan = embedding_plan(cfg.cluster, table_rows)
+    plan = embedding_plan(cfg, features)
     private = None
     if cfg.cluster.embedding_transport == "unshared":
         private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),

@@ -26,12 +26,13 @@ def own_shard(checkpoint: CheckpointConfig, shard: str, part: Checkpointable, wh
     """Register a server's state for checkpoints and, resuming, load it. `known`: the
     tensors exist already (else they are created from the checkpoint)."""
     shards.register(shard, "state", part)
-    if not checkpoint.resume:
+    source = checkpoint.resume or checkpoint.warm_start  # a server's state is learned
+    if not source:
         return
     if known:
-        shards.load_here(Path(checkpoint.resume), shard, {"state": part}, what)
+        shards.load_here(Path(source), shard, {"state": part}, what)
     else:
-        saved = load_all(Path(checkpoint.resume) / shard, what)
+        saved = load_all(Path(source) / shard, what)
         part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
 
 

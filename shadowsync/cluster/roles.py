@@ -143,7 +143,7 @@ def join_process_group(layout: ClusterLayout) -> tuple[int, Any]:
 def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
                      endpoint: RpcEndpoint) -> None:
     """Embedding server `index`: hold its shard of the tables until the job leaves RPC."""
-    plan = embedding_plan(cfg.cluster, features_of(cfg).table_rows)
+    plan = embedding_plan(cfg, features_of(cfg))
     # Clients: every trainer and each of its workers attach once.
     tables = embedding_servers.serve(plan, index, cfg.model.table_width(),
                                      cfg.optim.table_optimizer(), cfg.seed,
@@ -176,7 +176,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     """Trainer `index`: build its parts in order, then train."""
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
-    tables = embedding_client(cfg, plan.features.table_rows, layout, endpoint)
+    tables = embedding_client(cfg, plan.features, layout, endpoint)
     runner = build_runner(RunnerContext(
         cfg, model, trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))

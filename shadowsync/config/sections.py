@@ -146,6 +146,17 @@ class ModelConfig:
     table_size: list[int] = opt(
         [100_000], "rows per embedding table, one size for all or a comma list of one per table "
         "(ids are taken modulo it)", parse=parse_sizes)
+    tables: Literal["fixed", "dynamic"] = opt(
+        "fixed", "embedding tables: fixed (ids modulo --table-size) or dynamic (raw 64-bit ids "
+        "mapped to rows as they come, --table-size rows per table as the budget; see "
+        "docs/dynamic-tables.md)")
+    admit_after: int = opt(1, "dynamic tables: sightings before an id gets a row (until then "
+                           "it reads zeros and its gradient is dropped)")
+    evict: str = opt("lru", "dynamic tables: when full, free the least recently used rows "
+                     "(lru), and with ttl:N also rows unused for N examples")
+    table_memory: str | None = opt(
+        None, "dynamic tables: the job's table budget in bytes (e.g. 2GiB, 500MB), rows, "
+        "optimizer state and id maps together, in place of --table-size rows per table")
     bottom_mlp: list[int] = opt([64], "hidden widths of the bottom MLP")
     top_mlp: list[int] = opt([128, 64], "hidden widths of the top MLP")
     id_bias: bool = opt(
@@ -172,6 +183,30 @@ class ModelConfig:
         _positive(self.embedding_dim, "embedding-dim")
         if not self.table_size or any(v <= 0 for v in self.table_size):
             raise UserError(f"--table-size: sizes must be positive, got {self.table_size}")
+        if self.admit_after < 1:
+            raise UserError(f"--admit-after must be >= 1, got {self.admit_after}")
+        kind, _, n = self.evict.partition(":")
+        if not (self.evict == "lru" or (kind == "ttl" and n.isdigit() and int(n) > 0)):
+            raise UserError(f"--evict: {self.evict!r} is not lru or ttl:N (N examples > 0)")
+        if self.table_memory is not None:
+            self.table_memory_bytes()
+
+    def table_memory_bytes(self) -> int | None:
+        """--table-memory in bytes (None when not set)."""
+        if self.table_memory is None:
+            return None
+        units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10,
+                 "mib": 2**20, "gib": 2**30}
+        text = str(self.table_memory).strip().lower()
+        number = text.rstrip("kmgib")
+        try:
+            value = float(number) * units[text[len(number):]]
+        except (KeyError, ValueError):
+            value = -1
+        if not value > 0:
+            raise UserError(f"--table-memory: {self.table_memory!r} is not a size such as "
+                            "2GiB or 500MB")
+        return int(value)
 
     def table_rows(self, num_tables: int) -> list[int]:
         """Rows of each of the data's `num_tables` tables."""
@@ -381,6 +416,10 @@ class CheckpointConfig:
     resume: str | None = opt(
         None, "continue the run in this directory (or from this checkpoint/step-N) where its "
         "latest checkpoint left off; its config.toml is the base of the options")
+    warm_start: str | None = opt(
+        None, "start from this finished run's (or checkpoint/step-N's) model, embedding tables "
+        "and id maps, training on --data from its first row: a recurring job's next day "
+        "(the model's shape options must match; the dense optimizer starts afresh)")
     on_divergence: Literal["stop", "rollback"] = opt(
         "stop", "on a NaN / Inf loss: stop with one line, or roll back to the last good "
         "checkpoint at half the learning rate (at most 3 times)")

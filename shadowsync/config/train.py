@@ -156,7 +156,20 @@ class TrainConfig:
                             "pip install 'shadowsync[tensorboard]'")
         self._check_validation()
         self._check_specs()
+        self._check_dynamic_tables()
         return self
+
+    def _check_dynamic_tables(self) -> None:
+        m = self.model
+        if m.tables == "fixed":
+            changed = [flag for flag, v, default in (
+                ("--admit-after", m.admit_after, 1), ("--evict", m.evict, "lru"),
+                ("--table-memory", m.table_memory, None)) if v != default]
+            if changed:
+                raise UserError(f"{changed[0]} applies to dynamic tables: add --tables dynamic")
+        elif self.cluster.embedding_transport == "unshared":
+            raise UserError("--tables dynamic: --embedding-transport unshared is not supported "
+                            "(each trainer's private copy would map ids apart)")
 
     def _check_choices(self) -> None:
         for section in SECTIONS:

@@ -112,7 +112,7 @@ def multi_hot_specs(path: str) -> list[dict[str, Any]]:
             raise UserError(f"{where}: multi_hot[{i}] ({name}): table_size must be a positive "
                             "integer")
         specs.append({"name": name, "pooling": pooling, "weighted": weighted,
-                      "table_size": size})
+                      "table_size": size, "raw": entry.get("ids") == "raw"})
     return specs
 
 
@@ -121,7 +121,9 @@ def load_multi_hot(path: str, rows: int) -> list[Jagged]:
     UserError naming the file and row."""
     features = []
     for spec in multi_hot_specs(path):
-        values, offsets, weights = check_multi_hot(path, spec["name"], spec["table_size"], rows)
+        # "ids": "raw" (dynamic tables): any id >= 0, the table size is a row budget.
+        size = np.iinfo(np.int64).max if spec["raw"] else spec["table_size"]
+        values, offsets, weights = check_multi_hot(path, spec["name"], size, rows)
         features.append(Jagged(spec["name"], values, offsets,
                                weights if spec["weighted"] else None, spec["pooling"]))
     return features

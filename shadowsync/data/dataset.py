@@ -155,8 +155,8 @@ def batches(
     are logical rows of several shuffled passes (see ``EpochOrder``).
     """
     sizes = np.atleast_1d(np.asarray(table_size, dtype=np.int64))
-    if batch_size < 1 or (sizes < 1).any():
-        raise ValueError("batch_size and table sizes must be positive")
+    if batch_size < 1 or (sizes < 0).any():
+        raise ValueError("batch_size must be positive and table sizes >= 0 (0: raw ids)")
     if len(sizes) not in (1, data.num_tables):
         raise ValueError(f"{len(sizes)} table sizes for {data.num_tables} tables")
     if not 0 <= shard < num_shards:
@@ -172,6 +172,14 @@ def batches(
         yield batch_of(data, rows, modulus)
 
 
+def fold_ids(ids: np.ndarray, modulus: np.ndarray) -> np.ndarray:
+    """uint64 ids modulo their table's size; a size of 0 leaves a table's ids raw (dynamic
+    tables map raw ids to rows themselves)."""
+    if modulus.all():
+        return ids % modulus
+    return np.where(modulus == 0, ids, ids % np.maximum(modulus, 1))
+
+
 def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray) -> Batch:
     """``(dense, ids, labels)`` of the rows ``rows`` picks (consecutive rows, or any row
     numbers), ids reduced modulo ``modulus`` (uint64, one for all tables or one per table).
@@ -184,7 +192,7 @@ def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray) -> Ba
     # int64 hashes are reinterpreted as unsigned; narrower ids (checked >= 0) are widened.
     cats = np.asarray(data.cats[rows], dtype=np.int64)
     single = cats.shape[1]
-    ids = torch.from_numpy((cats.view(np.uint64) % modulus[:single or 1]).view(np.int64))
+    ids = torch.from_numpy(fold_ids(cats.view(np.uint64), modulus[:single or 1]).view(np.int64))
     labels = np.array(data.labels[rows], dtype=np.float32)
     if data.multi_hot:
         last = len(modulus) - 1

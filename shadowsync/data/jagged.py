@@ -57,5 +57,6 @@ class Jagged:
         """The rows' (values modulo the table's rows, offsets, weights, pooling) as tensors,
         what `Bags.build` takes."""
         values, offsets, weights = self.rows(index)
-        return (torch.from_numpy(values % modulus), torch.from_numpy(offsets),
+        folded = values % modulus if modulus else values.copy()  # 0: raw (dynamic tables)
+        return (torch.from_numpy(folded), torch.from_numpy(offsets),
                 None if weights is None else torch.from_numpy(weights), self.pooling)

@@ -11,6 +11,9 @@ of them (read in name order). The schema says which column is what::
     table_size = 1000                     # ids must be in [0, table_size) ...
     hash = false                          # ... unless hash = true: id % table_size, and
                                           # strings hashed (stable across runs) first
+    # ids = "raw"                         # or: ids kept as they are (strings hashed to
+                                          # 63 bits) for --tables dynamic; table_size is
+                                          # then the table's row budget
 
     [[multi_hot]]                         # a list of ids per row (Parquet list column; in
     name = "genres"                       # CSV a string split at `separator`, default "|")
@@ -64,6 +67,7 @@ class Sparse:
     name: str
     table_size: int
     hash: bool = False
+    raw: bool = False  # ids = "raw": not folded (dynamic tables map them)
     pooling: str = "sum"
     weights: str | None = None
     separator: str = "|"
@@ -129,10 +133,12 @@ class TableSchema:
     def features(self) -> dict[str, Any]:
         """features.json of the converted directory (the shared array-directory format)."""
         return {"dense": list(self.dense),
-                "categorical": [{"name": c.name, "table_size": c.table_size}
+                "categorical": [{"name": c.name, "table_size": c.table_size,
+                                 **({"ids": "raw"} if c.raw else {})}
                                 for c in self.categorical],
                 "multi_hot": [{"name": m.name, "table_size": m.table_size,
-                               "pooling": m.pooling, "weighted": m.weights is not None}
+                               "pooling": m.pooling, "weighted": m.weights is not None,
+                               **({"ids": "raw"} if m.raw else {})}
                               for m in self.multi_hot]}
 
 
@@ -145,7 +151,7 @@ def _tables(path: str, doc: dict, key: str) -> list[dict]:
 
 def _sparse(path: str, kind: str, i: int, t: dict) -> Sparse:
     where = f"{path}: [[{kind}]] #{i + 1}"
-    allowed = {"name", "table_size", "hash"} | ({"pooling", "weights", "separator"}
+    allowed = {"name", "table_size", "hash", "ids"} | ({"pooling", "weights", "separator"}
                                                 if kind == "multi_hot" else set())
     for key in t:
         if key not in allowed:
@@ -162,13 +168,19 @@ def _sparse(path: str, kind: str, i: int, t: dict) -> Sparse:
     hashed = t.get("hash", False)
     if not isinstance(hashed, bool):
         raise UserError(f"{where} ({name}): 'hash' must be true or false")
+    raw = t.get("ids", "table") == "raw"
+    if t.get("ids", "table") not in ("table", "raw"):
+        raise UserError(f"{where} ({name}): 'ids' must be \"raw\" (or left out)")
+    if raw and hashed:
+        raise UserError(f"{where} ({name}): ids = \"raw\" keeps ids unfolded; hash = true "
+                        "folds them: choose one")
     weights = t.get("weights")
     if weights is not None and (not isinstance(weights, str) or not weights):
         raise UserError(f"{where} ({name}): 'weights' must name a column")
     sep = t.get("separator", "|")
     if not isinstance(sep, str) or not sep:
         raise UserError(f"{where} ({name}): 'separator' must be a non-empty string")
-    return Sparse(name, size, hashed, pooling, weights, sep)
+    return Sparse(name, size, hashed, raw, pooling, weights, sep)
 
 
 # -- files --
@@ -246,7 +258,7 @@ class _Writer:
         if not len(ids):
             return
         self.top[column.name] = max(self.top.get(column.name, -1), int(ids.max()))
-        if self.past is None and not column.hash:
+        if self.past is None and not column.hash and not column.raw:
             over = np.flatnonzero(ids >= column.table_size)
             if len(over):
                 self.past = (where_of(int(over[0])), column.name, int(ids[over[0]]),
@@ -290,9 +302,11 @@ def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
 
     t = values.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if column.raw:  # 63 bits: ids stay >= 0 as int64
+            return (_hash_strings(values) >> np.uint64(1)).astype(np.int64)
         if not column.hash:
             raise UserError(f"{where(0)}: column '{column.name}' holds strings; set hash = true "
-                            "for it in the schema (or give integer ids)")
+                            "(or ids = \"raw\") for it in the schema (or give integer ids)")
         return _hash_strings(values) % np.uint64(column.table_size)
     ids = values.to_numpy(zero_copy_only=False).astype(np.int64)
     if column.hash:

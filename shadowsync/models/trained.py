@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from shadowsync.data.bags import POOLINGS, Bags
+from shadowsync.embeddings.dynamic import raw_keys_torch
 
 OUTPUTS = ("sigmoid", "softmax")  # a click probability per example, or class probabilities
 
@@ -69,12 +70,14 @@ def _as_tensor(value: Any, dtype: np.dtype, what: str) -> torch.Tensor:
 class TrainedModel(nn.Module):
     """`forward(dense [B, num_dense], sparse [B, S] int64, *bags) -> logits`, `bags` being
     each multi-hot feature's values, lengths (and weights when weighted) in feature order;
-    ids are taken modulo each table's rows, as training took them. `predict` gives
+    ids are taken modulo each table's rows, as training took them, or with `id_keys` (dynamic
+    tables: each table's sorted keys, row 0 the default) as raw ids mapped by them. `predict` gives
     probabilities, batched, with the multi-hot features as a dict by name."""
 
     def __init__(self, dense_model: nn.Module, tables: Mapping[str, torch.Tensor],
                  num_dense: int, output: str = "sigmoid",
-                 features: Sequence[SparseFeature] | None = None) -> None:
+                 features: Sequence[SparseFeature] | None = None,
+                 id_keys: Sequence[torch.Tensor] | None = None) -> None:
         super().__init__()
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -99,7 +102,26 @@ class TrainedModel(nn.Module):
                                                         dtype=torch.long))
         self.num_dense = num_dense
         self.output = output
+        # Dynamic tables: raw ids, mapped to rows by each table's sorted keys (see `_rows`).
+        self.raw_ids = id_keys is not None
+        for i, keys in enumerate(id_keys or []):
+            if len(keys) != int(self.table_rows[i]):
+                raise ValueError(f"feature {features[i].name}: {len(keys)} id keys for "
+                                 f"{int(self.table_rows[i])} rows")
+            self.register_buffer(f"id_keys_{i}", keys)
         self.eval()
+
+    def _rows(self, table: int, ids: torch.Tensor, rows: int | torch.Tensor) -> torch.Tensor:
+        """The rows of table `table` that ids read. Fixed tables: ``id mod rows``. Dynamic
+        tables (raw ids): row j holds the id whose key (`raw_keys_torch`) is the table's
+        j-th sorted key; key 0 is below every key and belongs to the default row (zeros),
+        which every id the map did not hold reads."""
+        if not self.raw_ids:
+            return ids.remainder(rows)
+        sorted_keys = getattr(self, f"id_keys_{table}")
+        keys = raw_keys_torch(table, ids)
+        at = torch.searchsorted(sorted_keys, keys, right=True) - 1
+        return torch.where(sorted_keys.index_select(0, at) == keys, at, torch.zeros_like(at))
 
     @staticmethod
     def _count_single(features: Sequence[SparseFeature]) -> int:
@@ -137,20 +159,22 @@ class TrainedModel(nn.Module):
         modules = list(self.tables.values())
         pooled = []
         if self.num_single:
-            ids = sparse.remainder(self.table_rows[:self.num_single])
             offsets = torch.arange(batch, dtype=torch.long, device=sparse.device)
-            pooled = [bag(ids[:, i], offsets) for i, bag in enumerate(modules[:self.num_single])]
+            pooled = [bag(self._rows(i, sparse[:, i], self.table_rows[i]), offsets)
+                      for i, bag in enumerate(modules[:self.num_single])]
         expected = sum(2 + f.weighted for f in self.multi_hot)
         if len(bags) != expected:
             raise ValueError(f"the multi-hot features {self.multi_hot_inputs()} are "
                              f"{expected} tensors, got {len(bags)}")
         at = 0
-        for f, bag in zip(self.multi_hot, modules[self.num_single:], strict=True):
+        for t, (f, bag) in enumerate(zip(self.multi_hot, modules[self.num_single:], strict=True),
+                                     start=self.num_single):
             values, lengths = bags[at], bags[at + 1]
             weights = bags[at + 2] if f.weighted else None
             at += 2 + f.weighted
             starts = torch.cumsum(lengths, 0) - lengths
-            v = bag(values.remainder(bag.num_embeddings), starts, per_sample_weights=weights)
+            v = bag(self._rows(t, values, bag.num_embeddings), starts,
+                    per_sample_weights=weights)
             if f.pooling == "mean":
                 v = v / lengths.clamp(min=1).unsqueeze(1).to(v.dtype)
             pooled.append(v)
@@ -160,7 +184,7 @@ class TrainedModel(nn.Module):
         rows = torch.empty(len(bags.ids), self.table_width)
         for t, bag in enumerate(self.tables.values()):
             lookups = (bags.tables == t).nonzero().squeeze(1)
-            ids = bags.ids.index_select(0, lookups).remainder(int(self.table_rows[t]))
+            ids = self._rows(t, bags.ids.index_select(0, lookups), int(self.table_rows[t]))
             rows.index_copy_(0, lookups, bag.weight.index_select(0, ids))
         return bags.pool(rows)
 
@@ -266,6 +290,8 @@ class TrainedModel(nn.Module):
         features = []
         for f, rows in zip(self.features, self.table_rows.tolist(), strict=True):
             entry: dict[str, Any] = {"name": f.name, "rows": int(rows)}
+            if self.raw_ids:  # the map travels in the module, as buffer id_keys_<i>
+                entry["ids"] = "raw"
             if f.multi_hot:
                 entry.update({k: v for k, v in asdict(f).items() if k != "name"})
             features.append(entry)

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import atexit
 from typing import Any
 
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.embeddings.dynamic_tables import DynamicTables
+from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
 from shadowsync.train.tasks import DataPlan, Features, build_dense_model, task_of
+from shadowsync.transport import shm
 
 
-def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables:
+def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables | DynamicTables:
+    if cfg.model.tables == "dynamic":
+        # The workers are processes: they take the map's lock through a file on this host.
+        lock = shm.new_path("dynamic-lock") if shm.available() else None
+        if lock is not None:
+            atexit.register(shm.unlink, lock)
+        return dynamic_spec(cfg, features, 1).build(
+            cfg.model.table_width(), cfg.seed, lock, **cfg.optim.table_optimizer()
+        ).share_memory_()
     return EmbeddingTables(list(features.table_rows), cfg.model.table_width(), seed=cfg.seed,
                            **cfg.optim.table_optimizer()).share_memory_()
 

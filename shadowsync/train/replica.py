@@ -144,6 +144,12 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
         shards.load_here(Path(cfg.checkpoint.resume), shard, parts, f"trainer {index}")
         if cfg.sync.entry.lockstep and resumed.get("aligned_at") is not None:
             slots.align(resumed["aligned_at"])
+    elif cfg.checkpoint.warm_start:
+        # What the model learned, not where its workers were (positions, the dense
+        # optimizer's state: a new day's data starts at its first row).
+        learned = {k: v for k, v in parts.items() if k in ("model", "sync", "tables")}
+        shards.load_here(Path(cfg.checkpoint.warm_start), shard, learned, f"trainer {index}",
+                         strict=False)
     lead = index == 0
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and lead)
     desc = "train" if cfg.cluster.trainers == 1 else f"trainer 0 (of {cfg.cluster.trainers})"
@@ -258,6 +264,9 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
     summary["restarts"] = attempts.attempt()
     summary["examples_lost"] = attempts.examples_lost(out, cfg.cluster.trainers)
     summary.update(replica.resumed)
+    if getattr(trainer, "table_counters", None) is not None:
+        # Dynamic tables: ids looked up, admitted, rejected (read the default row), evicted.
+        summary["dynamic_tables"] = trainer.table_counters
     resumed_eps(summary)
     summary.update(selection_summary(trainer, final, best))
     metrics = replica.metrics

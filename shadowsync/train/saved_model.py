@@ -35,9 +35,11 @@ from shadowsync.checkpoint.store import (
     saved_config,
 )
 from shadowsync.data.dataset import predict_rows, resolve, sparse_features
+from shadowsync.embeddings.dynamic import FREE, table_of
 from shadowsync.errors import UserError
 from shadowsync.models.trained import SparseFeature, TrainedModel
 from shadowsync.runners.protocol import KEY, load_flat
+from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.tasks import Features, build_dense_model, features_of
 from shadowsync.transport.servers.dense import TRAINED
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
@@ -64,6 +66,39 @@ def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
     return [SparseFeature(str(s["name"]), bool(s.get("multi_hot", False)),
                           str(s.get("pooling", "sum")), bool(s.get("weighted", False)))
             for s in specs]
+
+
+def _dynamic_tables(step: Path, cfg: Any, features: Features
+                    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Dynamic tables cut back into one table per feature: each feature's rows in the order
+    of their keys after a default row of zeros, and those keys after key 0 (see
+    `TrainedModel._rows`). Ids the maps did not hold read the default row."""
+    width = cfg.model.table_width()
+    servers = sorted((s for s in read_manifest(step, "--checkpoint").get("shards", [])
+                      if s.startswith("emb")), key=lambda s: int(s[3:]))
+    holders = ([(step / name, "state/", f"embedding server {i}")
+                for i, name in enumerate(servers)] if servers
+               else [(step / "trainer0", "tables/", "the embedding tables")])
+    spec = dynamic_spec(cfg, features, len(holders))
+    keys, rows = [], []
+    for where, prefix, what in holders:
+        held = {f"{prefix}weight": torch.empty(spec.capacity + 1, width),
+                f"{prefix}map/row_key": torch.empty(spec.capacity + 1, dtype=torch.int64)}
+        load_shard(where, held, what, strict=False)
+        row_key = held[f"{prefix}map/row_key"].numpy()
+        live = np.flatnonzero(row_key != FREE)
+        keys.append(row_key[live])
+        rows.append(held[f"{prefix}weight"][torch.from_numpy(live)])
+    every_key, every_row = np.concatenate(keys), torch.cat(rows)
+    order = np.argsort(every_key, kind="stable")
+    every_key, every_row = every_key[order], every_row[torch.from_numpy(order)]
+    table = table_of(every_key)
+    tables, id_keys = [], []
+    for t in range(features.num_tables):
+        mine = np.flatnonzero(table == t)
+        tables.append(torch.cat([torch.zeros(1, width), every_row[torch.from_numpy(mine)]]))
+        id_keys.append(torch.from_numpy(np.concatenate([[0], every_key[mine]])))
+    return tables, id_keys
 
 
 def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
@@ -138,15 +173,21 @@ def load_model(path: str | Path, model: Any = None,
                             f"parameters, the model has {numel}")
         load_flat(flat, dense.parameters())
     # The digits task has no categorical features (and one placeholder table, never read).
-    tables = _tables(step, cfg, manifest, features.table_rows) if cfg.task == "ctr" else []
+    id_keys = None
+    if cfg.task != "ctr":
+        tables = []
+    elif cfg.model.tables == "dynamic":
+        tables, id_keys = _dynamic_tables(step, cfg, features)
+    else:
+        tables = _tables(step, cfg, manifest, features.table_rows)
     output = "softmax" if cfg.task == "digits" else "sigmoid"
     sparse = _sparse_features(manifest, cfg, len(tables))
     return cfg, TrainedModel(dense, {f.name: t for f, t in zip(sparse, tables, strict=True)},
-                             features.num_dense, output, sparse), step
+                             features.num_dense, output, sparse, id_keys), step
 
 
 def score(trained: TrainedModel, rows: Any, start: int, stop: int,
           batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Predictions and labels of rows [start, stop) of `rows` (a `CtrData`)."""
-    return predict_rows(rows, start, stop, trained.table_rows.tolist() or [1], trained.predict,
-                        batch_size)
+    modulus = [0] * len(trained.table_rows) if trained.raw_ids else trained.table_rows.tolist()
+    return predict_rows(rows, start, stop, modulus or [1], trained.predict, batch_size)

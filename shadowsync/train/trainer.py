@@ -89,6 +89,7 @@ class Trainer:
         self.cfg = cfg
         self.plan = plan
         self.tables = tables
+        self.table_counters: dict[str, int] | None = None  # dynamic tables, read at close
         self.index = index
         on_plateau = cfg.optim.lr_decay_on_plateau and plan.val_start is not None
         self.decay_flag = Path(cfg.output.dir or ".") / DECAY_FLAG if on_plateau else None
@@ -181,7 +182,7 @@ class Trainer:
                                cfg.seed, cfg.data.skip_bad_lines, 0, stop,
                                shard=self.index * cfg.cluster.workers + w, num_shards=shards,
                                epoch_rows=plan.epoch_rows),
-                batch_size=cfg.optim.batch_size, table_size=list(plan.features.table_rows),
+                batch_size=cfg.optim.batch_size, table_size=list(plan.features.id_modulus),
                 optimizer=cfg.optim.optimizer, lr=cfg.optim.lr, schedule=LrSchedule.of(cfg.optim),
                 report_every=max(1, min(64, 8192 // cfg.optim.batch_size)), seed=cfg.seed,
                 straggler=cfg.testing.straggler,
@@ -250,6 +251,8 @@ class Trainer:
 
     def close(self) -> None:
         """Leave the RPC world (a barrier over the job) and reap the worker processes."""
+        id_maps = getattr(self.tables, "counters", None)  # dynamic tables: read them first
+        self.table_counters = id_maps() if id_maps is not None else None
         self.tables.detach()
         for p in self._procs:
             p.join(timeout=30)
@@ -370,7 +373,7 @@ class Trainer:
             return  # the model it ends with is the one last validated (give or take a step)
         self._last_val_examples = trained
         m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
-                     plan.features.table_rows)
+                     plan.features.id_modulus)
         epoch = trained * cfg.cluster.trainers / plan.rows_per_epoch
         value = m[self.task.metric]
         improved = self.selection.observe(value, epoch=round(epoch, 3),

@@ -44,20 +44,22 @@ def new_path(label: str) -> str:
 
 
 def to_shared_file(tensor: torch.Tensor, path: str) -> torch.Tensor:
-    """A copy of `tensor` (float32) backed by a new file at `path`."""
-    mapped = map_file(path, tuple(tensor.shape), create=True)
+    """A copy of `tensor` (of its dtype) backed by a new file at `path`."""
+    mapped = map_file(path, tuple(tensor.shape), create=True, dtype=tensor.dtype)
     mapped.copy_(tensor)
     return mapped
 
 
-def map_file(path: str, shape: tuple[int, ...], create: bool = False) -> torch.Tensor:
-    """Map the float32 file at `path` as a tensor of `shape`; writes go to every mapper."""
+def map_file(path: str, shape: tuple[int, ...], create: bool = False,
+             dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Map the file at `path` as a tensor of `shape` and `dtype`; writes go to every mapper."""
     n = 1
     for s in shape:
         n *= s
-    if not create and os.path.getsize(path) != 4 * n:
-        raise ValueError(f"{path}: {os.path.getsize(path)} bytes, expected {4 * n}")
-    return torch.from_file(path, shared=True, size=n, dtype=torch.float32).view(*shape)
+    size = n * dtype.itemsize
+    if not create and os.path.getsize(path) != size:
+        raise ValueError(f"{path}: {os.path.getsize(path)} bytes, expected {size}")
+    return torch.from_file(path, shared=True, size=n, dtype=dtype).view(*shape)
 
 
 def unlink(path: str) -> None:

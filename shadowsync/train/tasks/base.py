@@ -24,11 +24,17 @@ class Features:
     """The shape every part of a run is sized by (model, tables, sharding), read from the data."""
 
     num_dense: int
-    table_rows: tuple[int, ...]
+    table_rows: tuple[int, ...]  # rows of each table (dynamic tables: each one's row budget)
+    raw_ids: bool = False  # dynamic tables: ids reach the tables unfolded
 
     @property
     def num_tables(self) -> int:
         return len(self.table_rows)
+
+    @property
+    def id_modulus(self) -> tuple[int, ...]:
+        """What the data folds each table's ids by (0: not at all, for dynamic tables)."""
+        return (0,) * len(self.table_rows) if self.raw_ids else self.table_rows
 
 
 @dataclass

@@ -26,7 +26,8 @@ def features_of(cfg: TrainConfig) -> Features:
     """From the data's headers only: cheap in every process, converts nothing."""
     path = resolve(cfg.data.path, cfg.data.schema)
     num_dense, num_tables = feature_counts(path)
-    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows))
+    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows),
+                    raw_ids=cfg.model.tables == "dynamic")
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
@@ -74,9 +75,11 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     if teacher is None:
         teacher = ev.teacher_ne_hint
     features = Features(train.num_dense,
-                        table_rows_of(train.source, train.num_tables, cfg.model.table_rows))
+                        table_rows_of(train.source, train.num_tables, cfg.model.table_rows),
+                        raw_ids=cfg.model.tables == "dynamic")
     for rows in (train, ev):
-        check_ids(rows, features.table_rows)
+        if not features.raw_ids:
+            check_ids(rows, features.table_rows)
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
                     open_examples=len(train) if cfg.data.path == "synthetic" else None,
                     open_path=train.source if cfg.data.schema else None,
@@ -120,7 +123,7 @@ class CtrTask:
                  stop: int, cfg: TrainConfig) -> dict[str, float]:
         from shadowsync.train.evaluate import evaluate
 
-        return evaluate(model, tables, plan.eval, start, stop, plan.features.table_rows)
+        return evaluate(model, tables, plan.eval, start, stop, plan.features.id_modulus)
 
     def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
         teacher = plan.teacher_eval_ne

@@ -13,6 +13,13 @@ import torch.distributed.rpc as rpc
 
 from shadowsync.data.bags import Bags
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.embeddings.dynamic import server_of
+from shadowsync.embeddings.dynamic_tables import (
+    DynamicSpec,
+    DynamicTables,
+    keys_of,
+    merge_counters,
+)
 from shadowsync.embeddings.unique import unique_with_inverse
 from shadowsync.transport import shm
 from shadowsync.transport.layout import ClusterLayout
@@ -22,6 +29,7 @@ from shadowsync.transport.servers.embedding.server import (
     LOCAL_CALLS,
     REMOTE_CALLS,
     attached,
+    counters,
     shared_info,
 )
 
@@ -56,7 +64,7 @@ class RemoteEmbeddings:
         self._pending: list[torch.futures.Future] = []
         self._keys: RowKeys | None = None
         self._last: _Requests | None = None
-        self._shared: dict[int, EmbeddingTables] = {}
+        self._shared: dict[int, EmbeddingTables | DynamicTables] = {}
         self._private = private or {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -71,7 +79,7 @@ class RemoteEmbeddings:
         for s in range(self.plan.servers):
             server = ClusterLayout.embedding_name(s)
             if self.transport == "auto" and s not in self._shared:
-                mapped = _map_shared(rpc.rpc_sync(server, shared_info))
+                mapped = _map_shared(rpc.rpc_sync(server, shared_info), self.plan.dynamic)
                 if mapped is not None:
                     self._shared[s] = mapped
             rpc.rpc_sync(server, attached)
@@ -86,14 +94,20 @@ class RemoteEmbeddings:
         self._shared.clear()
         RpcEndpoint.leave()
 
-    def _requests(self, ids: torch.Tensor | Bags) -> _Requests:
+    def _requests(self, ids: torch.Tensor | Bags, admit: bool = False) -> _Requests:
         """Which distinct rows each server is asked for. Ads ids are heavily skewed, so a batch
-        repeats many of them (about 3 in 4 here): each distinct row travels once."""
-        if self._last is not None and self._last.ids is ids:
+        repeats many of them (about 3 in 4 here): each distinct row travels once. With
+        dynamic tables the servers' maps say the rows first (new ids admitted if `admit`)."""
+        if self._last is not None and self._last.ids is ids and (self._last.admitted or not admit):
             return self._last
         assert self._keys is not None, "attach() first"
+        if self.plan.dynamic is not None:
+            with self._timed("resolve"):
+                row_keys = self._resolve(ids, admit)
+        else:
+            row_keys = self._keys.keys(ids)
         with self._timed("route_unique"):
-            keys, inverse = unique_with_inverse(self._keys.keys(ids))
+            keys, inverse = unique_with_inverse(row_keys)
             start = self._keys.starts
             bounds = torch.searchsorted(keys, start).tolist()
             per_server = []
@@ -102,8 +116,36 @@ class RemoteEmbeddings:
                 if hi > lo:
                     span = None if hi - lo == len(keys) else slice(lo, hi)
                     per_server.append((s, span, keys[lo:hi] - start[s]))
-        self._last = _Requests(ids, len(keys), inverse, per_server)
+        self._last = _Requests(ids, len(keys), inverse, per_server, admit)
         return self._last
+
+    def _resolve(self, ids: torch.Tensor | Bags, admit: bool) -> torch.Tensor:
+        """Dynamic tables: each lookup's row, as a key of the servers' rows end to end. An
+        id goes to the server its key names; that server's map gives its row."""
+        raw = keys_of(ids)
+        servers = self.plan.servers
+        owner = torch.from_numpy(server_of(raw.numpy(), servers)) if servers > 1 else None
+        out = torch.empty_like(raw)
+        assert self._keys is not None
+        calls = []
+        for s in range(servers):
+            at = (owner == s).nonzero().squeeze(1) if owner is not None else None
+            mine = raw if at is None else raw.index_select(0, at)
+            calls.append((s, at, self._call(s, "resolve", mine, ids.shape[0], admit)))
+        for s, at, fut in calls:
+            rows = fut.wait() + self._keys.starts[s]
+            if at is None:
+                out = rows
+            else:
+                out[at] = rows
+        return out
+
+    def counters(self) -> dict[str, int] | None:
+        """Dynamic tables: the id maps' counters over every server (None: fixed tables)."""
+        if self.plan.dynamic is None:
+            return None
+        return merge_counters([rpc.rpc_sync(ClusterLayout.embedding_name(s), counters)
+                               for s in range(self.plan.servers)])
 
     def _call(self, s: int, kind: str, *args: Any) -> torch.futures.Future:
         """One request to server `s`: in place when its tables are mapped here, else RPC."""
@@ -161,7 +203,7 @@ class RemoteEmbeddings:
         if next_ids is None:
             self._push_async(pushes)
             return None
-        nxt = self._requests(next_ids)
+        nxt = self._requests(next_ids, admit=True)
         calls = {}
         with self._timed("send"):
             for s, _, rows in nxt.per_server:
@@ -208,10 +250,21 @@ class _PhaseTimer:
                                         + time.perf_counter() - self.t0)
 
 
-def _map_shared(info: dict[str, Any] | None) -> EmbeddingTables | None:
+def _map_shared(info: dict[str, Any] | None, dynamic: DynamicSpec | None
+                ) -> EmbeddingTables | DynamicTables | None:
     """A server's tables mapped from its shared-memory files, when it runs on this host."""
     if info is None or info["host"] != shm.host_id():
         return None
+    if dynamic is not None:
+        try:
+            mapped = {name: shm.map_file(info["paths"][name], shape, dtype=dtype)
+                      for name, (shape, dtype) in info["shapes"].items()}
+        except (OSError, ValueError, RuntimeError):
+            return None
+        return dynamic.build(info["dim"], info["seed"], info["lock"], tensors=mapped,
+                             optimizer=info["optimizer"], lr=info["lr"],
+                             initial_accumulator=info["initial_accumulator"],
+                             weight_decay=info["weight_decay"])
     rows, dim = info["rows"], info["dim"]
     try:
         weight = shm.map_file(info["paths"]["weight"], (sum(rows), dim))
@@ -230,3 +283,4 @@ class _Requests:
     inverse: torch.Tensor  # position of every (example, table) among the distinct rows
     # server, its distinct rows' span among all of them (None: all), its rows
     per_server: list[tuple[int, slice | None, torch.Tensor]]
+    admitted: bool = False  # dynamic tables: resolved by a training step (ids counted)

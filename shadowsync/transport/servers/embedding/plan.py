@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from shadowsync.data.bags import Bags
+from shadowsync.embeddings.dynamic_tables import DynamicSpec
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class ShardingPlan:
     servers: int
     table_rows: tuple[int, ...]
     row_split_limit: int
+    # Dynamic tables: each server holds one pool of rows for the raw ids it owns (ids go to
+    # servers by their key, see `shadowsync.embeddings.dynamic`), not pieces of tables.
+    dynamic: DynamicSpec | None = None
 
     def _placement(self) -> tuple[list[int], list[list[int]], list[list[int]]]:
         """Per table: owning server (-1 if row-split); per server: piece sizes; per table and
@@ -47,10 +51,18 @@ class ShardingPlan:
         return owner, pieces, offset
 
     def server_pieces(self, server: int) -> list[int]:
+        if self.dynamic is not None:
+            return [self.dynamic.capacity + 1]
         return self._placement()[1][server]
 
     def keys(self) -> RowKeys:
-        """Every (table, id) as one integer key, the servers' rows laid end to end."""
+        """Every (table, id) as one integer key, the servers' rows laid end to end (with
+        dynamic tables only `starts` applies: the ids' rows come from the servers' maps)."""
+        if self.dynamic is not None:
+            rows = self.dynamic.capacity + 1
+            empty = torch.empty(0, dtype=torch.long)
+            return RowKeys(torch.arange(self.servers + 1) * rows, empty, empty,
+                           empty.reshape(0, self.servers))
         owner, pieces, offset = self._placement()
         e = self.servers
         starts = [0, *itertools.accumulate(sum(p) for p in pieces)]

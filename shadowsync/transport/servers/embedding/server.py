@@ -16,11 +16,12 @@ from typing import Any
 import torch
 
 from shadowsync.embeddings import EmbeddingTables
+from shadowsync.embeddings.dynamic_tables import DynamicSpec, DynamicTables
 from shadowsync.transport import shm
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
 # Set in each embedding-server process; the RPC functions below run there.
-_LOCAL_TABLES: EmbeddingTables | None = None
+_LOCAL_TABLES: EmbeddingTables | DynamicTables | None = None
 
 
 @dataclass
@@ -39,7 +40,8 @@ PROFILE = {"apply_s": 0.0, "lookup_s": 0.0, "calls": 0}
 
 
 def serve(plan: ShardingPlan, server: int, dim: int, table_optimizer: dict[str, Any],
-          seed: int, share: bool = True, clients: int | None = None) -> EmbeddingTables:
+          seed: int, share: bool = True, clients: int | None = None
+          ) -> EmbeddingTables | DynamicTables:
     """Hold this server's pieces; the RPC agent answers requests until shutdown.
 
     With `share`, the weights and optimizer state live in files under /dev/shm so that
@@ -50,6 +52,8 @@ def serve(plan: ShardingPlan, server: int, dim: int, table_optimizer: dict[str, 
     """
     global _LOCAL_TABLES, _SHARED
     torch.set_num_threads(1)
+    if plan.dynamic is not None:
+        return _serve_dynamic(plan.dynamic, server, dim, table_optimizer, seed, share, clients)
     tables = EmbeddingTables(plan.server_pieces(server), dim, seed=seed * 7919 + server,
                              **table_optimizer)
     if share and shm.available():
@@ -58,6 +62,27 @@ def serve(plan: ShardingPlan, server: int, dim: int, table_optimizer: dict[str, 
         if tables.state is not None:
             paths["state"] = shm.new_path(f"emb{server}-state")
             tables.state = shm.to_shared_file(tables.state, paths["state"])
+        _SHARED = _SharedFiles(paths, clients)
+        atexit.register(release)
+    _LOCAL_TABLES = tables
+    return tables
+
+
+def _serve_dynamic(spec: DynamicSpec, server: int, dim: int, table_optimizer: dict[str, Any],
+                   seed: int, share: bool, clients: int | None) -> DynamicTables:
+    """A dynamic server: its pool, optimizer state and id map (in shared files for clients
+    on its host, which then map ids and update rows in place under the map's lock file)."""
+    global _LOCAL_TABLES, _SHARED
+    tables = spec.build(dim, seed * 7919 + server, **table_optimizer)
+    if share and shm.available():
+        paths = {name: shm.new_path(f"emb{server}-{name.replace('/', '-')}")
+                 for name in tables.tensors()}
+        shared = {name: shm.to_shared_file(t, paths[name]) for name, t in tables.tensors().items()}
+        # Clients open the map's lock file when they map the tables: its name goes with
+        # the others once they all have.
+        paths["lock"] = shm.new_path(f"emb{server}-lock")
+        tables = spec.build(dim, seed * 7919 + server, paths["lock"], tensors=shared,
+                            **table_optimizer)
         _SHARED = _SharedFiles(paths, clients)
         atexit.register(release)
     _LOCAL_TABLES = tables
@@ -73,12 +98,27 @@ def release() -> None:
                 shm.unlink(path)
 
 
-def _server_tables() -> EmbeddingTables:
+def _server_tables() -> Any:
+    """This server's `EmbeddingTables` or `DynamicTables`."""
     assert _LOCAL_TABLES is not None, "not an embedding server"
     return _LOCAL_TABLES
 
 
-def _lookup_in(tables: EmbeddingTables, rows: torch.Tensor) -> torch.Tensor:
+def _resolve(keys: torch.Tensor, examples: int, admit: bool) -> torch.Tensor:
+    """Dynamic tables: the rows of raw-id keys this server owns (see `DynamicTables`)."""
+    t0 = time.perf_counter()
+    rows = _server_tables().resolve(keys, examples, admit)
+    PROFILE["lookup_s"] += time.perf_counter() - t0
+    return rows
+
+
+def counters() -> dict[str, int] | None:
+    """Dynamic tables: this server's id-map counters (None for fixed tables)."""
+    tables = _server_tables()
+    return tables.counters() if isinstance(tables, DynamicTables) else None
+
+
+def _lookup_in(tables: Any, rows: torch.Tensor) -> torch.Tensor:
     t0 = time.perf_counter()
     out = tables.lookup_rows(rows)
     PROFILE["lookup_s"] += time.perf_counter() - t0
@@ -86,7 +126,7 @@ def _lookup_in(tables: EmbeddingTables, rows: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _apply_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
+def _apply_in(tables: Any, rows: torch.Tensor, grads: torch.Tensor,
               lr_scale: float) -> None:
     """`rows` are unique: the client summed the gradients of repeated ids."""
     t0 = time.perf_counter()
@@ -95,7 +135,7 @@ def _apply_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
     PROFILE["calls"] += 1
 
 
-def _update_and_lookup_in(tables: EmbeddingTables, rows: torch.Tensor, grads: torch.Tensor,
+def _update_and_lookup_in(tables: Any, rows: torch.Tensor, grads: torch.Tensor,
                           lr_scale: float, lookup_rows: torch.Tensor) -> torch.Tensor:
     _apply_in(tables, rows, grads, lr_scale)
     return _lookup_in(tables, lookup_rows)
@@ -131,6 +171,12 @@ def shared_info() -> dict[str, Any] | None:
     if _SHARED is None:
         return None
     t = _server_tables()
+    if isinstance(t, DynamicTables):
+        return {"host": shm.host_id(), "paths": dict(_SHARED.paths), "lock": t.lock.path,
+                "shapes": {k: (tuple(v.shape), v.dtype) for k, v in t.tensors().items()},
+                "dim": t.dim, "seed": t.seed, "optimizer": t.pool.optimizer.value,
+                "lr": t.pool.lr, "initial_accumulator": t.initial_accumulator,
+                "weight_decay": t.pool.weight_decay}
     return {"host": shm.host_id(), "paths": dict(_SHARED.paths), "rows": t.rows, "dim": t.dim,
             "optimizer": t.optimizer.value, "lr": t.lr, "eps": t.eps,
             "weight_decay": t.weight_decay}
@@ -149,6 +195,8 @@ def attached() -> None:
 
 
 LOCAL_CALLS: dict[str, Callable[..., Any]] = {
-    "lookup": _lookup_in, "apply": _apply_in, "update_and_lookup": _update_and_lookup_in}
+    "lookup": _lookup_in, "apply": _apply_in, "update_and_lookup": _update_and_lookup_in,
+    "resolve": lambda tables, *args: tables.resolve(*args)}
 REMOTE_CALLS: dict[str, Callable[..., Any]] = {
-    "lookup": _lookup, "apply": _apply, "update_and_lookup": _update_and_lookup}
+    "lookup": _lookup, "apply": _apply, "update_and_lookup": _update_and_lookup,
+    "resolve": _resolve}

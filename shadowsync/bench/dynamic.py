@@ -1,0 +1,246 @@
+"""`shadowsync bench dynamic`: dynamic embedding tables against hashing into fixed tables.
+
+Three parts, each a figure the docs page (docs/dynamic-tables.md) reports:
+
+- **quality**: Zipf raw ids over 10^7 values a feature (`shadowsync.data.zipf`), one pass on
+  the default job's shape (2 trainers, 1 embedding server), for each budget of `rows` rows a
+  feature (10^5 and 10^4 by default): fixed tables of `rows` rows see the ids folded modulo
+  `rows` (what ``hash = true`` does); dynamic tables with admission after 2 or 4 sightings
+  get the same rows, and, at equal bytes, the fixed tables' memory as --table-memory (fewer
+  rows: the map costs bytes too). Eval NE and AUC on the last 10%, and how many ids and
+  lookups hashing made share a row (collisions).
+- **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
+  interleaved; the ratio of median training EPS (goal >= 0.9); and one embedding step's
+  milliseconds in one process (the map's own cost, without other processes in the way).
+- **memory**: the embedding server's peak RSS in a job on a sixteenth of the Zipf rows and
+  in one on all of them (about 10x the distinct ids): the pool, its map and its sketch are
+  allocated when the job starts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shadowsync.bench.common import (
+    interleaved,
+    median_of,
+    print_table,
+    ratio_of_medians,
+    write_bench,
+)
+from shadowsync.bench.sync import job, run_job
+
+
+def hashed_copy(src: Path, dst: Path, rows: int) -> None:
+    """The arrays of `src` with every id folded modulo `rows`, as ``hash = true`` folds."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("labels.npy", "dense.npy"):
+        shutil.copy(src / name, dst / name)
+    np.save(dst / "cats.npy", np.load(src / "cats.npy") % rows)
+
+
+def collision_rate(cats: np.ndarray, rows: int) -> dict[str, float]:
+    """Of the distinct ids of each feature, the share whose row (id mod rows) some other
+    distinct id also folds to; and the share of lookups that read such a row."""
+    shared_ids = shared_lookups = distinct = 0
+    for f in range(cats.shape[1]):
+        ids, counts = np.unique(cats[:, f], return_counts=True)
+        row_of = ids % rows
+        per_row = np.bincount(row_of, minlength=rows)
+        shared = per_row[row_of] > 1
+        shared_ids += int(shared.sum())
+        shared_lookups += int(counts[shared].sum())
+        distinct += len(ids)
+    return {"ids_sharing_a_row": shared_ids / distinct,
+            "lookups_on_shared_rows": shared_lookups / cats.size, "distinct_ids": distinct}
+
+
+def _quality(out: Path, examples: int, budgets: tuple[int, ...], repeats: int
+             ) -> dict[str, Any]:
+    from shadowsync.data.zipf import write_days
+
+    data = out / "data"
+    info = write_days(data, examples, days=1)
+    raw = data / "day0"
+    features = info["config"]["features"]
+    train = int(examples * 0.9)
+    cats = np.load(raw / "cats.npy")[:train]
+    variants, collisions, fixed_bytes = {}, {}, {}
+
+    def hashed(rows: int) -> dict[str, Any]:
+        return run_job(job(data=str(data / f"day0-mod{rows}"), examples=train,
+                           table_size=[rows]), out / "runs" / f"hash-{rows}")
+
+    def dynamic(rows: int, admit: int, equal_bytes: bool = False) -> dict[str, Any]:
+        memory = {"table_memory": str(fixed_bytes[rows])} if equal_bytes else {}
+        name = f"dynamic-admit{admit}{'-equal-bytes' if equal_bytes else ''}-{rows}"
+        return run_job(job(data=str(raw), tables="dynamic", admit_after=admit, examples=train,
+                           table_size=[rows], **memory), out / "runs" / name)
+
+    for rows in budgets:
+        hashed_copy(raw, data / f"day0-mod{rows}", rows)
+        collisions[rows] = collision_rate(cats, rows)
+        # Rows of 16 floats and an id bias, and Adagrad's sum a row.
+        fixed_bytes[rows] = features * rows * (17 + 1) * 4
+        variants.update({
+            f"hash-{rows}": lambda rows=rows: hashed(rows),
+            f"dynamic-admit2-{rows}": lambda rows=rows: dynamic(rows, 2),
+            f"dynamic-admit4-{rows}": lambda rows=rows: dynamic(rows, 4),
+            f"dynamic-admit2-equal-bytes-{rows}": lambda rows=rows: dynamic(rows, 2, True),
+        })
+    runs = interleaved(variants, repeats, "quality", out / "runs.jsonl")
+    return {"runs": runs, "variants": list(variants), "collisions": collisions,
+            "fixed_table_bytes": fixed_bytes,
+            "teacher_eval_ne": info["days"]["day0"]["teacher_eval_ne"]}
+
+
+def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
+    variants = {
+        "fixed": lambda: run_job(job(examples), out / "runs" / "fixed"),
+        "dynamic": lambda: run_job(job(examples, tables="dynamic"),
+                                   out / "runs" / "dynamic-eps"),
+    }
+    return interleaved(variants, repeats, "eps", out / "runs.jsonl")
+
+
+def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
+    """Milliseconds of one embedding step (apply a batch's gradients, read the next batch)
+    in this process, one thread, on the default job's batches (26 features x 256 examples):
+    fixed tables of 100,000 rows a feature against dynamic tables of the same budget
+    (admission at once, and after 2 sightings), interleaved. The map's cost without the
+    rest of a training step, and without other processes in the way."""
+    from shadowsync.data.dataset import batches, open_data
+    from shadowsync.embeddings import EmbeddingTables
+    from shadowsync.embeddings.dynamic_tables import DynamicSpec
+
+    torch.set_num_threads(1)
+    data = open_data("synthetic", examples=examples)
+    raw = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[0] * 26)]
+    folded = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[100_000] * 26)]
+    grads = torch.randn(256, 26, 17) * 0.01
+    optimizer = {"lr": 0.2, "initial_accumulator": 0.05}
+
+    def timed(tables: Any, ids: list[Any]) -> dict[str, Any]:
+        tables.lookup(ids[0])
+        seconds = []
+        for prev, nxt in zip(ids, ids[1:]):
+            t0 = time.perf_counter()
+            tables.update_and_lookup(prev, grads, nxt)
+            seconds.append(time.perf_counter() - t0)
+        return {"step_ms": float(np.median(seconds[len(seconds) // 4:]) * 1e3)}
+
+    variants = {
+        "fixed": lambda: timed(EmbeddingTables([100_000] * 26, 17, **optimizer), folded),
+        "dynamic": lambda: timed(DynamicSpec(26, 2_600_000).build(17, 0, **optimizer), raw),
+        "dynamic-admit2": lambda: timed(
+            DynamicSpec(26, 2_600_000, admit_after=2).build(17, 0, **optimizer), raw),
+    }
+    return interleaved(variants, repeats, "embedding steps")
+
+
+def _peak_rss_mb(pid: int) -> int:
+    """VmHWM of process `pid` in MB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _server_memory(out: Path, data: Path, rows: int, examples: tuple[int, ...]
+                   ) -> list[dict[str, Any]]:
+    """The embedding server's peak RSS in jobs on the first `examples` rows of the Zipf data
+    (dynamic tables of `rows` rows a feature, admission after 2), sampled from /proc while
+    each job runs, beside the distinct ids each job saw."""
+    import subprocess
+    import sys
+
+    from shadowsync.lifecycle import attempts
+
+    cats = np.load(data / "cats.npy")
+    results = []
+    for n in examples:
+        run = out / "runs" / f"memory-{n}"
+        shutil.rmtree(run, ignore_errors=True)
+        job = subprocess.Popen(
+            [sys.executable, "-m", "shadowsync.cli", "train", "--data", str(data), "--tables",
+             "dynamic", "--admit-after", "2", "--table-size", str(rows), "--examples", str(n),
+             "--checkpoint-every", "never", "--no-progress", "--eval-points", "0", "-q",
+             "--out", str(run)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        peak = 0
+        while job.poll() is None:
+            for _, name, pid in attempts.processes(run):
+                if name == "emb0":
+                    peak = max(peak, _peak_rss_mb(pid))
+            time.sleep(0.05)
+        if job.returncode != 0:
+            raise RuntimeError(f"bench dynamic: the memory job failed: {job.stderr.read()}")
+        maps = json.loads((run / "summary.json").read_text())["dynamic_tables"]
+        distinct = sum(len(np.unique(cats[:n, f])) for f in range(cats.shape[1]))
+        results.append({"examples": n, "distinct_ids": distinct, "server_peak_rss_mb": peak,
+                        **maps})
+    return results
+
+
+def run_dynamic_bench(out: str, examples: int = 400_000,
+                      budgets: tuple[int, ...] = (100_000, 10_000),
+                      eps_examples: int = 300_000, repeats: int = 3,
+                      quality_repeats: int = 1) -> dict[str, Any]:
+    root = Path(out)
+    t0 = time.time()
+    quality = _quality(root, examples, budgets, quality_repeats)
+    eps_runs = _eps(root, eps_examples, repeats)
+    ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
+    train = int(examples * 0.9)
+    memory = _server_memory(root, root / "data" / "day0", 20_000,
+                            (max(1, train // 16), train))
+    steps = _steps(eps_examples, repeats)
+    q = quality["runs"]
+    summary = {
+        "quality": {v: {k: median_of(q, v, k) for k in ("eval_ne", "eval_auc")}
+                    for v in quality["variants"]},
+        "collisions": quality["collisions"], "fixed_table_bytes": quality["fixed_table_bytes"],
+        "teacher_eval_ne": quality["teacher_eval_ne"],
+        "eps": {"fixed": median_of(eps_runs, "fixed", "eps"),
+                "dynamic": median_of(eps_runs, "dynamic", "eps")},
+        "memory": memory,
+        "embedding_step_ms": {v: median_of(steps, v, "step_ms")
+                              for v in ("fixed", "dynamic", "dynamic-admit2")},
+        "settings": {"examples": examples, "budgets": list(budgets),
+                     "eps_examples": eps_examples, "repeats": repeats,
+                     "quality_repeats": quality_repeats},
+        "bench_wall_s": round(time.time() - t0, 1),
+        "ratio_spread": {"eps_dynamic_over_fixed": spread},
+        "goals": {"eps_dynamic_over_fixed": ">= 0.9"},
+    }
+    write_bench(root, "dynamic", q + eps_runs + steps, {"eps_dynamic_over_fixed": ratio},
+                summary)
+    print(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
+          f"{summary['teacher_eval_ne']:.4f}); rows a feature in the name")
+    print_table([[v, s["eval_ne"], s["eval_auc"]] for v, s in summary["quality"].items()],
+                ["tables", "eval NE", "eval AUC"])
+    for rows, c in summary["collisions"].items():
+        print(f"hashing into {rows:,} rows: {c['ids_sharing_a_row']:.1%} of "
+              f"{c['distinct_ids']:,} distinct ids and {c['lookups_on_shared_rows']:.1%} of "
+              "lookups share a row with another id")
+    e = summary["eps"]
+    print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
+          f"{ratio:.3f} (per repeat {spread}), goal >= 0.9")
+    ms = summary["embedding_step_ms"]
+    print("embedding step in one process (ms): " + ", ".join(f"{v} {t:.2f}"
+                                                            for v, t in ms.items()))
+    print("\nmemory (the embedding server of a job, 20,000 rows a feature):")
+    print_table([[m["examples"], m["distinct_ids"], m["server_peak_rss_mb"], m["live"],
+                  m["capacity"], m["evicted"]] for m in memory],
+                ["examples", "distinct ids", "peak RSS MB", "rows used", "budget", "evicted"])
+    return summary

@@ -1,0 +1,19 @@
+"""Raw 64-bit ids: the one integer mix every stable id hash here is built on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014) on uint64 words: a bijection, so
+    distinct words stay distinct, with every output bit depending on every input bit; the
+    same on every machine and in every process (unlike Python's salted `hash`)."""
+    with np.errstate(over="ignore"):
+        x = x.astype(np.uint64, copy=True)
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return x

@@ -1,0 +1,396 @@
+"""Raw ids -> rows of a bounded pool: the id map of a dynamic embedding table.
+
+Production ids are raw 64-bit numbers (or strings hashed to them), unbounded and drifting.
+Instead of folding them modulo a table size (unrelated ids then share a row), a holder keeps
+an id -> row map over a pool of `capacity` rows, as the parameter servers of Monolith,
+DeepRec (EmbeddingVariable), PERSIA and XDL do, and TorchRec's managed-collision modules:
+
+- **keys**: a (table, id) pair is one 64-bit key, the table in its top byte and 56 bits of
+  ``mix64(id XOR table * G)`` below (`raw_keys`; mix64 is SplitMix64's finaliser, a bijection
+  of 64-bit words, G the golden-ratio constant), so every table a holder keeps shares one map
+  and one pool of rows, and a row's key still says its table (a saved model is cut back into
+  tables by it). Two ids of one table share a key with probability 2^-56 a pair (for 10^7
+  ids of a table, about 7 x 10^-4 pairs in all). The key also routes the id to its server
+  (``key mod servers``): stable across processes and runs.
+- **admission**: an id not in the map gets a row only once it has been seen `admit_after`
+  times. Sightings are counted in a count-min sketch (Cormode and Muthukrishnan 2005) of
+  `depth` rows of `width` counters: ``count(k) = min_j C[j, h_j(k)]``, which never
+  undercounts and overcounts by at most ``e * N / width`` with probability ``1 - e^-depth``
+  (N: sightings counted). Until admitted an id reads row 0, the default row (kept at zeros),
+  and its gradient is dropped.
+- **eviction**: when the pool is full, the rows used longest ago (least recently used, by a
+  clock that counts examples) are freed for new ids; with ``ttl:N`` rows not used in the last
+  N examples are also freed as they expire. A row used in the current call is never evicted,
+  so an id resolved in a call keeps its row through it.
+
+The map is an open-addressing hash table (linear probing, Fibonacci hashing of the key to a
+slot) of at least twice `capacity` slots, searched for a whole batch at once: each round
+probes every id still looking, and the rounds end when each id has found its key or an empty
+slot. Freed keys leave a tombstone; the table is rebuilt once tombstones and keys fill three
+quarters of it. Everything is a numpy array over the `tensors` (torch, so that a holder can
+put them in shared memory): the caller serialises calls (one lock per map).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from shadowsync.data.ids import mix64
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+EMPTY = np.iinfo(np.int64).min  # a slot never used (and the row_key of a free row)
+TOMBSTONE = EMPTY + 1  # a slot whose key was evicted
+FREE = EMPTY
+DEFAULT_ROW = 0
+MAX_TABLES = 256  # the tables one key space holds (the key's top byte)
+
+# meta: the map's scalars, in one tensor so that they are shared with the arrays.
+_LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT = range(5)
+COUNTERS = ("lookups", "hits", "admitted", "rejected", "evicted")
+_FIRST_COUNTER = 5
+
+
+def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The int64 key of each (table, raw id) pair (ids taken as unsigned 64-bit numbers,
+    tables below MAX_TABLES); broadcasts like numpy."""
+    t = np.asarray(tables).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        salted = np.asarray(ids, dtype=np.int64).view(np.uint64) ^ (t * GOLDEN)
+        keys = mix64(salted)
+        keys >>= np.uint64(8)
+        keys |= t << np.uint64(56)
+    keys = keys.view(np.int64)
+    # The two sentinels are keys no pair may have (both in table 128's range): the pairs
+    # that would take them take the key two above instead.
+    keys[keys <= TOMBSTONE] += 2
+    return keys
+
+
+def _signed(word: int) -> int:
+    """A 64-bit word as the int64 with the same bits."""
+    word %= 1 << 64
+    return word - (1 << 64) if word >= 1 << 63 else word
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 words (torch's >> keeps the sign)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def raw_keys_torch(table: int, ids: torch.Tensor) -> torch.Tensor:
+    """`raw_keys` of one table's int64 ids in torch operations alone (int64 products wrap as
+    uint64 ones do), so that a model exported with torch.export maps raw ids itself."""
+    x = ids ^ _signed(table * int(GOLDEN))
+    x = x ^ _shift_right(x, 30)
+    x = x * _signed(0xBF58476D1CE4E5B9)
+    x = x ^ _shift_right(x, 27)
+    x = x * _signed(0x94D049BB133111EB)
+    x = x ^ _shift_right(x, 31)
+    keys = _shift_right(x, 8) | _signed(table << 56)
+    return torch.where(keys <= int(TOMBSTONE), keys + 2, keys)
+
+
+def table_of(keys: np.ndarray) -> np.ndarray:
+    """The table each key belongs to (its top byte)."""
+    return (keys.view(np.uint64) >> np.uint64(56)).astype(np.int64)
+
+
+def server_of(keys: np.ndarray, servers: int) -> np.ndarray:
+    """The server that owns each key: stable, and uniform whatever the ids look like."""
+    return (keys.view(np.uint64) % np.uint64(servers)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """How full pools make room: `lru` alone, or also expire rows idle `ttl` examples."""
+
+    ttl: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Eviction:
+        """'lru' or 'ttl:N' (N examples); raises ValueError with the reason."""
+        if text == "lru":
+            return cls()
+        kind, _, n = text.partition(":")
+        if kind == "ttl" and n.isdigit() and int(n) > 0:
+            return cls(int(n))
+        raise ValueError(f"{text!r} is not 'lru' or 'ttl:N' with N examples > 0")
+
+    def __str__(self) -> str:
+        return "lru" if self.ttl is None else f"ttl:{self.ttl}"
+
+
+LRU = Eviction()
+
+
+def slot_count(capacity: int) -> int:
+    """Hash-table slots for a pool of `capacity` rows: a power of two >= 2 x capacity."""
+    return 1 << max(3, (2 * capacity - 1).bit_length())
+
+
+def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str, torch.Tensor]:
+    """The arrays of an empty map (see `DynamicRowMap`)."""
+    slots = slot_count(capacity)
+    return {
+        # Each slot's key and row side by side: a probe that finds its key reads its row
+        # from the same cache line (the table is far larger than the caches).
+        "slots": torch.stack([torch.full((slots,), int(EMPTY), dtype=torch.int64),
+                              torch.zeros(slots, dtype=torch.int64)], dim=1),
+        "row_key": torch.full((capacity + 1,), FREE, dtype=torch.int64),
+        "last_used": torch.zeros(capacity + 1, dtype=torch.int64),
+        # Free rows, a stack popped from its top: rows 1, 2, 3... first.
+        "free": torch.arange(capacity, 0, -1, dtype=torch.int64),
+        "sketch": torch.zeros(sketch_depth, sketch_width, dtype=torch.int32),
+        "meta": torch.tensor([0, 0, 0, capacity, 0] + [0] * len(COUNTERS), dtype=torch.int64),
+    }
+
+
+class DynamicRowMap:
+    """An id -> row map over rows 1..capacity of a pool (row 0: the default row)."""
+
+    def __init__(self, capacity: int, admit_after: int = 1, eviction: Eviction = LRU,
+                 sketch_width: int = 1 << 20, sketch_depth: int = 4,
+                 tensors: dict[str, torch.Tensor] | None = None) -> None:
+        if capacity < 1 or admit_after < 1:
+            raise ValueError("capacity and admit_after must be positive")
+        if sketch_width < 2 and admit_after > 1 or sketch_width & (sketch_width - 1):
+            raise ValueError(f"sketch_width must be a power of two (>= 2 to count), "
+                             f"got {sketch_width}")
+        self.capacity, self.admit_after, self.eviction = capacity, admit_after, eviction
+        self.tensors = tensors if tensors is not None else map_tensors(
+            capacity, sketch_width, sketch_depth)
+        self.bind()
+
+    def bind(self) -> None:
+        """Take numpy views of the tensors again: after they moved (`share_memory_`) or the
+        map arrived in another process (views are not pickled, the tensors are)."""
+        a = {k: t.numpy() for k, t in self.tensors.items()}
+        self._slot_key, self._slot_row = a["slots"][:, 0], a["slots"][:, 1]
+        self._row_key, self._last_used, self._free = a["row_key"], a["last_used"], a["free"]
+        self._sketch, self._meta = a["sketch"], a["meta"]
+        self._shift = np.uint64(64 - (len(self._slot_key).bit_length() - 1))
+        depth = self._sketch.shape[0]
+        self._sketch_salt = mix64(np.arange(1, depth + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self.bind()
+
+    # -- what a holder asks ------------------------------------------------------------------
+    def resolve(self, keys: np.ndarray, examples: int = 0, admit: bool = True
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of `keys` (int64, repeats allowed) and the rows newly given to an id in this
+        call (their contents are the holder's to reset). `examples` advance the clock first.
+        With `admit` false (evaluation, serving) nothing is counted, touched or admitted:
+        ids not in the map read the default row. (`find`, `touch`, then `admit` when
+        `needs_admit` says so: the same in three steps, for holders shared by processes.)"""
+        rows = self.find(keys)
+        if not admit:
+            return rows, np.empty(0, dtype=np.int64)
+        clock = self.touch(rows, examples)
+        return rows, self.admit(keys, rows, clock)
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """The rows of `keys`, the default row for keys not in the map. Safe without the
+        lock: a key being inserted meanwhile reads as missing (its row is written before
+        the key), and a key being evicted may still read its old row, as Hogwild updates
+        race."""
+        slot = self._probe(keys)
+        return np.where(slot >= 0, self._slot_row[slot], DEFAULT_ROW)
+
+    def touch(self, rows: np.ndarray, examples: int) -> int:
+        """A training step's use of `rows`: the clock advances by `examples`, the rows found
+        are marked used now, the lookups counted. Safe without the lock (a race between
+        processes can lose a count or a tick, never a row). Returns the clock."""
+        meta = self._meta
+        meta[_CLOCK] += examples
+        clock = int(meta[_CLOCK])
+        hit = rows != DEFAULT_ROW
+        self._last_used[rows[hit]] = clock
+        meta[_FIRST_COUNTER + COUNTERS.index("lookups")] += len(rows)
+        meta[_FIRST_COUNTER + COUNTERS.index("hits")] += len(rows) - int((~hit).sum())
+        return clock
+
+    def needs_admit(self, rows: np.ndarray, clock: int) -> bool:
+        """Whether `admit` has work: ids without a row, or expired rows to free."""
+        ttl = self.eviction.ttl
+        return bool((rows == DEFAULT_ROW).any()) or (
+            ttl is not None and clock - self._meta[_SWEPT] >= max(1, ttl // 8))
+
+    def admit(self, keys: np.ndarray, rows: np.ndarray, clock: int) -> np.ndarray:
+        """Under the lock: count the sightings of the keys `rows` has no row for, give rows
+        to those seen `admit_after` times (into `rows`) and free expired rows. The rows newly
+        given out."""
+        self._expire(clock)
+        miss = np.flatnonzero(rows == DEFAULT_ROW)
+        if not len(miss):
+            return np.empty(0, dtype=np.int64)
+        rows[miss] = self.find(keys[miss])  # another process may have admitted them since
+        miss = miss[rows[miss] == DEFAULT_ROW]
+        if not len(miss):
+            return np.empty(0, dtype=np.int64)
+        new, inverse, counts = np.unique(keys[miss], return_inverse=True, return_counts=True)
+        admitted = self._count(new, counts) >= self.admit_after
+        room = self._make_room(int(admitted.sum()), clock)
+        if room < admitted.sum():  # the pool is all in use by this call: the rest wait
+            admitted[np.flatnonzero(admitted)[room:]] = False
+        fresh = self._take_rows(int(admitted.sum()))
+        row_of_new = np.zeros(len(new), dtype=np.int64)
+        row_of_new[admitted] = fresh
+        self._insert(new[admitted], fresh)  # (a rebuild inside re-inserts rows with keys)
+        self._row_key[fresh] = new[admitted]
+        self._last_used[fresh] = clock
+        rows[miss] = row_of_new[inverse]
+        meta = self._meta
+        meta[_FIRST_COUNTER + COUNTERS.index("admitted")] += len(fresh)
+        meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += int(
+            (rows[miss] == DEFAULT_ROW).sum())
+        return fresh
+
+    def counters(self) -> dict[str, int]:
+        """lookups, hits, admitted, rejected (lookups answered by the default row because
+        the id was not admitted), evicted; and live rows, capacity, clock (examples)."""
+        meta = self._meta
+        out = {name: int(meta[_FIRST_COUNTER + i]) for i, name in enumerate(COUNTERS)}
+        out.update(live=int(meta[_LIVE]), capacity=self.capacity, clock=int(meta[_CLOCK]))
+        return out
+
+    def live_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, rows) of every id holding a row, by row."""
+        rows = np.flatnonzero(self._row_key != FREE)
+        return self._row_key[rows], rows
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.tensors)
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name, t in self.tensors.items():
+            if state[name].shape != t.shape:
+                raise ValueError(f"id map {name}: saved shape {tuple(state[name].shape)}, "
+                                 f"this map's {tuple(t.shape)}")
+            t.copy_(state[name])
+
+    # -- the hash table ----------------------------------------------------------------------
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return ((keys.view(np.uint64) * GOLDEN) >> self._shift).astype(np.int64)
+
+    def _probe(self, keys: np.ndarray) -> np.ndarray:
+        """The slot holding each key, or -1 (probing stops at an empty slot). The first
+        round, where nearly every key ends, runs over the whole batch without index arrays."""
+        mask = len(self._slot_key) - 1
+        pos = self._home(keys)
+        at = self._slot_key[pos]
+        found = np.where(at == keys, pos, -1)
+        going = (found < 0) & (at != EMPTY)
+        if not going.any():
+            return found
+        look = np.flatnonzero(going)
+        pos = (pos[look] + 1) & mask
+        while len(look):
+            at = self._slot_key[pos]
+            hit = at == keys[look]
+            found[look[hit]] = pos[hit]
+            going = ~hit & (at != EMPTY)
+            look, pos = look[going], (pos[going] + 1) & mask
+        return found
+
+    def _insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """Put distinct keys that are not in the table: each takes the first empty or
+        tombstone slot from its home; of several keys reaching one free slot in a round,
+        the first takes it and the others probe on."""
+        meta, mask = self._meta, len(self._slot_key) - 1
+        if meta[_LIVE] + meta[_TOMBS] + len(keys) > 3 * (mask + 1) // 4:
+            self._rebuild()
+        look = np.arange(len(keys))
+        pos = self._home(keys)
+        while len(look):
+            at = self._slot_key[pos]
+            open_ = (at == EMPTY) | (at == TOMBSTONE)
+            wants = np.flatnonzero(open_)
+            _, first = np.unique(pos[wants], return_index=True)
+            won = wants[first]
+            meta[_TOMBS] -= int((at[won] == TOMBSTONE).sum())
+            # The row before the key: a reader without the lock that sees the key sees it.
+            self._slot_row[pos[won]] = rows[look[won]]
+            self._slot_key[pos[won]] = keys[look[won]]
+            placed = np.zeros(len(look), dtype=bool)
+            placed[won] = True
+            step = ~open_  # an occupied slot: probe the next; a lost race: look again
+            look, pos = look[~placed], np.where(step, (pos + 1) & mask, pos)[~placed]
+        meta[_LIVE] += len(keys)
+
+    def _rebuild(self) -> None:
+        keys, rows = self.live_keys()
+        self._slot_key[:] = EMPTY
+        self._meta[_LIVE] = 0
+        self._meta[_TOMBS] = 0
+        self._insert(keys, rows)
+
+    # -- admission and eviction --------------------------------------------------------------
+    def _count(self, keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Add `counts` sightings of the distinct `keys` to the sketch; their estimates."""
+        if self.admit_after == 1:
+            return np.ones(len(keys), dtype=np.int64)
+        # Keys are mixed already: multiply-shift hashing (one odd multiplier a row, the top
+        # bits of the product) spreads them over a row's power-of-two counters.
+        shift = np.uint64(64 - (self._sketch.shape[1].bit_length() - 1))
+        estimate = np.full(len(keys), np.iinfo(np.int64).max)
+        added = counts.astype(np.int32)
+        with np.errstate(over="ignore"):
+            for j, factor in enumerate(self._sketch_salt):
+                col = ((keys.view(np.uint64) * factor) >> shift).astype(np.int64)
+                np.add.at(self._sketch[j], col, added)
+                estimate = np.minimum(estimate, self._sketch[j][col])
+        return estimate
+
+    def _take_rows(self, n: int) -> np.ndarray:
+        top = int(self._meta[_FREE_TOP])
+        rows = self._free[top - n:top][::-1].copy()
+        self._meta[_FREE_TOP] = top - n
+        return rows
+
+    def _release(self, rows: np.ndarray) -> None:
+        """Free `rows`: their keys leave the table (tombstones), the rows join the free stack."""
+        if not len(rows):
+            return
+        self._slot_key[self._probe(self._row_key[rows])] = TOMBSTONE
+        meta = self._meta
+        meta[_LIVE] -= len(rows)
+        meta[_TOMBS] += len(rows)
+        self._row_key[rows] = FREE
+        top = int(meta[_FREE_TOP])
+        self._free[top:top + len(rows)] = rows
+        meta[_FREE_TOP] = top + len(rows)
+        meta[_FIRST_COUNTER + COUNTERS.index("evicted")] += len(rows)
+
+    def _make_room(self, wanted: int, clock: int) -> int:
+        """Free rows until `wanted` are free, the least recently used first (at least a
+        64th of the pool at a time, so that eviction's full scan is paid rarely); rows used
+        at `clock` stay. The rows free now."""
+        free = int(self._meta[_FREE_TOP])
+        if wanted <= free:
+            return wanted
+        used = np.flatnonzero(self._row_key != FREE)
+        age = self._last_used[used]
+        idle = np.flatnonzero(age < clock)
+        n = min(len(idle), max(wanted - free, self.capacity // 64))
+        if n:
+            oldest = idle[np.argpartition(age[idle], n - 1)[:n]] if n < len(idle) else idle
+            self._release(used[oldest])
+        return min(wanted, int(self._meta[_FREE_TOP]))
+
+    def _expire(self, clock: int) -> None:
+        """ttl:N: free the rows idle for N examples, checked every N/8 examples."""
+        ttl = self.eviction.ttl
+        if ttl is None or clock - self._meta[_SWEPT] < max(1, ttl // 8):
+            return
+        self._meta[_SWEPT] = clock
+        used = np.flatnonzero(self._row_key != FREE)
+        self._release(used[self._last_used[used] < clock - ttl])

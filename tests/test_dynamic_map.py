@@ -1,0 +1,144 @@
+"""The id map of dynamic tables: admission counts, eviction order, the budget, a round trip."""
+
+import numpy as np
+import pytest
+import torch
+
+from shadowsync.embeddings.dynamic import (
+    DEFAULT_ROW,
+    DynamicRowMap,
+    Eviction,
+    mix64,
+    raw_keys,
+    raw_keys_torch,
+    server_of,
+    table_of,
+)
+
+
+def keys_of(ids):
+    return raw_keys(np.zeros(len(ids), dtype=np.int64), np.asarray(ids, dtype=np.int64))
+
+
+def test_keys_are_stable_distinct_and_route_evenly():
+    ids = np.arange(100_000, dtype=np.int64)
+    k0, k1 = raw_keys(np.zeros_like(ids), ids), raw_keys(np.ones_like(ids), ids)
+    assert len(np.unique(np.concatenate([k0, k1]))) == 200_000
+    assert mix64(np.array([0], dtype=np.uint64))[0] == 0  # the finaliser fixes zero
+    assert raw_keys(np.array([3]), np.array([12345]))[0] == raw_keys(np.array([3]),
+                                                                      np.array([12345]))[0]
+    share = np.bincount(server_of(k0, 4), minlength=4) / len(k0)
+    assert np.abs(share - 0.25).max() < 0.01
+
+
+def test_every_id_gets_its_own_row_and_keeps_it():
+    m = DynamicRowMap(capacity=1000)
+    keys = keys_of(np.arange(500) * 7919 + 10**12)
+    rows, fresh = m.resolve(keys, examples=500)
+    assert sorted(rows) == list(range(1, 501)) and sorted(fresh) == list(range(1, 501))
+    again, fresh2 = m.resolve(keys[::-1], examples=500)
+    assert (again == rows[::-1]).all() and len(fresh2) == 0
+    c = m.counters()
+    assert (c["lookups"], c["hits"], c["admitted"], c["live"]) == (1000, 500, 500, 500)
+
+
+def test_admission_after_n_sightings_counts_repeats_in_a_batch():
+    m = DynamicRowMap(capacity=100, admit_after=3, sketch_width=1 << 12)
+    a, b = keys_of([1])[0], keys_of([2])[0]
+    rows, _ = m.resolve(np.array([a, a, b]))  # a seen twice, b once
+    assert (rows == DEFAULT_ROW).all()
+    rows, fresh = m.resolve(np.array([a, b]))  # a: 3rd sighting -> admitted; b: 2nd
+    assert rows[0] != DEFAULT_ROW and rows[1] == DEFAULT_ROW and list(fresh) == [rows[0]]
+    rows, _ = m.resolve(np.array([b]))
+    assert rows[0] != DEFAULT_ROW
+    c = m.counters()
+    assert (c["admitted"], c["rejected"]) == (2, 4)
+
+
+def test_evaluation_lookups_neither_count_nor_admit():
+    m = DynamicRowMap(capacity=10, admit_after=2, sketch_width=1 << 10)
+    k = keys_of([5])
+    for _ in range(3):
+        rows, _ = m.resolve(k, admit=False)
+        assert rows[0] == DEFAULT_ROW
+    assert m.counters()["lookups"] == 0
+    m.resolve(k)
+    assert m.resolve(k)[0][0] != DEFAULT_ROW
+
+
+def test_lru_evicts_the_least_recently_used_and_reuses_their_rows():
+    m = DynamicRowMap(capacity=64)
+    ids = np.arange(64)
+    rows, _ = m.resolve(keys_of(ids), examples=1)
+    for i in range(64):  # touch ids in order 0..63: id 0 is the least recently used
+        m.resolve(keys_of([i]), examples=1)
+    new_rows, fresh = m.resolve(keys_of([1000]), examples=1)
+    assert m.counters()["evicted"] == 1  # a 64th of the pool: one row
+    assert new_rows[0] == rows[0] and list(fresh) == [rows[0]]
+    assert m.resolve(keys_of([0]), admit=False)[0][0] == DEFAULT_ROW
+    kept, _ = m.resolve(keys_of(ids[1:]), admit=False)
+    assert (kept == rows[1:]).all()
+
+
+def test_budget_holds_under_a_growing_id_space_and_the_map_stays_consistent():
+    rng = np.random.default_rng(0)
+    m = DynamicRowMap(capacity=2000, admit_after=2, sketch_width=1 << 14)
+    for day in range(20):
+        ids = rng.zipf(1.2, 4096) + day * 10**6  # drifting ids, many one-offs
+        rows, _ = m.resolve(keys_of(ids), examples=4096)
+        assert m.counters()["live"] <= 2000
+        # One id, one row, within a call; and a row is held by the key that maps to it.
+        pairs = np.unique(np.stack([keys_of(ids), rows]), axis=1)
+        held = pairs[:, pairs[1] != DEFAULT_ROW]
+        assert len(np.unique(held[0])) == held.shape[1] == len(np.unique(held[1]))
+    keys, rows = m.live_keys()
+    assert len(keys) == m.counters()["live"] == len(np.unique(rows))
+    assert (m.resolve(keys, admit=False)[0] == rows).all()
+    assert m.counters()["evicted"] > 0
+
+
+def test_a_pool_smaller_than_a_call_admits_what_fits_and_evicts_nothing_in_use():
+    m = DynamicRowMap(capacity=10)
+    rows, fresh = m.resolve(keys_of(np.arange(25)), examples=25)
+    assert (rows != DEFAULT_ROW).sum() == 10 and len(fresh) == 10
+    assert m.counters()["evicted"] == 0 and m.counters()["rejected"] == 15
+
+
+def test_ttl_frees_rows_idle_longer_than_n_examples():
+    m = DynamicRowMap(capacity=100, eviction=Eviction.parse("ttl:80"))
+    m.resolve(keys_of([1, 2]), examples=10)
+    for _ in range(10):
+        m.resolve(keys_of([3]), examples=10)  # ids 1 and 2 idle for 100 examples
+    assert m.counters()["evicted"] == 2 and m.counters()["live"] == 1
+    assert (m.resolve(keys_of([1, 2]), admit=False)[0] == DEFAULT_ROW).all()
+
+
+def test_eviction_parse():
+    assert str(Eviction.parse("lru")) == "lru" and Eviction.parse("ttl:5").ttl == 5
+    for bad in ("ttl", "ttl:0", "lfu", "ttl:x"):
+        with pytest.raises(ValueError):
+            Eviction.parse(bad)
+
+
+def test_state_dict_round_trip_keeps_rows_and_counters():
+    a = DynamicRowMap(capacity=300, admit_after=2, sketch_width=1 << 10)
+    ids = np.random.default_rng(1).integers(0, 2**62, 1000)
+    a.resolve(keys_of(np.concatenate([ids, ids[:200]])), examples=1200)
+    b = DynamicRowMap(capacity=300, admit_after=2, sketch_width=1 << 10)
+    b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
+    assert b.counters() == a.counters()
+    probe = keys_of(ids)
+    assert (b.resolve(probe, admit=False)[0] == a.resolve(probe, admit=False)[0]).all()
+    # Both go on alike: the sketch came along (ids seen once admit on their second sighting).
+    assert (b.resolve(probe[200:400])[0] == a.resolve(probe[200:400])[0]).all()
+    with pytest.raises(ValueError, match="shape"):
+        DynamicRowMap(capacity=10).load_state_dict(a.state_dict())
+
+
+def test_the_torch_key_function_matches_numpy_bit_for_bit():
+    ids = np.concatenate([np.arange(1000), np.random.default_rng(2).integers(0, 2**63 - 1, 5000),
+                          [2**63 - 1]]).astype(np.int64)
+    for table in (0, 1, 25, 127, 128, 255):
+        want = raw_keys(np.full(len(ids), table), ids)
+        assert (raw_keys_torch(table, torch.from_numpy(ids)).numpy() == want).all()
+        assert (table_of(want) == table).all()

@@ -1,0 +1,125 @@
+"""Dynamic tables as a trainer's tables: raw ids in, the default row, updates, a reused row
+starting afresh, bags, the budget and the options."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from shadowsync.config import TrainConfig
+from shadowsync.data.bags import Bags
+from shadowsync.embeddings.dynamic import Eviction
+from shadowsync.embeddings.dynamic_tables import DynamicTables, keys_of, pool_rows
+from shadowsync.errors import UserError
+from shadowsync.train.dynamic_tables import dynamic_spec
+from shadowsync.train.tasks.base import Features
+
+BIG = 10**15  # raw ids far past any table size
+
+
+def tables(capacity=8, admit_after=1, optimizer="sgd", **kw):
+    return DynamicTables(2, capacity, 3, admit_after, lr=0.5, optimizer=optimizer, **kw)
+
+
+def test_unadmitted_ids_read_zeros_and_their_gradients_are_dropped():
+    t = tables(admit_after=2)
+    ids = torch.tensor([[BIG, BIG + 1]])
+    first = t.update_and_lookup(ids, torch.zeros(1, 2, 3), ids)  # one sighting: not admitted
+    assert (first == 0).all()
+    t.apply_gradients(ids, torch.ones(1, 2, 3))  # dropped: the default row stays zeros
+    assert (t.pool.weight[0] == 0).all()
+    nxt = torch.tensor([[BIG, BIG + 1]])
+    second = t.update_and_lookup(ids, torch.zeros(1, 2, 3), nxt)  # second sighting: rows
+    assert (second != 0).all() and t.counters()["admitted"] == 2
+
+
+def test_an_sgd_step_lands_on_the_ids_rows_and_lookup_only_reads():
+    t = tables()
+    ids = torch.tensor([[BIG, 7], [BIG, 8]])
+    before = t.update_and_lookup(ids, torch.zeros(2, 2, 3), ids).clone()
+    grads = torch.arange(12, dtype=torch.float32).view(2, 2, 3)
+    after = t.update_and_lookup(ids, grads, ids)
+    # Feature 0 holds id BIG twice: its row takes both examples' gradients.
+    assert torch.allclose(after[0, 0], before[0, 0] - 0.5 * (grads[0, 0] + grads[1, 0]))
+    assert torch.allclose(after[1, 1], before[1, 1] - 0.5 * grads[1, 1])
+    lookups = t.counters()["lookups"]
+    assert (t.lookup(torch.tensor([[12345, 7]]))[0, 0] == 0).all()  # unknown: default row
+    assert t.counters()["lookups"] == lookups  # reading counts nothing
+
+
+def test_the_same_raw_id_in_two_tables_gets_two_rows():
+    t = tables()
+    rows = t.rows_of(torch.tensor([[5, 5]]), admit=True)
+    assert rows[0] != rows[1] and (rows > 0).all()
+
+
+def test_a_reused_row_starts_afresh_with_its_adagrad_accumulator_reset():
+    t = DynamicTables(1, 64, 2, lr=0.1, initial_accumulator=0.05)
+    first = torch.arange(64).view(64, 1)
+    t.update_and_lookup(first, torch.zeros(64, 1, 2), first)
+    t.update_and_lookup(first, torch.ones(64, 1, 2), first)  # every row's accumulator grows
+    assert (t.pool.state[1:] > 0.05).all()
+    newcomer = torch.tensor([[1000]])
+    t.update_and_lookup(first, torch.zeros(64, 1, 2), newcomer)  # the pool is full: one evicted
+    row = int(t.rows_of(newcomer, admit=False)[0])
+    assert t.counters()["evicted"] == 1 and float(t.pool.state[row]) == pytest.approx(0.05)
+    assert t.pool.weight[row].abs().max() <= t.init_bound
+
+
+def test_bags_are_keyed_as_single_ids_are():
+    single = torch.tensor([[3, 4], [5, 6]])
+    bags = Bags.build(single, [])
+    assert (np.sort(keys_of(bags).numpy()) == np.sort(keys_of(single).numpy())).all()
+    t = tables(capacity=16)
+    multi = Bags.build(single, [(torch.tensor([BIG, BIG, 9]), torch.tensor([0, 2, 3]), None,
+                                 "sum")])
+    rows = t.rows_of(multi, admit=True)
+    vectors = t._vectors(multi, rows)
+    by_id = t.lookup_rows(t.rows_of(Bags.build(torch.tensor([[0, 0]]), [
+        (torch.tensor([BIG]), torch.tensor([0, 1]), None, "sum")]), admit=False))
+    assert torch.allclose(vectors[0, 2], 2 * by_id[-1])  # the bag {BIG, BIG} sums one row twice
+
+
+def test_the_tables_pickle_with_their_map_in_shared_memory():
+    t = tables().share_memory_()
+    t.rows_of(torch.tensor([[BIG, 2]]), admit=True)
+    copy = pickle.loads(pickle.dumps(t))
+    assert (copy.rows_of(torch.tensor([[BIG, 2]]), admit=False) ==
+            t.rows_of(torch.tensor([[BIG, 2]]), admit=False)).all()
+
+
+def test_state_dict_round_trip():
+    a = tables(capacity=32, admit_after=2, eviction=Eviction.parse("ttl:100"))
+    ids = torch.tensor([[BIG, 1], [BIG, 2]])
+    for _ in range(3):
+        a.update_and_lookup(ids, torch.ones(2, 2, 3), ids)
+    b = tables(capacity=32, admit_after=2, eviction=Eviction.parse("ttl:100"))
+    b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
+    assert torch.equal(a.lookup(ids), b.lookup(ids)) and a.counters() == b.counters()
+    with pytest.raises(ValueError, match="shape"):
+        tables(capacity=4).load_state_dict(a.state_dict())
+
+
+def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
+    assert pool_rows([100, 300], 17, 1, None, 2) == 200
+    per_row = 4 * 17 + 4 + 24 + 64  # no sketch without admission
+    assert pool_rows([1], 17, 1, per_row * 1000, 1) == 1000
+    cfg = TrainConfig(tables="dynamic", table_size=[10], batch_size=64).validate()
+    with pytest.raises(UserError, match="cannot hold one batch"):
+        dynamic_spec(cfg, Features(1, (10, 10)), 1)
+    ok = TrainConfig(tables="dynamic", table_memory="1MiB", batch_size=8).validate()
+    assert dynamic_spec(ok, Features(1, (10, 10)), 2).capacity == pool_rows(
+        [10, 10], 17, 1, 2**20, 2)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"admit_after": 3}, "--admit-after applies to dynamic tables"),
+    ({"tables": "dynamic", "evict": "lfu"}, "--evict"),
+    ({"tables": "dynamic", "table_memory": "lots"}, "--table-memory"),
+    ({"tables": "dynamic", "admit_after": 0}, "--admit-after"),
+    ({"tables": "dynamic", "embedding_transport": "unshared"}, "unshared"),
+])
+def test_bad_options_are_one_line_errors(options, message):
+    with pytest.raises(UserError, match=message):
+        TrainConfig(**options).validate()
