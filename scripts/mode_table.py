@@ -28,7 +28,7 @@ def generated(text: str, table: str) -> str:
     """`text` with the table between its marks replaced by `table`."""
     if len(BLOCK.findall(text)) != 1:
         raise SystemExit(f"expected one '{BEGIN}' ... '{END}' block")
-    return BLOCK.sub(lambda _: f"{BEGIN}\n\n{table}\n\n{END}", text)
+    return BLOCK.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text)
 
 
 def main() -> int:
