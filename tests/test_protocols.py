@@ -17,8 +17,8 @@ from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.transport.servers.dense import DenseServer, Push
 
 
-def bsp(lr, momentum=0.0, phase=0, version=0, reset=False):
-    return Push("bsp", version, phase, lr, momentum, reset)
+def bsp(lr, momentum=0.0, phase=0, version=0, reset=False, trainer=0):
+    return Push("bsp", version, phase, lr, momentum, reset, trainer)
 
 
 def asp(lr, version, momentum=0.0, phase=0, reset=False):
@@ -26,12 +26,27 @@ def asp(lr, version, momentum=0.0, phase=0, reset=False):
 
 
 def test_bsp_rule_returns_the_mean_once_all_have_arrived():
-    rule = BulkSynchronous(3)
-    assert rule.offer(torch.tensor([1.0])) is None
-    assert rule.offer(torch.tensor([2.0])) is None
-    assert torch.equal(rule.offer(torch.tensor([6.0])), torch.tensor([3.0]))
+    rule = BulkSynchronous.of_trainers(3)
+    assert rule.offer(torch.tensor([1.0]), 0) is None
+    assert rule.offer(torch.tensor([2.0]), 2) is None
+    assert torch.equal(rule.offer(torch.tensor([6.0]), 1), torch.tensor([3.0]))
     assert rule.waiting == 0  # the next step starts empty
-    assert rule.offer(torch.tensor([5.0])) is None
+    assert rule.offer(torch.tensor([5.0]), 1) is None
+
+
+def test_a_bsp_step_is_formed_by_trainer_id_not_by_the_count_of_pushes():
+    """Trainers 0..3 of 2 workers each, trainer 2 isolated: the step is trainers 0, 1 and 3's
+    six gradients; a gradient from trainer 2, or a third from trainer 0, is refused."""
+    rule = BulkSynchronous.of_trainers(4, per_trainer=2, isolated=(2,))
+    assert rule.workers == 6 and sorted(rule.members) == [0, 1, 3]
+    with pytest.raises(ValueError, match="trainer 2, which is not a member"):
+        rule.offer(torch.tensor([1.0]), 2)
+    rule.offer(torch.tensor([1.0]), 0), rule.offer(torch.tensor([1.0]), 0)
+    with pytest.raises(ValueError, match="trainer 0, which is done"):
+        rule.offer(torch.tensor([1.0]), 0)
+    for t in (1, 1, 3):
+        assert rule.offer(torch.tensor([4.0]), t) is None
+    assert torch.equal(rule.offer(torch.tensor([4.0]), 3), torch.tensor([3.0]))
 
 
 def test_bsp_server_holds_every_reply_until_the_nth_gradient():
@@ -39,9 +54,9 @@ def test_bsp_server_holds_every_reply_until_the_nth_gradient():
     w0 = torch.tensor([1.0, -2.0])
     server.init_trained("w", w0, "sgd", SwitchMachine(workers=3))
     grads = [torch.tensor([1.0, 0.0]), torch.tensor([2.0, 3.0]), torch.tensor([0.0, 3.0])]
-    futs = [server.push("w", g, bsp(0.5)) for g in grads[:2]]
+    futs = [server.push("w", g, bsp(0.5, trainer=i)) for i, g in enumerate(grads[:2])]
     assert not any(f.done() for f in futs)
-    futs.append(server.push("w", grads[2], bsp(0.5)))
+    futs.append(server.push("w", grads[2], bsp(0.5, trainer=2)))
     expected = w0 - 0.5 * torch.stack(grads).mean(0)
     for f in futs:
         reply = f.wait()
@@ -54,7 +69,8 @@ def test_bsp_with_momentum_matches_heavy_ball_by_hand():
     server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=2))
     lr, m = 0.1, 0.9
     for g in ([1.0, 3.0], [2.0, 2.0]):  # step means 2 then 2
-        futs = [server.push("w", torch.tensor([x]), bsp(lr, m)) for x in g]
+        futs = [server.push("w", torch.tensor([x]), bsp(lr, m, trainer=i))
+                for i, x in enumerate(g)]
     # v1 = 2, w1 = -0.2; v2 = 0.9 * 2 + 2 = 3.8, w2 = -0.2 - 0.38
     assert futs[0].wait().params.item() == pytest.approx(-0.58)
 
@@ -73,8 +89,8 @@ def test_asp_at_lr_over_n_equals_one_bsp_step(n, lr, values):
         a.push("w", g, asp(lr / n, version=i))
     b = DenseServer()
     b.init_trained("w", w0, "sgd", SwitchMachine(workers=n))
-    for g in grads:
-        fut = b.push("w", g, bsp(lr))
+    for i, g in enumerate(grads):
+        fut = b.push("w", g, bsp(lr, trainer=i))
     assert torch.allclose(a.params("w")[0], fut.wait().params)
     assert a.params("w")[1] == n and b.params("w")[1] == 1
 
@@ -285,3 +301,35 @@ def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress
         took.append(hook._last_took)
     assert asked == [(0, 0.0), (0, 0.25), (0, 0.5), (0, 0.75)]
     assert took[2] >= 0.04  # only the push at half the job was delayed
+
+
+def test_a_slow_link_under_asp_reaches_the_detector_through_the_pushes_wait():
+    """Two trainers under ASP, the same compute; trainer 1's link adds 60 ms to each round
+    trip. Nothing is fed by hand: each worker's hook sends its previous round trip as the
+    next push's `wait_s`, the server's machine adds it to the compute, and the detector
+    (windows of 3, m = 2) flags trainer 1 after its 6 pushes. Trainer 0 computes 5 ms a step
+    so its pace is not zero; 60 ms is over 1.5x it even if a busy machine triples that."""
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+    from shadowsync.runners.switch.detector import DetectorConfig
+    from shadowsync.transport.delay import LinkDelay
+
+    settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
+                                lr=0.1, momentum=0.0, momentum_policy="keep", workers=2,
+                                scale_lr=True, policy="greedy",
+                                detector=DetectorConfig(k=1.5, m=2, window=3))
+    machine = settings.machine(budget=1000)
+    server = DenseServer()
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", machine)
+    hooks = []
+    for trainer in (0, 1):
+        hook = ProtocolHook(settings)
+        hook.trainer, hook.budget, hook.client = trainer, 1000, InProcessClient(server)
+        hook.mode, hook.next_phase = server.mode("dense")
+        hooks.append(hook)
+    hooks[1].link = LinkDelay((1,), ms=60.0, of_job=False)
+    for _ in range(6):
+        time.sleep(0.005)
+        hooks[0].push(torch.tensor([1.0]), [torch.zeros(1)])
+    for _ in range(6):
+        hooks[1].push(torch.tensor([1.0]), [torch.zeros(1)])
+    assert machine.schedule.stragglers == [1]

@@ -152,21 +152,21 @@ def test_an_isolated_trainer_pushes_asp_while_the_others_keep_bsp_among_themselv
     server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=3, schedule=sched,
                         budget=100))
 
-    def push(trainer, g, mode, phase, version, lr):
-        return server.push("w", torch.tensor([float(g)]),
-                           Push(mode, version, phase, lr, 0.0, False, trainer))
+    def push(trainer, g, mode, phase, version, lr, isolated=()):
+        return server.push("w", torch.tensor([float(g)]), Push(
+            mode, version, phase, lr, 0.0, False, trainer, isolated=isolated))
 
     a, _ = push(0, 1, "bsp", 0, 0, 0.3), push(1, 2, "bsp", 0, 0, 0.3)
     sched.isolated = (2,)  # decided when this step completes
     r = push(2, 3, "bsp", 0, 0, 0.3).wait()
     assert a.wait().params.item() == pytest.approx(-0.6)
     assert (r.mode, r.phase, r.isolated) == ("bsp", 1, (2,))
-    iso = push(2, 4, "asp", 1, 1, 0.1).wait()  # applied at once, nobody waits for it
+    iso = push(2, 4, "asp", 1, 1, 0.1, (2,)).wait()  # applied at once, nobody waits for it
     assert iso.params.item() == pytest.approx(-1.0) and iso.version == 2
-    a = push(0, 1, "bsp", 1, 1, 0.3)
+    a = push(0, 1, "bsp", 1, 1, 0.3, (2,))
     assert not a.done()
     sched.isolated = ()  # recovered: decided when the others' step completes
-    r = push(1, 3, "bsp", 1, 1, 0.3).wait()
+    r = push(1, 3, "bsp", 1, 1, 0.3, (2,)).wait()
     assert r.params.item() == pytest.approx(-1.6)  # mean of 2 gradients: 2 x 0.3
     assert (r.phase, r.isolated, r.staleness) == (2, (), 1)
     assert server.trained["w"].machine.bsp_applied == 5

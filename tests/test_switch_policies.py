@@ -125,8 +125,8 @@ def test_configuration_at_a_switch_scales_lr_and_compensates_momentum():
     assert asp_momentum(0.5, 8) == 0.0 and asp_momentum(0.9, 1) == 0.9
 
 
-def push(mode, phase=0, version=0, lr=1.0):
-    return Push(mode, version, phase, lr, 0.0, False)
+def push(mode, phase=0, version=0, lr=1.0, trainer=0):
+    return Push(mode, version, phase, lr, 0.0, False, trainer)
 
 
 def test_a_bsp_step_nobody_else_joins_is_released_when_the_budget_is_spent():
@@ -368,8 +368,8 @@ def test_a_switch_back_to_bsp_holds_until_its_first_step():
     assert (r.mode, r.phase) == ("bsp", 1)
     late = server.push("w", torch.tensor([1.0]), push("asp")).wait()  # was in flight
     assert (late.mode, late.phase) == ("bsp", 1)  # still BSP: nobody is stranded
-    a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
-    b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
+    a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1, trainer=0))
+    b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1, trainer=1))
     assert a.wait().phase == b.wait().phase  # the step completed; both got the same answer
 
 

@@ -92,11 +92,12 @@ class ProtocolSettings:
 
     def schedule(self, budget: int) -> Schedule:
         return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
-                        self.workers // self.workers_per_trainer, self.workers_per_trainer)
+                        self.workers // self.workers_per_trainer)
 
     def machine(self, budget: int) -> SwitchMachine:
-        """The state machine the dense servers drive (each server gets its own copy)."""
-        return SwitchMachine(self.workers, budget, self.schedule(budget))
+        """The state machine shard 0 drives (the other shards get its followers)."""
+        return SwitchMachine(self.workers, budget, self.schedule(budget),
+                             self.workers_per_trainer)
 
 
 class ServerStepper:
@@ -148,6 +149,7 @@ class ProtocolHook(WorkerHook):
         self.phase_pushes = 0  # this worker's pushes in the current phase
         self.done = False
         self.taken = True  # the last push was applied (not released by a stop)
+        self.isolated: tuple[int, ...] = ()  # `isolate`: as shard 0 last said
         self.trainer = 0
         self.location = ""
         self.shared: list[torch.Tensor] | None = None
@@ -212,7 +214,7 @@ class ProtocolHook(WorkerHook):
                                   else t0 - self._started, self._rng)
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
-                                            self._last_took))
+                                            self._last_took, self.isolated))
         self._last_reply = time.perf_counter()
         took = self._last_took = self._last_reply - t0
         if self.phase_pushes == 0 and self._switches:
@@ -226,7 +228,8 @@ class ProtocolHook(WorkerHook):
         self.taken = reply.taken
         self._last_mode = mode
         # `isolate`: this trainer's steps are ASP while the others keep BSP
-        self.mode = Protocol.ASP if self.trainer in reply.isolated else Protocol(reply.mode)
+        self.isolated = tuple(reply.isolated)
+        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(reply.mode)
         self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)

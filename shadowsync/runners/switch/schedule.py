@@ -32,8 +32,7 @@ POLICIES = ("plan", "greedy", "elastic", "isolate")
 class Schedule:
     def __init__(self, plan: SwitchPlan, budget: int, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S, trainers: int = 1,
-                 workers_per_trainer: int = 1) -> None:
+                 patience_s: float = DEFAULT_PATIENCE_S, trainers: int = 1) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown switch policy {policy!r}")
         self.plan = plan
@@ -44,7 +43,6 @@ class Schedule:
         self.online: Any = (Greedy(quota) if policy == "greedy"
                             else Elastic(quota, patience_s) if policy == "elastic"
                             else Isolate(quota, trainers) if policy == "isolate" else None)
-        self.workers_per_trainer = workers_per_trainer  # the workers an isolated trainer takes
         self.isolated: tuple[int, ...] = ()  # `isolate`: trainers asynchronous for now
 
     def first_mode(self) -> Protocol:
