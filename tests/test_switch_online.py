@@ -2,6 +2,7 @@
 `elastic`, `detector`), on scripted step times and a scripted clock: no processes, no
 timing. Greedy and elastic must behave differently where the definitions say they do."""
 
+import math
 import statistics
 
 import pytest
@@ -13,17 +14,17 @@ from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 
 
-def modes_under(policy, slow_steps, steps, patience_s=100.0):
-    """Two trainers, one step each per tick of a clock at 1 s a step; trainer 1 is 3x slower
-    on `slow_steps`. The default detector (k 1.5, m 3, windows of 5 steps); a BSP quota the
-    job never reaches. The protocol the server decides after each step."""
-    s = Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy=policy,
-                 patience_s=patience_s)
+def modes_under(policy, slow_steps, steps, patience_s=100.0, tick_s=1.0, schedule=None):
+    """Two trainers, one step each per tick of a clock at `tick_s` a step; trainer 1 is 3x
+    slower on `slow_steps`. The default detector (k 1.5, m 3, windows of 5 steps); a BSP quota
+    the job never reaches. The protocol the server decides after each step."""
+    s = schedule or Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy=policy,
+                             patience_s=patience_s)
     modes, bsp = [], 0
     for step in range(steps):
         for t in (0, 1):
             s.observe(t, 0.03 if t == 1 and step in slow_steps else 0.01)
-        mode = s.decide(2 * step, bsp, now=float(step))
+        mode = s.decide(2 * step, bsp, now=step * tick_s)
         bsp += 2 if mode == "bsp" else 0
         modes.append(mode)
     return modes
@@ -55,6 +56,49 @@ def test_elastic_leaves_bsp_once_a_straggler_lasts_and_returns_when_it_ends():
     assert elastic[234:] == ["bsp"] * (300 - 234)
     # with no patience the two are the same policy
     assert modes_under("elastic", lasting, 300, patience_s=0.0) == greedy
+
+
+def test_at_their_defaults_elastic_ignores_a_false_alarm_shorter_than_its_patience():
+    """The same two trainers with a clock that agrees with their 10 ms steps, both policies
+    at their defaults. Elastic's derived patience (its docstring's rule): t = 10 ms, the
+    median window pace of the trainer not flagged; a = its share of slow windows; m w t =
+    0.15 s times n = ceil(ln 0.01 / ln 3a), over 2 C / (1 - 1/k). A
+    25-step alarm (0.25 s) is under it: greedy leaves BSP for it, elastic does not. A lasting
+    straggler: elastic leaves BSP once it has been flagged for the patience, after greedy."""
+    from shadowsync.runners.switch.elastic import derived_patience_s
+
+    def default(policy):
+        return Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy=policy)
+
+    blip = range(20, 45)
+    assert asp_steps(modes_under("greedy", blip, 120, tick_s=0.01,
+                                 schedule=default("greedy"))) == list(range(34, 59))
+    elastic = default("elastic")
+    assert asp_steps(modes_under("elastic", blip, 120, tick_s=0.01, schedule=elastic)) == []
+
+    elastic = default("elastic")
+    modes = modes_under("elastic", range(20, 400), 400, tick_s=0.01, schedule=elastic)
+    patience = elastic.online.patience_s
+    normal = elastic.detector.tracks[0]  # trainer 1 is flagged
+    assert elastic.detector.stragglers == [1]
+    assert patience == pytest.approx(derived_patience_s(
+        0.01, normal.slow_windows / normal.windows, 1.5, 3, 5))
+    assert 0.25 < patience < 1.0  # over the blip's alarm, well under the straggler
+    first = asp_steps(modes)[0]
+    assert first == 34 + math.ceil(patience / 0.01 - 1e-9)
+    assert asp_steps(modes_under("greedy", range(20, 400), 400, tick_s=0.01,
+                                 schedule=default("greedy")))[0] == 34
+
+
+def test_the_derived_patience_is_its_rule():
+    """Closed forms: the false-alarm term at the floor (a = 1%, m = 3: n = 2), with a higher
+    rate (a = 10%: 3a = 0.3, n = ceil(3.82) = 4), and the switch-cost term when switches are
+    the paper's restarts (C = 180 s, k = 1.5: 2 x 180 / (1/3) = 1080 s)."""
+    from shadowsync.runners.switch.elastic import derived_patience_s
+
+    assert derived_patience_s(0.01, 0.0, 1.5, 3, 5) == pytest.approx(0.30)
+    assert derived_patience_s(0.01, 0.10, 1.5, 3, 5) == pytest.approx(0.60)
+    assert derived_patience_s(0.01, 0.0, 1.5, 3, 5, switch_s=180.0) == pytest.approx(1080.0)
 
 
 def stragglers_by_definition(cfg, feed):
