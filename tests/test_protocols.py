@@ -271,19 +271,20 @@ def test_switch_overhead_is_the_summed_switch_time_over_the_run():
     assert o["latency_s"] == [0.0, 0.1, 0.2] and o["switches"] == 3
 
 
-def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress():
+def test_a_slow_link_delays_each_push_both_ways_inside_its_round_trip_by_the_jobs_progress():
     """The hook asks the link for each push's delay with the job's progress (the servers'
-    count against the budget) and sleeps it inside the push's round trip, where the server
-    and the detector see a slow link (`wait_s` of the next push)."""
+    count against the budget) and sleeps half of it before the push leaves and half after
+    the reply is back, inside the push's round trip, where the server and the detector see a
+    slow link (`wait_s` of the next push)."""
     from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
     from shadowsync.transport.delay import LinkDelay
 
     asked = []
 
     class Link(LinkDelay):
-        def before_push(self, trainer, at, rng=None):
+        def request_s(self, trainer, at, rng=None):
             asked.append((trainer, at))
-            return super().before_push(trainer, at, rng)
+            return super().request_s(trainer, at, rng)
 
     settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
                                 lr=0.1, momentum=0.0, momentum_policy="keep", workers=1,
@@ -293,14 +294,61 @@ def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress
     server = DenseServer()
     server.init_trained("dense", torch.tensor([0.0]), "sgd", SwitchMachine(workers=1,
                         schedule=settings.schedule(4), budget=4))
-    hook.client, hook.budget = InProcessClient(server), 4
+    arrived = []
+
+    class Recording(InProcessClient):
+        def push(self, grad, push):
+            arrived.append(time.perf_counter())
+            return super().push(grad, push)
+
+    hook.client, hook.budget = Recording(server), 4
     hook.mode, hook.next_phase = server.mode("dense")
-    took = []
+    took, sent = [], []
     for _ in range(4):
+        sent.append(time.perf_counter())
         hook.push(torch.tensor([1.0]), [torch.zeros(1)])
         took.append(hook._last_took)
     assert asked == [(0, 0.0), (0, 0.25), (0, 0.5), (0, 0.75)]
-    assert took[2] >= 0.04  # only the push at half the job was delayed
+    assert took[2] >= 0.04  # only the push at half the job was delayed, 20 ms each way
+    assert arrived[2] - sent[2] >= 0.02  # the request waited its half on the way out
+    assert took[2] - (arrived[2] - sent[2]) >= 0.02  # and the reply the other half
+
+
+def test_the_straggling_trainers_embedding_round_trips_cross_its_delayed_link():
+    """`wrap_tables`: the delayed trainer's embedding client waits half the link's delay
+    before each blocking exchange and half after it; another trainer's is not wrapped."""
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+    from shadowsync.transport.delay import LinkDelay
+
+    class Tables:
+        def __init__(self):
+            self.calls = []
+
+        def lookup(self, ids):
+            self.calls.append(("lookup", time.perf_counter()))
+            return ids
+
+        def update_and_lookup(self, ids, grads, next_ids, lr_scale=1.0):
+            self.calls.append(("update", time.perf_counter()))
+            return next_ids
+
+    settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
+                                lr=0.1, momentum=0.0, momentum_policy="keep", workers=2,
+                                scale_lr=True)
+    hooks = [ProtocolHook(settings), ProtocolHook(settings)]
+    for trainer, hook in enumerate(hooks):
+        hook.trainer, hook.budget = trainer, 100
+        hook.link = LinkDelay((1,), ms=60.0, of_job=False)
+    plain = Tables()
+    assert hooks[0].wrap_tables(plain) is plain
+    tables = Tables()
+    delayed = hooks[1].wrap_tables(tables)
+    t0 = time.perf_counter()
+    assert delayed.update_and_lookup("ids", None, "next") == "next"
+    t1 = time.perf_counter()
+    assert tables.calls[0][1] - t0 >= 0.03 and t1 - tables.calls[0][1] >= 0.03
+    assert delayed.lookup("ids") == "ids" and time.perf_counter() - t1 >= 0.06
+    assert delayed.calls is tables.calls  # the rest is the wrapped client's
 
 
 def test_a_slow_link_under_asp_reaches_the_detector_through_the_pushes_wait():

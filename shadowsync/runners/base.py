@@ -113,6 +113,10 @@ class WorkerHook:
     def wrap_optimizer(self, optimizer: Any) -> Any:
         return optimizer
 
+    def wrap_tables(self, tables: Any) -> Any:
+        """The embedding client the worker trains with (a slow link may delay it)."""
+        return tables
+
     def attach_slots(self, slots: Any, start_step: int) -> None:
         """Before training: the trainer's shared slots (a hook whose worker trains a private
         replica says there which step the shared model holds) and the step it resumes at."""

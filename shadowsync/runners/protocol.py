@@ -43,7 +43,7 @@ from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.plan import SwitchPlan
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.runners.switch.search import resolve_share, with_bsp_share
-from shadowsync.transport.delay import LinkDelay
+from shadowsync.transport.delay import DelayedTables, LinkDelay, sleep
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
@@ -132,7 +132,7 @@ class ProtocolHook(WorkerHook):
     one (its data wraps around), so a straggler does not hold the job back."""
 
     endless_data = True
-    link: LinkDelay | None = None  # an emulated slow link: a sleep before each push
+    link: LinkDelay | None = None  # a delayed link: half a round trip's delay each way
 
     def __init__(self, settings: ProtocolSettings) -> None:
         self.s = settings
@@ -180,6 +180,21 @@ class ProtocolHook(WorkerHook):
         load_flat(params, replica.parameters())
         return replica
 
+    def one_way_s(self) -> float:
+        """Half the round-trip delay the link adds now (0 without a delayed link)."""
+        if self.link is None:
+            return 0.0
+        now = time.perf_counter()
+        self._started = self._started or now
+        at = self.progress(0.0) if self.link.of_job else now - self._started
+        return self.link.request_s(self.trainer, at, self._rng)
+
+    def wrap_tables(self, tables: Any) -> Any:
+        """The straggler's embedding round trips cross its delayed link too."""
+        if self.link is None or self.trainer not in self.link.trainers:
+            return tables
+        return DelayedTables(tables, self.one_way_s)
+
     def wrap_optimizer(self, optimizer: Any) -> Any:
         # The local optimizer never steps (the servers do), only its schedule advances.
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step",
@@ -206,14 +221,11 @@ class ProtocolHook(WorkerHook):
         cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
                             self.phase_pushes, after_switch=self.phase > 0, scale_lr=s.scale_lr,
                             compensate=s.compensate)
-        if self.link is not None:  # the push waits on the link, inside its round trip
-            if not self._started:
-                self._started = t0
-            self.link.before_push(self.trainer, self.progress(0.0) if self.link.of_job
-                                  else t0 - self._started, self._rng)
+        one_way = sleep(self.one_way_s())  # the link, both ways inside the round trip
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
                                             self._last_took, self.isolated))
+        sleep(one_way)
         self._last_reply = time.perf_counter()
         took = self._last_took = self._last_reply - t0
         if self.phase_pushes == 0 and self._switches:

@@ -1,13 +1,23 @@
-"""Emulated link delay on a trainer's pushes to the dense servers.
+"""A delayed link between one straggling trainer and the servers.
 
 Sync-Switch's original injected network stragglers with `tc qdisc ... netem delay D` on a
-worker's interface (10 ms on one worker, 30 ms on two, once or four times a run). This
-machine's kernel has no `netem` qdisc (only `tbf` and `htb`, rate limits), so the delay is
-emulated where a packet would wait: the worker sleeps D seconds before each push leaves it
-(`LinkDelay.before_push`). A BSP step then waits D longer for that worker's gradient, an ASP
-step of that worker is D longer, as with netem on its egress; what is not emulated is the
-delay of the reply, of the embedding traffic, and any effect on TCP's window (a sleep adds
-latency, not loss or queueing).
+worker's interface (10 ms on one worker, 30 ms on two, once or four times a run): every
+exchange of that worker took D longer. Here `ms` is that D, the time the link adds to each
+round trip, split in half between the two directions: D / 2 before a request leaves the
+trainer (`LinkDelay.request_s`) and D / 2 before its reply reaches it. Both exchanges a
+worker waits on cross the link:
+- the dense push and the parameters sent back (`runners.protocol.ProtocolHook.push`);
+- the embedding round trip of each step, the step's row gradients out and the next step's
+  rows in (`DelayedTables`, wrapping whatever embedding client the worker has).
+A BSP step then waits D longer for that worker's gradient and its reply, an ASP step of that
+worker is D longer, and its embedding reads are too.
+
+`tc netem` where the kernel has it: `netem_available` checks at run time (in a scratch
+network namespace, as root). This machine's kernel has no `netem` qdisc (only `tbf` and `htb`,
+rate limits), and the jobs of `--straggler` share one host's loopback, so the delay is
+emulated by sleeping where a packet would wait. What a sleep does not reproduce: TCP's own
+reaction to a long round trip (a large tensor's extra round trips while its window grows),
+loss and queueing.
 
 The delay is on while the job is inside one of its episodes: the window [start, start +
 duration) (shares of the job's gradients, or seconds) cut into 2K - 1 equal slices, on in the
@@ -20,8 +30,13 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
+import subprocess
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 def in_episode(at: float, start: float, duration: float, episodes: int = 1) -> bool:
@@ -34,10 +49,16 @@ def in_episode(at: float, start: float, duration: float, episodes: int = 1) -> b
     return int((at - start) / (duration / (2 * episodes - 1))) % 2 == 0
 
 
+def sleep(seconds: float) -> float:
+    if seconds > 0:
+        time.sleep(seconds)
+    return seconds
+
+
 @dataclass(frozen=True)
 class LinkDelay:
-    trainers: tuple[int, ...]  # whose pushes are delayed
-    ms: float
+    trainers: tuple[int, ...]  # whose links are delayed
+    ms: float  # added to each round trip
     jitter_ms: float = 0.0
     start: float = 0.0
     duration: float = math.inf
@@ -45,16 +66,65 @@ class LinkDelay:
     of_job: bool = True  # start and duration are shares of the job, else seconds
 
     def seconds(self, trainer: int, at: float, rng: random.Random | None = None) -> float:
-        """The delay of one push of `trainer` when the job is at `at` (its share of the job
-        or seconds, as `of_job` says)."""
+        """What one round trip of `trainer` gains when the job is at `at` (its share of the
+        job or seconds, as `of_job` says)."""
         if trainer not in self.trainers or not in_episode(at, self.start, self.duration,
                                                           self.episodes):
             return 0.0
         jitter = (rng or random).uniform(-self.jitter_ms, self.jitter_ms) if self.jitter_ms else 0
         return max(0.0, self.ms + jitter) / 1000.0
 
-    def before_push(self, trainer: int, at: float, rng: random.Random | None = None) -> float:
-        d = self.seconds(trainer, at, rng)
-        if d > 0:
-            time.sleep(d)
-        return d
+    def request_s(self, trainer: int, at: float, rng: random.Random | None = None) -> float:
+        """One direction's share of a round trip's delay (the reply waits as long)."""
+        return self.seconds(trainer, at, rng) / 2
+
+
+class DelayedTables:
+    """An embedding client whose round trips cross the delayed link: each blocking exchange
+    waits `one_way()` seconds on the way out and as long on the way back. Everything else
+    is the wrapped client's."""
+
+    def __init__(self, tables: Any, one_way: Callable[[], float]) -> None:
+        self.tables = tables
+        self.one_way = one_way
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tables, name)
+
+    def _round_trip(self, call: Callable[[], Any]) -> Any:
+        d = self.one_way()
+        sleep(d)
+        out = call()
+        sleep(d)
+        return out
+
+    def lookup(self, ids: Any) -> Any:
+        return self._round_trip(lambda: self.tables.lookup(ids))
+
+    def update_and_lookup(self, ids: Any, grads: Any, next_ids: Any,
+                          lr_scale: float = 1.0) -> Any:
+        return self._round_trip(lambda: self.tables.update_and_lookup(ids, grads, next_ids,
+                                                                      lr_scale=lr_scale))
+
+
+def netem_available() -> bool:
+    """Whether `tc ... netem` works here: tried on the loopback of a scratch network
+    namespace (needs root, `ip` and `tc`); the namespace is removed after."""
+    if not (shutil.which("ip") and shutil.which("tc")):
+        return False
+    name = f"netem-probe-{uuid.uuid4().hex[:8]}"
+    run = subprocess.run
+    try:
+        if run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+            return False
+        return run(["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo", "root",
+                    "netem", "delay", "1ms"], capture_output=True).returncode == 0
+    finally:
+        run(["ip", "netns", "del", name], capture_output=True)
+
+
+def link_kind() -> str:
+    """What delays a `kind=delay` straggler's link here, said with the results."""
+    if netem_available():
+        return "emulated (sleeps): tc netem exists, but the job's processes share one loopback"
+    return "emulated (sleeps): this kernel has no netem qdisc"
