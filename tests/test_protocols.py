@@ -318,7 +318,7 @@ def test_the_straggling_trainers_embedding_round_trips_cross_its_delayed_link():
     """`wrap_tables`: the delayed trainer's embedding client waits half the link's delay
     before each blocking exchange and half after it; another trainer's is not wrapped."""
     from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
-    from shadowsync.transport.delay import LinkDelay
+    from shadowsync.transport.delay import DelayedTables, LinkDelay
 
     class Tables:
         def __init__(self):
@@ -343,12 +343,19 @@ def test_the_straggling_trainers_embedding_round_trips_cross_its_delayed_link():
     assert hooks[0].wrap_tables(plain) is plain
     tables = Tables()
     delayed = hooks[1].wrap_tables(tables)
+    ids, nothing = torch.zeros(4, 2, dtype=torch.long), torch.zeros(4, 0, dtype=torch.long)
     t0 = time.perf_counter()
-    assert delayed.update_and_lookup("ids", None, "next") == "next"
+    assert delayed.update_and_lookup(ids, None, ids) is ids
     t1 = time.perf_counter()
     assert tables.calls[0][1] - t0 >= 0.03 and t1 - tables.calls[0][1] >= 0.03
-    assert delayed.lookup("ids") == "ids" and time.perf_counter() - t1 >= 0.06
+    assert delayed.lookup(ids) is ids and time.perf_counter() - t1 >= 0.06
     assert delayed.calls is tables.calls  # the rest is the wrapped client's
+    asked = []  # no categorical features: nothing crosses the link, no delay is asked for
+    quiet = DelayedTables(tables, lambda: asked.append(1) or 0.0)
+    quiet.update_and_lookup(nothing, None, nothing), quiet.lookup(nothing)
+    assert asked == []
+    quiet.lookup(ids)
+    assert asked == [1]
 
 
 def test_a_slow_link_under_asp_reaches_the_detector_through_the_pushes_wait():

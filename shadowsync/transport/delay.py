@@ -79,10 +79,16 @@ class LinkDelay:
         return self.seconds(trainer, at, rng) / 2
 
 
+def _carries(ids: Any) -> bool:
+    """Whether an exchange about `ids` sends anything (a job without categorical features
+    looks up zero columns: nothing crosses the link)."""
+    return ids is not None and getattr(ids, "numel", lambda: 1)() > 0
+
+
 class DelayedTables:
     """An embedding client whose round trips cross the delayed link: each blocking exchange
-    waits `one_way()` seconds on the way out and as long on the way back. Everything else
-    is the wrapped client's."""
+    that carries ids waits `one_way()` seconds on the way out and as long on the way back.
+    Everything else is the wrapped client's."""
 
     def __init__(self, tables: Any, one_way: Callable[[], float]) -> None:
         self.tables = tables
@@ -91,7 +97,9 @@ class DelayedTables:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.tables, name)
 
-    def _round_trip(self, call: Callable[[], Any]) -> Any:
+    def _round_trip(self, call: Callable[[], Any], *ids: Any) -> Any:
+        if not any(_carries(i) for i in ids):
+            return call()
         d = self.one_way()
         sleep(d)
         out = call()
@@ -99,12 +107,13 @@ class DelayedTables:
         return out
 
     def lookup(self, ids: Any) -> Any:
-        return self._round_trip(lambda: self.tables.lookup(ids))
+        return self._round_trip(lambda: self.tables.lookup(ids), ids)
 
     def update_and_lookup(self, ids: Any, grads: Any, next_ids: Any,
                           lr_scale: float = 1.0) -> Any:
         return self._round_trip(lambda: self.tables.update_and_lookup(ids, grads, next_ids,
-                                                                      lr_scale=lr_scale))
+                                                                      lr_scale=lr_scale),
+                                ids, next_ids)
 
 
 def netem_available() -> bool:
