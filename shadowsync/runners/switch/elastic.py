@@ -27,8 +27,7 @@ The patience (`--switch-patience` seconds, else derived while the job runs):
   trainers not flagged now of their slow windows' share, at least `FALSE_ALARM_FLOOR`), a
   run of m windows fails to clear it with chance about m a, so n such runs outlast all but
   (m a)^n of false alarms: n = ceil(ln e / ln(m a)) leaves e = `MISSED_FALSE_ALARMS` of
-  them. At the floor
-  (a = 1%, m = 3) n = 2.
+  them. At the floor (a = 1%, m = 3) n = 2.
 
 The false-alarm rate also says when elastic beats greedy: greedy pays 2 C per false alarm,
 elastic P (1 - 1/k) per real straggler; the derived P makes elastic ignore false alarms.
