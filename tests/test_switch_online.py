@@ -90,6 +90,27 @@ def test_at_their_defaults_elastic_ignores_a_false_alarm_shorter_than_its_patien
                                  schedule=default("greedy")))[0] == 34
 
 
+def test_an_alarm_keeps_the_patience_it_was_raised_with():
+    """The derived patience moves with the job (here: 1 s at the alarm, then 5 s); the alarm
+    raised at 0 s is left for ASP at 1 s and stays there, where a patience read afresh would
+    flip it back to BSP. The next alarm takes the patience of its own start."""
+    from shadowsync.runners.switch.elastic import Elastic
+
+    class Moving(Elastic):
+        now_patience = 1.0
+
+        @property
+        def patience_s(self):
+            return self.now_patience
+
+    e = Moving(quota=10**6)
+    assert e.mode(True, 0, now=0.0) == "bsp"
+    e.now_patience = 5.0
+    assert [e.mode(True, 0, now=t) for t in (0.5, 1.0, 2.0, 3.0)] == ["bsp"] + ["asp"] * 3
+    assert e.mode(False, 0, now=4.0) == "bsp"
+    assert [e.mode(True, 0, now=t) for t in (5.0, 8.0, 10.0)] == ["bsp", "bsp", "asp"]
+
+
 def test_the_derived_patience_is_its_rule():
     """Closed forms: the false-alarm term at the floor (a = 1%, m = 3: n = 2), with a higher
     rate (a = 10%: 3a = 0.3, n = ceil(3.82) = 4), and the switch-cost term when switches are

@@ -29,6 +29,10 @@ The patience (`--switch-patience` seconds, else derived while the job runs):
   (m a)^n of false alarms: n = ceil(ln e / ln(m a)) leaves e = `MISSED_FALSE_ALARMS` of
   them. At the floor (a = 1%, m = 3) n = 2.
 
+An alarm keeps the patience it was raised with: the rule's inputs move while the job runs
+(under ASP the steps are shorter), and a patience that grew during an alarm would send a job
+that had left for ASP back to BSP with the straggler still there.
+
 The false-alarm rate also says when elastic beats greedy: greedy pays 2 C per false alarm,
 elastic P (1 - 1/k) per real straggler; the derived P makes elastic ignore false alarms.
 """
@@ -68,6 +72,7 @@ class Elastic:
         self.fixed_patience_s = patience_s
         self.detector = detector
         self._since: float | None = None  # when the current straggler was first seen
+        self._alarm_patience_s = 0.0  # the patience when it was
 
     @property
     def patience_s(self) -> float:
@@ -86,8 +91,8 @@ class Elastic:
         if not stragglers:
             self._since = None
         elif self._since is None:
-            self._since = now
-        lasting = self._since is not None and now - self._since >= self.patience_s
+            self._since, self._alarm_patience_s = now, self.patience_s
+        lasting = self._since is not None and now - self._since >= self._alarm_patience_s
         if lasting or bsp_applied >= self.quota:
             return Protocol.ASP
         return Protocol.BSP
