@@ -23,6 +23,7 @@ from shadowsync.errors import UserError
 from shadowsync.inference import export
 from shadowsync.lifecycle.stop import Interrupted
 from shadowsync.logs import setup_logging
+from shadowsync.runners.switch.search import MIN_SHARE_FLOOR
 from shadowsync.switch_search import run_search
 from shadowsync.train.report import format_table
 
@@ -125,9 +126,14 @@ def _synth_zipf(args: argparse.Namespace) -> int:
 def _switch_search(args: argparse.Namespace) -> int:
     if not args.config:
         raise UserError("switch search: --config JOB.toml is required (the recurring job)")
-    if args.seeds < 1 or not 0 < args.min_share <= 0.5 or not args.tolerance >= 0:
-        raise UserError("switch search: needs --seeds >= 1, --min-share in (0, 0.5] and "
-                        "--tolerance >= 0")
+    if args.seeds < 1 or not MIN_SHARE_FLOOR <= args.min_share <= 0.5:
+        raise UserError(f"switch search: needs --seeds >= 1 and --min-share in "
+                        f"[{MIN_SHARE_FLOOR:g}, 0.5]")
+    if args.tolerance is not None and not args.tolerance >= 0:
+        raise UserError("switch search: needs --tolerance >= 0")
+    if args.tolerance is None and args.seeds < 2:
+        raise UserError("switch search: the default tolerance is BSP's seed-to-seed spread, "
+                        "which needs --seeds >= 2 (or give --tolerance)")
     if args.search_probes < 2:
         raise UserError("switch search: --search-probes must be >= 2 (full BSP and one share)")
     cfg = load_config(argparse.Namespace(config=args.config))
@@ -310,12 +316,13 @@ def _add_switch(sub: Any) -> None:
         "passed. Later runs use it with --sync switch --switch-at auto --job-name NAME.")
     ss.add_argument("--config", metavar="JOB.toml", help="the job (as `train --config` reads)")
     ss.add_argument("--name", help="name to store the result under (default: the file's stem)")
-    ss.add_argument("--tolerance", type=float, default=0.005,
+    ss.add_argument("--tolerance", type=float, default=None,
                     help="how far a share's mean metric may fall from full BSP's (accuracy: "
-                    "absolute, as a fraction; NE: relative)")
+                    "absolute, as a fraction; NE: relative); default: the spread of full "
+                    "BSP's own seeds (max - min; NE: over their mean)")
     ss.add_argument("--seeds", type=int, default=2, help="runs per point (R)")
-    ss.add_argument("--min-share", type=float, default=1 / 16,
-                    help="the smallest BSP share tried")
+    ss.add_argument("--min-share", type=float, default=MIN_SHARE_FLOOR,
+                    help=f"the smallest BSP share tried (at least {MIN_SHARE_FLOOR:g})")
     ss.add_argument("--search-probes", type=int, default=6,
                     help="points measured in all, full BSP included")
     ss.add_argument("--store", default="runs/switch-search",

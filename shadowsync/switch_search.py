@@ -19,7 +19,8 @@ from shadowsync.protocols import Protocol
 from shadowsync.runners.switch import search
 
 
-def run_search(cfg: TrainConfig, name: str, tolerance: float, seeds: int, min_share: float,
+def run_search(cfg: TrainConfig, name: str, tolerance: float | None, seeds: int,
+               min_share: float,
                store_root: str, out: str, progress: bool = True,
                probes: int = search.DEFAULT_PROBES) -> search.SearchResult:
     from shadowsync.train.tasks import task_of  # start-up cost: torch (the CLI imports us)

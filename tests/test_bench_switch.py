@@ -8,6 +8,8 @@ import pytest
 
 from shadowsync.bench.switch import (
     CORE_VARIANTS,
+    DELAYS,
+    SCENARIOS,
     VARIANTS,
     LinkWindow,
     compared_with,
@@ -169,25 +171,42 @@ def test_greedys_bound_is_the_issues_closed_form():
 def test_bounds_and_goals_from_a_runs_own_medians():
     med = {"bsp": (10.0, 0.98), "asp": (10.0, 0.94), "switch": (10.0, 0.978),
            "bsp+straggler": (20.0, 0.98), "greedy+straggler": (11.5, 0.975),
-           "bsp+delay1": (30.0, 0.98), "greedy+delay1": (14.0, 0.965)}
+           "bsp+delay30ms_1t_1e": (30.0, 0.98), "greedy+delay30ms_1t_1e": (14.0, 0.965),
+           "isolate+delay30ms_1t_1e": (15.0, 0.968),
+           "bsp+delay10ms_2t_4e": (12.0, 0.98), "isolate+delay10ms_2t_4e": (9.0, 0.98)}
     res = {"metric": "accuracy", "switch_overhead_s": 0.01, "switch_overhead_share": 0.006,
            "gradients": 3000, "workers": 4, "bsp_share": 0.5,
            "medians": {v: {"train_s": t, "metric": m} for v, (t, m) in med.items()}}
     ratios = ratios_of(res, "")
     assert ratios["bound_s_straggler"] == pytest.approx(11.0)
     assert ratios["greedy_time_vs_bound_straggler"] == pytest.approx(11.5 / 11.0)
-    # delay: 30 ms on an ASP step of 10 s / 750 steps = 13.3 ms, a 3.25x slowdown
+    # delay: 30 ms on an ASP step of 10 s / 750 steps = 13.3 ms, a 3.25x slowdown of the step
     s = 1 + 0.03 * 750 / 10.0
-    assert ratios["bound_s_delay1"] == pytest.approx(5.0 + 5.0 * 4 / (3 + 1 / s))
-    assert ratios["greedy_time_vs_bsp_delay1"] == pytest.approx(14.0 / 30.0)
-    assert ratios["greedy_acc_minus_bsp_delay1"] == pytest.approx(-1.5)
+    assert ratios["step_slowdown_delay30ms_1t_1e"] == pytest.approx(s)
+    assert ratios["bsp_slowdown_delay30ms_1t_1e"] == pytest.approx(3.0)  # BSP 30 s over 10 s
+    assert ratios["bound_s_delay30ms_1t_1e"] == pytest.approx(5.0 + 5.0 * 4 / (3 + 1 / s))
+    assert ratios["greedy_time_vs_bsp_delay30ms_1t_1e"] == pytest.approx(14.0 / 30.0)
+    assert ratios["greedy_acc_minus_bsp_delay30ms_1t_1e"] == pytest.approx(-1.5)
+    # isolate against greedy: +0.3 points in 15 / 14 of its time
+    assert ratios["isolate_acc_minus_greedy_delay30ms_1t_1e"] == pytest.approx(0.3)
+    assert ratios["isolate_time_vs_greedy_delay30ms_1t_1e"] == pytest.approx(15 / 14)
+    # 10 ms on 2 trainers in 4 episodes: on for 4 of the window's 7 slices (2/7 of the job),
+    # a 1.75x slowdown; the bound's window is that share, the rest BSP then ASP
+    s, on = 1 + 0.01 * 750 / 10.0, 0.5 * 4 / 7
+    assert ratios["step_slowdown_delay10ms_2t_4e"] == pytest.approx(s)
+    assert ratios["bound_s_delay10ms_2t_4e"] == pytest.approx(
+        greedy_bound(10.0, 10.0, 4, 0.5, s, 2, on))
+    assert ratios["bound_s_delay10ms_2t_4e"] == pytest.approx(
+        0.5 * 10 + (1 - on - 0.5) * 10 + on * 10 * 4 / (2 + 2 / s))
     met = {k: goal_met(k, ratios) for k in ratios}
     assert met["greedy_time_vs_bound_straggler"] is True  # 1.045 <= 1.1
     assert met["switch_acc_minus_bsp"] is True  # -0.2 >= -0.5
     assert met["asp_acc_minus_bsp"] is True  # -4 <= -1
     assert met["switch_acc_minus_bsp_straggler"] is True  # -0.5 >= -1
-    assert met["greedy_acc_minus_bsp_delay1"] is False  # -1.5 < -1
-    assert met["greedy_time_vs_bsp_delay1"] is True  # 0.47 <= 0.6
+    assert met["greedy_acc_minus_bsp_delay30ms_1t_1e"] is False  # -1.5 < -1
+    assert met["isolate_acc_minus_greedy_delay30ms_1t_1e"] is True  # +0.3 >= 0
+    assert met["isolate_time_vs_greedy_delay30ms_1t_1e"] is True  # 1.07 <= 1.1
+    assert "isolate_time_vs_greedy_delay10ms_2t_4e" not in ratios  # greedy did not run
     # -1.0 points as accuracies give it (100 x (0.9667 - 0.9767) = -1.0000000000000009)
     assert goal_met("switch_acc_minus_bsp_straggler",
                     {"switch_acc_minus_bsp_straggler": 100 * (0.9667 - 0.9767)}) is True
@@ -197,7 +216,11 @@ def test_bounds_and_goals_from_a_runs_own_medians():
 
 
 def test_variants_compare_with_bsp_under_the_same_slowdown_and_asp_first_keeps_the_share():
-    assert compared_with("elastic+delay2") == "bsp+delay2"
+    assert compared_with("elastic+delay30ms_2t_4e") == "bsp+delay30ms_2t_4e"
+    assert SCENARIOS["delay10ms_2t_4e"] == (
+        "kind=delay,ms=10,trainers=2,episodes=4,start=25%,duration=50%")
+    assert len(DELAYS) == 8 and all(f"{p}+{sc}" in VARIANTS for sc in DELAYS
+                                    for p in ("bsp", "greedy", "elastic", "isolate"))
     assert compared_with("switch/zero") == "bsp"
     base = VARIANTS["switch"]
     assert settings_of(VARIANTS["switch/asp-first"], digits_job(4, 1000, 0.5)) == {

@@ -86,7 +86,6 @@ switch_scale_lr = true
 switch_compensate_momentum = false
 switch_policy = "plan"
 switch_detector = "k=1.5,m=3,window=5"
-switch_patience = 1.0
 addr = "127.0.0.1"
 out = "runs/old"
 log_every = 50000

@@ -9,10 +9,11 @@ TINY = TWO_TRAINERS
 
 
 def digits_switch_run(out, trainers: int, examples: int, policy: str, plan: str,
-                      straggler: str):
+                      straggler: str, dense_servers: int = 1):
     """A short digits job on dense servers under `policy`, with the detector the tests read."""
     return run_cli(["train", "--task", "digits", "--trainers", str(trainers), "--workers", "1",
-                    "--embedding-servers", "1", "--examples", str(examples),
+                    "--embedding-servers", "1", "--dense-servers", str(dense_servers),
+                    "--examples", str(examples),
                     "--batch-size", "16", "--optimizer", "sgd", "--lr", "0.05",
                     "--warmup-steps", "0", "--sync", "switch", "--switch-policy", policy,
                     "--switch-plan", plan, "--switch-detector", "k=2,m=3,window=5",
@@ -114,11 +115,13 @@ def test_greedy_leaves_bsp_for_each_episode_of_a_delayed_link_and_comes_back(tmp
 def test_isolate_makes_only_the_stragglers_pushes_asynchronous_and_takes_it_back(tmp_path):
     """Three trainers, trainer 2 4x slower over 20-50% of the job: `isolate` leaves the other
     two in BSP among themselves while trainer 2's gradients are applied on arrival (stale),
-    and takes it back into BSP once it recovers."""
+    and takes it back into BSP once it recovers. Two dense shards: shard 1 follows shard 0's
+    decisions (a shard forming its steps otherwise would refuse or hold a gradient)."""
     out = tmp_path / "run"
     res = digits_switch_run(out, trainers=3, examples=18000, policy="isolate",
                             plan="bsp:0.9,asp",
-                            straggler="trainer=2,slowdown=4,start=20%,duration=30%")
+                            straggler="trainer=2,slowdown=4,start=20%,duration=30%",
+                            dense_servers=2)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     s = summary(out)

@@ -17,8 +17,8 @@ from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import DenseServer, Push
 
 
-def bsp(lr, momentum=0.0, phase=0, version=0, reset=False):
-    return Push("bsp", version, phase, lr, momentum, reset)
+def bsp(lr, momentum=0.0, phase=0, version=0, reset=False, trainer=0):
+    return Push("bsp", version, phase, lr, momentum, reset, trainer)
 
 
 def asp(lr, version, momentum=0.0, phase=0, reset=False):
@@ -26,12 +26,27 @@ def asp(lr, version, momentum=0.0, phase=0, reset=False):
 
 
 def test_bsp_rule_returns_the_mean_once_all_have_arrived():
-    rule = BulkSynchronous(3)
-    assert rule.offer(torch.tensor([1.0])) is None
-    assert rule.offer(torch.tensor([2.0])) is None
-    assert torch.equal(rule.offer(torch.tensor([6.0])), torch.tensor([3.0]))
+    rule = BulkSynchronous.of_trainers(3)
+    assert rule.offer(torch.tensor([1.0]), 0) is None
+    assert rule.offer(torch.tensor([2.0]), 2) is None
+    assert torch.equal(rule.offer(torch.tensor([6.0]), 1), torch.tensor([3.0]))
     assert rule.waiting == 0  # the next step starts empty
-    assert rule.offer(torch.tensor([5.0])) is None
+    assert rule.offer(torch.tensor([5.0]), 1) is None
+
+
+def test_a_bsp_step_is_formed_by_trainer_id_not_by_the_count_of_pushes():
+    """Trainers 0..3 of 2 workers each, trainer 2 isolated: the step is trainers 0, 1 and 3's
+    six gradients; a gradient from trainer 2, or a third from trainer 0, is refused."""
+    rule = BulkSynchronous.of_trainers(4, per_trainer=2, isolated=(2,))
+    assert rule.workers == 6 and sorted(rule.members) == [0, 1, 3]
+    with pytest.raises(ValueError, match="trainer 2, which is not a member"):
+        rule.offer(torch.tensor([1.0]), 2)
+    rule.offer(torch.tensor([1.0]), 0), rule.offer(torch.tensor([1.0]), 0)
+    with pytest.raises(ValueError, match="trainer 0, which is done"):
+        rule.offer(torch.tensor([1.0]), 0)
+    for t in (1, 1, 3):
+        assert rule.offer(torch.tensor([4.0]), t) is None
+    assert torch.equal(rule.offer(torch.tensor([4.0]), 3), torch.tensor([3.0]))
 
 
 def test_bsp_server_holds_every_reply_until_the_nth_gradient():
@@ -39,9 +54,9 @@ def test_bsp_server_holds_every_reply_until_the_nth_gradient():
     w0 = torch.tensor([1.0, -2.0])
     server.init_trained("w", w0, "sgd", SwitchMachine(workers=3))
     grads = [torch.tensor([1.0, 0.0]), torch.tensor([2.0, 3.0]), torch.tensor([0.0, 3.0])]
-    futs = [server.push("w", g, bsp(0.5)) for g in grads[:2]]
+    futs = [server.push("w", g, bsp(0.5, trainer=i)) for i, g in enumerate(grads[:2])]
     assert not any(f.done() for f in futs)
-    futs.append(server.push("w", grads[2], bsp(0.5)))
+    futs.append(server.push("w", grads[2], bsp(0.5, trainer=2)))
     expected = w0 - 0.5 * torch.stack(grads).mean(0)
     for f in futs:
         reply = f.wait()
@@ -54,7 +69,8 @@ def test_bsp_with_momentum_matches_heavy_ball_by_hand():
     server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=2))
     lr, m = 0.1, 0.9
     for g in ([1.0, 3.0], [2.0, 2.0]):  # step means 2 then 2
-        futs = [server.push("w", torch.tensor([x]), bsp(lr, m)) for x in g]
+        futs = [server.push("w", torch.tensor([x]), bsp(lr, m, trainer=i))
+                for i, x in enumerate(g)]
     # v1 = 2, w1 = -0.2; v2 = 0.9 * 2 + 2 = 3.8, w2 = -0.2 - 0.38
     assert futs[0].wait().params.item() == pytest.approx(-0.58)
 
@@ -73,8 +89,8 @@ def test_asp_at_lr_over_n_equals_one_bsp_step(n, lr, values):
         a.push("w", g, asp(lr / n, version=i))
     b = DenseServer()
     b.init_trained("w", w0, "sgd", SwitchMachine(workers=n))
-    for g in grads:
-        fut = b.push("w", g, bsp(lr))
+    for i, g in enumerate(grads):
+        fut = b.push("w", g, bsp(lr, trainer=i))
     assert torch.allclose(a.params("w")[0], fut.wait().params)
     assert a.params("w")[1] == n and b.params("w")[1] == 1
 
@@ -255,19 +271,20 @@ def test_switch_overhead_is_the_summed_switch_time_over_the_run():
     assert o["latency_s"] == [0.0, 0.1, 0.2] and o["switches"] == 3
 
 
-def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress():
+def test_a_slow_link_delays_each_push_both_ways_inside_its_round_trip_by_the_jobs_progress():
     """The hook asks the link for each push's delay with the job's progress (the servers'
-    count against the budget) and sleeps it inside the push's round trip, where the server
-    and the detector see a slow link (`wait_s` of the next push)."""
+    count against the budget) and sleeps half of it before the push leaves and half after
+    the reply is back, inside the push's round trip, where the server and the detector see a
+    slow link (`wait_s` of the next push)."""
     from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
     from shadowsync.spec.delay import LinkDelay
 
     asked = []
 
     class Link(LinkDelay):
-        def before_push(self, trainer, at, rng=None):
+        def request_s(self, trainer, at, rng=None):
             asked.append((trainer, at))
-            return super().before_push(trainer, at, rng)
+            return super().request_s(trainer, at, rng)
 
     settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
                                 lr=0.1, momentum=0.0, momentum_policy="keep", workers=1,
@@ -277,11 +294,98 @@ def test_a_slow_link_delays_each_push_inside_its_round_trip_by_the_jobs_progress
     server = DenseServer()
     server.init_trained("dense", torch.tensor([0.0]), "sgd", SwitchMachine(workers=1,
                         schedule=settings.schedule(4), budget=4))
-    hook.client, hook.budget = InProcessClient(server), 4
+    arrived = []
+
+    class Recording(InProcessClient):
+        def push(self, grad, push):
+            arrived.append(time.perf_counter())
+            return super().push(grad, push)
+
+    hook.client, hook.budget = Recording(server), 4
     hook.mode, hook.next_phase = server.mode("dense")
-    took = []
+    took, sent = [], []
     for _ in range(4):
+        sent.append(time.perf_counter())
         hook.push(torch.tensor([1.0]), [torch.zeros(1)])
         took.append(hook._last_took)
     assert asked == [(0, 0.0), (0, 0.25), (0, 0.5), (0, 0.75)]
-    assert took[2] >= 0.04  # only the push at half the job was delayed
+    assert took[2] >= 0.04  # only the push at half the job was delayed, 20 ms each way
+    assert arrived[2] - sent[2] >= 0.02  # the request waited its half on the way out
+    assert took[2] - (arrived[2] - sent[2]) >= 0.02  # and the reply the other half
+
+
+def test_the_straggling_trainers_embedding_round_trips_cross_its_delayed_link():
+    """`wrap_tables`: the delayed trainer's embedding client waits half the link's delay
+    before each blocking exchange and half after it; another trainer's is not wrapped."""
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+    from shadowsync.spec.delay import LinkDelay
+    from shadowsync.transport.delay import DelayedTables
+
+    class Tables:
+        def __init__(self):
+            self.calls = []
+
+        def lookup(self, ids):
+            self.calls.append(("lookup", time.perf_counter()))
+            return ids
+
+        def update_and_lookup(self, ids, grads, next_ids, lr_scale=1.0):
+            self.calls.append(("update", time.perf_counter()))
+            return next_ids
+
+    settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
+                                lr=0.1, momentum=0.0, momentum_policy="keep", workers=2,
+                                scale_lr=True)
+    hooks = [ProtocolHook(settings), ProtocolHook(settings)]
+    for trainer, hook in enumerate(hooks):
+        hook.trainer, hook.budget = trainer, 100
+        hook.link = LinkDelay((1,), ms=60.0, of_job=False)
+    plain = Tables()
+    assert hooks[0].wrap_tables(plain) is plain
+    tables = Tables()
+    delayed = hooks[1].wrap_tables(tables)
+    ids, nothing = torch.zeros(4, 2, dtype=torch.long), torch.zeros(4, 0, dtype=torch.long)
+    t0 = time.perf_counter()
+    assert delayed.update_and_lookup(ids, None, ids) is ids
+    t1 = time.perf_counter()
+    assert tables.calls[0][1] - t0 >= 0.03 and t1 - tables.calls[0][1] >= 0.03
+    assert delayed.lookup(ids) is ids and time.perf_counter() - t1 >= 0.06
+    assert delayed.calls is tables.calls  # the rest is the wrapped client's
+    asked = []  # no categorical features: nothing crosses the link, no delay is asked for
+    quiet = DelayedTables(tables, lambda: asked.append(1) or 0.0)
+    quiet.update_and_lookup(nothing, None, nothing), quiet.lookup(nothing)
+    assert asked == []
+    quiet.lookup(ids)
+    assert asked == [1]
+
+
+def test_a_slow_link_under_asp_reaches_the_detector_through_the_pushes_wait():
+    """Two trainers under ASP, the same compute; trainer 1's link adds 60 ms to each round
+    trip. Nothing is fed by hand: each worker's hook sends its previous round trip as the
+    next push's `wait_s`, the server's machine adds it to the compute, and the detector
+    (windows of 3, m = 2) flags trainer 1 after its 6 pushes. Trainer 0 computes 5 ms a step
+    so its pace is not zero; 60 ms is over 1.5x it even if a busy machine triples that."""
+    from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+    from shadowsync.runners.switch.detector import DetectorConfig
+    from shadowsync.spec.delay import LinkDelay
+
+    settings = ProtocolSettings(SwitchPlan.single("asp"), servers=1, numel=1, optimizer="sgd",
+                                lr=0.1, momentum=0.0, momentum_policy="keep", workers=2,
+                                scale_lr=True, policy="greedy",
+                                detector=DetectorConfig(k=1.5, m=2, window=3))
+    machine = settings.machine(budget=1000)
+    server = DenseServer()
+    server.init_trained("dense", torch.tensor([0.0]), "sgd", machine)
+    hooks = []
+    for trainer in (0, 1):
+        hook = ProtocolHook(settings)
+        hook.trainer, hook.budget, hook.client = trainer, 1000, InProcessClient(server)
+        hook.mode, hook.next_phase = server.mode("dense")
+        hooks.append(hook)
+    hooks[1].link = LinkDelay((1,), ms=60.0, of_job=False)
+    for _ in range(6):
+        time.sleep(0.005)
+        hooks[0].push(torch.tensor([1.0]), [torch.zeros(1)])
+    for _ in range(6):
+        hooks[1].push(torch.tensor([1.0]), [torch.zeros(1)])
+    assert machine.schedule.stragglers == [1]

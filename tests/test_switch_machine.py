@@ -115,9 +115,9 @@ def test_greedy_spends_the_bsp_quota_around_a_straggler_and_holds_after_a_switch
 def test_isolate_takes_the_stragglers_workers_out_of_bsp_steps():
     """A BSP step averages n - k w gradients while k trainers of w workers are isolated; a
     change in who is isolated is a switch (a new phase) with the protocol unchanged."""
-    m = machine("bsp:0.5,asp", budget=400, workers=6, policy="isolate", trainers=3)
-    m.schedule.workers_per_trainer = 2
-    assert m.bsp_workers == 6
+    m = machine("bsp:0.5,asp", budget=400, workers=6, policy="isolate", trainers=3,
+                workers_per_trainer=2)
+    assert m.bsp_workers == 6 and m.trainers == 3
     m.schedule.detector.stragglers = [2]
     bsp_step(m)
     assert m.isolated == (2,) and m.bsp_workers == 4 and m.mode is BSP
@@ -125,6 +125,9 @@ def test_isolate_takes_the_stragglers_workers_out_of_bsp_steps():
     bsp_step(m)  # a 4-gradient step
     assert m.bsp_applied == 6 + 4
     m.schedule.detector.stragglers = []
+    m.asp_applied(1, 0.0)  # the isolated trainer's push: the members are computing, no change
+    m.decide(0)
+    assert m.isolated == (2,) and m.decided_phase == 1
     bsp_step(m)
     assert m.isolated == () and m.bsp_workers == 6 and m.decided_phase == 2
     m.schedule.detector.stragglers = [0, 1, 2]  # everyone: no BSP step could form

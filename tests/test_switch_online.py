@@ -2,6 +2,7 @@
 `elastic`, `detector`), on scripted step times and a scripted clock: no processes, no
 timing. Greedy and elastic must behave differently where the definitions say they do."""
 
+import math
 import statistics
 
 import pytest
@@ -13,17 +14,17 @@ from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.spec.plan import SwitchPlan
 
 
-def modes_under(policy, slow_steps, steps, patience_s=100.0):
-    """Two trainers, one step each per tick of a clock at 1 s a step; trainer 1 is 3x slower
-    on `slow_steps`. The default detector (k 1.5, m 3, windows of 5 steps); a BSP quota the
-    job never reaches. The protocol the server decides after each step."""
-    s = Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy=policy,
-                 patience_s=patience_s)
+def modes_under(policy, slow_steps, steps, patience_s=100.0, tick_s=1.0, schedule=None):
+    """Two trainers, one step each per tick of a clock at `tick_s` a step; trainer 1 is 3x
+    slower on `slow_steps`. The default detector (k 1.5, m 3, windows of 5 steps); a BSP quota
+    the job never reaches. The protocol the server decides after each step."""
+    s = schedule or Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy=policy,
+                             patience_s=patience_s)
     modes, bsp = [], 0
     for step in range(steps):
         for t in (0, 1):
             s.observe(t, 0.03 if t == 1 and step in slow_steps else 0.01)
-        mode = s.decide(2 * step, bsp, now=float(step))
+        mode = s.decide(2 * step, bsp, now=step * tick_s)
         bsp += 2 if mode == "bsp" else 0
         modes.append(mode)
     return modes
@@ -55,6 +56,70 @@ def test_elastic_leaves_bsp_once_a_straggler_lasts_and_returns_when_it_ends():
     assert elastic[234:] == ["bsp"] * (300 - 234)
     # with no patience the two are the same policy
     assert modes_under("elastic", lasting, 300, patience_s=0.0) == greedy
+
+
+def test_at_their_defaults_elastic_ignores_a_false_alarm_shorter_than_its_patience():
+    """The same two trainers with a clock that agrees with their 10 ms steps, both policies
+    at their defaults. Elastic's derived patience (its docstring's rule): t = 10 ms, the
+    median window pace of the trainer not flagged; a = its share of slow windows; m w t =
+    0.15 s times n = ceil(ln 0.01 / ln 3a), over 2 C / (1 - 1/k). A
+    25-step alarm (0.25 s) is under it: greedy leaves BSP for it, elastic does not. A lasting
+    straggler: elastic leaves BSP once it has been flagged for the patience, after greedy."""
+    from shadowsync.runners.switch.elastic import derived_patience_s
+
+    def default(policy):
+        return Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy=policy)
+
+    blip = range(20, 45)
+    assert asp_steps(modes_under("greedy", blip, 120, tick_s=0.01,
+                                 schedule=default("greedy"))) == list(range(34, 59))
+    elastic = default("elastic")
+    assert asp_steps(modes_under("elastic", blip, 120, tick_s=0.01, schedule=elastic)) == []
+
+    elastic = default("elastic")
+    modes = modes_under("elastic", range(20, 400), 400, tick_s=0.01, schedule=elastic)
+    patience = elastic.online.patience_s
+    normal = elastic.detector.tracks[0]  # trainer 1 is flagged
+    assert elastic.detector.stragglers == [1]
+    assert patience == pytest.approx(derived_patience_s(
+        0.01, normal.slow_windows / normal.windows, 1.5, 3, 5))
+    assert 0.25 < patience < 1.0  # over the blip's alarm, well under the straggler
+    first = asp_steps(modes)[0]
+    assert first == 34 + math.ceil(patience / 0.01 - 1e-9)
+    assert asp_steps(modes_under("greedy", range(20, 400), 400, tick_s=0.01,
+                                 schedule=default("greedy")))[0] == 34
+
+
+def test_an_alarm_keeps_the_patience_it_was_raised_with():
+    """The derived patience moves with the job (here: 1 s at the alarm, then 5 s); the alarm
+    raised at 0 s is left for ASP at 1 s and stays there, where a patience read afresh would
+    flip it back to BSP. The next alarm takes the patience of its own start."""
+    from shadowsync.runners.switch.elastic import Elastic
+
+    class Moving(Elastic):
+        now_patience = 1.0
+
+        @property
+        def patience_s(self):
+            return self.now_patience
+
+    e = Moving(quota=10**6)
+    assert e.mode(True, 0, now=0.0) == "bsp"
+    e.now_patience = 5.0
+    assert [e.mode(True, 0, now=t) for t in (0.5, 1.0, 2.0, 3.0)] == ["bsp"] + ["asp"] * 3
+    assert e.mode(False, 0, now=4.0) == "bsp"
+    assert [e.mode(True, 0, now=t) for t in (5.0, 8.0, 10.0)] == ["bsp", "bsp", "asp"]
+
+
+def test_the_derived_patience_is_its_rule():
+    """Closed forms: the false-alarm term at the floor (a = 1%, m = 3: n = 2), with a higher
+    rate (a = 10%: 3a = 0.3, n = ceil(3.82) = 4), and the switch-cost term when switches are
+    the paper's restarts (C = 180 s, k = 1.5: 2 x 180 / (1/3) = 1080 s)."""
+    from shadowsync.runners.switch.elastic import derived_patience_s
+
+    assert derived_patience_s(0.01, 0.0, 1.5, 3, 5) == pytest.approx(0.30)
+    assert derived_patience_s(0.01, 0.10, 1.5, 3, 5) == pytest.approx(0.60)
+    assert derived_patience_s(0.01, 0.0, 1.5, 3, 5, switch_s=180.0) == pytest.approx(1080.0)
 
 
 def stragglers_by_definition(cfg, feed):
@@ -152,21 +217,21 @@ def test_an_isolated_trainer_pushes_asp_while_the_others_keep_bsp_among_themselv
     server.init_trained("w", torch.tensor([0.0]), "sgd", SwitchMachine(workers=3, schedule=sched,
                         budget=100))
 
-    def push(trainer, g, mode, phase, version, lr):
-        return server.push("w", torch.tensor([float(g)]),
-                           Push(mode, version, phase, lr, 0.0, False, trainer))
+    def push(trainer, g, mode, phase, version, lr, isolated=()):
+        return server.push("w", torch.tensor([float(g)]), Push(
+            mode, version, phase, lr, 0.0, False, trainer, isolated=isolated))
 
     a, _ = push(0, 1, "bsp", 0, 0, 0.3), push(1, 2, "bsp", 0, 0, 0.3)
     sched.isolated = (2,)  # decided when this step completes
     r = push(2, 3, "bsp", 0, 0, 0.3).wait()
     assert a.wait().params.item() == pytest.approx(-0.6)
     assert (r.mode, r.phase, r.isolated) == ("bsp", 1, (2,))
-    iso = push(2, 4, "asp", 1, 1, 0.1).wait()  # applied at once, nobody waits for it
+    iso = push(2, 4, "asp", 1, 1, 0.1, (2,)).wait()  # applied at once, nobody waits for it
     assert iso.params.item() == pytest.approx(-1.0) and iso.version == 2
-    a = push(0, 1, "bsp", 1, 1, 0.3)
+    a = push(0, 1, "bsp", 1, 1, 0.3, (2,))
     assert not a.done()
     sched.isolated = ()  # recovered: decided when the others' step completes
-    r = push(1, 3, "bsp", 1, 1, 0.3).wait()
+    r = push(1, 3, "bsp", 1, 1, 0.3, (2,)).wait()
     assert r.params.item() == pytest.approx(-1.6)  # mean of 2 gradients: 2 x 0.3
     assert (r.phase, r.isolated, r.staleness) == (2, (), 1)
     assert server.trained["w"].machine.bsp_applied == 5

@@ -126,8 +126,8 @@ def test_configuration_at_a_switch_scales_lr_and_compensates_momentum():
     assert asp_momentum(0.5, 8) == 0.0 and asp_momentum(0.9, 1) == 0.9
 
 
-def push(mode, phase=0, version=0, lr=1.0):
-    return Push(mode, version, phase, lr, 0.0, False)
+def push(mode, phase=0, version=0, lr=1.0, trainer=0):
+    return Push(mode, version, phase, lr, 0.0, False, trainer)
 
 
 def test_a_bsp_step_nobody_else_joins_is_released_when_the_budget_is_spent():
@@ -240,6 +240,26 @@ def test_search_picks_the_smallest_share_within_tolerance_and_seeds_are_averaged
     assert (r.share, r.bracket, r.probes) == (0.5, None, [1.0, 0.5])
 
 
+def test_the_default_tolerance_is_bsps_seed_to_seed_spread_and_the_floor_reaches_one_percent():
+    """Accuracy: BSP's seeds 0.975 and 0.985 (spread 0.01): a share with mean 0.971 passes
+    (0.98 - 0.971 < 0.01), 0.969 does not. NE: seeds 0.79 and 0.81 (spread 0.02 over a mean of
+    0.8: 2.5% relative). Every share passing, the halving ends at the 1% floor itself."""
+    accuracy = {1.0: (0.975, 0.985), 0.5: (0.971, 0.971), 0.25: (0.969, 0.969)}
+    r = sw_search.search(lambda s, seed: accuracy[s][seed], "job", "accuracy", True, seeds=2,
+                         probes=3)
+    assert r.tolerance == pytest.approx(0.01) and r.share == 0.5 and r.bracket[0] == 0.25
+    ne = {1.0: (0.79, 0.81)}
+    r = sw_search.search(lambda s, seed: ne.get(s, (0.8199, 0.8199))[seed], "ctr", "ne", False,
+                         seeds=2, probes=3)
+    assert r.tolerance == pytest.approx(0.025) and r.share == 0.25  # 0.8199 <= 0.8 x 1.025
+    assert sw_search.shares(0.01)[-2:] == [0.015625, 0.01]
+    r = sw_search.search(lambda s, seed: 0.98, "flat", "accuracy", True, tolerance=0.0,
+                         seeds=1, probes=9)
+    assert r.share == 0.01 and r.probes[-1] == 0.01
+    with pytest.raises(UserError, match="needs --seeds >= 2"):
+        sw_search.search(lambda s, seed: 0.98, "one", "accuracy", True, seeds=1)
+
+
 def halving_only(needed, min_share=1 / 16):
     """What a search that stops at the first miss returns."""
     passing = [s for s in sw_search.shares(min_share) if s >= needed]
@@ -256,7 +276,8 @@ def test_search_narrows_to_within_one_probe_of_the_smallest_share_that_passes(ne
     def accuracy(share, seed):
         return 0.98 - 0.5 * max(0.0, needed + 0.02 - share)
 
-    r = sw_search.search(accuracy, "job", "accuracy", True, tolerance=0.01, seeds=1)
+    r = sw_search.search(accuracy, "job", "accuracy", True, tolerance=0.01, seeds=1,
+                         min_share=1 / 16)
     assert len(r.probes) <= 6 and len(set(r.probes)) == len(r.probes)
     assert r.share >= needed
     if needed < 1 / 16:  # every halving share passed: nothing to bisect
@@ -323,6 +344,11 @@ def test_switch_cli_mistakes_are_one_line_errors(capsys, tmp_path):
     assert "--slow-link must be > 0" in err[3]
     assert "--search-probes must be >= 2" in err[4]
     assert err[5].startswith("shadowsync: error: --variants: warp not among bsp, ddp")
+    assert main(["switch", "search", "--config", "job.toml", "--min-share", "0.005"]) == 2
+    assert main(["switch", "search", "--config", "job.toml", "--seeds", "1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert "--min-share in [0.01, 0.5]" in err[0]
+    assert "needs --seeds >= 2 (or give --tolerance)" in err[1]
 
 
 def test_switch_search_command_runs_the_job_per_share_and_stores_the_result(
@@ -389,8 +415,8 @@ def test_a_switch_back_to_bsp_holds_until_its_first_step():
     assert (r.mode, r.phase) == ("bsp", 1)
     late = server.push("w", torch.tensor([1.0]), push("asp")).wait()  # was in flight
     assert (late.mode, late.phase) == ("bsp", 1)  # still BSP: nobody is stranded
-    a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
-    b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1))
+    a = server.push("w", torch.tensor([1.0]), push("bsp", phase=1, trainer=0))
+    b = server.push("w", torch.tensor([1.0]), push("bsp", phase=1, trainer=1))
     assert a.wait().phase == b.wait().phase  # the step completed; both got the same answer
 
 

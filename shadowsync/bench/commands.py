@@ -237,10 +237,11 @@ def _add_switch(bench: Any) -> None:
                     help="BSP share of the digits switch plan (the quota of the online policies)")
     sw.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     sw.add_argument("--full", action="store_true",
-                    help="also DDP, the offline plan and elastic under the straggler, greedy "
-                    "and elastic under a 30 ms push delay on 1 and on 2 trainers, BSP, ASP and "
-                    "the offline plan on a jittered network, and the configuration ablation, "
-                    "on digits; ctr at 200k examples")
+                    help="also DDP, the offline plan, elastic and isolate under the straggler, "
+                    "BSP, greedy, elastic and isolate behind a link delayed 10 and 30 ms on 1 "
+                    "and on 2 trainers in 1 and in 4 episodes, BSP, ASP and the offline plan "
+                    "on a jittered network, and the configuration ablation, on digits; ctr at "
+                    "200k examples")
     sw.add_argument("--variants", metavar="A,B", help="run these digits variants (and the "
                     "baselines their ratios need) instead of the default's, e.g. the "
                     "configuration ablation: switch/no-scale,switch/compensate,switch/zero,"

@@ -382,8 +382,10 @@ class SwitchConfig:
     detector: DetectorConfig = opt(
         "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
         "windows of `window` steps", flag="switch_detector", spec=DetectorConfig)
-    patience: float = opt(1.0, "seconds a straggler must last before elastic switches",
-                          flag="switch_patience")
+    patience: float | None = opt(
+        None, "seconds a straggler must last before elastic switches (default: derived from "
+        "the step time, a switch's cost and the detector's false-alarm rate)",
+        flag="switch_patience")
     at: BspShare | None = opt(
         None, "BSP share of the plan: a number, or 'auto' for what `shadowsync switch search` "
         "stored under --job-name", flag="switch_at", spec=BspShare)

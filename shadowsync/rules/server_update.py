@@ -9,6 +9,11 @@ is updated exactly as it would be whole.
 - `adagrad`: s = s + g * g; w = w - lr * g / (sqrt(s) + eps) (torch.optim.Adagrad's form).
 
 `version` counts applied updates; ASP's staleness is measured against it.
+
+A gradient may bring its own momentum buffer (`slot=`): an isolated straggler's asynchronous
+pushes (`isolate`) run their heavy ball apart from the BSP steps', so late gradients at ASP's
+rate do not ride in the buffer of the synchronous ones and the other way round. Adagrad's sum
+of squares is per-coordinate step-size memory, not momentum: it stays shared.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ class ServerState:
 
 
 def apply_update(state: ServerState, grad: torch.Tensor, optimizer: str, lr: float,
-                 momentum: float = 0.0) -> None:
-    """One optimizer step with `grad`; bumps the version."""
+                 momentum: float = 0.0, slot: torch.Tensor | None = None) -> None:
+    """One optimizer step with `grad`; bumps the version. `slot`: a momentum buffer of its
+    own for this gradient (SGD), else the state's."""
     if optimizer == "sgd":
-        state.slot.mul_(momentum).add_(grad)
-        state.params.add_(state.slot, alpha=-lr)
+        velocity = state.slot if slot is None else slot
+        velocity.mul_(momentum).add_(grad)
+        state.params.add_(velocity, alpha=-lr)
     elif optimizer == "adagrad":
         state.slot.addcmul_(grad, grad)
         state.params.addcdiv_(grad, state.slot.sqrt().add_(ADAGRAD_EPS), value=-lr)

@@ -20,6 +20,7 @@ from torch.distributed import ProcessGroup
 from torch.optim import Optimizer
 
 from shadowsync.config import TrainConfig
+from shadowsync.embeddings.client import EmbeddingClient
 from shadowsync.runners.reports import WorkerReport
 
 
@@ -150,6 +151,7 @@ class WorkerHook(Protocol):
     def prepare(self, model: nn.Module, trainer: int, worker: int,
                 steps: int = 0) -> nn.Module: ...
     def wrap_optimizer(self, optimizer: Optimizer) -> Steps: ...
+    def wrap_tables(self, tables: EmbeddingClient) -> EmbeddingClient: ...
     def attach_slots(self, slots: HeldSteps, start_step: int) -> None: ...
     def agree_stop(self, requested: bool) -> bool: ...
     def step(self) -> float: ...
@@ -174,6 +176,10 @@ class HookDefaults:
 
     def wrap_optimizer(self, optimizer: Optimizer) -> Steps:
         return optimizer
+
+    def wrap_tables(self, tables: EmbeddingClient) -> EmbeddingClient:
+        """The embedding client the worker trains with (a slow link may delay it)."""
+        return tables
 
     def attach_slots(self, slots: HeldSteps, start_step: int) -> None:
         """Before training: the trainer's shared slots (a hook whose worker trains a private

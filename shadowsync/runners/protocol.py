@@ -36,16 +36,17 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 from torch.optim import Optimizer
 
+from shadowsync.embeddings.client import EmbeddingClient
 from shadowsync.protocols import Protocol
 from shadowsync.runners.base import HookDefaults, RunnerContext, StepRunner
 from shadowsync.runners.reports import WorkerReport
 from shadowsync.runners.switch.configure import step_settings
 from shadowsync.runners.switch.detector import DetectorConfig
-from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S
 from shadowsync.runners.switch.machine import SwitchMachine
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.spec.delay import LinkDelay
 from shadowsync.spec.plan import SwitchPlan
+from shadowsync.transport.delay import DelayedTables, sleep
 from shadowsync.transport.servers.dense import Push, TrainedTensorClient
 
 KEY = "dense"
@@ -75,7 +76,7 @@ class ProtocolSettings:
                  momentum: float, momentum_policy: str, workers: int, scale_lr: bool,
                  compensate: bool = False, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S, workers_per_trainer: int = 1,
+                 patience_s: float | None = None, workers_per_trainer: int = 1,
                  link: LinkDelay | None = None) -> None:
         self.plan = plan
         self.servers = servers
@@ -95,11 +96,12 @@ class ProtocolSettings:
 
     def schedule(self, budget: int) -> Schedule:
         return Schedule(self.plan, budget, self.policy, self.detector, self.patience_s,
-                        self.workers // self.workers_per_trainer, self.workers_per_trainer)
+                        self.workers // self.workers_per_trainer)
 
     def machine(self, budget: int) -> SwitchMachine:
-        """The state machine the dense servers drive (each server gets its own copy)."""
-        return SwitchMachine(self.workers, budget, self.schedule(budget))
+        """The state machine shard 0 drives (the other shards get its followers)."""
+        return SwitchMachine(self.workers, budget, self.schedule(budget),
+                             self.workers_per_trainer)
 
 
 class ServerStepper:
@@ -151,6 +153,7 @@ class ProtocolHook(HookDefaults):
         self.phase_pushes = 0  # this worker's pushes in the current phase
         self.done = False
         self.taken = True  # the last push was applied (not released by a stop)
+        self.isolated: tuple[int, ...] = ()  # `isolate`: as shard 0 last said
         self.trainer = 0
         self.location = ""
         self.shared: list[torch.Tensor] | None = None
@@ -183,6 +186,21 @@ class ProtocolHook(HookDefaults):
         load_flat(params, replica.parameters())
         return replica
 
+    def one_way_s(self) -> float:
+        """Half the round-trip delay the link adds now (0 without a delayed link)."""
+        if self.link is None:
+            return 0.0
+        now = time.perf_counter()
+        self._started = self._started or now
+        at = self.progress(0.0) if self.link.of_job else now - self._started
+        return self.link.request_s(self.trainer, at, self._rng)
+
+    def wrap_tables(self, tables: EmbeddingClient) -> EmbeddingClient:
+        """The straggler's embedding round trips cross its delayed link too."""
+        if self.link is None or self.trainer not in self.link.trainers:
+            return tables
+        return DelayedTables(tables, self.one_way_s)
+
     def wrap_optimizer(self, optimizer: Optimizer) -> ServerStepper:
         # The local optimizer never steps (the servers do), only its schedule advances.
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step",
@@ -209,14 +227,11 @@ class ProtocolHook(HookDefaults):
         cfg = step_settings(mode, s.lr * lr_scale, s.workers, s.momentum, s.momentum_policy,
                             self.phase_pushes, after_switch=self.phase > 0, scale_lr=s.scale_lr,
                             compensate=s.compensate)
-        if self.link is not None:  # the push waits on the link, inside its round trip
-            if not self._started:
-                self._started = t0
-            self.link.before_push(self.trainer, self.progress(0.0) if self.link.of_job
-                                  else t0 - self._started, self._rng)
+        one_way = sleep(self.one_way_s())  # the link, both ways inside the round trip
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
-                                            self._last_took))
+                                            self._last_took, self.isolated))
+        sleep(one_way)
         self._last_reply = time.perf_counter()
         took = self._last_took = self._last_reply - t0
         if self.phase_pushes == 0 and self._switches:
@@ -230,7 +245,8 @@ class ProtocolHook(HookDefaults):
         self.taken = reply.taken
         self._last_mode = mode
         # `isolate`: this trainer's steps are ASP while the others keep BSP
-        self.mode = Protocol.ASP if self.trainer in reply.isolated else Protocol(reply.mode)
+        self.isolated = tuple(reply.isolated)
+        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(reply.mode)
         self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)

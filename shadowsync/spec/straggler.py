@@ -5,9 +5,10 @@ Sync-Switch's online policies (Li et al., ICDCS 2021, arXiv 2104.08364).
 
 Kinds (`kind=`):
 - `compute` (the default): as above;
-- `delay`: `kind=delay,ms=30,trainers=2` delays every push of the last 2 trainers to the
-  dense servers by 30 ms, the network straggler of the original (which used `tc netem`; it
-  is emulated here, see `spec.delay`); `--sync bsp / asp / switch` only;
+- `delay`: `kind=delay,ms=30,trainers=2` puts the last 2 trainers behind a link that adds
+  30 ms to each round trip, half each way: their dense pushes and replies and their
+  embedding round trips, the network straggler of the original (which used `tc netem`; see
+  `transport.delay` for what runs here); `--sync bsp / asp / switch` only;
 - `jitter`: `kind=jitter,ms=10,jitter=5` delays every push of every trainer by 10 +- 5 ms,
   a shared network where BSP waits for the slowest push of each step.
 `trainers=N` slows the last N trainers (`trainer=ID` one); `episodes=K` cuts the window into

@@ -197,6 +197,7 @@ class WorkerRun:
         self.planned = len(range(d.shard, num_batches(d.start, d.stop, spec.batch_size),
                                  d.num_shards))
         self.model = hook.prepare(shared_model, spec.trainer, spec.worker, steps=self.planned)
+        self.tables = hook.wrap_tables(tables)
         opt = make_dense_optimizer(spec.optimizer, self.model.parameters(), spec.lr)
         if spec.slots is not None:
             spec.slots.attach_optimizer(spec.worker, opt)

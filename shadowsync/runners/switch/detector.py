@@ -36,6 +36,8 @@ class _Track:
     over: int = 0  # consecutive windows over k x median
     under: int = 0  # consecutive windows at or under it
     straggling: bool = False
+    windows: int = 0  # windows judged (the false-alarm rate's denominator)
+    slow_windows: int = 0
 
 
 def window_pace(steps: list[float]) -> float:
@@ -60,6 +62,7 @@ class StragglerDetector:
         if not others:
             return False
         slow = t.latest > self.cfg.k * statistics.median(others)
+        t.windows, t.slow_windows = t.windows + 1, t.slow_windows + slow
         t.over, t.under = (t.over + 1, 0) if slow else (0, t.under + 1)
         was = t.straggling
         if not was and t.over >= self.cfg.m:

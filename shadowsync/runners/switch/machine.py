@@ -8,13 +8,21 @@ With n the job's workers, A(t) the gradients applied, B(t) those applied under B
 budget of gradients and P the phase being applied:
 
 - progress: an ASP gradient adds 1 to A; a BSP step of m gradients (m = n - k w, k trainers
-  of w workers each isolated) adds m to A and to B. The job is done when A >= Q > 0 or it
+  of w workers each isolated, the step formed by trainer id from the others) adds m to A and
+  to B. The job is done when A >= Q > 0 or it
   was stopped.
 - decide (between steps only, never while a BSP step is half collected, never when done):
   the schedule names the protocol from (A, B); a decision that differs from the last one, or
-  a change in the isolated trainers, is a switch: the phase index goes up by one. After a
-  switch into BSP nothing is decided again until that BSP step is done (B moved past its
-  value at the switch), or a worker told to join it would wait for others told to leave.
+  a change in the isolated trainers, is a switch: the phase index goes up by one. While the
+  decision is BSP, a decision is taken only when a BSP step is done, where every member of
+  the step hears it in the step's reply: after a switch into BSP an ASP gradient still in
+  flight must not flip it back (a worker told to join would wait for others told to leave),
+  and an isolated trainer's ASP push must not change who is isolated while the members
+  compute the next step (a member isolated then would push a gradient its step no longer
+  counts).
+- shards: only shard 0's machine has a schedule and decides; the others are its followers
+  (`follower`), counting progress from the same pushes, whose BSP steps are formed from the
+  isolated trainers each push names (what shard 0 told its worker).
 - phases: a push of phase p > P enters phase p (its momentum reset is the server's); the
   switch's entry gets the parameters' version and the time the entry took the server.
 - switch time: from the decision to the first step of the new phase applied, less that
@@ -47,6 +55,7 @@ class SwitchMachine:
     workers: int  # every worker of the job (BSP's n with nobody isolated)
     budget: int = 0  # gradients the job applies in all; 0: no end known here
     schedule: Schedule | None = None  # decides the next protocol; None: pushes name it
+    workers_per_trainer: int = 1  # the gradients a trainer gives a BSP step
     clock: Callable[[], float] = time.perf_counter  # seconds; a test may script it
     wall: Callable[[], float] = time.time  # for the switch log
     applied: int = 0
@@ -60,6 +69,7 @@ class SwitchMachine:
     switches: list[dict[str, Any]] = field(default_factory=list)
     step_first: float = 0.0  # when the current BSP step's first gradient arrived
     step_compute: float = 0.0  # the longest compute among the current BSP step's gradients
+    after_bsp_step: bool = False  # the last thing applied was a whole BSP step
 
     def start(self) -> None:
         """On the server that holds the tensor, before the first push: the first protocol."""
@@ -71,10 +81,18 @@ class SwitchMachine:
         return self.stopped or (self.budget > 0 and self.applied >= self.budget)
 
     @property
+    def trainers(self) -> int:
+        return self.workers // self.workers_per_trainer
+
+    @property
     def bsp_workers(self) -> int:
         """Gradients a BSP step averages: every worker but the isolated trainers'."""
-        per_trainer = getattr(self.schedule, "workers_per_trainer", 1)
-        return self.workers - len(self.isolated) * per_trainer
+        return self.workers - len(self.isolated) * self.workers_per_trainer
+
+    def follower(self) -> SwitchMachine:
+        """The machine of a shard other than 0: the same job, no schedule of its own."""
+        return SwitchMachine(self.workers, self.budget, None, self.workers_per_trainer,
+                             clock=self.clock, wall=self.wall)
 
     def pace(self, protocol: Protocol, compute_s: float, wait_s: float,
              bsp_waiting: int) -> float:
@@ -110,12 +128,14 @@ class SwitchMachine:
     def asp_applied(self, phase: int, compute_s: float) -> None:
         """An ASP gradient of `phase` was applied; `compute_s`: its compute."""
         self.applied += 1
+        self.after_bsp_step = False
         self._first_step_done(phase, compute_s)
 
     def bsp_step_applied(self, gradients: int, phase: int) -> None:
         """A BSP step of `gradients` gradients of `phase` was applied."""
         self.applied += gradients
         self.bsp_applied += gradients
+        self.after_bsp_step = True
         self._first_step_done(phase, self.step_compute)
         self.step_compute = 0.0
 
@@ -123,8 +143,7 @@ class SwitchMachine:
         """The protocol of the next step and who is isolated (see decide)."""
         if self.schedule is None or bsp_waiting or self.done:
             return
-        if (self.mode is Protocol.BSP and self.bsp_applied == self.bsp_at_switch
-                and self.decided_phase > 0):
+        if self.mode is Protocol.BSP and not self.after_bsp_step:
             return
         mode = Protocol(self.schedule.decide(self.applied, self.bsp_applied))
         isolated = tuple(getattr(self.schedule, "isolated", ()))

@@ -20,7 +20,7 @@ from typing import Any
 
 from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
-from shadowsync.runners.switch.elastic import DEFAULT_PATIENCE_S, Elastic
+from shadowsync.runners.switch.elastic import Elastic
 from shadowsync.runners.switch.greedy import Greedy
 from shadowsync.runners.switch.isolate import Isolate
 from shadowsync.spec.plan import SwitchPlan
@@ -32,8 +32,7 @@ POLICIES = ("plan", "greedy", "elastic", "isolate")
 class Schedule:
     def __init__(self, plan: SwitchPlan, budget: int, policy: str = "plan",
                  detector: DetectorConfig | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S, trainers: int = 1,
-                 workers_per_trainer: int = 1) -> None:
+                 patience_s: float | None = None, trainers: int = 1) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown switch policy {policy!r}")
         self.plan = plan
@@ -42,9 +41,8 @@ class Schedule:
         self.detector = StragglerDetector(detector) if policy != "plan" else None
         quota = round(plan.share_of(Protocol.BSP) * budget)
         self.online: Any = (Greedy(quota) if policy == "greedy"
-                            else Elastic(quota, patience_s) if policy == "elastic"
+                            else Elastic(quota, patience_s, self.detector) if policy == "elastic"
                             else Isolate(quota, trainers) if policy == "isolate" else None)
-        self.workers_per_trainer = workers_per_trainer  # the workers an isolated trainer takes
         self.isolated: tuple[int, ...] = ()  # `isolate`: trainers asynchronous for now
 
     def first_mode(self) -> Protocol:

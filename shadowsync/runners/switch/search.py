@@ -3,16 +3,26 @@
 final metric, once, and reuse it (`--switch-at auto`).
 
 The search runs the job at full BSP, then with the BSP share halving from 50% (50, 25, 12.5,
-6.25 ... down to `min_share`), `seeds` runs per point, keeping the smallest share whose mean
-final metric is within `tolerance` of full BSP's mean (accuracy points as fractions, NE as a
-ratio - 1). Once a share misses, the smallest share that passes lies between it and the last
-share that passed; the search bisects that bracket (the metric falls as the share does) until
-it has measured `probes` points in all, full BSP included, and returns the smallest share that
-passed. Halving alone could stop at twice the share the job needs; each probe left after the
-halving halves the bracket (6 probes, a miss at 25%: 3 halvings, within 1/8 of it). This is
-the paper's offline timing policy for recurring jobs (a binary search over the switch
-point). The result is stored as `STORE/NAME.json`, with a plot of the
-metric against the share beside it; `probes` keeps the order the points were measured in.
+6.25 ... and `min_share` itself last, the floor, at least `MIN_SHARE_FLOOR` = 1%: the
+paper's recurring jobs went down to 2-5% BSP), `seeds` runs per point, keeping the smallest
+share whose mean final metric is within `tolerance` of full BSP's mean (accuracy points as
+fractions, NE as a ratio - 1).
+
+The tolerance, unless given, is BSP's own seed-to-seed spread (`spread_tolerance`):
+
+    tolerance = max(x_i) - min(x_i)               (accuracy: absolute)
+    tolerance = (max(x_i) - min(x_i)) / mean(x_i)  (NE: relative)
+
+over full BSP's final metrics x_1..x_R. A share whose mean falls short of BSP's by less than
+BSP's own runs differ among themselves is not told apart from BSP; it needs R >= 2. Once a
+share misses, the smallest share that passes lies between it and the last share that passed;
+the search bisects that bracket (the metric falls as the share does) until it has measured
+`probes` points in all, full BSP included, and returns the smallest share that passed.
+Halving alone could stop at twice the share the job needs; each probe left after the halving
+halves the bracket (6 probes, a miss at 25%: 3 halvings, within 1/8 of it). This is the
+paper's offline timing policy for recurring jobs (a binary search over the switch point).
+The result is stored as `STORE/NAME.json`, with a plot of the metric against the share
+beside it; `probes` keeps the order the points were measured in.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from shadowsync.spec.share import BspShare
 
 DEFAULT_STORE = "runs/switch-search"
 DEFAULT_PROBES = 6  # points measured in all, full BSP included
+MIN_SHARE_FLOOR = 0.01  # the smallest BSP share a search may try
+DEFAULT_MIN_SHARE = MIN_SHARE_FLOOR
 
 # run(share, seed) -> the run's final metric
 RunFn = Callable[[float, int], float]
@@ -53,12 +65,23 @@ class SearchResult:
 
 
 def shares(min_share: float) -> list[float]:
-    """50%, 25%, 12.5% ... while at least `min_share`."""
+    """50%, 25%, 12.5% ... while at least `min_share`, then `min_share` itself."""
     out, s = [], 0.5
     while s >= min_share - 1e-12:
         out.append(s)
         s /= 2
+    if not out or out[-1] > min_share + 1e-12:
+        out.append(min_share)
     return out
+
+
+def spread_tolerance(bsp: list[float], higher_is_better: bool) -> float:
+    """BSP's seed-to-seed spread, the default tolerance (see the module's rule)."""
+    if len(bsp) < 2:
+        raise UserError("switch search: the tolerance from BSP's seed-to-seed spread needs "
+                        "--seeds >= 2 (or give --tolerance)")
+    spread = max(bsp) - min(bsp)
+    return spread if higher_is_better else spread / statistics.fmean(bsp)
 
 
 def within(value: float, reference: float, tolerance: float, higher_is_better: bool) -> bool:
@@ -67,10 +90,12 @@ def within(value: float, reference: float, tolerance: float, higher_is_better: b
     return value <= reference * (1.0 + tolerance)
 
 
-def search(run: RunFn, name: str, metric: str, higher_is_better: bool, tolerance: float,
-           seeds: int = 2, min_share: float = 1 / 16, progress: Any = None,
+def search(run: RunFn, name: str, metric: str, higher_is_better: bool,
+           tolerance: float | None = None, seeds: int = 2,
+           min_share: float = DEFAULT_MIN_SHARE, progress: Any = None,
            probes: int = DEFAULT_PROBES) -> SearchResult:
-    """Find the share. `progress(share)` is called before each point (a progress bar)."""
+    """Find the share. `tolerance` None: BSP's spread. `progress(share)` is called before
+    each point (a progress bar)."""
     points: dict[str, list[float]] = {}
     order: list[float] = []
 
@@ -88,6 +113,8 @@ def search(run: RunFn, name: str, metric: str, higher_is_better: bool, tolerance
     points["1"] = [run(1.0, seed) for seed in range(seeds)]
     order.append(1.0)
     bsp = statistics.fmean(points["1"])
+    if tolerance is None:
+        tolerance = spread_tolerance(points["1"], higher_is_better)
     best, missed = 1.0, None
     for share in shares(min_share):
         if len(order) >= probes:

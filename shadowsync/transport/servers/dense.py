@@ -13,6 +13,12 @@ A `DenseServer` (one per server process) holds two kinds of state:
   What the next step's protocol is, and the progress, phases and switch log behind it, is the
   Sync-Switch state machine's (`runners.switch.machine`, built by the trainers' runner and
   sent with `init_trained`); this server stores, applies, holds and replies.
+- `isolate`: only shard 0's machine decides who is isolated (the other shards get followers,
+  `SwitchMachine.follower`); each push names the isolated trainers its worker heard from
+  shard 0, and every shard forms a BSP step from the other trainers, by trainer id, when the
+  step's first gradient arrives. An isolated trainer's pushes are ASP, applied on arrival
+  with their staleness and a momentum buffer of that trainer's own, dropped when it pushes
+  BSP again (not checkpointed: a resumed job starts with nobody isolated).
 
 Both optimizers are elementwise, so sharding a tensor changes nothing in its arithmetic.
 """
@@ -51,6 +57,11 @@ class Push:
     trainer: int = 0
     compute_s: float = 0.0  # the worker's time from its previous reply to this push
     wait_s: float = 0.0  # the round trip of its previous push (the network and the server)
+    isolated: tuple[int, ...] = ()  # the isolated trainers, as shard 0 last told this worker
+
+    @property
+    def from_isolated(self) -> bool:
+        return self.trainer in self.isolated
 
 
 @dataclass
@@ -84,8 +95,10 @@ class SwitchDecisions(typing.Protocol):
     @property
     def done(self) -> bool: ...
     @property
-    def bsp_workers(self) -> int: ...
+    def trainers(self) -> int: ...
+    workers_per_trainer: int
     def start(self) -> None: ...
+    def follower(self) -> SwitchDecisions: ...
     def observe(self, trainer: int, protocol: Protocol, compute_s: float, wait_s: float,
                 bsp_waiting: int) -> None: ...
     def enter_phase(self, phase: int, protocol: Protocol, version: int,
@@ -107,8 +120,9 @@ class TrainedTensor:
     state: ServerState
     optimizer: str
     machine: SwitchDecisions
-    bsp: BulkSynchronous
+    bsp: BulkSynchronous | None = None  # the step being collected; None between steps
     waiting: list[torch.futures.Future] = field(default_factory=list)
+    own_momentum: dict[int, torch.Tensor] = field(default_factory=dict)  # isolated trainers'
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # What a checkpoint keeps: parameters, optimizer state (momentum or Adagrad sums), version,
@@ -191,8 +205,7 @@ class DenseServer:
         with self._create:
             if key not in self.trained:
                 machine.start()
-                t = TrainedTensor(ServerState(value.clone()), optimizer, machine,
-                                  BulkSynchronous(machine.bsp_workers))
+                t = TrainedTensor(ServerState(value.clone()), optimizer, machine)
                 if key in self._restored:
                     t.load_state_dict(self._restored.pop(key))
                     if self._rewind_to is not None:
@@ -225,27 +238,34 @@ class DenseServer:
             if m.done:
                 fut.set_result(t.reply(0, taken=not m.stopped))
                 return fut
-            m.observe(push.trainer, push.mode, push.compute_s, push.wait_s, t.bsp.waiting)
+            waiting = t.bsp.waiting if t.bsp is not None else 0
+            m.observe(push.trainer, push.mode, push.compute_s, push.wait_s, waiting)
             if push.phase > m.phase:
                 self._enter_phase(t, push)
             if push.mode == Protocol.ASP:
                 staleness = Asynchronous.staleness(t.state.version, push.grad_version)
-                apply_update(t.state, grad, t.optimizer, push.lr, push.momentum)
+                apply_update(t.state, grad, t.optimizer, push.lr, push.momentum,
+                             self._own_momentum(t, push))
                 m.asp_applied(push.phase, push.compute_s)
-                self._decide(t)
+                m.decide(waiting)
                 fut.set_result(t.reply(staleness))
                 if m.done:
                     release, t.waiting = t.waiting, []
             elif push.mode == Protocol.BSP:
+                t.own_momentum.pop(push.trainer, None)  # back in BSP: its buffer is the step's
+                if t.bsp is None:  # the step's first gradient: its members
+                    t.bsp = BulkSynchronous.of_trainers(m.trainers, m.workers_per_trainer,
+                                                        push.isolated)
+                mean = t.bsp.offer(grad, push.trainer)
                 t.waiting.append(fut)
                 m.bsp_gradient(push.compute_s)
-                mean = t.bsp.offer(grad)
                 if mean is None:
                     return fut
                 staleness = t.state.version - push.grad_version
                 apply_update(t.state, mean, t.optimizer, push.lr, push.momentum)
                 m.bsp_step_applied(t.bsp.workers, push.phase)
-                self._decide(t)
+                t.bsp = None
+                m.decide(0)
                 reply = t.reply(staleness)
                 release, t.waiting = t.waiting, []
             else:
@@ -256,17 +276,18 @@ class DenseServer:
         return fut
 
     @staticmethod
-    def _decide(t: TrainedTensor) -> None:
-        """The machine decides between steps; a change in who is isolated changes how many
-        gradients a BSP step takes (none is half collected when it does)."""
-        t.machine.decide(t.bsp.waiting)
-        if t.machine.bsp_workers != t.bsp.workers:
-            t.bsp = BulkSynchronous(t.machine.bsp_workers)
+    def _own_momentum(t: TrainedTensor, push: Push) -> torch.Tensor | None:
+        """An isolated trainer's momentum buffer (SGD; fresh when it is first isolated)."""
+        if not push.from_isolated or t.optimizer != "sgd":
+            return None
+        if push.trainer not in t.own_momentum:
+            t.own_momentum[push.trainer] = torch.zeros_like(t.state.params)
+        return t.own_momentum[push.trainer]
 
     @staticmethod
     def _enter_phase(t: TrainedTensor, push: Push) -> None:
         t0 = t.machine.clock()
-        if push.reset_momentum:
+        if push.reset_momentum and not push.from_isolated:  # its own buffer starts at zero
             reset_momentum(t.state, t.optimizer)
         server_s = t.machine.clock() - t0
         t.machine.enter_phase(push.phase, push.mode, t.state.version, server_s)
@@ -335,6 +356,15 @@ def shard_bounds(numel: int, servers: int) -> list[tuple[int, int]]:
     return [(min(i * step, numel), min((i + 1) * step, numel)) for i in range(servers)]
 
 
+def joined(replies: list[Reply]) -> Reply:
+    """One reply from every shard's, in shard order: shard 0 decides the protocol and who is
+    isolated, and every worker follows it."""
+    first = replies[0]
+    return Reply(torch.cat([r.params for r in replies]), first.version,
+                 max(r.staleness for r in replies), first.applied, first.mode, first.phase,
+                 any(r.done for r in replies), all(r.taken for r in replies), first.isolated)
+
+
 class _Sharded:
     def __init__(self, key: str, servers: int, what: str) -> None:
         if servers < 1:
@@ -380,8 +410,13 @@ class TrainedTensorClient(_Sharded):
 
     def init(self, value: torch.Tensor, optimizer: str, machine: SwitchDecisions) -> None:
         """Every worker may call it: the first call creates the parameters, the rest agree.
-        Only shard 0's `machine` decides; the others apply what the pushes name."""
-        self._call_all(_init_trained, optimizer, machine, value=value)
+        Only shard 0's `machine` decides; the others get its followers and apply what the
+        pushes name."""
+        futs = [rpc.rpc_async(name, _init_trained,
+                              args=(self.key, value[lo:hi], optimizer,
+                                    machine if lo == 0 else machine.follower()))
+                for name, lo, hi in self._pieces()]
+        torch.futures.wait_all(futs)
 
     def mode(self) -> tuple[Protocol, int]:
         """The protocol of the next step and its phase index (decided on shard 0)."""
@@ -389,12 +424,7 @@ class TrainedTensorClient(_Sharded):
 
     def push(self, grad: torch.Tensor, push: Push) -> Reply:
         """Send a gradient; the parameters after it was applied (under BSP: after the step)."""
-        replies = self._call_all(_push, push, value=grad)
-        first = replies[0]  # shard 0 decides the protocol
-        return Reply(torch.cat([r.params for r in replies]), first.version,
-                     max(r.staleness for r in replies), first.applied, first.mode,
-                     first.phase, any(r.done for r in replies),
-                     all(r.taken for r in replies), first.isolated)
+        return joined(self._call_all(_push, push, value=grad))
 
     def params(self) -> tuple[torch.Tensor, int, int]:
         """The current parameters, their version and the gradients applied (first shard)."""

@@ -1,0 +1,128 @@
+"""`isolate` at the level of a worker's push (`runners.protocol.ProtocolHook.push`) against
+two dense shards in this process: which protocol each trainer's worker pushes, at what rate,
+with what momentum, and that the shard that does not decide follows shard 0. Closed forms on
+one number per shard; the members' BSP pushes block, so they run in threads."""
+
+import threading
+
+import pytest
+import torch
+
+from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+from shadowsync.spec.plan import SwitchPlan
+from shadowsync.transport.servers.dense import DenseServer, joined
+
+LR, MOMENTUM, TRAINERS = 0.3, 0.5, 3
+
+
+class Verdict:
+    """The straggler detector's verdict, set by the test."""
+
+    stragglers: list = []
+
+    def observe(self, trainer, step_s):
+        pass
+
+
+class TwoShards:
+    """What `TrainedTensorClient` does over RPC: a push goes to both shards, one element
+    each, and their replies are joined; every push is recorded."""
+
+    def __init__(self, shards):
+        self.shards = shards
+        self.pushes = []
+
+    def push(self, grad, push):
+        self.pushes.append(push)
+        futs = [s.push("dense", grad[i:i + 1], push) for i, s in enumerate(self.shards)]
+        return joined([f.wait() for f in futs])
+
+
+def cluster():
+    settings = ProtocolSettings(SwitchPlan.parse("bsp:0.5,asp"), servers=2, numel=2,
+                                optimizer="sgd", lr=LR, momentum=MOMENTUM,
+                                momentum_policy="keep", workers=TRAINERS, scale_lr=True,
+                                policy="isolate")
+    machine = settings.machine(budget=100)
+    machine.schedule.detector = Verdict()
+    shards = [DenseServer(), DenseServer()]
+    shards[0].init_trained("dense", torch.zeros(1), "sgd", machine)
+    shards[1].init_trained("dense", torch.zeros(1), "sgd", machine.follower())
+    hooks = []
+    for t in range(TRAINERS):
+        hook = ProtocolHook(settings)
+        hook.trainer, hook.budget, hook.client = t, 100, TwoShards(shards)
+        hook.mode, hook.next_phase = shards[0].mode("dense")
+        hook.phase = hook.next_phase
+        hooks.append(hook)
+    return machine, shards, hooks
+
+
+def push(hook, g):
+    return hook.push(torch.full((2,), float(g)), [torch.zeros(2)])
+
+
+def bsp_step(hooks, grads):
+    """Each hook pushes in a thread; the step must complete without anyone else."""
+    out = {}
+    threads = [threading.Thread(target=lambda h=h, g=g: out.__setitem__(h.trainer, push(h, g)),
+                                daemon=True) for h, g in zip(hooks, grads, strict=True)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=10)
+    assert len(out) == len(hooks), "the BSP step waited for a trainer that is not a member"
+    return out
+
+
+def test_each_trainers_worker_pushes_its_mode_rate_and_momentum_under_isolate():
+    """Step 1: BSP of 3 (mean of 1, 2, 3 = 2: v = 2, w = -0.6); trainer 2 is flagged and
+    isolated at that step's end. Step 2: trainers 0 and 1 push BSP at L = 0.3 naming trainer 2
+    isolated, and their step averages their 2 gradients (mean 2: v = 0.5 x 2 + 2 = 3,
+    w = -1.5). Trainer 2 pushes ASP at L / n = 0.1 a gradient of 4 computed before that step
+    (staleness 1), into a momentum buffer of its own (v' = 4, w = -1.9; with the BSP buffer
+    it would be -2.05). Step 3 of the members (mean 1): v = 0.5 x 3 + 1 = 2.5, w = -2.65.
+    Both shards hold the same number throughout: shard 1 follows shard 0's decision."""
+    machine, shards, hooks = cluster()
+    Verdict.stragglers = [2]
+    step1 = bsp_step(hooks, [1, 2, 3])
+    assert {t: r.tolist() for t, r in step1.items()} == {t: [pytest.approx(-0.6)] * 2
+                                                         for t in range(3)}
+    assert [h.mode for h in hooks] == ["bsp", "bsp", "asp"]
+
+    step2 = bsp_step(hooks[:2], [1, 3])
+    assert step2[0].tolist() == [pytest.approx(-1.5)] * 2
+    member = hooks[0].client.pushes[-1]
+    assert (member.mode, member.lr, member.isolated) == ("bsp", LR, (2,))
+
+    straggler = push(hooks[2], 4)
+    sent = hooks[2].client.pushes[-1]
+    assert (sent.mode, sent.lr, sent.momentum, sent.isolated) == (
+        "asp", pytest.approx(LR / TRAINERS), MOMENTUM, (2,))
+    assert straggler.tolist() == [pytest.approx(-1.9)] * 2
+    assert hooks[2].report()["staleness"] == {0: 1, 1: 1}  # step 1 fresh, this push 1 stale
+
+    step3 = bsp_step(hooks[:2], [1, 1])
+    assert step3[1].tolist() == [pytest.approx(-2.65)] * 2
+    assert [s.trained["dense"].machine.bsp_applied for s in shards] == [3 + 2 + 2] * 2
+    assert [s.trained["dense"].machine.applied for s in shards] == [3 + 2 + 1 + 2] * 2
+
+
+def test_a_cleared_trainer_rejoins_the_bsp_steps_with_its_buffer_dropped():
+    """Trainer 2 isolated, then cleared: the decision is taken at the members' next step end
+    (not at trainer 2's own ASP push), trainer 2 hears it at its next push and joins the
+    following step, which waits for all three again."""
+    machine, shards, hooks = cluster()
+    Verdict.stragglers = [2]
+    bsp_step(hooks, [1, 1, 1])
+    push(hooks[2], 1)
+    Verdict.stragglers = []
+    push(hooks[2], 1)  # its own push decides nothing: the members may be computing
+    assert machine.isolated == (2,) and hooks[2].mode == "asp"
+    bsp_step(hooks[:2], [1, 1])  # decided here
+    assert machine.isolated == () and hooks[0].mode == "bsp"
+    push(hooks[2], 1)  # in flight when it was cleared: still applied as ASP
+    assert hooks[2].mode == "bsp" and hooks[2].isolated == ()
+    bsp_step(hooks, [1, 1, 1])
+    assert [2 in s.trained["dense"].own_momentum for s in shards] == [False, False]
+    assert {tuple(h.client.pushes[-1].isolated) for h in hooks} == {()}
