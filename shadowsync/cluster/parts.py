@@ -24,7 +24,9 @@ def layout_of(cluster: ClusterConfig) -> ClusterLayout:
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill defaults that depend on other options (dense servers, embedding servers)."""
+    """Fill defaults that depend on other options (those --val-share adapts, dense servers,
+    embedding servers)."""
+    cfg = cfg.adapted()
     need = needs_dense_servers(cfg, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:

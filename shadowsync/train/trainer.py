@@ -152,14 +152,14 @@ class Trainer:
         self.stats.examples = self.resumed_examples()
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         self.validating = plan.val_start is not None and index == 0
-        self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop)
+        self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop or None)
         self.best_checkpoint: Any = None
         self.early_stopped = False
         self._last_val_examples: int | None = None
         self._val_at: list[int] = []  # trainer examples at which to validate next
         self._t0 = 0.0
         self.early_stop_flag = (Path(cfg.output.dir or ".") / EARLY_STOP_FLAG
-                                if cfg.data.early_stop is not None else None)
+                                if cfg.data.early_stop else None)
         if self.validating and cfg.checkpoint.resume:
             self._resume_selection()
 
