@@ -154,7 +154,7 @@ def _summary(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
                                      "met": auc[n] - auc["default"] <= g}
              for n, g in AUC_GOALS.items()}
     local_gap = abs(auc["local"] - auc["default"])
-    goals["default_vs_local_auc"] = {"gap": local_gap, "goal": f"|gap| <= {LOCAL_AUC_GOAL:g}",
+    goals["default_vs_local_auc"] = {"gap": local_gap, "goal": f"abs <= {LOCAL_AUC_GOAL:g}",
                                      "met": local_gap <= LOCAL_AUC_GOAL}
     goals["default_eval_ne"] = {"gap": med["default"]["eval_ne"], "goal": "< 1",
                                 "met": med["default"]["eval_ne"] < 1}
