@@ -159,6 +159,11 @@ class ModelConfig:
         if not self.table_size or any(v <= 0 for v in self.table_size):
             raise UserError(f"--table-size: sizes must be positive, got {self.table_size}")
 
+    def interaction_for(self, validating: bool) -> str:
+        """--interaction as given, else what the data calls for: dot+cat on data validated on
+        (--val-share), dot on the synthetic job's."""
+        return self.interaction or ("dot+cat" if validating else "dot")
+
     def table_rows(self, num_tables: int) -> list[int]:
         """Rows of each of the data's `num_tables` tables."""
         if len(self.table_size) == 1:

@@ -150,11 +150,10 @@ class TrainConfig:
         if early_stop is None:
             early_stop = PATIENCE_EPOCHS * max(1, points) if can_stop else 0
         on_plateau = self.optim.lr_decay_on_plateau
-        interaction = self.model.interaction
         return dataclasses.replace(
             self, eval_points=points, early_stop=early_stop,
             lr_decay_on_plateau=validating if on_plateau is None else on_plateau,
-            interaction=interaction or ("dot+cat" if validating else "dot"))
+            interaction=self.model.interaction_for(validating))
 
     def validate(self) -> TrainConfig:
         if self.task not in TASK_CHOICES:
