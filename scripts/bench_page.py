@@ -68,7 +68,7 @@ shadowsync bench scale --out runs/bench-scale       # a cost model, 1 to 64 trai
 shadowsync bench embedding --out runs/bench-embed   # where an embedding step's time goes
 shadowsync bench hogwild --out runs/bench-hogwild   # 1 vs 2 worker processes
 shadowsync bench data --out runs/bench-data         # TSV conversion and reader speed
-shadowsync bench realdata                           # MovieLens: default job, local, DeepFM
+shadowsync bench realdata                           # 3 sets: default, local, DeepFM, LightGBM
 ```
 
 The slow-network parts run every process on its own emulated host (network namespaces, a

@@ -291,15 +291,16 @@ def _add_data(sub: Any) -> None:
     synth.add_argument("--drift", type=float, default=0.2,
                        help="zipf: share of each day's ids that are new that day")
     synth.set_defaults(func=_synth)
-    prep = data.add_parser("prepare", help="a real public data set (movielens100k) as "
-                           "Parquet + schema.toml, or arrays, with a fixed train/eval split")
-    prep.add_argument("name", choices=("movielens100k",), help="the data set")
+    prep = data.add_parser("prepare", help="a real public data set as Parquet + schema.toml, "
+                           "or arrays, with a fixed train/eval split")
+    prep.add_argument("name", help="the data set: movielens100k (ratings as clicks), adult "
+                      "(census income), clothing-reviews (recommended or not)")
     prep.add_argument("--out", required=True, help="output directory")
     prep.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
     prep.add_argument("--format", default="parquet", choices=("parquet", "arrays"),
                       help="Parquet files and schema.toml, or array directories")
     prep.add_argument("--multi-hot", action=argparse.BooleanOptionalAction, default=True,
-                      help="declare list features (movie genres) in the schema")
+                      help="declare list features (movie genres, review words) in the schema")
     prep.set_defaults(func=_prepare)
 
 

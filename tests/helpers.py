@@ -117,7 +117,7 @@ def require_movielens() -> None:
     from shadowsync.errors import UserError
 
     try:
-        prepare._read_bundled("users")
+        prepare._read_bundled("MovieLens100k_users")
     except UserError as e:
         if "could not fetch" in str(e):
             pytest.skip(f"MovieLens 100K cannot be had here: {e}")

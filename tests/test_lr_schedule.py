@@ -117,7 +117,7 @@ def test_decay_on_a_plateau_starts_where_it_is_told_and_runs_the_same_span():
 def test_the_synthetic_default_job_keeps_its_schedule():
     """`shadowsync train` without options: no decay on a plateau (it validates nothing), the
     decay over the last 30% of the one pass as before."""
-    cfg = TrainConfig()
+    cfg = TrainConfig().adapted()  # as the job resolves it
     assert (cfg.data.epochs, cfg.data.val_share, cfg.optim.lr_decay_on_plateau) == (1, 0.0, False)
     assert LrSchedule.of(cfg.optim).over(5000) == LrSchedule(300, 0.3, 0.3, 5000)
     assert LrSchedule.of(cfg.optim).over(5000).decay_start is None

@@ -74,3 +74,30 @@ def test_prepare_as_arrays_follows_the_shared_layout(bundled, tmp_path):
 def test_an_unknown_data_set_is_one_line():
     with pytest.raises(UserError, match="unknown data set 'movielens1m'"):
         prepare.prepare("movielens1m", "/nonexistent")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name, rows, rate, multi_hot", [
+    ("adult", 48_842, (0.2, 0.3), []),
+    ("clothing-reviews", 23_486, (0.78, 0.86), ["words"]),
+])
+def test_the_census_and_review_sets_are_binary_tasks_with_ids_and_numbers(
+        bundled, tmp_path, name, rows, rate, multi_hot):
+    info = prepare.prepare(name, str(tmp_path / "a"), seed=0)
+    train, ev = info["files"]["train"], info["files"]["eval"]
+    assert train["rows"] + ev["rows"] == rows and ev["rows"] == round(rows * 0.1)
+    assert rate[0] < train["click_rate"] < rate[1]
+    schema = tabular.TableSchema.load(info["schema"])
+    assert [m.name for m in schema.multi_hot] == multi_hot
+    t = pq.read_table(tmp_path / "a" / "train.parquet")
+    assert set(t.column("label").to_pylist()) == {0, 1}
+    for c in schema.categorical:  # ids within their tables, 0 only for a missing value
+        ids = np.array(t.column(c.name).to_pylist())
+        assert ids.min() >= 0 and ids.max() < c.table_size
+    for d in schema.dense:  # standardised on the training rows
+        x = np.array(t.column(d).to_pylist())
+        assert abs(x.mean()) < 1e-6 and x.std() == pytest.approx(1.0, abs=0.05)
+    arrays = prepare.prepare(name, str(tmp_path / "b"), seed=0, fmt="arrays")
+    assert np.load(tmp_path / "b" / "train" / "labels.npy").tolist() == \
+        t.column("label").to_pylist()
+    assert arrays["files"]["eval"]["rows"] == ev["rows"]

@@ -47,8 +47,7 @@ RUN = [
 REAL_DATA = [
     ".venv/bin/shadowsync data prepare movielens100k --out ml",
     ".venv/bin/shadowsync train --data ml/train.parquet --eval-data ml/eval.parquet "
-    "--schema ml/schema.toml --epochs 10 --val-share 0.1 --eval-points 4 --early-stop 12 "
-    "--lr-decay-on-plateau --interaction dot+cat --embedding-dim 32 --out runs/ml",
+    "--schema ml/schema.toml --epochs 20 --val-share 0.1 --out runs/ml",
     ".venv/bin/shadowsync eval --checkpoint runs/ml --data ml/eval.parquet",
 ]
 

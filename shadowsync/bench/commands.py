@@ -129,7 +129,7 @@ def _bench_realdata(args: argparse.Namespace) -> int:
     if args.seeds < 1 or args.epochs < 1:
         raise UserError("--seeds and --epochs must be >= 1")
     run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs, val_share=args.val_share,
-                       early_stop=args.early_stop, eval_points=args.eval_points,
+                       sets=tuple(s for s in args.sets.split(",") if s),
                        multi_hot=args.multi_hot, split_seed=args.split_seed)
     return 0
 
@@ -278,18 +278,21 @@ def _add_faults_data_realdata(bench: Any) -> None:
                             help="lines of the Criteo TSV file converted and read")
     data_bench.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     data_bench.set_defaults(func=_bench_data)
-    real = bench.add_parser("realdata", help="MovieLens 100K: the default job, 1 local "
-                            "trainer and a plain PyTorch DeepFM, AUC / NE / time side by side")
+    real = bench.add_parser("realdata", help="the public sets of data prepare: the default "
+                            "job, 1 local trainer, a plain PyTorch DeepFM and LightGBM, AUC / NE "
+                            "/ time side by side")
     real.add_argument("--out", default="runs/bench-realdata", help=OUT_HELP)
     real.add_argument("--seeds", type=int, default=3, help="seeds of every learner")
-    real.add_argument("--epochs", type=int, default=10, help="passes over the training rows")
+    real.add_argument("--sets", default="movielens100k,adult,clothing-reviews",
+                      help="comma list of the data sets (default: all three)")
+    real.add_argument("--epochs", type=int, default=20,
+                      help="most passes over the training rows (early stopping ends sooner)")
     real.add_argument("--val-share", type=float, default=0.1,
-                      help="validation tail of the training rows")
-    real.add_argument("--early-stop", type=int, default=12,
-                      help="validations without improvement before stopping")
-    real.add_argument("--eval-points", type=int, default=4, help="validations an epoch")
+                      help="validation tail of the training rows; the job's other options "
+                      "are the defaults it adapts")
     real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"),
-                      help="genres as a multi-hot feature (auto: when the data has them)")
+                      help="genres and review words as multi-hot features (auto: when "
+                      "training reads them)")
     real.add_argument("--split-seed", type=int, default=0,
                       help="the train / eval split drawn from this seed (0: the README's); "
                       "another checks that the figures do not hang on one split")

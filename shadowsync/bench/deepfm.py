@@ -165,6 +165,7 @@ def train_deepfm(train_dir: str, eval_dir: str, val_share: float, seed: int,
     rng = np.random.default_rng(seed)
     best, best_epoch, best_state, since = float("inf"), 0, None, 0
     history = []
+    started = time.perf_counter()
     for epoch in range(1, cfg.max_epochs + 1):
         model.train()
         order = rng.permutation(len(train))
@@ -175,7 +176,8 @@ def train_deepfm(train_dir: str, eval_dir: str, val_share: float, seed: int,
             loss.backward()
             opt.step()
         m = evaluate_predictions(predict(model, val), val.labels.numpy())
-        history.append({"epoch": epoch, "val_logloss": m["logloss"], "val_auc": m["auc"]})
+        history.append({"epoch": epoch, "val_logloss": m["logloss"], "val_auc": m["auc"],
+                        "train_s": time.perf_counter() - started})
         if m["logloss"] < best:
             best, best_epoch, since = m["logloss"], epoch, 0
             best_state = {k: v.clone() for k, v in model.state_dict().items()}

@@ -26,8 +26,10 @@ def layout_of(cluster: ClusterConfig) -> ClusterLayout:
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
-    """Fill defaults that depend on other options (dense servers, embedding servers) or on
-    a file (`--switch-at auto`: the share a search stored, read here once)."""
+    """Fill defaults that depend on other options (those --val-share adapts, dense servers,
+    embedding servers) or on a file (`--switch-at auto`: the share a search stored, read here
+    once)."""
+    cfg = cfg.adapted()
     need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features_of(cfg)))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:

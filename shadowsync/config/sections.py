@@ -114,10 +114,13 @@ class DataConfig:
     val_share: float = opt(
         0.0, "share of the training rows held out at their end for validation: evaluated at "
         "each epoch's end and --eval-points times within, the best model kept as "
-        "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off)")
+        "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off). It also "
+        "changes the defaults of --eval-points (4 an epoch), --early-stop (3 epochs' worth), "
+        "--lr-decay-on-plateau (on) and --interaction (dot+cat)")
     early_stop: int | None = opt(
         None, "with --val-share: stop after this many validations without improvement "
-        "(default: train every epoch)")
+        "(default: 3 epochs' worth of --eval-points under --val-share, where the --sync can "
+        "stop early; 0: train every epoch)")
     skip_bad_lines: bool = opt(False, "skip malformed data lines and count them")
 
     def check(self) -> None:
@@ -127,9 +130,9 @@ class DataConfig:
             raise UserError(f"--epochs must be positive, got {self.epochs}")
         if not 0 <= self.val_share < 1:
             raise UserError(f"--val-share must be in [0, 1), got {self.val_share}")
-        if self.early_stop is not None:
-            if self.early_stop < 1:
-                raise UserError(f"--early-stop must be positive, got {self.early_stop}")
+        if self.early_stop:
+            if self.early_stop < 0:
+                raise UserError(f"--early-stop must be >= 0, got {self.early_stop}")
             if self.val_share <= 0:
                 raise UserError("--early-stop needs --val-share (the rows it validates on)")
 
@@ -162,11 +165,11 @@ class ModelConfig:
     id_bias: bool = opt(
         True, "dlrm: a learned bias per id, added to the logit (one more column in each "
         "embedding row)")
-    interaction: Literal["dot", "dot+cat"] = opt(
-        "dot", "dlrm: what the top MLP sees besides the bottom MLP's output: the pairwise dot "
+    interaction: Literal["dot", "dot+cat"] | None = opt(
+        None, "dlrm: what the top MLP sees besides the bottom MLP's output: the pairwise dot "
         "products of the feature vectors (dot), or those and every embedding vector "
         "(dot+cat, the deep part of DeepFM and Wide & Deep: better on small real data, "
-        "a larger top MLP on many tables)")
+        "a larger top MLP on many tables) (default: dot+cat with --val-share, else dot)")
 
     def normalise(self) -> None:
         """Accept what a Python caller naturally writes: table_size=50_000 or "1000,2000"."""
@@ -208,6 +211,11 @@ class ModelConfig:
                             "2GiB or 500MB")
         return int(value)
 
+    def interaction_for(self, validating: bool) -> str:
+        """--interaction as given, else what the data calls for: dot+cat on data validated on
+        (--val-share), dot on the synthetic job's."""
+        return self.interaction or ("dot+cat" if validating else "dot")
+
     def table_rows(self, num_tables: int) -> list[int]:
         """Rows of each of the data's `num_tables` tables."""
         if len(self.table_size) == 1:
@@ -243,10 +251,10 @@ class OptimConfig:
         0.3, "last share of each worker's pass over which the dense and embedding learning "
         "rates fall linearly to --lr-decay-floor of their value (0: off)")
     lr_decay_floor: float = opt(0.3, "where the decay ends, as a share of the learning rates")
-    lr_decay_on_plateau: bool = opt(
-        False, "with --val-share: the decay starts at the first validation without "
+    lr_decay_on_plateau: bool | None = opt(
+        None, "with --val-share: the decay starts at the first validation without "
         "improvement (and runs over --lr-decay-share of the run's steps from there) instead "
-        "of at the end of the run")
+        "of at the end of the run (default: on with --val-share)")
     batch_size: int = opt(256, "examples per worker step")
     momentum: float = opt(
         0.9, "momentum of the servers' SGD under bsp / asp / switch (with --optimizer sgd)",
@@ -439,7 +447,9 @@ class OutputConfig:
 
     dir: str | None = opt(None, "output directory (default: runs/<timestamp>)", flag="out")
     log_every: int = opt(50_000, "examples between lines of metrics.jsonl")
-    eval_points: int = opt(8, "evaluations on a held-out sample during training (for the plot)")
+    eval_points: int | None = opt(
+        None, "evaluations on a held-out sample during training (for the plot); with "
+        "--val-share, validations in each epoch (default: 8; with --val-share, 4)")
     progress: bool | None = opt(None, "progress bars (default: only on a terminal)")
     log_level: Literal["warning", "info", "debug"] = opt(
         "info", "messages to show (-q: warning, -v: debug)")

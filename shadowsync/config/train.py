@@ -38,6 +38,13 @@ from shadowsync.spec.straggler import Straggler
 # Options that belong to the whole job rather than to one section.
 TOP_LEVEL = ("task", "seed")
 
+# What --val-share sets where the options leave it open (`TrainConfig.adapted`): validations
+# an epoch, epochs of them without improvement before stopping. Without --val-share: the
+# evaluations a run plots.
+VALIDATIONS_PER_EPOCH = 4
+PATIENCE_EPOCHS = 3
+PLOT_EVALUATIONS = 8
+
 
 def flag_name(f: dataclasses.Field) -> str:
     """A field's long option with underscores (`sync_every` for `SyncConfig.every`)."""
@@ -142,6 +149,28 @@ class TrainConfig:
                     value = spec.parse(str(value))
                 setattr(section, f.name, value)
 
+    def adapted(self) -> TrainConfig:
+        """A copy with the options left open (None) filled in. With --val-share (data that
+        is validated on, so a real data set rather than the generated one): VALIDATIONS_PER_EPOCH
+        validations an epoch, stopping after PATIENCE_EPOCHS epochs of them without improvement
+        where the --sync can stop early, the learning-rate decay starting at the first
+        validation without improvement, and the DLRM's top MLP seeing the embeddings beside
+        their dot products (DeepFM's deep part). Without it, the synthetic job's settings: 8
+        evaluations for the plot, no stopping, decay at the run's end, dot products only."""
+        validating = self.data.val_share > 0
+        can_stop = validating and not self.sync.entry.protocols
+        points = self.output.eval_points
+        if points is None:
+            points = VALIDATIONS_PER_EPOCH if validating else PLOT_EVALUATIONS
+        early_stop = self.data.early_stop
+        if early_stop is None:
+            early_stop = PATIENCE_EPOCHS * max(1, points) if can_stop else 0
+        on_plateau = self.optim.lr_decay_on_plateau
+        return dataclasses.replace(
+            self, eval_points=points, early_stop=early_stop,
+            lr_decay_on_plateau=validating if on_plateau is None else on_plateau,
+            interaction=self.model.interaction_for(validating))
+
     def validate(self) -> TrainConfig:
         if self.task not in TASK_CHOICES:
             raise UserError(f"--task: {self.task!r} is not one of {', '.join(TASK_CHOICES)}")
@@ -185,7 +214,7 @@ class TrainConfig:
 
     def _check_validation(self) -> None:
         # Workers that push each step to the dense servers stop when the servers say so.
-        if self.data.early_stop is not None and self.sync.entry.protocols:
+        if self.data.early_stop and self.sync.entry.protocols:
             raise UserError(f"--early-stop: --sync {self.sync.mode} cannot stop its workers "
                             "early; use epochs, or another --sync")
         if self.data.val_share > 0:

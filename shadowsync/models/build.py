@@ -60,7 +60,8 @@ def build_model(cfg: ModelConfig, num_dense: int, num_tables: int) -> nn.Module:
         return dlrm.DLRMDense(dlrm.ModelConfig(
             num_dense=num_dense, num_sparse=num_tables, embedding_dim=embedding_dim,
             bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp), id_bias=cfg.id_bias,
-            interaction=cfg.interaction))
+            # a job's config has it set (TrainConfig.adapted); a bare ModelConfig's is dot
+            interaction=cfg.interaction_for(validating=False)))
     factory = cfg.name if callable(cfg.name) else load_factory(cfg.name)
     name = model_name(cfg.name)
     try:

@@ -117,14 +117,14 @@ class Trainer:
         self.validating = plan.val_start is not None and index == 0
         # Trainer 0 evaluates (and validates) for every trainer.
         self.eval_points = cfg.output.eval_points if index == 0 else 0
-        self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop)
+        self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop or None)
         self.best_checkpoint: Path | None = None
         self.early_stopped = False
         self._last_val_examples: int | None = None
         self._val_at: list[int] = []  # trainer examples at which to validate next
         self._t0 = 0.0
         self.early_stop_flag = (Path(cfg.output.dir or ".") / EARLY_STOP_FLAG
-                                if cfg.data.early_stop is not None else None)
+                                if cfg.data.early_stop else None)
         if self.validating and cfg.checkpoint.resume:
             self._resume_selection()
 

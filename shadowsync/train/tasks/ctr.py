@@ -90,7 +90,8 @@ def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
     """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
-    return build_model(cfg.model, features.num_dense, features.num_tables)
+    # adapted: a config that no job resolved (a test's, a peer's) builds what a job would
+    return build_model(cfg.adapted().model, features.num_dense, features.num_tables)
 
 
 class CtrTask:

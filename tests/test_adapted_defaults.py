@@ -1,0 +1,56 @@
+"""--val-share adapts the options it concerns where they are left open; without it, the
+synthetic default job's settings stay as they were."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from shadowsync.config import TrainConfig, add_config_arguments, config_to_toml
+from shadowsync.config.train import PATIENCE_EPOCHS, VALIDATIONS_PER_EPOCH
+
+
+def _adapted(**options):
+    c = TrainConfig(**options).adapted()
+    return (c.output.eval_points, c.data.early_stop, c.optim.lr_decay_on_plateau,
+            c.model.interaction)
+
+
+def test_without_val_share_the_default_job_is_unchanged():
+    assert _adapted() == (8, 0, False, "dot")
+    assert _adapted(epochs=5, data="x.parquet", schema="s.toml") == (8, 0, False, "dot")
+
+
+def test_val_share_turns_on_validation_stopping_decay_and_dot_cat():
+    assert VALIDATIONS_PER_EPOCH == 4 and PATIENCE_EPOCHS == 3
+    assert _adapted(val_share=0.1) == (4, 12, True, "dot+cat")
+    # the patience is counted in epochs: 3 epochs of the validations asked for
+    assert _adapted(val_share=0.1, eval_points=2) == (2, 6, True, "dot+cat")
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"early_stop": 0}, (4, 0, True, "dot+cat")),  # 0: every epoch
+    ({"early_stop": 5}, (4, 5, True, "dot+cat")),
+    ({"lr_decay_on_plateau": False, "interaction": "dot"}, (4, 12, False, "dot")),
+    ({"sync": "bsp"}, (4, 0, True, "dot+cat")),  # workers under bsp cannot stop early
+])
+def test_what_is_given_wins(options, expected):
+    assert _adapted(val_share=0.1, **options) == expected
+
+
+def test_adapting_twice_changes_nothing_and_left_open_options_print_as_left_open():
+    once = TrainConfig(val_share=0.1).adapted()
+    assert once.adapted() == once
+    printed = config_to_toml(TrainConfig(val_share=0.1))
+    assert "interaction" not in printed and "early_stop" not in printed
+    assert 'interaction = "dot+cat"' in config_to_toml(once)  # what a run writes
+
+
+def test_help_says_what_val_share_changes():
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    text = " ".join(p.format_help().split())
+    assert "changes the defaults of --eval-points (4 an epoch), --early-stop" in text
+    assert "(default: dot+cat with --val-share, else dot)" in text
+    assert "(default: on with --val-share)" in text
