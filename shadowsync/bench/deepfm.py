@@ -81,6 +81,16 @@ def load_rows(path: str) -> Rows:
     return Rows(labels, dense, cats, bags, sizes, poolings)
 
 
+def split_rows(train_dir: str, eval_dir: str, val_share: float) -> tuple[Rows, Rows, Rows, Rows]:
+    """(all training rows, their first 1 - val_share, the validation tail, the eval rows):
+    the split every baseline of `bench realdata` trains, selects and reports on."""
+    rows = load_rows(train_dir)
+    n = len(rows)
+    n_val = int(round(n * val_share))
+    train, val = rows.take(np.arange(n - n_val)), rows.take(np.arange(n - n_val, n))
+    return rows, train, val, load_rows(eval_dir)
+
+
 class DeepFM(nn.Module):
     def __init__(self, num_dense: int, table_sizes: list[int], poolings: list[str], dim: int,
                  hidden: list[int], dropout: float, num_single: int) -> None:
@@ -154,11 +164,7 @@ def train_deepfm(train_dir: str, eval_dir: str, val_share: float, seed: int,
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    rows = load_rows(train_dir)
-    n = len(rows)
-    n_val = int(round(n * val_share))
-    train, val = rows.take(np.arange(n - n_val)), rows.take(np.arange(n - n_val, n))
-    test = load_rows(eval_dir)
+    rows, train, val, test = split_rows(train_dir, eval_dir, val_share)
     model = DeepFM(rows.dense.shape[1], rows.table_sizes, rows.poolings, cfg.dim,
                    list(cfg.hidden), cfg.dropout, rows.cats.shape[1])
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

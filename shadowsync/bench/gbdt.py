@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from shadowsync.bench.deepfm import Rows, load_rows
+from shadowsync.bench.deepfm import Rows, split_rows
 from shadowsync.errors import UserError
 from shadowsync.metrics import evaluate_predictions
 
@@ -60,11 +60,7 @@ def train_gbdt(train_dir: str, eval_dir: str, val_share: float, seed: int,
                         "'shadowsync[bench]'") from None
     cfg = cfg or GbdtConfig()
     t0 = time.perf_counter()
-    rows = load_rows(train_dir)
-    n = len(rows)
-    n_val = int(round(n * val_share))
-    train, val = rows.take(np.arange(n - n_val)), rows.take(np.arange(n - n_val, n))
-    test = load_rows(eval_dir)
+    rows, train, val, test = split_rows(train_dir, eval_dir, val_share)
     categorical = list(range(rows.dense.shape[1], rows.dense.shape[1] + rows.cats.shape[1]))
     params = {"objective": "binary", "metric": "binary_logloss",
               "learning_rate": cfg.learning_rate, "num_leaves": cfg.num_leaves,
