@@ -344,6 +344,10 @@ def _leaves(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
 
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    # torch's C++ warnings (an RPC peer's connection closing as a job ends on an error) would
+    # bury the one line that says what went wrong; errors still print. Read once, when the
+    # job's processes load torch, so it is set before any of them starts.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # told by the command they were given to, which knows its own options

@@ -79,3 +79,11 @@ def test_ne_plot_is_drawn_once_a_curve_has_two_points(tmp_path):
     two = [*one, {"examples": 2000, "train_ne": 0.85, "eval_ne": None}]
     assert plot_ne(tmp_path, two, 0.8) == tmp_path / "ne.png"
     assert (tmp_path / "ne.png").stat().st_size > 10_000
+
+
+def test_metrics_of_a_diverged_model_are_nan_not_an_error():
+    pred = np.array([0.2, np.nan, 0.7, 0.4])
+    labels = np.array([0, 1, 1, 0])
+    m = evaluate_predictions(pred, labels)
+    assert all(np.isnan(m[k]) for k in ("ne", "logloss", "auc", "calibration"))
+    assert m["examples"] == 4

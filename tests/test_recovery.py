@@ -389,3 +389,14 @@ def test_divergence_stops_or_rolls_back_to_the_last_good_checkpoint(tmp_path):
     assert len(s["rollbacks"]) == 1 and s["rollbacks"][0]["lr"] == pytest.approx(0.025)
     assert 0 < s["resumed_examples"] < 40000 and s["examples"] == 60000
     assert s["eval_ne"] < 1.0
+
+
+@pytest.mark.timeout(200)
+def test_divergence_is_reported_as_such_while_the_trainer_evaluates(tmp_path):
+    # With evaluation points the trainer can be busy evaluating when its worker reports the
+    # NaN and exits: it must still say the training diverged, not that a worker is gone,
+    # and the evaluation of the NaN model must not end in a metric's traceback.
+    args = [*LOCAL, "--embedding-servers", "1", "--examples", "200000", "--eval-points", "4",
+            "--inject-nan-at", "60000"]
+    res = run_cli(["train", *args, "--out", str(tmp_path / "run")], timeout=150)
+    assert "training diverged: loss is nan" in _one_error_line(res)

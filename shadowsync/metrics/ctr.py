@@ -54,9 +54,15 @@ def roc_auc() -> Any:
 
 
 def evaluate_predictions(pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """NE, log loss, AUC and calibration of click probabilities against 0/1 labels."""
+    """NE, log loss, AUC and calibration of click probabilities against 0/1 labels; every
+    metric NaN when a prediction is not finite (a diverged model is the divergence check's to
+    report, not a metric's)."""
     roc_auc_score = roc_auc()
     labels = np.asarray(labels)
+    if not np.all(np.isfinite(pred)):
+        nan = float("nan")
+        return {"ne": nan, "logloss": nan, "auc": nan, "calibration": nan,
+                "examples": int(len(labels))}
     auc = float(roc_auc_score(labels, pred)) if 0 < labels.sum() < len(labels) else float("nan")
     return {
         "ne": normalized_entropy(pred, labels),

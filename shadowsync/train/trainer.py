@@ -56,6 +56,11 @@ DECAY_FLAG = ".lr-decay"
 TICK_S = 0.1
 
 
+def _as_error(failure: WorkerFailed) -> Exception:
+    """The error a worker's reported failure ends this trainer with."""
+    return (TrainingDiverged if failure.diverged else PeerLost)(failure.message)
+
+
 @dataclass
 class TrainerStats:
     examples: int = 0
@@ -298,13 +303,16 @@ class Trainer:
             now = time.monotonic()
             if now >= next_tick:  # not on reports: a worker killed outright sends nothing
                 next_tick = now + TICK_S
-                self._tick(procs, done)
+                try:
+                    self._tick(procs, done)
+                except PeerLost as lost:
+                    raise self._reported_failure(messages) or lost from None
             try:
                 msg = messages.get(timeout=TICK_S)
             except queue_mod.Empty:
                 continue
             if isinstance(msg, WorkerFailed):
-                raise (TrainingDiverged if msg.diverged else PeerLost)(msg.message)
+                raise _as_error(msg)
             if isinstance(msg, WorkerDone):
                 done.add(msg.worker)
                 self.stats.train_start = min(self.stats.train_start, msg.train_start)
@@ -417,6 +425,19 @@ class Trainer:
             self.early_stop_flag.touch()
         if self.stop_event is not None:
             self.stop_event.set()
+
+    @staticmethod
+    def _reported_failure(messages: Any) -> Exception | None:
+        """The failure a worker reported before it exited, if one waits behind the reports
+        not yet read: a diverged worker exits right after saying so, and an evaluation can
+        keep this loop from reading its message before the exit is seen."""
+        while True:
+            try:
+                msg = messages.get(timeout=0.2)
+            except queue_mod.Empty:
+                return None
+            if isinstance(msg, WorkerFailed):
+                return _as_error(msg)
 
     def _check_workers(self, procs: list[Any], done: set[int]) -> None:
         dead = [i for i, p in enumerate(procs)
