@@ -9,31 +9,45 @@ import pytest
 
 from shadowsync.config import TrainConfig, add_config_arguments, config_to_toml
 from shadowsync.config.train import PATIENCE_EPOCHS, VALIDATIONS_PER_EPOCH
+from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering
+from shadowsync.runners.build import rule_for
 
 
 def _adapted(**options):
     c = TrainConfig(**options).adapted()
     return (c.output.eval_points, c.data.early_stop, c.optim.lr_decay_on_plateau,
-            c.model.interaction)
+            c.model.interaction, c.sync.block_momentum)
 
 
 def test_without_val_share_the_default_job_is_unchanged():
-    assert _adapted() == (8, 0, False, "dot")
-    assert _adapted(epochs=5, data="x.parquet", schema="s.toml") == (8, 0, False, "dot")
+    assert _adapted() == (8, 0, False, "dot", None)
+    assert _adapted(epochs=5, data="x.parquet", schema="s.toml") == (8, 0, False, "dot", None)
+    # None: the rule's own 1 - 1/trainers
+    assert rule_for(TrainConfig().adapted().sync, 2, "bmuf").eta == 0.5
 
 
 def test_val_share_turns_on_validation_stopping_decay_and_dot_cat():
     assert VALIDATIONS_PER_EPOCH == 4 and PATIENCE_EPOCHS == 3
-    assert _adapted(val_share=0.1) == (4, 12, True, "dot+cat")
+    assert _adapted(val_share=0.1) == (4, 12, True, "dot+cat", 0.75)
     # the patience is counted in epochs: 3 epochs of the validations asked for
-    assert _adapted(val_share=0.1, eval_points=2) == (2, 6, True, "dot+cat")
+    assert _adapted(val_share=0.1, eval_points=2) == (2, 6, True, "dot+cat", 0.75)
+
+
+def test_val_share_block_momentum_is_one_minus_one_over_twice_the_trainers():
+    for trainers, eta in ((2, 0.75), (4, 0.875), (8, 0.9375)):
+        cfg = TrainConfig(val_share=0.1, trainers=trainers).adapted()
+        rule = rule_for(cfg.sync, trainers, "bmuf")
+        assert isinstance(rule, BlockwiseModelUpdateFiltering) and rule.eta == eta
+        # each block update is carried on 1/(1 - eta) = 2N times: twice the 1/N it lacks
+        assert 1 / (1 - rule.eta) == 2 * trainers
 
 
 @pytest.mark.parametrize("options, expected", [
-    ({"early_stop": 0}, (4, 0, True, "dot+cat")),  # 0: every epoch
-    ({"early_stop": 5}, (4, 5, True, "dot+cat")),
-    ({"lr_decay_on_plateau": False, "interaction": "dot"}, (4, 12, False, "dot")),
-    ({"sync": "bsp"}, (4, 0, True, "dot+cat")),  # workers under bsp cannot stop early
+    ({"early_stop": 0}, (4, 0, True, "dot+cat", 0.75)),  # 0: every epoch
+    ({"early_stop": 5}, (4, 5, True, "dot+cat", 0.75)),
+    ({"lr_decay_on_plateau": False, "interaction": "dot"}, (4, 12, False, "dot", 0.75)),
+    ({"sync": "bsp"}, (4, 0, True, "dot+cat", 0.75)),  # workers under bsp cannot stop early
+    ({"block_momentum": 0.5}, (4, 12, True, "dot+cat", 0.5)),
 ])
 def test_what_is_given_wins(options, expected):
     assert _adapted(val_share=0.1, **options) == expected
@@ -44,6 +58,7 @@ def test_adapting_twice_changes_nothing_and_left_open_options_print_as_left_open
     assert once.adapted() == once
     printed = config_to_toml(TrainConfig(val_share=0.1))
     assert "interaction" not in printed and "early_stop" not in printed
+    assert "block_momentum" not in printed
     assert 'interaction = "dot+cat"' in config_to_toml(once)  # what a run writes
 
 
@@ -54,3 +69,4 @@ def test_help_says_what_val_share_changes():
     assert "changes the defaults of --eval-points (4 an epoch), --early-stop" in text
     assert "(default: dot+cat with --val-share, else dot)" in text
     assert "(default: on with --val-share)" in text
+    assert "with --val-share 1 - 1/(2 x trainers)" in text

@@ -4,8 +4,9 @@ On each public set of `shadowsync data prepare` (MovieLens 100K as clicks, the a
 income set, the clothing reviews; a fixed 90% / 10% split), for each seed, interleaved:
 
 - **default**: the default job (2 trainers, one embedding server, s-bmuf) with only
-  `--epochs` and `--val-share`: the validation points, early stopping, learning-rate decay
-  and interaction are the defaults --val-share adapts; its best checkpoint's eval AUC / NE;
+  `--epochs` and `--val-share`: the validation points, early stopping, learning-rate decay,
+  interaction and block momentum are the defaults --val-share adapts; its best checkpoint's
+  eval AUC / NE;
 - **local**: the same options with 1 trainer, local tables and `--sync none`;
 - **deepfm**: a plain single-process PyTorch DeepFM (`shadowsync.bench.deepfm`) with Adam,
   its best epoch on the same validation tail;

@@ -116,7 +116,8 @@ class DataConfig:
         "each epoch's end and --eval-points times within, the best model kept as "
         "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off). It also "
         "changes the defaults of --eval-points (4 an epoch), --early-stop (3 epochs' worth), "
-        "--lr-decay-on-plateau (on) and --interaction (dot+cat)")
+        "--lr-decay-on-plateau (on), --interaction (dot+cat) and --block-momentum "
+        "(1 - 1/(2 x trainers))")
     early_stop: int | None = opt(
         None, "with --val-share: stop after this many validations without improvement "
         "(default: 3 epochs' worth of --eval-points under --val-share, where the --sync can "
@@ -338,7 +339,9 @@ class SyncConfig:
         flag="sync_transport")
     write_back: Literal["delta", "overwrite"] = opt(
         "delta", "apply a round as (result - snapshot) or overwrite")
-    block_momentum: float | None = opt(None, "BMUF block momentum eta (default 1 - 1/trainers)")
+    block_momentum: float | None = opt(
+        None, "BMUF block momentum eta (default 1 - 1/trainers; with --val-share "
+        "1 - 1/(2 x trainers))")
     block_lr: float = opt(1.0, "BMUF block learning rate zeta")
     nesterov: bool = opt(False, "BMUF Nesterov look-ahead")
     elastic_alpha: float = opt(0.5, "EASGD elastic rate alpha")
