@@ -111,38 +111,59 @@ def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
 
 
 def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
-    """Milliseconds of one embedding step (apply a batch's gradients, read the next batch)
-    in this process, one thread, on the default job's batches (26 features x 256 examples):
-    fixed tables of 100,000 rows a feature against dynamic tables of the same budget
-    (admission at once, and after 2 sightings), interleaved. The map's cost without the
-    rest of a training step, and without other processes in the way."""
+    """One training step of the default job in this process, one thread, in CPU time (the
+    thread's, so that other jobs on a shared machine do not count): the dense model's
+    forward, backward and update, then the embedding step (apply the batch's gradients,
+    read the next batch), on the default job's batches (26 features x 256 examples). Fixed
+    tables of 100,000 rows a feature against dynamic tables of the same budget (admission at
+    once, and after 2 sightings), interleaved: the map's cost, and the share of a whole step
+    it takes (what bounds the EPS ratio, without other processes in the way)."""
+    from shadowsync.config import TrainConfig
     from shadowsync.data.dataset import batches, open_data
     from shadowsync.embeddings import EmbeddingTables
     from shadowsync.embeddings.dynamic_tables import DynamicSpec
+    from shadowsync.models.build import build_model
+    from shadowsync.train.worker import make_dense_optimizer
 
     torch.set_num_threads(1)
+    cfg = TrainConfig().validate()
+    width, tables = cfg.model.table_width(), 26
     data = open_data("synthetic", examples=examples)
-    raw = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[0] * 26)]
-    folded = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[100_000] * 26)]
-    grads = torch.randn(256, 26, 17) * 0.01
-    optimizer = {"lr": 0.2, "initial_accumulator": 0.05}
+    raw = list(batches(data, 0, examples, 256, table_size=[0] * tables))
+    folded = list(batches(data, 0, examples, 256, table_size=[100_000] * tables))
+    optimizer = cfg.optim.table_optimizer()
 
-    def timed(tables: Any, ids: list[Any]) -> dict[str, Any]:
-        tables.lookup(ids[0])
-        seconds = []
-        for prev, nxt in zip(ids, ids[1:]):
-            t0 = time.perf_counter()
-            tables.update_and_lookup(prev, grads, nxt)
-            seconds.append(time.perf_counter() - t0)
-        return {"step_ms": float(np.median(seconds[len(seconds) // 4:]) * 1e3)}
+    def timed(held: Any, stream: list[Any]) -> dict[str, Any]:
+        torch.manual_seed(0)
+        model = build_model(cfg.model, stream[0][0].shape[1], tables)
+        opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
+        vectors = held.lookup(stream[0][1])
+        embedding, whole = [], []
+        for (dense, ids, labels), (_, nxt, _) in zip(stream, stream[1:]):
+            t0 = time.thread_time()
+            vectors.requires_grad_()
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                model(dense, vectors), labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            t1 = time.thread_time()
+            vectors = held.update_and_lookup(ids, vectors.grad, nxt)
+            t2 = time.thread_time()
+            embedding.append(t2 - t1)
+            whole.append(t2 - t0)
+        cut = len(whole) // 4  # warm-up: the first steps admit most ids
+        return {"step_ms": float(np.mean(embedding[cut:]) * 1e3),
+                "whole_step_ms": float(np.mean(whole[cut:]) * 1e3)}
 
     variants = {
-        "fixed": lambda: timed(EmbeddingTables([100_000] * 26, 17, **optimizer), folded),
-        "dynamic": lambda: timed(DynamicSpec(26, 2_600_000).build(17, 0, **optimizer), raw),
-        "dynamic-admit2": lambda: timed(
-            DynamicSpec(26, 2_600_000, admit_after=2).build(17, 0, **optimizer), raw),
+        "fixed": lambda: timed(EmbeddingTables([100_000] * tables, width, **optimizer), folded),
+        "dynamic": lambda: timed(DynamicSpec(tables, 100_000 * tables).build(
+            width, 0, **optimizer), raw),
+        "dynamic-admit2": lambda: timed(DynamicSpec(tables, 100_000 * tables, admit_after=2)
+                                        .build(width, 0, **optimizer), raw),
     }
-    return interleaved(variants, repeats, "embedding steps")
+    return interleaved(variants, repeats, "training steps")
 
 
 def _peak_rss_mb(pid: int) -> int:
