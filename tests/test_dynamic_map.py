@@ -55,6 +55,16 @@ def test_admission_after_n_sightings_counts_repeats_in_a_batch():
     assert (c["admitted"], c["rejected"]) == (2, 4)
 
 
+def test_the_sketch_halves_every_half_width_of_sightings():
+    m = DynamicRowMap(capacity=10, admit_after=400, sketch_width=1 << 10)
+    a, b = keys_of([1, 2])
+    m.resolve(np.full(300, a))
+    m.resolve(np.full(212, b))  # 512 sightings: a's count halves to 150, b's to 106
+    assert m.resolve(np.full(249, a))[0][0] == DEFAULT_ROW  # 399
+    assert m.resolve(np.array([a]))[0][0] != DEFAULT_ROW  # 400: admitted
+    assert m._sketch.sum(axis=1).max() < 1 << 10  # never more sightings than counters
+
+
 def test_evaluation_lookups_neither_count_nor_admit():
     m = DynamicRowMap(capacity=10, admit_after=2, sketch_width=1 << 10)
     k = keys_of([5])

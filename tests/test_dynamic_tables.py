@@ -107,7 +107,7 @@ def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
     # row), 2,048 int32 slots, row keys (and the tombstones' key), ages, the free stack, one
     # sketch counter a row of the sketch, the scalars.
     assert holder_bytes(1000, 17, 1) == 1001 * 72 + 2048 * 4 + 1002 * 8 + 1001 * 8 + 1000 * 4 \
-        + 4 * 4 + 10 * 8
+        + 4 * 4 + 11 * 8
     for admit in (1, 2):
         held = DynamicTables(1, 1000, 17, admit).tensors().values()
         allocated = sum(t.numel() * t.element_size() for t in held)

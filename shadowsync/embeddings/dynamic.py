@@ -16,8 +16,13 @@ DeepRec (EmbeddingVariable), PERSIA and XDL do, and TorchRec's managed-collision
   times. Sightings are counted in a count-min sketch (Cormode and Muthukrishnan 2005) of
   `depth` rows of `width` counters: ``count(k) = min_j C[j, h_j(k)]``, which never
   undercounts and overcounts by at most ``e * N / width`` with probability ``1 - e^-depth``
-  (N: sightings counted). Until admitted an id reads row 0, the default row (kept at zeros),
-  and its gradient is dropped.
+  (N: sightings in the sketch). Every counter is halved each time `width / 2` sightings
+  have been added since the last halving, so N stays below `width` (a key picks up less
+  than one sighting of others a row on average, and the least of the rows is mostly none)
+  however long the stream: unhalved, a long tail fills every counter and each id seen once
+  reads as seen `admit_after` times. Sightings so count with a decay: an id needs its
+  `admit_after` sightings within a few such windows. Until admitted an id reads row 0, the
+  default row (kept at zeros), and its gradient is dropped.
 - **eviction**: when the pool is full, the rows used longest ago (least recently used, by a
   clock that counts examples) are freed for new ids; with ``ttl:N`` rows not used in the last
   N examples are also freed as they expire. A row used in the current call is never evicted,
@@ -55,9 +60,9 @@ DEFAULT_ROW = 0
 MAX_TABLES = 256  # the tables one key space holds (the key's top byte)
 
 # meta: the map's scalars, in one tensor so that they are shared with the arrays.
-_LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT = range(5)
+_LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT, _COUNTED = range(6)
 COUNTERS = ("lookups", "hits", "admitted", "rejected", "evicted")
-_FIRST_COUNTER = 5
+_FIRST_COUNTER = 6
 
 
 def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -161,14 +166,15 @@ def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str
         # Free rows, a stack popped from its top: rows 1, 2, 3... first.
         "free": torch.arange(capacity, 0, -1, dtype=torch.int32),
         "sketch": torch.zeros(sketch_depth, sketch_width, dtype=torch.int32),
-        "meta": torch.tensor([0, 0, 0, capacity, 0] + [0] * len(COUNTERS), dtype=torch.int64),
+        "meta": torch.tensor([0, 0, 0, capacity, 0, 0] + [0] * len(COUNTERS),
+                             dtype=torch.int64),
     }
 
 
 def map_bytes(capacity: int, sketch_width: int, sketch_depth: int) -> int:
     """The bytes of `map_tensors(capacity, ...)`, without allocating them."""
     return (4 * slot_count(capacity) + 8 * (capacity + 2) + 8 * (capacity + 1) + 4 * capacity
-            + 4 * sketch_depth * sketch_width + 8 * (5 + len(COUNTERS)))
+            + 4 * sketch_depth * sketch_width + 8 * (_FIRST_COUNTER + len(COUNTERS)))
 
 
 class DynamicRowMap:
@@ -360,7 +366,8 @@ class DynamicRowMap:
 
     # -- admission and eviction --------------------------------------------------------------
     def _count(self, keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Add `counts` sightings of the distinct `keys` to the sketch; their estimates."""
+        """Add `counts` sightings of the distinct `keys` to the sketch; their estimates.
+        Then halve every counter if `width / 2` sightings have come since the last time."""
         if self.admit_after == 1:
             return np.ones(len(keys), dtype=np.int64)
         # Keys are mixed already: multiply-shift hashing (one odd multiplier a row, the top
@@ -373,6 +380,10 @@ class DynamicRowMap:
                 col = ((keys.view(np.uint64) * factor) >> shift).astype(np.int64)
                 np.add.at(self._sketch[j], col, added)
                 estimate = np.minimum(estimate, self._sketch[j][col])
+        self._meta[_COUNTED] += int(counts.sum())
+        if self._meta[_COUNTED] >= self._sketch.shape[1] // 2:
+            self._sketch >>= 1
+            self._meta[_COUNTED] = 0
         return estimate
 
     def _take_rows(self, n: int) -> np.ndarray:
