@@ -55,6 +55,16 @@ def test_admission_after_n_sightings_counts_repeats_in_a_batch():
     assert (c["admitted"], c["rejected"]) == (2, 4)
 
 
+def test_the_sketch_halves_every_half_width_of_sightings():
+    m = DynamicRowMap(capacity=10, admit_after=400, sketch_width=1 << 10)
+    a, b = keys_of([1, 2])
+    m.resolve(np.full(300, a))
+    m.resolve(np.full(212, b))  # 512 sightings: a's count halves to 150, b's to 106
+    assert m.resolve(np.full(249, a))[0][0] == DEFAULT_ROW  # 399
+    assert m.resolve(np.array([a]))[0][0] != DEFAULT_ROW  # 400: admitted
+    assert m._sketch.sum(axis=1).max() < 1 << 10  # never more sightings than counters
+
+
 def test_evaluation_lookups_neither_count_nor_admit():
     m = DynamicRowMap(capacity=10, admit_after=2, sketch_width=1 << 10)
     k = keys_of([5])
@@ -125,6 +135,7 @@ def test_state_dict_round_trip_keeps_rows_and_counters():
     ids = np.random.default_rng(1).integers(0, 2**62, 1000)
     a.resolve(keys_of(np.concatenate([ids, ids[:200]])), examples=1200)
     b = DynamicRowMap(capacity=300, admit_after=2, sketch_width=1 << 10)
+    assert "slots" not in a.state_dict()  # the hash table is rebuilt from the rows' keys
     b.load_state_dict({k: v.clone() for k, v in a.state_dict().items()})
     assert b.counters() == a.counters()
     probe = keys_of(ids)
@@ -142,3 +153,15 @@ def test_the_torch_key_function_matches_numpy_bit_for_bit():
         want = raw_keys(np.full(len(ids), table), ids)
         assert (raw_keys_torch(table, torch.from_numpy(ids)).numpy() == want).all()
         assert (table_of(want) == table).all()
+
+
+def test_probes_pass_tombstones_and_inserts_reuse_them():
+    m = DynamicRowMap(capacity=3)  # 8 slots: keys with equal bits 16-18 share a home slot
+    a, b, c, d = ((np.arange(1, 5, dtype=np.int64) << 24) | (5 << 16))
+    rows, _ = m.resolve(np.array([a, b, c]), examples=1)  # slots 5, 6, 7 in turn
+    m.resolve(np.array([b, c]), examples=1)  # a: the least recently used
+    new, fresh = m.resolve(np.array([d]), examples=1)  # a evicted: its slot a tombstone
+    assert list(fresh) == [rows[0]] and new[0] == rows[0]
+    found, _ = m.resolve(np.array([a, b, c, d]), admit=False)
+    assert list(found) == [DEFAULT_ROW, rows[1], rows[2], rows[0]]
+    assert m.counters()["live"] == 3 and m._slots[5] == rows[0]  # d took a's slot

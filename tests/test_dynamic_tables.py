@@ -10,7 +10,7 @@ import torch
 from shadowsync.config import TrainConfig
 from shadowsync.data.bags import Bags
 from shadowsync.embeddings.dynamic import Eviction
-from shadowsync.embeddings.dynamic_tables import DynamicTables, keys_of, pool_rows
+from shadowsync.embeddings.dynamic_tables import DynamicTables, holder_bytes, keys_of, pool_rows
 from shadowsync.errors import UserError
 from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.tasks.base import Features
@@ -103,8 +103,17 @@ def test_state_dict_round_trip():
 
 def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
     assert pool_rows([100, 300], 17, 1, None, 2) == 200
-    per_row = 4 * 17 + 4 + 24 + 64  # no sketch without admission
-    assert pool_rows([1], 17, 1, per_row * 1000, 1) == 1000
+    # 1,000 rows of 17 floats, no admission: rows and Adagrad sums (1,001 with the default
+    # row), 2,048 int32 slots, row keys (and the tombstones' key), ages, the free stack, one
+    # sketch counter a row of the sketch, the scalars.
+    assert holder_bytes(1000, 17, 1) == 1001 * 72 + 2048 * 4 + 1002 * 8 + 1001 * 8 + 1000 * 4 \
+        + 4 * 4 + 11 * 8
+    for admit in (1, 2):
+        held = DynamicTables(1, 1000, 17, admit).tensors().values()
+        allocated = sum(t.numel() * t.element_size() for t in held)
+        assert holder_bytes(1000, 17, admit) == allocated
+        assert pool_rows([1], 17, admit, allocated, 1) == 1000
+        assert pool_rows([1], 17, admit, 2 * allocated + 1, 2) == 1000
     cfg = TrainConfig(tables="dynamic", table_size=[10], batch_size=64).validate()
     with pytest.raises(UserError, match="cannot hold one batch"):
         dynamic_spec(cfg, Features(1, (10, 10)), 1)

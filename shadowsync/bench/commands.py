@@ -191,7 +191,7 @@ def _add_throughput(bench: Any) -> None:
                      "the dynamic ones' budget")
     dyn.add_argument("--eps-examples", type=int, default=300_000,
                      help="examples of each default-job run timed for EPS")
-    dyn.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP + " (EPS)")
+    dyn.add_argument("--repeats", type=int, default=5, help=REPEATS_HELP + " (EPS)")
     dyn.add_argument("--quality-repeats", type=int, default=1, help="repeats of the quality runs")
     dyn.set_defaults(func=_bench_dynamic)
 

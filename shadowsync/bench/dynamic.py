@@ -1,17 +1,20 @@
 """`shadowsync bench dynamic`: dynamic embedding tables against hashing into fixed tables.
 
-Three parts, each a figure the docs page (docs/dynamic-tables.md) reports:
+Four parts, each a figure the docs page (docs/dynamic-tables.md) reports:
 
 - **quality**: Zipf raw ids over 10^7 values a feature (`shadowsync.data.zipf`), one pass on
   the default job's shape (2 trainers, 1 embedding server), for each budget of `rows` rows a
   feature (10^5 and 10^4 by default): fixed tables of `rows` rows see the ids folded modulo
   `rows` (what ``hash = true`` does); dynamic tables with admission after 2 or 4 sightings
   get the same rows, and, at equal bytes, the fixed tables' memory as --table-memory (fewer
-  rows: the map costs bytes too). Eval NE and AUC on the last 10%, and how many ids and
-  lookups hashing made share a row (collisions).
+  rows: the map costs bytes too, `holder_bytes`). Eval NE and AUC on the last 10%, and how
+  many ids and lookups hashing made share a row (collisions).
+- **a real set**: MovieLens 100K with its users and movies in fewer rows than they have
+  ids, hashed against dynamic tables of the same rows and of the same bytes (`_movielens`).
 - **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
-  interleaved; the ratio of median training EPS (goal >= 0.9); and one embedding step's
-  milliseconds in one process (the map's own cost, without other processes in the way).
+  interleaved; the ratio of median training EPS (goal >= 0.9); and a training step in one
+  process in thread CPU time (`_steps`: the map's own cost and its share of a whole step,
+  without other processes in the way).
 - **memory**: the embedding server's peak RSS in a job on a sixteenth of the Zipf rows and
   in one on all of them (about 10x the distinct ids): the pool, its map and its sketch are
   allocated when the job starts.
@@ -87,8 +90,8 @@ def _quality(out: Path, examples: int, budgets: tuple[int, ...], repeats: int
     for rows in budgets:
         hashed_copy(raw, data / f"day0-mod{rows}", rows)
         collisions[rows] = collision_rate(cats, rows)
-        # Rows of 16 floats and an id bias, and Adagrad's sum a row.
-        fixed_bytes[rows] = features * rows * (17 + 1) * 4
+        # A row (the embedding and its id bias) and its Adagrad sum.
+        fixed_bytes[rows] = features * rows * (job(None).model.table_width() + 1) * 4
         variants.update({
             f"hash-{rows}": lambda rows=rows: hashed(rows),
             f"dynamic-admit2-{rows}": lambda rows=rows: dynamic(rows, 2),
@@ -101,6 +104,51 @@ def _quality(out: Path, examples: int, budgets: tuple[int, ...], repeats: int
             "teacher_eval_ne": info["days"]["day0"]["teacher_eval_ne"]}
 
 
+def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any]:
+    """MovieLens 100K (`data prepare movielens100k`) with its users (943) and movies (1,682)
+    given `rows` rows each: fixed tables that fold those ids modulo `rows` (``hash = true``)
+    against dynamic tables of the same rows and of the same bytes (admission at once and
+    after 2 sightings, least recently used rows evicted), next to fixed tables with a row
+    for every id. The other features keep a row per value in every variant."""
+    import re
+
+    from shadowsync.data.prepare import prepare
+
+    data = out / "movielens"
+    if not (data / "schema.toml").exists():
+        prepare("movielens100k", str(data))
+    full = (data / "schema.toml").read_text()
+    hashed = full
+    for name in ("user", "movie"):
+        hashed = re.sub(rf'(name = "{name}"\ntable_size = )\d+', rf"\g<1>{rows}\nhash = true",
+                        hashed)
+    (data / "schema-hashed.toml").write_text(hashed)
+    sizes = [int(n) for n in re.findall(r"table_size = (\d+)", hashed)]
+    width = job(None).model.table_width()
+    fixed_bytes = sum(sizes) * (width + 1) * 4  # a row and its Adagrad sum
+
+    def run(name: str, schema: str, **kw: Any) -> dict[str, Any]:
+        return run_job(job(None, data=str(data / "train.parquet"), schema=str(data / schema),
+                           eval_data=str(data / "eval.parquet"), epochs=epochs, batch_size=64,
+                           **kw),
+                       out / "runs" / f"movielens-{name}")
+
+    variants = {
+        "every id its row": lambda: run("full", "schema.toml"),
+        "hash = true": lambda: run("hash", "schema-hashed.toml"),
+        "dynamic, admit after 2": lambda: run(
+            "dynamic-rows", "schema.toml", tables="dynamic", admit_after=2, table_size=sizes),
+        "dynamic, the fixed tables' bytes": lambda: run(
+            "dynamic-bytes", "schema.toml", tables="dynamic", table_memory=str(fixed_bytes)),
+        "dynamic, admit after 2, the fixed tables' bytes": lambda: run(
+            "dynamic-admit2-bytes", "schema.toml", tables="dynamic", admit_after=2,
+            table_memory=str(fixed_bytes)),
+    }
+    return {"runs": interleaved(variants, repeats, "movielens", out / "runs.jsonl"),
+            "variants": list(variants), "rows": rows, "fixed_table_bytes": fixed_bytes,
+            "table_rows": sizes}
+
+
 def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
     variants = {
         "fixed": lambda: run_job(job(examples), out / "runs" / "fixed"),
@@ -111,38 +159,59 @@ def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
 
 
 def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
-    """Milliseconds of one embedding step (apply a batch's gradients, read the next batch)
-    in this process, one thread, on the default job's batches (26 features x 256 examples):
-    fixed tables of 100,000 rows a feature against dynamic tables of the same budget
-    (admission at once, and after 2 sightings), interleaved. The map's cost without the
-    rest of a training step, and without other processes in the way."""
+    """One training step of the default job in this process, one thread, in CPU time (the
+    thread's, so that other jobs on a shared machine do not count): the dense model's
+    forward, backward and update, then the embedding step (apply the batch's gradients,
+    read the next batch), on the default job's batches (26 features x 256 examples). Fixed
+    tables of 100,000 rows a feature against dynamic tables of the same budget (admission at
+    once, and after 2 sightings), interleaved: the map's cost, and the share of a whole step
+    it takes (what bounds the EPS ratio, without other processes in the way)."""
+    from shadowsync.config import TrainConfig
     from shadowsync.data.dataset import batches, open_data
     from shadowsync.embeddings import EmbeddingTables
     from shadowsync.embeddings.dynamic_tables import DynamicSpec
+    from shadowsync.models.build import build_model
+    from shadowsync.train.worker import make_dense_optimizer
 
     torch.set_num_threads(1)
+    cfg = TrainConfig().validate()
+    width, tables = cfg.model.table_width(), 26
     data = open_data("synthetic", examples=examples)
-    raw = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[0] * 26)]
-    folded = [ids for _, ids, _ in batches(data, 0, examples, 256, table_size=[100_000] * 26)]
-    grads = torch.randn(256, 26, 17) * 0.01
-    optimizer = {"lr": 0.2, "initial_accumulator": 0.05}
+    raw = list(batches(data, 0, examples, 256, table_size=[0] * tables))
+    folded = list(batches(data, 0, examples, 256, table_size=[100_000] * tables))
+    optimizer = cfg.optim.table_optimizer()
 
-    def timed(tables: Any, ids: list[Any]) -> dict[str, Any]:
-        tables.lookup(ids[0])
-        seconds = []
-        for prev, nxt in zip(ids, ids[1:]):
-            t0 = time.perf_counter()
-            tables.update_and_lookup(prev, grads, nxt)
-            seconds.append(time.perf_counter() - t0)
-        return {"step_ms": float(np.median(seconds[len(seconds) // 4:]) * 1e3)}
+    def timed(held: Any, stream: list[Any]) -> dict[str, Any]:
+        torch.manual_seed(0)
+        model = build_model(cfg.model, stream[0][0].shape[1], tables)
+        opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
+        vectors = held.lookup(stream[0][1])
+        embedding, whole = [], []
+        for (dense, ids, labels), (_, nxt, _) in zip(stream, stream[1:]):
+            t0 = time.thread_time()
+            vectors.requires_grad_()
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                model(dense, vectors), labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            t1 = time.thread_time()
+            vectors = held.update_and_lookup(ids, vectors.grad, nxt)
+            t2 = time.thread_time()
+            embedding.append(t2 - t1)
+            whole.append(t2 - t0)
+        cut = len(whole) // 4  # warm-up: the first steps admit most ids
+        return {"step_ms": float(np.mean(embedding[cut:]) * 1e3),
+                "whole_step_ms": float(np.mean(whole[cut:]) * 1e3)}
 
     variants = {
-        "fixed": lambda: timed(EmbeddingTables([100_000] * 26, 17, **optimizer), folded),
-        "dynamic": lambda: timed(DynamicSpec(26, 2_600_000).build(17, 0, **optimizer), raw),
-        "dynamic-admit2": lambda: timed(
-            DynamicSpec(26, 2_600_000, admit_after=2).build(17, 0, **optimizer), raw),
+        "fixed": lambda: timed(EmbeddingTables([100_000] * tables, width, **optimizer), folded),
+        "dynamic": lambda: timed(DynamicSpec(tables, 100_000 * tables).build(
+            width, 0, **optimizer), raw),
+        "dynamic-admit2": lambda: timed(DynamicSpec(tables, 100_000 * tables, admit_after=2)
+                                        .build(width, 0, **optimizer), raw),
     }
-    return interleaved(variants, repeats, "embedding steps")
+    return interleaved(variants, repeats, "training steps")
 
 
 def _peak_rss_mb(pid: int) -> int:
@@ -194,36 +263,48 @@ def _server_memory(out: Path, data: Path, rows: int, examples: tuple[int, ...]
 
 def run_dynamic_bench(out: str, examples: int = 400_000,
                       budgets: tuple[int, ...] = (100_000, 10_000),
-                      eps_examples: int = 300_000, repeats: int = 3,
-                      quality_repeats: int = 1) -> dict[str, Any]:
+                      eps_examples: int = 300_000, repeats: int = 5,
+                      quality_repeats: int = 1, movielens_rows: int = 256,
+                      movielens_epochs: int = 3) -> dict[str, Any]:
     root = Path(out)
     t0 = time.time()
     quality = _quality(root, examples, budgets, quality_repeats)
+    real = _movielens(root, movielens_rows, movielens_epochs, quality_repeats)
     eps_runs = _eps(root, eps_examples, repeats)
     ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
     train = int(examples * 0.9)
     memory = _server_memory(root, root / "data" / "day0", 20_000,
                             (max(1, train // 16), train))
-    steps = _steps(eps_examples, repeats)
-    q = quality["runs"]
+    steps = _steps(eps_examples // 2, 3)
+    # Steps per CPU second: the fixed tables' CPU time a step over the dynamic ones'.
+    step_ratio, step_spread = ratio_of_medians(steps, "fixed", "dynamic", "whole_step_ms")
+    q, m = quality["runs"], real["runs"]
     summary = {
         "quality": {v: {k: median_of(q, v, k) for k in ("eval_ne", "eval_auc")}
                     for v in quality["variants"]},
         "collisions": quality["collisions"], "fixed_table_bytes": quality["fixed_table_bytes"],
         "teacher_eval_ne": quality["teacher_eval_ne"],
+        "movielens": {"rows": real["rows"], "table_rows": real["table_rows"],
+                      "fixed_table_bytes": real["fixed_table_bytes"],
+                      "epochs": movielens_epochs,
+                      "quality": {v: {k: median_of(m, v, k) for k in ("eval_ne", "eval_auc")}
+                                  for v in real["variants"]}},
         "eps": {"fixed": median_of(eps_runs, "fixed", "eps"),
                 "dynamic": median_of(eps_runs, "dynamic", "eps")},
         "memory": memory,
-        "embedding_step_ms": {v: median_of(steps, v, "step_ms")
-                              for v in ("fixed", "dynamic", "dynamic-admit2")},
+        "step_cpu_ms": {v: {k: median_of(steps, v, k) for k in ("step_ms", "whole_step_ms")}
+                        for v in ("fixed", "dynamic", "dynamic-admit2")},
         "settings": {"examples": examples, "budgets": list(budgets),
                      "eps_examples": eps_examples, "repeats": repeats,
-                     "quality_repeats": quality_repeats},
+                     "quality_repeats": quality_repeats, "movielens_rows": movielens_rows,
+                     "movielens_epochs": movielens_epochs},
         "bench_wall_s": round(time.time() - t0, 1),
-        "ratio_spread": {"eps_dynamic_over_fixed": spread},
-        "goals": {"eps_dynamic_over_fixed": ">= 0.9"},
+        "ratio_spread": {"eps_dynamic_over_fixed": spread,
+                         "step_rate_dynamic_over_fixed": step_spread},
+        "goals": {"eps_dynamic_over_fixed": ">= 0.9", "step_rate_dynamic_over_fixed": ">= 0.9"},
     }
-    write_bench(root, "dynamic", q + eps_runs + steps, {"eps_dynamic_over_fixed": ratio},
+    write_bench(root, "dynamic", q + m + eps_runs + steps,
+                {"eps_dynamic_over_fixed": ratio, "step_rate_dynamic_over_fixed": step_ratio},
                 summary)
     print(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
           f"{summary['teacher_eval_ne']:.4f}); rows a feature in the name")
@@ -233,12 +314,19 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
         print(f"hashing into {rows:,} rows: {c['ids_sharing_a_row']:.1%} of "
               f"{c['distinct_ids']:,} distinct ids and {c['lookups_on_shared_rows']:.1%} of "
               "lookups share a row with another id")
+    print(f"\nMovieLens 100K, users and movies in {movielens_rows} rows each "
+          f"({movielens_epochs} epochs):")
+    print_table([[v, s["eval_ne"], s["eval_auc"]]
+                 for v, s in summary["movielens"]["quality"].items()],
+                ["tables", "eval NE", "eval AUC"])
     e = summary["eps"]
     print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
           f"{ratio:.3f} (per repeat {spread}), goal >= 0.9")
-    ms = summary["embedding_step_ms"]
-    print("embedding step in one process (ms): " + ", ".join(f"{v} {t:.2f}"
-                                                            for v, t in ms.items()))
+    print(f"training steps per CPU second in one process, dynamic over fixed: {step_ratio:.3f} "
+          f"(per repeat {step_spread})")
+    print_table([[v, t["step_ms"], t["whole_step_ms"]]
+                 for v, t in summary["step_cpu_ms"].items()],
+                ["tables", "embedding step CPU ms", "whole step CPU ms"])
     print("\nmemory (the embedding server of a job, 20,000 rows a feature):")
     print_table([[m["examples"], m["distinct_ids"], m["server_peak_rss_mb"], m["live"],
                   m["capacity"], m["evicted"]] for m in memory],

@@ -5,12 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """SplitMix64's finaliser (Steele, Lea and Flood 2014) on uint64 words: a bijection, so
     distinct words stay distinct, with every output bit depending on every input bit; the
-    same on every machine and in every process (unlike Python's salted `hash`)."""
+    same on every machine and in every process (unlike Python's salted `hash`). Into `out`
+    (uint64, `x` itself allowed) when given, else a new array."""
     with np.errstate(over="ignore"):
-        x = x.astype(np.uint64, copy=True)
+        if out is None:
+            x = x.astype(np.uint64, copy=True)
+        else:
+            np.copyto(out, x, casting="unsafe")
+            x = out
         x ^= x >> np.uint64(30)
         x *= np.uint64(0xBF58476D1CE4E5B9)
         x ^= x >> np.uint64(27)

@@ -16,19 +16,29 @@ DeepRec (EmbeddingVariable), PERSIA and XDL do, and TorchRec's managed-collision
   times. Sightings are counted in a count-min sketch (Cormode and Muthukrishnan 2005) of
   `depth` rows of `width` counters: ``count(k) = min_j C[j, h_j(k)]``, which never
   undercounts and overcounts by at most ``e * N / width`` with probability ``1 - e^-depth``
-  (N: sightings counted). Until admitted an id reads row 0, the default row (kept at zeros),
-  and its gradient is dropped.
+  (N: sightings in the sketch). Every counter is halved each time `width / 2` sightings
+  have been added since the last halving, so N stays below `width` (a key picks up less
+  than one sighting of others a row on average, and the least of the rows is mostly none)
+  however long the stream: unhalved, a long tail fills every counter and each id seen once
+  reads as seen `admit_after` times. Sightings so count with a decay: an id needs its
+  `admit_after` sightings within a few such windows. Until admitted an id reads row 0, the
+  default row (kept at zeros), and its gradient is dropped.
 - **eviction**: when the pool is full, the rows used longest ago (least recently used, by a
   clock that counts examples) are freed for new ids; with ``ttl:N`` rows not used in the last
   N examples are also freed as they expire. A row used in the current call is never evicted,
   so an id resolved in a call keeps its row through it.
 
-The map is an open-addressing hash table (linear probing, Fibonacci hashing of the key to a
-slot) of at least twice `capacity` slots, searched for a whole batch at once: each round
-probes every id still looking, and the rounds end when each id has found its key or an empty
-slot. Freed keys leave a tombstone; the table is rebuilt once tombstones and keys fill three
-quarters of it. Everything is a numpy array over the `tensors` (torch, so that a holder can
-put them in shared memory): the caller serialises calls (one lock per map).
+The map is an open-addressing hash table (linear probing) of at least twice `capacity`
+slots, searched for a whole batch at once: each round probes every id still looking, and the
+rounds end when each id has found its key or an empty slot. A slot holds a row number alone
+(int32; 0: empty, -1: a tombstone, whose row key is TOMBSTONE) and the row's key is read from
+`row_key`: 4 bytes a slot rather than 16, and an empty slot reads as the default row, so a
+probe's last slot is its answer. A key's home slot is a run of its own bits: keys are mixed
+already, and bits 16 and up are unrelated to the server a key goes to (key mod servers).
+Freed keys leave a tombstone; the table is rebuilt once tombstones and keys fill three
+quarters of it. Checkpoints hold the rows' keys, not the slots: loading rebuilds the table.
+Everything is a numpy array over the `tensors` (torch, so that a holder can put them in shared
+memory): the caller serialises calls (one lock per map).
 """
 
 from __future__ import annotations
@@ -41,16 +51,18 @@ import torch
 from shadowsync.data.ids import mix64
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-EMPTY = np.iinfo(np.int64).min  # a slot never used (and the row_key of a free row)
-TOMBSTONE = EMPTY + 1  # a slot whose key was evicted
+EMPTY = np.iinfo(np.int64).min  # the row_key of a free row (and of the default row)
+TOMBSTONE = EMPTY + 1  # the row_key a tombstone slot reads (see `_TOMB_ROW`)
 FREE = EMPTY
+_EMPTY_SLOT, _TOMB_SLOT = 0, -1  # a slot's row: never used; its key was evicted
+_HOME_SHIFT = 16  # a key's home slot: its bits from here up
 DEFAULT_ROW = 0
 MAX_TABLES = 256  # the tables one key space holds (the key's top byte)
 
 # meta: the map's scalars, in one tensor so that they are shared with the arrays.
-_LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT = range(5)
+_LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT, _COUNTED = range(6)
 COUNTERS = ("lookups", "hits", "admitted", "rejected", "evicted")
-_FIRST_COUNTER = 5
+_FIRST_COUNTER = 6
 
 
 def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -58,8 +70,8 @@ def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
     tables below MAX_TABLES); broadcasts like numpy."""
     t = np.asarray(tables).astype(np.uint64)
     with np.errstate(over="ignore"):
-        salted = np.asarray(ids, dtype=np.int64).view(np.uint64) ^ (t * GOLDEN)
-        keys = mix64(salted)
+        keys = np.asarray(ids, dtype=np.int64).view(np.uint64) ^ (t * GOLDEN)
+        mix64(keys, out=keys)
         keys >>= np.uint64(8)
         keys |= t << np.uint64(56)
     keys = keys.view(np.int64)
@@ -67,6 +79,16 @@ def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
     # that would take them take the key two above instead.
     keys[keys <= TOMBSTONE] += 2
     return keys
+
+
+def _first_of_each(values: np.ndarray) -> np.ndarray:
+    """Where each distinct value first occurs (np.unique's return_index, in a few numpy
+    calls: admission inserts a few dozen keys a step, where np.unique's overhead shows)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.ones(len(values), dtype=bool)
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return order[first]
 
 
 def _signed(word: int) -> int:
@@ -132,20 +154,27 @@ def slot_count(capacity: int) -> int:
 
 
 def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str, torch.Tensor]:
-    """The arrays of an empty map (see `DynamicRowMap`)."""
-    slots = slot_count(capacity)
+    """The arrays of an empty map (see `DynamicRowMap`); `map_bytes` counts them."""
+    if capacity >= np.iinfo(np.int32).max:
+        raise ValueError(f"a pool holds fewer than 2^31 - 1 rows, not {capacity:,}")
+    keys = torch.full((capacity + 2,), FREE, dtype=torch.int64)
+    keys[-1] = int(TOMBSTONE)  # the key of row -1, which tombstone slots name
     return {
-        # Each slot's key and row side by side: a probe that finds its key reads its row
-        # from the same cache line (the table is far larger than the caches).
-        "slots": torch.stack([torch.full((slots,), int(EMPTY), dtype=torch.int64),
-                              torch.zeros(slots, dtype=torch.int64)], dim=1),
-        "row_key": torch.full((capacity + 1,), FREE, dtype=torch.int64),
+        "slots": torch.zeros(slot_count(capacity), dtype=torch.int32),
+        "row_key": keys,
         "last_used": torch.zeros(capacity + 1, dtype=torch.int64),
         # Free rows, a stack popped from its top: rows 1, 2, 3... first.
-        "free": torch.arange(capacity, 0, -1, dtype=torch.int64),
+        "free": torch.arange(capacity, 0, -1, dtype=torch.int32),
         "sketch": torch.zeros(sketch_depth, sketch_width, dtype=torch.int32),
-        "meta": torch.tensor([0, 0, 0, capacity, 0] + [0] * len(COUNTERS), dtype=torch.int64),
+        "meta": torch.tensor([0, 0, 0, capacity, 0, 0] + [0] * len(COUNTERS),
+                             dtype=torch.int64),
     }
+
+
+def map_bytes(capacity: int, sketch_width: int, sketch_depth: int) -> int:
+    """The bytes of `map_tensors(capacity, ...)`, without allocating them."""
+    return (4 * slot_count(capacity) + 8 * (capacity + 2) + 8 * (capacity + 1) + 4 * capacity
+            + 4 * sketch_depth * sketch_width + 8 * (_FIRST_COUNTER + len(COUNTERS)))
 
 
 class DynamicRowMap:
@@ -168,10 +197,10 @@ class DynamicRowMap:
         """Take numpy views of the tensors again: after they moved (`share_memory_`) or the
         map arrived in another process (views are not pickled, the tensors are)."""
         a = {k: t.numpy() for k, t in self.tensors.items()}
-        self._slot_key, self._slot_row = a["slots"][:, 0], a["slots"][:, 1]
-        self._row_key, self._last_used, self._free = a["row_key"], a["last_used"], a["free"]
+        self._slots, self._key_of_row = a["slots"], a["row_key"]
+        self._row_key = self._key_of_row[:-1]  # rows 0..capacity (row -1: the tombstones')
+        self._last_used, self._free = a["last_used"], a["free"]
         self._sketch, self._meta = a["sketch"], a["meta"]
-        self._shift = np.uint64(64 - (len(self._slot_key).bit_length() - 1))
         depth = self._sketch.shape[0]
         self._sketch_salt = mix64(np.arange(1, depth + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
 
@@ -193,35 +222,35 @@ class DynamicRowMap:
         rows = self.find(keys)
         if not admit:
             return rows, np.empty(0, dtype=np.int64)
-        clock = self.touch(rows, examples)
+        clock, _ = self.touch(rows, examples)
         return rows, self.admit(keys, rows, clock)
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """The rows of `keys`, the default row for keys not in the map. Safe without the
-        lock: a key being inserted meanwhile reads as missing (its row is written before
-        the key), and a key being evicted may still read its old row, as Hogwild updates
-        race."""
-        slot = self._probe(keys)
-        return np.where(slot >= 0, self._slot_row[slot], DEFAULT_ROW)
+        lock: a key being inserted meanwhile reads as missing or as its row (the row's key
+        is written before the slot that names it), and a key being evicted may still read
+        its old row, as Hogwild updates race."""
+        return self._probe(keys)[1].astype(np.int64)  # an empty slot: row 0
 
-    def touch(self, rows: np.ndarray, examples: int) -> int:
+    def touch(self, rows: np.ndarray, examples: int) -> tuple[int, int]:
         """A training step's use of `rows`: the clock advances by `examples`, the rows found
         are marked used now, the lookups counted. Safe without the lock (a race between
-        processes can lose a count or a tick, never a row). Returns the clock."""
+        processes can lose a count or a tick, never a row). The clock, and the lookups that
+        found no row."""
         meta = self._meta
         meta[_CLOCK] += examples
         clock = int(meta[_CLOCK])
-        hit = rows != DEFAULT_ROW
-        self._last_used[rows[hit]] = clock
+        self._last_used[rows] = clock  # the default row's too: nothing reads its age
+        hits = int(np.count_nonzero(rows))
         meta[_FIRST_COUNTER + COUNTERS.index("lookups")] += len(rows)
-        meta[_FIRST_COUNTER + COUNTERS.index("hits")] += len(rows) - int((~hit).sum())
-        return clock
+        meta[_FIRST_COUNTER + COUNTERS.index("hits")] += hits
+        return clock, len(rows) - hits
 
-    def needs_admit(self, rows: np.ndarray, clock: int) -> bool:
-        """Whether `admit` has work: ids without a row, or expired rows to free."""
+    def needs_admit(self, misses: int, clock: int) -> bool:
+        """Whether `admit` has work: ids without a row (`touch`'s misses), or expired rows
+        to free."""
         ttl = self.eviction.ttl
-        return bool((rows == DEFAULT_ROW).any()) or (
-            ttl is not None and clock - self._meta[_SWEPT] >= max(1, ttl // 8))
+        return misses > 0 or (ttl is not None and clock - self._meta[_SWEPT] >= max(1, ttl // 8))
 
     def admit(self, keys: np.ndarray, rows: np.ndarray, clock: int) -> np.ndarray:
         """Under the lock: count the sightings of the keys `rows` has no row for, give rows
@@ -243,11 +272,15 @@ class DynamicRowMap:
         fresh = self._take_rows(int(admitted.sum()))
         row_of_new = np.zeros(len(new), dtype=np.int64)
         row_of_new[admitted] = fresh
-        self._insert(new[admitted], fresh)  # (a rebuild inside re-inserts rows with keys)
+        meta = self._meta
+        if meta[_LIVE] + meta[_TOMBS] + len(fresh) > 3 * len(self._slots) // 4:
+            self._rebuild()
+        # The rows' keys before the slots that name them: a reader without the lock that
+        # finds a slot finds its key.
         self._row_key[fresh] = new[admitted]
         self._last_used[fresh] = clock
+        self._insert(new[admitted], fresh)
         rows[miss] = row_of_new[inverse]
-        meta = self._meta
         meta[_FIRST_COUNTER + COUNTERS.index("admitted")] += len(fresh)
         meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += int(
             (rows[miss] == DEFAULT_ROW).sum())
@@ -267,59 +300,56 @@ class DynamicRowMap:
         return self._row_key[rows], rows
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return dict(self.tensors)
+        """The map's tensors but the hash table, which `load_state_dict` rebuilds from the
+        rows' keys (`row_key`: rows 0..capacity)."""
+        state = {k: t for k, t in self.tensors.items() if k != "slots"}
+        state["row_key"] = state["row_key"][:-1]
+        return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for name, t in self.tensors.items():
+        for name, t in self.state_dict().items():
             if state[name].shape != t.shape:
                 raise ValueError(f"id map {name}: saved shape {tuple(state[name].shape)}, "
                                  f"this map's {tuple(t.shape)}")
             t.copy_(state[name])
+        self._rebuild()
 
     # -- the hash table ----------------------------------------------------------------------
-    def _home(self, keys: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore"):
-            return ((keys.view(np.uint64) * GOLDEN) >> self._shift).astype(np.int64)
-
-    def _probe(self, keys: np.ndarray) -> np.ndarray:
-        """The slot holding each key, or -1 (probing stops at an empty slot). The first
-        round, where nearly every key ends, runs over the whole batch without index arrays."""
-        mask = len(self._slot_key) - 1
-        pos = self._home(keys)
-        at = self._slot_key[pos]
-        found = np.where(at == keys, pos, -1)
-        going = (found < 0) & (at != EMPTY)
-        if not going.any():
-            return found
-        look = np.flatnonzero(going)
-        pos = (pos[look] + 1) & mask
+    def _probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The slot holding each key, or the empty slot where its search ended; and what
+        that slot held when read (the key's row, or 0), which another process may change
+        right after (its row is not read again). The first round, where nearly every key
+        ends, runs over the whole batch without index arrays."""
+        slots, key_of_row, mask = self._slots, self._key_of_row, len(self._slots) - 1
+        pos = keys >> _HOME_SHIFT
+        pos &= mask
+        row = slots[pos]
+        look = np.flatnonzero(key_of_row[row] != keys)
+        if not len(look):
+            return pos, row
+        look = look[row[look] != _EMPTY_SLOT]  # the others end here, missing
+        step = (pos[look] + 1) & mask
         while len(look):
-            at = self._slot_key[pos]
-            hit = at == keys[look]
-            found[look[hit]] = pos[hit]
-            going = ~hit & (at != EMPTY)
-            look, pos = look[going], (pos[going] + 1) & mask
-        return found
+            at = slots[step]
+            going = (key_of_row[at] != keys[look]) & (at != _EMPTY_SLOT)
+            pos[look], row[look] = step, at
+            look, step = look[going], (step[going] + 1) & mask
+        return pos, row
 
     def _insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        """Put distinct keys that are not in the table: each takes the first empty or
-        tombstone slot from its home; of several keys reaching one free slot in a round,
-        the first takes it and the others probe on."""
-        meta, mask = self._meta, len(self._slot_key) - 1
-        if meta[_LIVE] + meta[_TOMBS] + len(keys) > 3 * (mask + 1) // 4:
-            self._rebuild()
+        """Put distinct keys that are not in the table (their rows' `row_key` set already):
+        each takes the first empty or tombstone slot from its home; of several keys reaching
+        one free slot in a round, the first takes it and the others probe on."""
+        meta, slots, mask = self._meta, self._slots, len(self._slots) - 1
         look = np.arange(len(keys))
-        pos = self._home(keys)
+        pos = (keys >> _HOME_SHIFT) & mask
         while len(look):
-            at = self._slot_key[pos]
-            open_ = (at == EMPTY) | (at == TOMBSTONE)
+            at = slots[pos]
+            open_ = (at == _EMPTY_SLOT) | (at == _TOMB_SLOT)
             wants = np.flatnonzero(open_)
-            _, first = np.unique(pos[wants], return_index=True)
-            won = wants[first]
-            meta[_TOMBS] -= int((at[won] == TOMBSTONE).sum())
-            # The row before the key: a reader without the lock that sees the key sees it.
-            self._slot_row[pos[won]] = rows[look[won]]
-            self._slot_key[pos[won]] = keys[look[won]]
+            won = wants[_first_of_each(pos[wants])]
+            meta[_TOMBS] -= int(np.count_nonzero(at[won] == _TOMB_SLOT))
+            slots[pos[won]] = rows[look[won]]
             placed = np.zeros(len(look), dtype=bool)
             placed[won] = True
             step = ~open_  # an occupied slot: probe the next; a lost race: look again
@@ -327,15 +357,17 @@ class DynamicRowMap:
         meta[_LIVE] += len(keys)
 
     def _rebuild(self) -> None:
+        """The table again from the rows' keys, without tombstones."""
         keys, rows = self.live_keys()
-        self._slot_key[:] = EMPTY
+        self._slots[:] = _EMPTY_SLOT
         self._meta[_LIVE] = 0
         self._meta[_TOMBS] = 0
         self._insert(keys, rows)
 
     # -- admission and eviction --------------------------------------------------------------
     def _count(self, keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Add `counts` sightings of the distinct `keys` to the sketch; their estimates."""
+        """Add `counts` sightings of the distinct `keys` to the sketch; their estimates.
+        Then halve every counter if `width / 2` sightings have come since the last time."""
         if self.admit_after == 1:
             return np.ones(len(keys), dtype=np.int64)
         # Keys are mixed already: multiply-shift hashing (one odd multiplier a row, the top
@@ -348,11 +380,15 @@ class DynamicRowMap:
                 col = ((keys.view(np.uint64) * factor) >> shift).astype(np.int64)
                 np.add.at(self._sketch[j], col, added)
                 estimate = np.minimum(estimate, self._sketch[j][col])
+        self._meta[_COUNTED] += int(counts.sum())
+        if self._meta[_COUNTED] >= self._sketch.shape[1] // 2:
+            self._sketch >>= 1
+            self._meta[_COUNTED] = 0
         return estimate
 
     def _take_rows(self, n: int) -> np.ndarray:
         top = int(self._meta[_FREE_TOP])
-        rows = self._free[top - n:top][::-1].copy()
+        rows = self._free[top - n:top][::-1].astype(np.int64)
         self._meta[_FREE_TOP] = top - n
         return rows
 
@@ -360,7 +396,7 @@ class DynamicRowMap:
         """Free `rows`: their keys leave the table (tombstones), the rows join the free stack."""
         if not len(rows):
             return
-        self._slot_key[self._probe(self._row_key[rows])] = TOMBSTONE
+        self._slots[self._probe(self._row_key[rows])[0]] = _TOMB_SLOT
         meta = self._meta
         meta[_LIVE] -= len(rows)
         meta[_TOMBS] += len(rows)

@@ -29,7 +29,14 @@ import numpy as np
 import torch
 
 from shadowsync.data.bags import Bags
-from shadowsync.embeddings.dynamic import DEFAULT_ROW, LRU, DynamicRowMap, Eviction, raw_keys
+from shadowsync.embeddings.dynamic import (
+    DEFAULT_ROW,
+    LRU,
+    DynamicRowMap,
+    Eviction,
+    map_bytes,
+    raw_keys,
+)
 from shadowsync.embeddings.tables import INIT_MIN_ROWS, EmbeddingTables
 from shadowsync.embeddings.unique import unique_with_inverse
 
@@ -37,24 +44,30 @@ SKETCH_DEPTH = 4
 
 
 def sketch_width(capacity: int, admit_after: int) -> int:
-    """Counters per sketch row: a power of two >= 2 x the pool (one when nothing is counted)."""
-    return 1 if admit_after == 1 else 1 << max(10, (2 * capacity - 1).bit_length())
+    """Counters per sketch row: a power of two >= the pool (one when nothing is counted)."""
+    return 1 if admit_after == 1 else 1 << max(10, (capacity - 1).bit_length())
 
 
-def bytes_per_row(width: int, admit_after: int) -> int:
-    """The most memory a pool row costs with its share of the map: the row and its Adagrad
-    accumulator, its key, age and free-stack entry, up to four hash slots of 16 bytes (a
-    power of two >= twice the pool), and with admission up to four sketch columns of four
-    counters."""
-    return 4 * width + 4 + 3 * 8 + 4 * 16 + (4 * SKETCH_DEPTH * 4 if admit_after > 1 else 0)
+def holder_bytes(capacity: int, width: int, admit_after: int) -> int:
+    """The memory of a holder's pool of `capacity` rows, all of it allocated at the start:
+    the rows (float32, the default row too) and their row-wise Adagrad sums, and the map
+    (`map_bytes`: hash slots, each row's key, age and free-stack entry, the sketch)."""
+    return (capacity + 1) * (4 * width + 4) + map_bytes(
+        capacity, sketch_width(capacity, admit_after), SKETCH_DEPTH)
 
 
 def pool_rows(table_rows: list[int] | tuple[int, ...], width: int, admit_after: int,
               memory: int | None, holders: int) -> int:
-    """Rows of each holder's pool: the tables' row budgets, or what `memory` bytes hold,
-    shared evenly by `holders` (ids are spread over them by their key)."""
-    total = sum(table_rows) if memory is None else memory // bytes_per_row(width, admit_after)
-    return max(1, -(-total // holders))
+    """Rows of each holder's pool: the tables' row budgets shared evenly by `holders` (ids
+    are spread over them by their key), or the most rows whose `holder_bytes` fit in each
+    holder's share of `memory` (at least one)."""
+    if memory is None:
+        return max(1, -(-sum(table_rows) // holders))
+    share, lo, hi = memory // holders, 1, max(1, memory // holders // (4 * width + 4))
+    while lo < hi:  # the bytes grow with the rows: the largest pool that fits
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if holder_bytes(mid, width, admit_after) <= share else (lo, mid - 1)
+    return lo
 
 
 @dataclass(frozen=True)
@@ -159,15 +172,18 @@ class DynamicTables:
         return self
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.tensors()
+        """Rows, optimizer state and the map's state (its hash table is rebuilt on load)."""
+        return {**self.pool.state_dict(),
+                **{f"map/{k}": v for k, v in self.map.state_dict().items()}}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
-            for name, t in self.tensors().items():
+            for name, t in self.pool.state_dict().items():
                 if state[name].shape != t.shape:
                     raise ValueError(f"dynamic tables {name}: saved shape "
                                      f"{tuple(state[name].shape)}, these {tuple(t.shape)}")
                 t.copy_(state[name])
+        self.map.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("map/")})
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -186,8 +202,8 @@ class DynamicTables:
         k = keys.numpy()
         rows = self.map.find(k)
         if admit:
-            clock = self.map.touch(rows, examples)
-            if self.map.needs_admit(rows, clock):
+            clock, misses = self.map.touch(rows, examples)
+            if self.map.needs_admit(misses, clock):
                 with self.lock:
                     fresh = self.map.admit(k, rows, clock)
                     if len(fresh):
