@@ -65,8 +65,9 @@ def role_main(cfg: TrainConfig) -> None:
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
+    layout = layout_of(cfg.cluster)  # once: every part below is handed it
     try:
-        role, index = layout_of(cfg.cluster).role(rank)
+        role, index = layout.role(rank)
         name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
     except ValueError:  # a launcher of the wrong size; run_role says so
         name, short = f"rank {rank}", f"rank{rank}"
@@ -76,7 +77,7 @@ def role_main(cfg: TrainConfig) -> None:
     if cfg.output.dir:
         attempts.note_process(short, Path(cfg.output.dir))
     try:
-        run_role(cfg)
+        run_role(cfg, layout)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
         logging.shutdown()
         os._exit(e.exit_code)
@@ -93,9 +94,8 @@ def role_main(cfg: TrainConfig) -> None:
         leave_now(EXIT_FAILED)
 
 
-def run_role(cfg: TrainConfig) -> None:
+def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
     """Join the job's process group, run this rank's role, leave."""
-    layout = layout_of(cfg.cluster)
     if cfg.data.val_share > 0:
         # Each new best model is saved while the job trains: import the checkpoint writer now,
         # while every process starts (seconds), rather than in the first save, where it held
@@ -103,7 +103,7 @@ def run_role(cfg: TrainConfig) -> None:
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     rank, trainer_group = join_process_group(layout)
     role, index = layout.role(rank)
-    endpoint = rpc_endpoint(cfg.cluster)
+    endpoint = rpc_endpoint(cfg.cluster.rpc_port)
     if cfg.output.dir and (role, index) != ("trainer", 0):
         follow_trainer0(Path(cfg.output.dir))
     if role == "embedding":

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from shadowsync.errors import UserError
@@ -351,11 +351,17 @@ class SyncConfig:
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
         "clears")
 
-    @property
+    @cached_property
     def entry(self) -> SyncMode:
         """The mode's entry in the registry (`shadowsync.spec.modes`): what it needs and
-        allows (dense servers, lockstep, resuming, switching...)."""
+        allows (dense servers, lockstep, resuming, switching...). Looked up once per section
+        (the section travels to every process with it)."""
         return mode_of(self.mode)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "mode":  # a new --sync: its entry is looked up again
+            self.__dict__.pop("entry", None)
+        super().__setattr__(name, value)
 
     def check(self) -> None:
         _positive(self.every, "sync-every")
