@@ -90,8 +90,9 @@ def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
     """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
-    # adapted: a config that no job resolved (a test's, a peer's) builds what a job would
-    return build_model(cfg.adapted().model, features.num_dense, features.num_tables)
+    # validating: a config that no job resolved (a test's, a peer's) builds what a job would
+    return build_model(cfg.model, features.num_dense, features.num_tables,
+                       validating=cfg.data.val_share > 0)
 
 
 class CtrTask:
@@ -121,7 +122,7 @@ class CtrTask:
         roc_auc()
 
     def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
-                 stop: int, cfg: TrainConfig) -> dict[str, float]:
+                 stop: int) -> dict[str, float]:
         from shadowsync.train.evaluate import evaluate
 
         return evaluate(model, tables, plan.eval, start, stop, plan.features.id_modulus)
