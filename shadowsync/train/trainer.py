@@ -446,8 +446,8 @@ class Trainer:
             return float("nan")
         try:
             self._evaluating = True
-            return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
-                                      self.cfg)[self.task.metric]
+            return self.task.evaluate(self.model, self.tables, p, p.eval_start,
+                                      stop)[self.task.metric]
         except _EvalAbandoned:
             return float("nan")
         finally:
@@ -455,5 +455,4 @@ class Trainer:
 
     def final_eval(self) -> dict[str, float]:
         p = self.plan
-        return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop,
-                                  self.cfg)
+        return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop)

@@ -101,7 +101,7 @@ class Task(Protocol):
         ...
 
     def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
-                 stop: int, cfg: Any) -> dict[str, float]:
+                 stop: int) -> dict[str, float]:
         ...
 
     def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:

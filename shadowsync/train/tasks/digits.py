@@ -124,7 +124,7 @@ class DigitsTask:
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
-                 stop: int, cfg: Any) -> dict[str, float]:
+                 stop: int) -> dict[str, float]:
         data = plan.eval
         x = torch.from_numpy(np.asarray(data.dense[start:stop]))
         y = torch.from_numpy(np.asarray(data.labels[start:stop])).long()
