@@ -31,7 +31,7 @@ class RunResult:
     """What a run left: `summary` (the contents of summary.json), `out` (the run directory,
     with metrics.jsonl, config.toml, ne.png) and `config` (the options as resolved)."""
 
-    summary: dict[str, Any]
+    summary: dict[str, object]
     out: Path
     config: TrainConfig
 
@@ -66,7 +66,7 @@ def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
 MAX_ROLLBACKS = 3
 
 
-def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     """Check every input, then create the output directory, write config.toml and train:
     in this process for one trainer with local tables, else as a local cluster launched
     like torchrun. Returns the resolved configuration and the summary.
@@ -88,12 +88,12 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
         raise
 
 
-def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, dict[str, Any]]:
+def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, dict[str, object]]:
     """`run`'s attempts: the first, then one from the last good checkpoint after each
     divergence, while --on-divergence rollback allows."""
     from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
 
-    rollbacks: list[dict[str, Any]] = []
+    rollbacks: list[dict[str, object]] = []
     if cfg.output.dir is None and not cfg.checkpoint.resume:
         cfg = replace(cfg, out=str(default_out_dir()))
     while True:

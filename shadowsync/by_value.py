@@ -97,7 +97,7 @@ def _reduce_module(module: Any) -> tuple[Any, ...]:
     return _rebuild_module, (dumps(cls, f"model class {cls.__qualname__}"), module.__dict__)
 
 
-def _rebuild_module(class_blob: bytes, state: dict[str, Any]) -> Any:
+def _rebuild_module(class_blob: bytes, state: dict[str, object]) -> Any:
     cls = cloudpickle.loads(class_blob)  # the same class again for the same blob
     module = cls.__new__(cls)
     module.__setstate__(state)

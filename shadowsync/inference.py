@@ -44,7 +44,7 @@ def schema_path(out: str | Path) -> Path:
 
 
 def export(checkpoint: str | Path, out: str | Path,
-           model: Callable[..., Any] | None = None) -> dict[str, Any]:
+           model: Callable[..., Any] | None = None) -> dict[str, object]:
     """Write the checkpoint's model as a `torch.export` program to `out` (``.pt2``) and its
     feature schema to ``out.schema.json``; returns what was written, with sizes and times."""
     import torch  # start-up cost: `import shadowsync` has no torch until it is used
@@ -72,7 +72,7 @@ def export(checkpoint: str | Path, out: str | Path,
             "export_s": round(time.perf_counter() - t0 - t_load, 3), "checkpoint": str(step)}
 
 
-def program_inputs(trained: TrainedModel) -> list[dict[str, Any]]:
+def program_inputs(trained: TrainedModel) -> list[dict[str, object]]:
     """The exported program's positional inputs, in order: dense, the single-id features'
     ids, then each multi-hot feature's values, lengths [B] and, when weighted, weights."""
     single = [f.name for f in trained.features if not f.multi_hot]

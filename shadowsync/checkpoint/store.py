@@ -65,7 +65,7 @@ def published(run: Path) -> list[Path]:
     return [p for _, p in sorted(steps)]
 
 
-def publish(staging: Path, final: Path, manifest: dict[str, Any], config_toml: str) -> Path:
+def publish(staging: Path, final: Path, manifest: dict[str, object], config_toml: str) -> Path:
     """Write the manifest and config into `staging`, then rename it to `final`."""
     (staging / CONFIG).write_text(config_toml, encoding="utf-8")
     tmp = staging / (MANIFEST + ".tmp")
@@ -123,7 +123,7 @@ def find_checkpoint(path: str | Path, option: str = "--checkpoint",
     return found[-1]
 
 
-def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, Any]:
+def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, object]:
     try:
         manifest = json.loads((step / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:

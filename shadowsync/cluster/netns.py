@@ -93,10 +93,10 @@ def _tc(*args: Any, check: bool = True) -> subprocess.CompletedProcess:
 # --------------------------------------------------------------------- probing
 
 _probe_lock = threading.Lock()
-_probe_result: dict[str, Any] | None = None
+_probe_result: dict[str, object] | None = None
 
 
-def _probe() -> dict[str, Any]:
+def _probe() -> dict[str, object]:
     """Try the real operations once per process in a throwaway namespace.
 
     Checking euid or capabilities is not enough: seccomp profiles, user
@@ -107,7 +107,7 @@ def _probe() -> dict[str, Any]:
     with _probe_lock:
         if _probe_result is not None:
             return _probe_result
-        result: dict[str, Any] = {"netns": None, "shaping": None, "netem": False}
+        result: dict[str, object] = {"netns": None, "shaping": None, "netem": False}
         if shutil.which("ip") is None:
             result["netns"] = "the 'ip' command (iproute2) is not installed"
         else:

@@ -95,7 +95,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         tp = _base_type(o.type)
         text = (o.field.metadata.get("help") or "") + _default_text(o)
         # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
-        kw: dict[str, Any] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
+        kw: dict[str, object] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
         if o.field.metadata.get("spec"):  # parsed with the rest of the configuration
             kw.update(type=str, metavar="TEXT")
             if get_origin(tp) is list:
@@ -146,10 +146,10 @@ def _coerce(name: str, value: Any, option: Option, source: str) -> Any:
     return value
 
 
-def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
+def flat_options(table: dict[str, object], source: str) -> dict[str, object]:
     """A TOML table's options by flat name. Keys are flat option names (`sync_every`, dashes
     allowed) or section tables of field names (`[sync]` `every = 20`)."""
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for key, value in table.items():
         name = key.replace("-", "_")
         if name in SECTIONS and isinstance(value, dict):
@@ -169,10 +169,10 @@ def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
     return values
 
 
-def load_config(args: argparse.Namespace, absent: dict[str, Any] | None = None) -> TrainConfig:
+def load_config(args: argparse.Namespace, absent: dict[str, object] | None = None) -> TrainConfig:
     """Defaults < `absent` (flat values for options the TOML file does not set) < TOML file
     (`--config`) < command line. Unknown TOML keys are an error."""
-    values: dict[str, Any] = dict(absent or {})
+    values: dict[str, object] = dict(absent or {})
     path = getattr(args, "config", None)
     if path:
         values.update(flat_options(read_toml(path, path), path))
@@ -201,7 +201,7 @@ def model_name(model: str | Callable[..., Any]) -> str:
     return f"{model.__module__}:{model.__qualname__}" if callable(model) else model
 
 
-def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+def config_to_dict(cfg: TrainConfig) -> dict[str, object]:
     """The options as plain data by flat name (JSON and TOML can hold every value)."""
     values = {k: plain(v) for k, v in cfg.flat().items()}
     values["model"] = model_name(values["model"])

@@ -58,7 +58,7 @@ def opt(default: Any, help: str, flag: str | None = None, choices: tuple[str, ..
 
 
 @cache
-def type_hints(cls: type) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, object]:
     return get_type_hints(cls)
 
 
@@ -275,7 +275,7 @@ class OptimConfig:
                              "embedding-initial-accumulator")
         _non_negative_number(self.embedding_weight_decay, "embedding-weight-decay")
 
-    def table_optimizer(self) -> dict[str, Any]:
+    def table_optimizer(self) -> dict[str, object]:
         """How every embedding table of the job learns, wherever it lives (a server, a
         trainer, a checkpoint being evaluated, a peer's tables)."""
         return {"optimizer": self.optimizer, "lr": self.embedding_lr,

@@ -88,7 +88,7 @@ class TrainConfig:
     # dataclasses.replace(cfg, data="x.tsv") hands __init__ every field it leaves alone, but
     # not the section that the flat option of the same name (--data, --model, --sync) lives
     # in: `_base` (read as the sections as they are) hands it over, so only the option changes.
-    _base: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    _base: dict[str, object] | None = field(default=None, repr=False, compare=False)
 
     def __init__(self, **options: Any) -> None:
         base = options.pop("_base", None) or {}
@@ -125,7 +125,7 @@ class TrainConfig:
                                  f"cfg.{section}.{field_name}")
         raise AttributeError(f"TrainConfig has no attribute {name!r}")
 
-    def flat(self) -> dict[str, Any]:
+    def flat(self) -> dict[str, object]:
         """Every option by its flat name, in --help order."""
         return {key: getattr(self if section is None else getattr(self, section), name)
                 for key, (section, name) in FLAT.items()}

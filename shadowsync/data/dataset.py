@@ -72,7 +72,7 @@ def table_rows_of(path: str, num_tables: int,
     return tuple(declared if declared is not None else given(num_tables))
 
 
-def sparse_features(path: str, num_tables: int) -> list[dict[str, Any]]:
+def sparse_features(path: str, num_tables: int) -> list[dict[str, object]]:
     """Each table's feature, in the tables' order, from the files' headers: its name (an
     array directory's features.json names, else C1..CT as Criteo names its fields), whether it
     is multi-hot, and then its pooling and weighting. What a checkpoint's manifest records."""

@@ -130,7 +130,7 @@ class TableSchema:
                            [vars(m) for m in self.multi_hot]], sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
-    def features(self) -> dict[str, Any]:
+    def features(self) -> dict[str, object]:
         """features.json of the converted directory (the shared array-directory format)."""
         return {"dense": list(self.dense),
                 "categorical": [{"name": c.name, "table_size": c.table_size,
@@ -450,7 +450,7 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
     pa = arrow()
     pc, pcsv = pa.compute, pa.csv
 
-    types: dict[str, Any] = {schema.label: pa.float64()}
+    types: dict[str, object] = {schema.label: pa.float64()}
     types.update({d: pa.float64() for d in schema.dense})
     types.update({c.name: pa.string() if c.hash else pa.int64() for c in schema.categorical})
     types.update({m.name: pa.string() for m in schema.multi_hot})
@@ -516,7 +516,7 @@ def _first_bad(parts: Any, value_type: Any) -> int:
     return 0
 
 
-def _csv_error(f: Path, schema: TableSchema, types: dict[str, Any], message: str) -> UserError:
+def _csv_error(f: Path, schema: TableSchema, types: dict[str, object], message: str) -> UserError:
     """pyarrow names the column but not the row of a value it cannot convert: find it."""
     pa = arrow()
     pcsv = pa.csv

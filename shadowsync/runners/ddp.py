@@ -176,7 +176,7 @@ class WorkerGroupRunner(StepRunner):
     def worker_hook(self, ctx: BaseContext, workers: int) -> WorkerGroupHook:
         return self.hook
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"period": getattr(self.hook, "period", 1)}
 
 

@@ -42,7 +42,7 @@ class FallbackSync(BackgroundSync):
         self.fallback = fallback
         self.policy = policy
         self.names = names  # (the job's --sync, the fallback's) for logs
-        self.moves: list[dict[str, Any]] = []
+        self.moves: list[dict[str, object]] = []
         self._steps: list[float] = []
 
     def observe(self, report: WorkerReport) -> None:
@@ -86,7 +86,7 @@ class FallbackSync(BackgroundSync):
             log.info("background sync: %s -> %s at round %d, stragglers %s", move["from"],
                      move["to"], move["round"], move["stragglers"] or "none (cleared)")
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The job's rule's state, also while EASGD rounds run (a resumed job starts on the
         job's rule, so a checkpoint always has what that rule loads)."""
         if self._thread is None and not self.all_rounds:  # before start: shapes, as base
@@ -94,13 +94,13 @@ class FallbackSync(BackgroundSync):
         return {f"{name}.{k}": v for name, rule in self.primary.items()
                 if hasattr(rule, "state_dict") for k, v in rule.state_dict().items()}
 
-    def final_metrics(self) -> dict[str, Any]:
+    def final_metrics(self) -> dict[str, object]:
         return {**super().final_metrics(), "sync_moves": self.moves}
 
-    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, everyone: list[dict[str, object]]) -> dict[str, object]:
         return {"sync_moves": everyone[0].get("sync_moves", []) if everyone else []}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {**super().describe(), "straggler_fallback": self.names[1]}
 
 

@@ -97,5 +97,5 @@ class ForegroundSync(GroupRunner):
         if self.gate is not None:
             self.gate.release()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"sync_every": self.every}

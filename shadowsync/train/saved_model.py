@@ -50,7 +50,7 @@ def feature_names(num_tables: int) -> list[str]:
     return [f"C{i + 1}" for i in range(num_tables)]
 
 
-def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
+def _sparse_features(manifest: dict[str, object], cfg: Any, num_tables: int
                      ) -> list[SparseFeature]:
     """Each table's feature: its name, and for a multi-hot one its pooling and weighting.
     From the manifest (saved since they were recorded there), else from the training data's
@@ -101,7 +101,7 @@ def _dynamic_tables(step: Path, cfg: Any, features: Features
     return tables, id_keys
 
 
-def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
+def _tables(step: Path, cfg: Any, manifest: dict[str, object],
             table_rows: tuple[int, ...]) -> list[torch.Tensor]:
     """Every table whole, [rows, width] each, in feature order."""
     width = cfg.model.table_width()
@@ -125,7 +125,7 @@ def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
     return [every[plan.table_keys(t)].clone() for t in range(len(table_rows))]
 
 
-def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
+def _server_params(step: Path, manifest: dict[str, object]) -> torch.Tensor | None:
     """The dense parameters trained on the dense servers (bsp, asp, switch), or None."""
     names = sorted((s for s in manifest.get("shards", []) if s.startswith("dense")),
                    key=lambda s: int(s[5:]))
@@ -135,7 +135,7 @@ def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
     return torch.cat(pieces) if pieces else None
 
 
-def _features(manifest: dict[str, Any], cfg: Any) -> Any:
+def _features(manifest: dict[str, object], cfg: Any) -> Any:
     """The model's input shape: from the manifest (saved since the shape was recorded there,
     so the data need not be at hand), else from the data's headers."""
     if "num_dense" in manifest and "table_rows" in manifest:

@@ -17,7 +17,7 @@ class ModelSelection:
     higher_is_better: bool = False
     patience: int | None = None  # evaluations without improvement before stopping (None: never)
     best: float | None = None
-    best_at: dict[str, Any] = field(default_factory=dict)  # what `observe` was told of the best
+    best_at: dict[str, object] = field(default_factory=dict)  # what `observe` was told of the best
     since_best: int = 0
     evaluations: int = 0
 

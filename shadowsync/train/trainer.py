@@ -425,9 +425,9 @@ class Trainer:
             raise PeerLost(f"trainer {self.index}: worker {dead[0]} exited with code "
                            f"{procs[dead[0]].exitcode}")
 
-    def _metrics_row(self, wall: float) -> dict[str, Any]:
+    def _metrics_row(self, wall: float) -> dict[str, object]:
         s = self.stats
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "trainer": self.index, "examples": s.examples, "wall_s": round(wall, 3),
             "eps": s.examples / wall if wall > 0 else 0.0,
             f"train_{self.running.name}": self.running.value,

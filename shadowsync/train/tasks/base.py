@@ -104,6 +104,6 @@ class Task(Protocol):
                  stop: int) -> dict[str, float]:
         ...
 
-    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
+    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, object]:
         """Summary entries of the final evaluation."""
         ...

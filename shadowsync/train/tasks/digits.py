@@ -132,6 +132,6 @@ class DigitsTask:
         return {"accuracy": float((logits.argmax(1) == y).float().mean()),
                 "loss": float(F.cross_entropy(logits, y)), "examples": stop - start}
 
-    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
+    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, object]:
         return {"eval_accuracy": final["accuracy"], "eval_loss": final["loss"],
                 "eval_examples": final["examples"]}
