@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Literal, get_args, get_origin
 
 from shadowsync.config.sections import HELP_ORDER, HELP_TOPICS, SECTIONS, choices_of, type_hints
 from shadowsync.config.train import FLAT, TrainConfig, flag_name, unknown_option
@@ -37,7 +37,7 @@ class Option:
         return TrainConfig if self.section is None else SECTIONS[self.section]
 
     @property
-    def type(self) -> Any:
+    def type(self) -> object:
         return type_hints(self.owner)[self.field.name]
 
     @property
@@ -65,7 +65,7 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _base_type(tp: Any) -> Any:
+def _base_type(tp: object) -> object:
     if get_origin(tp) is Literal:
         return type(get_args(tp)[0])
     args = [a for a in get_args(tp) if a is not type(None)]
@@ -91,7 +91,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file")
     groups = {title: parser.add_argument_group(title) for title in HELP_ORDER}
     for o in OPTIONS:
-        group: Any = groups[o.topic] if o.topic else parser
+        group: argparse._ActionsContainer = groups[o.topic] if o.topic else parser
         tp = _base_type(o.type)
         text = (o.field.metadata.get("help") or "") + _default_text(o)
         # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
@@ -120,7 +120,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{_flag(o.name)}", **kw)
 
 
-def _coerce(name: str, value: Any, option: Option, source: str) -> Any:
+def _coerce(name: str, value: object, option: Option, source: str) -> object:
     base = _base_type(option.type)
     if value is None:
         return None
@@ -183,7 +183,7 @@ def load_config(args: argparse.Namespace, absent: dict[str, object] | None = Non
     return TrainConfig(**values)  # validated on construction
 
 
-def config_from_options(config: TrainConfig | None = None, **options: Any) -> TrainConfig:
+def config_from_options(config: TrainConfig | None = None, **options: object) -> TrainConfig:
     """A validated TrainConfig from a base config (default: all defaults) and keyword options
     named like the long command-line options (`trainers=2, sync="s-bmuf"`), or whole
     sections (`sync=SyncConfig(...)`)."""
@@ -195,7 +195,7 @@ def config_from_options(config: TrainConfig | None = None, **options: Any) -> Tr
     return dataclasses.replace(config or TrainConfig(), **options)
 
 
-def model_name(model: str | Callable[..., Any]) -> str:
+def model_name(model: str | Callable[..., object]) -> str:
     """How a model option is written in messages, summary.json and config.toml: a factory
     as the MODULE:FUNCTION that finds it again."""
     return f"{model.__module__}:{model.__qualname__}" if callable(model) else model
@@ -212,7 +212,7 @@ def default_out_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> object:
     """An option's value as TOML and JSON hold it: a typed value (`shadowsync.spec`) as its
     text."""
     if isinstance(value, list):
@@ -220,7 +220,7 @@ def plain(value: Any) -> Any:
     return str(value) if isinstance(value, OptionValue) else value
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     value = plain(value)
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -19,9 +19,9 @@ A section checks the values that only concern it (`check`); checks across sectio
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from functools import cache, cached_property
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from shadowsync.errors import UserError
 from shadowsync.spec.detector import DetectorConfig
@@ -39,9 +39,12 @@ Task = Literal["ctr", "digits"]
 TASK_CHOICES: tuple[str, ...] = ("ctr", "digits")
 
 
-def opt(default: Any, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None,
-        parse: Callable[[str], Any] | None = None, group: str | None = None,
-        spec: type | None = None) -> Any:
+T = TypeVar("T")
+
+
+def opt(default: T, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None,
+        parse: Callable[[str], object] | None = None, group: str | None = None,
+        spec: type | None = None) -> T:
     """A field of a section. `flag`: its long option's name with underscores where it is not
     the field's (`sync_every` for `sync.every`). `choices`: where the type is not a Literal
     that lists them. `parse`: how the command line's one word becomes the value (default: the
@@ -62,7 +65,7 @@ def type_hints(cls: type) -> dict[str, object]:
     return get_type_hints(cls)
 
 
-def choices_of(cls: type, f: Any) -> tuple[str, ...] | None:
+def choices_of(cls: type, f: Field) -> tuple[str, ...] | None:
     """The values field `f` of dataclass `cls` accepts: its metadata's, or its Literal's."""
     if f.metadata.get("choices"):
         return f.metadata["choices"]
@@ -141,7 +144,7 @@ class DataConfig:
 class ModelConfig:
     """The dense model and the embedding tables' shape."""
 
-    name: str | Callable[..., Any] = opt(
+    name: str | Callable[..., object] = opt(
         DLRM, "dense model: dlrm, or MODULE:FUNCTION called with (num_dense, num_tables, "
         "embedding_dim) that returns an nn.Module; forward(dense, emb) -> logits [B]",
         flag="model")

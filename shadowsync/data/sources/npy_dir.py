@@ -4,7 +4,6 @@ their tables."""
 
 from __future__ import annotations
 
-
 from shadowsync.data import arrays
 from shadowsync.data.ctr_data import CtrData
 from shadowsync.data.sources.base import first_rows
