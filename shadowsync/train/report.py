@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from shadowsync.config import config_to_dict
+from shadowsync.config import TrainConfig, config_to_dict
+
+if TYPE_CHECKING:
+    from shadowsync.train.tasks import DataPlan
+    from shadowsync.train.trainer import TrainerStats
 
 
 class MetricsLog:
@@ -43,7 +47,7 @@ class MetricsLog:
             self._board.close()
 
 
-def summarize(cfg: Any, plan: Any, stats: list[Any],
+def summarize(cfg: TrainConfig, plan: DataPlan, stats: list[TrainerStats],
               final: dict[str, float], train_metric: float, wall_s: float) -> dict[str, object]:
     """The contents of summary.json: totals over trainers, the final evaluation, settings.
     `train_metric` is the task's running training metric (NE for ctr, loss for digits)."""
@@ -73,7 +77,7 @@ def summarize(cfg: Any, plan: Any, stats: list[Any],
     }
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: object) -> object:
     """JSON has no NaN: write null instead."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
@@ -128,7 +132,7 @@ def plot_ne(out: Path, rows: list[dict[str, object]], teacher_ne: float | None,
     return path
 
 
-def _num(v: Any) -> bool:
+def _num(v: object) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 

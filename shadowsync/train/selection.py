@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -21,7 +20,7 @@ class ModelSelection:
     since_best: int = 0
     evaluations: int = 0
 
-    def observe(self, value: float, **where: Any) -> bool:
+    def observe(self, value: float, **where: object) -> bool:
         """Note one evaluation; True when it is the best so far (a NaN never is)."""
         self.evaluations += 1
         better = math.isfinite(value) and (

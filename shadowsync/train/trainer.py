@@ -16,8 +16,9 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -101,7 +102,7 @@ class Trainer:
         self.progress = progress
         self.running = self.task.running_metric()  # e.g. NE over recent training examples
         self.stats = TrainerStats()
-        self._procs: list[Any] = []
+        self._procs: list[BaseProcess] = []
         self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.cluster.workers,
                                           cfg.optim.optimizer)
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
@@ -111,7 +112,7 @@ class Trainer:
         self.stop_event = self.context.Event() if cfg.sync.entry.stops_alone else None
         self.stop_signal: int | None = None
         self._evaluating = False
-        self._slices: list[Any] | None = None  # each worker's rows (`_examples_at`)
+        self._slices: list[DataSlice] | None = None  # each worker's rows (`_examples_at`)
         self.stats.examples = self.resumed_examples()
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         self.validating = plan.val_start is not None and index == 0
@@ -251,8 +252,7 @@ class Trainer:
 
     def close(self) -> None:
         """Leave the RPC world (a barrier over the job) and reap the worker processes."""
-        id_maps = getattr(self.tables, "counters", None)  # dynamic tables: read them first
-        self.table_counters = id_maps() if id_maps is not None else None
+        self.table_counters = self.tables.counters()  # dynamic tables: read them first
         self.tables.detach()
         for p in self._procs:
             p.join(timeout=30)
@@ -270,7 +270,7 @@ class Trainer:
                 p.kill()
                 p.join(timeout=5)
 
-    def _follow(self, messages: Any, procs: list[Any], t0: float) -> None:
+    def _follow(self, messages: Queue, procs: list[BaseProcess], t0: float) -> None:
         """Consume worker reports until all are done; log metrics and evaluate along the way."""
         cfg, plan = self.cfg, self.plan
         expected = plan.train_stop // cfg.cluster.trainers
@@ -335,7 +335,7 @@ class Trainer:
             if row is not None and self.log is not None:
                 self.log.write(row)
 
-    def _tick(self, procs: list[Any], done: set[int]) -> None:
+    def _tick(self, procs: list[BaseProcess], done: set[int]) -> None:
         """Every TICK_S while training: stop on a dead worker or peer, note progress, and
         (trainer 0) checkpoint when due."""
         self._check_workers(procs, done)
@@ -418,7 +418,7 @@ class Trainer:
         if self.stop_event is not None:
             self.stop_event.set()
 
-    def _check_workers(self, procs: list[Any], done: set[int]) -> None:
+    def _check_workers(self, procs: list[BaseProcess], done: set[int]) -> None:
         dead = [i for i, p in enumerate(procs)
                 if i not in done and not p.is_alive() and p.exitcode not in (0, None)]
         if dead:
