@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import shadowsync.forkserver as forkserver
 from shadowsync.config import TrainConfig, config_from_options, default_out_dir
@@ -22,6 +22,9 @@ from shadowsync.inference import load
 from shadowsync.lifecycle.exits import TrainingDiverged
 from shadowsync.logs import setup_logging
 from shadowsync.train.report import write_summary
+
+if TYPE_CHECKING:
+    from shadowsync.models.trained import TrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +44,13 @@ class RunResult:
         path = self.summary.get("checkpoint")
         return Path(path) if path else None
 
-    def model(self) -> Any:
+    def model(self) -> TrainedModel:
         """The trained model as a plain `torch.nn.Module` on CPU (`shadowsync.load`)."""
         factory = self.config.model.name if callable(self.config.model.name) else None
         return load(self.checkpoint or self.out, model=factory)
 
 
-def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
+def train(config: TrainConfig | None = None, /, **options: object) -> RunResult:
     """Train with `config` (default: every default) overridden by `options`, named like the
     long command-line options with underscores (`embedding_servers=1`). `model` may also be
     a function (num_dense, num_tables, embedding_dim) -> nn.Module, defined anywhere (one from

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 import torch.distributed.rpc as rpc
@@ -127,7 +128,7 @@ def end_job(names: list[str], code: int, quiet: list[str] = (), timeout_s: float
     """Ask the processes called `names` to exit with `code` (a stopped job, saved). First
     every process of `names` and `quiet` (the Hogwild workers, which follow their trainer)
     stops writing to stderr: one leaving would make each of the others print a warning."""
-    def call_all(fn: Any, targets: list[str], *args: Any) -> None:
+    def call_all(fn: Callable[..., object], targets: list[str], *args: object) -> None:
         futs = [rpc.rpc_async(n, fn, args=args, timeout=timeout_s) for n in targets]
         for fut in futs:
             try:

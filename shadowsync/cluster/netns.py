@@ -24,7 +24,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -82,11 +82,11 @@ def _cmd(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
     return res
 
 
-def _ip(*args: Any, check: bool = True) -> subprocess.CompletedProcess:
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return _cmd(["ip", *args], check=check)
 
 
-def _tc(*args: Any, check: bool = True) -> subprocess.CompletedProcess:
+def _tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return _cmd(["tc", *args], check=check)
 
 
@@ -368,7 +368,7 @@ class NetnsHosts:
         host_index: int,
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
-        **popen_kwargs: Any,
+        **popen_kwargs: object,
     ) -> subprocess.Popen:
         """Start ``argv`` inside host ``host_index`` in its own process group.
 

@@ -15,7 +15,6 @@ import traceback
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -123,7 +122,7 @@ def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
     log.debug("done")
 
 
-def join_process_group(layout: ClusterLayout) -> tuple[int, Any]:
+def join_process_group(layout: ClusterLayout) -> tuple[int, dist.ProcessGroup]:
     """Meet every process of this attempt; returns this rank and the trainers' group."""
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -171,7 +170,7 @@ def serve_dense(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
     RpcEndpoint.leave()
 
 
-def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
+def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: dist.ProcessGroup,
                 endpoint: RpcEndpoint) -> None:
     """Trainer `index`: build its parts in order, then train."""
     plan = plan_data(cfg)
@@ -184,7 +183,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     checkpointer = make_checkpointer(cfg, plan, remote) if index == 0 else None
     replica = build_replica(cfg, plan, tables, model, runner, checkpointer, index=index)
 
-    def gather(item: Any) -> list[Any]:
+    def gather(item: object) -> list[object]:
         everyone = [None] * cfg.cluster.trainers
         dist.all_gather_object(everyone, item, group=group)
         return everyone

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+
+import torch
 
 from shadowsync.config import SyncConfig
 from shadowsync.rules import SyncRule, make_rule
+from shadowsync.rules.base import Exchange
 from shadowsync.rules.ma import ModelAveraging
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.reports import WorkerReport
@@ -107,9 +109,9 @@ class FallbackSync(BackgroundSync):
 class _Averaging(ModelAveraging):
     """MA that keeps the average it computed."""
 
-    mean: Any = None
+    mean: torch.Tensor | None = None
 
-    def round(self, local: Any, exchange: Any) -> Any:
+    def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
         self.mean = exchange.mean(local)
         return self.mean
 

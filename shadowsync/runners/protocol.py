@@ -27,9 +27,9 @@ import statistics
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict
 from multiprocessing.context import BaseContext
-from typing import Any
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ KEY = "dense"
 log = logging.getLogger(__name__)
 
 
-def load_flat(vec: torch.Tensor, params: Any) -> None:
+def load_flat(vec: torch.Tensor, params: Iterable[torch.Tensor]) -> None:
     """Copy a flat vector into parameters in place, so shared memory stays shared (torch's
     vector_to_parameters rebinds .data instead)."""
     offset = 0

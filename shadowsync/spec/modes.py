@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from shadowsync.protocols import Protocol  # defined in the base layer (transport names it too)
 
@@ -59,7 +59,7 @@ class SyncMode:
         protocol, whose dense servers decide when every worker stops."""
         return self.resumable and not self.protocols
 
-    def build(self) -> Callable[..., Any] | None:
+    def build(self) -> Callable[..., object] | None:
         if self.builder is None:
             return None
         module, _, fn = self.builder.partition(":")
