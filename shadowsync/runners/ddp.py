@@ -178,7 +178,7 @@ class WorkerGroupRunner(StepRunner):
         return self.hook
 
     def describe(self) -> dict[str, object]:
-        return {"period": getattr(self.hook, "period", 1)}
+        return {"period": self.hook.period}
 
 
 def _hook_args(ctx: RunnerContext) -> tuple[str, int, str, int, int]:

@@ -94,7 +94,7 @@ class FallbackSync(BackgroundSync):
         if self._thread is None and not self.all_rounds:  # before start: shapes, as base
             return super().state_dict()
         return {f"{name}.{k}": v for name, rule in self.primary.items()
-                if hasattr(rule, "state_dict") for k, v in rule.state_dict().items()}
+                for k, v in rule.state_dict().items()}
 
     def final_metrics(self) -> dict[str, object]:
         return {**super().final_metrics(), "sync_moves": self.moves}

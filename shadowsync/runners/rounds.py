@@ -32,10 +32,9 @@ class GroupRunner(RunnerDefaults):
         momentum), by group. Before `start` it has the right shapes (as a load needs)."""
         out: dict[str, object] = {}
         for g in self.groups:
-            if hasattr(g.rule, "state_dict"):
-                if self._thread is None and self._restored is None:
-                    g.rule.start(g.flat())
-                out.update(nest(f"{g.name}.", g.rule.state_dict()))
+            if self._thread is None and self._restored is None:
+                g.rule.start(g.flat())
+            out.update(nest(f"{g.name}.", g.rule.state_dict()))
         return out
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -45,7 +44,7 @@ class GroupRunner(RunnerDefaults):
     def start(self) -> None:
         for g in self.groups:
             g.rule.start(g.flat())
-            if self._restored is not None and hasattr(g.rule, "load_state_dict"):
+            if self._restored is not None:
                 g.rule.load_state_dict(part(self._restored, f"{g.name}."))
             if g.rule.needs_servers:  # the centre starts as the (identical) initial model
                 self.exchange.init_centre(g.name, g.flat())

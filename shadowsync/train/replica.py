@@ -263,7 +263,7 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
     summary["restarts"] = attempts.attempt()
     summary["examples_lost"] = attempts.examples_lost(out, cfg.cluster.trainers)
     summary.update(replica.resumed)
-    if getattr(trainer, "table_counters", None) is not None:
+    if trainer.table_counters is not None:
         # Dynamic tables: ids looked up, admitted, rejected (read the default row), evicted.
         summary["dynamic_tables"] = trainer.table_counters
     resumed_eps(summary)
