@@ -228,7 +228,7 @@ class TrainConfig:
         """The typed options (`_parse_values`) against the mode they run under."""
         mode = self.sync.entry
         straggler = self.testing.straggler
-        if straggler is not None and straggler.kind != "compute" and not mode.protocols:
+        if straggler is not None and straggler.slows.delays_pushes and not mode.protocols:
             raise UserError(f"--straggler kind={straggler.kind} delays pushes to the dense "
                             "servers: it needs --sync bsp, asp or switch")
         if self.sync.straggler_fallback is not None and (not mode.can_fall_back
