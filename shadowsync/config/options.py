@@ -97,7 +97,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
         kw: dict[str, object] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
         if o.field.metadata.get("spec"):  # parsed with the rest of the configuration
-            kw.update(type=str, metavar="TEXT")
+            choices = o.field.metadata.get("choices")
+            kw.update(type=str, **({"choices": choices} if choices else {"metavar": "TEXT"}))
             if get_origin(tp) is list:
                 kw.update(nargs="+", metavar="VALUE")
         elif tp is bool:

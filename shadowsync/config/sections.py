@@ -27,7 +27,7 @@ from shadowsync.errors import UserError
 from shadowsync.spec.detector import DetectorConfig
 from shadowsync.spec.groups import GroupRule
 from shadowsync.spec.interval import CheckpointEvery, SyncInterval
-from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
+from shadowsync.spec.modes import SYNC_CHOICES, ModeName, SyncMode, mode_of
 from shadowsync.spec.plan import SwitchPlan
 from shadowsync.spec.share import BspShare
 from shadowsync.spec.straggler import Straggler
@@ -321,8 +321,8 @@ class ClusterConfig:
 class SyncConfig:
     """How trainers synchronize their dense parameters (ShadowSync's and the baselines')."""
 
-    mode: str = opt("s-bmuf", "how trainers synchronize their dense parameters", flag="sync",
-                    choices=SYNC_CHOICES)
+    mode: ModeName = opt("s-bmuf", "how trainers synchronize their dense parameters",
+                         flag="sync", choices=SYNC_CHOICES, spec=ModeName)
     groups: list[GroupRule] = opt(
         [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)",
         flag="sync_groups", spec=GroupRule)

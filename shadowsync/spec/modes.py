@@ -66,6 +66,20 @@ class SyncMode:
         return getattr(importlib.import_module(module), fn)
 
 
+class ModeName(str):
+    """A --sync value: the name of a mode of `MODES`, read into this type once when the
+    configuration is made (which checks it is one of them). It stays the text it is wherever a
+    mode is written or compared; `mode_of` gives its entry."""
+
+    @classmethod
+    def parse(cls, text: str) -> ModeName:
+        return cls(text)
+
+    @property
+    def text(self) -> str:
+        return str(self)
+
+
 def _rule_modes(prefix: str, family: str, when: str) -> list[SyncMode]:
     rules = {"ma": "model averaging", "bmuf": "blockwise model-update filtering",
              "easgd": "elastic averaging against a centre on dense servers"}
