@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 import cloudpickle
 
-if TYPE_CHECKING:
-    from torch import nn
-
 from shadowsync.errors import UserError
+
+if TYPE_CHECKING:  # config imports this module and must not import torch
+    from torch import nn
 
 
 def _by_name_fails(obj: object) -> bool:
