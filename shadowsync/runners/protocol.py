@@ -27,9 +27,9 @@ import statistics
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict
 from multiprocessing.context import BaseContext
-from typing import Any
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ KEY = "dense"
 log = logging.getLogger(__name__)
 
 
-def load_flat(vec: torch.Tensor, params: Any) -> None:
+def load_flat(vec: torch.Tensor, params: Iterable[torch.Tensor]) -> None:
     """Copy a flat vector into parameters in place, so shared memory stays shared (torch's
     vector_to_parameters rebinds .data instead)."""
     offset = 0
@@ -163,7 +163,7 @@ class ProtocolHook(HookDefaults):
         self._started = 0.0  # this worker's first push
         self._rng = random.Random(0)  # a jittered link's draws (seeded by worker in prepare)
         self._staleness: Counter[int] = Counter()
-        self._switches: list[dict[str, Any]] = []
+        self._switches: list[dict[str, object]] = []
         self._push_s: list[float] = []  # round trips of the current phase
         self._compute_s: list[float] = []
 
@@ -283,7 +283,7 @@ class ProtocolHook(HookDefaults):
     def where(self) -> str:
         return f" under {self.mode.upper()}"
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, object]:
         out = {"staleness": dict(self._staleness), "switches": self._switches,
                "pushes": self.pushes, "compute_s": self._compute_s}
         self._staleness, self._compute_s = Counter(), []
@@ -305,8 +305,8 @@ class ProtocolRunner(StepRunner):
         self.model = model
         self.mode = mode
         self.staleness: Counter[int] = Counter()
-        self.switches: list[dict[str, Any]] = []
-        self.server_switches: list[dict[str, Any]] = []
+        self.switches: list[dict[str, object]] = []
+        self.server_switches: list[dict[str, object]] = []
 
     def worker_hook(self, ctx: BaseContext, workers: int) -> ProtocolHook:
         return ProtocolHook(self.spec)
@@ -330,16 +330,16 @@ class ProtocolRunner(StepRunner):
         load_flat(params, self.model.parameters())
         self.server_switches = client.switches()
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, object]:
         return staleness_summary(self.staleness)
 
-    def final_metrics(self) -> dict[str, Any]:
+    def final_metrics(self) -> dict[str, object]:
         return {**self.metrics(), "staleness_hist": dict(self.staleness),
                 "switches": self.switches}
 
-    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, everyone: list[dict[str, object]]) -> dict[str, object]:
         hist: Counter[int] = Counter()
-        switches: list[dict[str, Any]] = []
+        switches: list[dict[str, object]] = []
         for m in everyone:
             hist.update({int(k): v for k, v in m.get("staleness_hist", {}).items()})
             switches.extend(m.get("switches", []))
@@ -354,7 +354,7 @@ class ProtocolRunner(StepRunner):
         return {"staleness": {**staleness_summary(hist), "hist": dict(sorted(hist.items()))},
                 "switches": grouped}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         s = self.spec
         return {"plan": str(s.plan), "optimizer": s.optimizer, "lr": s.lr,
                 "momentum": s.momentum, "switch_momentum": s.momentum_policy,
@@ -363,7 +363,7 @@ class ProtocolRunner(StepRunner):
                 "patience_s": s.patience_s, "ps_workers": s.workers, "dense_servers": s.servers}
 
 
-def staleness_summary(hist: Counter[int]) -> dict[str, Any]:
+def staleness_summary(hist: Counter[int]) -> dict[str, object]:
     n = sum(hist.values())
     if n == 0:
         return {}
@@ -373,8 +373,8 @@ def staleness_summary(hist: Counter[int]) -> dict[str, Any]:
             "staleness_max": values[-1]}
 
 
-def group_switches(events: list[dict[str, Any]],
-                   server: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def group_switches(events: list[dict[str, object]],
+                   server: list[dict[str, object]]) -> list[dict[str, object]]:
     """One entry per switch: when, what it cost, and whether every worker held the same
     parameters when it happened."""
     out = []
