@@ -4,11 +4,14 @@ with what momentum, and that the shard that does not decide follows shard 0. Clo
 one number per shard; the members' BSP pushes block, so they run in threads."""
 
 import threading
+import time
 
 import pytest
 import torch
 
 from shadowsync.runners.protocol import ProtocolHook, ProtocolSettings
+from shadowsync.runners.switch.detector import StragglerDetector
+from shadowsync.spec.detector import DetectorConfig
 from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import DenseServer, joined
 
@@ -26,32 +29,39 @@ class Verdict:
 
 class TwoShards:
     """What `TrainedTensorClient` does over RPC: a push goes to both shards, one element
-    each, and their replies are joined; every push is recorded."""
+    each, and their replies are joined; every push is recorded. `rpc_s`: what the network
+    adds to each round trip, half each way."""
 
-    def __init__(self, shards):
+    def __init__(self, shards, rpc_s=0.0):
         self.shards = shards
+        self.rpc_s = rpc_s
         self.pushes = []
 
     def push(self, grad, push):
         self.pushes.append(push)
+        time.sleep(self.rpc_s / 2)
         futs = [s.push("dense", grad[i:i + 1], push) for i, s in enumerate(self.shards)]
-        return joined([f.wait() for f in futs])
+        reply = joined([f.wait() for f in futs])
+        time.sleep(self.rpc_s / 2)
+        return reply
 
 
-def cluster():
+def cluster(detector=None, rpc_s=0.0, budget=100):
+    """Three trainers' hooks on two shards, a BSP quota of half the budget of gradients;
+    `detector`: the real one (else the test's verdict)."""
     settings = ProtocolSettings(SwitchPlan.parse("bsp:0.5,asp"), servers=2, numel=2,
                                 optimizer="sgd", lr=LR, momentum=MOMENTUM,
                                 momentum_policy="keep", workers=TRAINERS, scale_lr=True,
                                 policy="isolate")
-    machine = settings.machine(budget=100)
-    machine.schedule.detector = Verdict()
+    machine = settings.machine(budget=budget)
+    machine.schedule.detector = detector or Verdict()
     shards = [DenseServer(), DenseServer()]
     shards[0].init_trained("dense", torch.zeros(1), "sgd", machine)
     shards[1].init_trained("dense", torch.zeros(1), "sgd", machine.follower())
     hooks = []
     for t in range(TRAINERS):
         hook = ProtocolHook(settings)
-        hook.trainer, hook.budget, hook.client = t, 100, TwoShards(shards)
+        hook.trainer, hook.budget, hook.client = t, budget, TwoShards(shards, rpc_s)
         hook.mode, hook.next_phase = shards[0].mode("dense")
         hook.phase = hook.next_phase
         hooks.append(hook)
@@ -62,17 +72,25 @@ def push(hook, g):
     return hook.push(torch.full((2,), float(g)), [torch.zeros(2)])
 
 
-def bsp_step(hooks, grads):
-    """Each hook pushes in a thread; the step must complete without anyone else."""
+def run_together(calls):
+    """Each call in a thread of its own (a BSP step's pushes block until it is complete);
+    their results, in order. A call still blocked after 10 s waited for a non-member."""
     out = {}
-    threads = [threading.Thread(target=lambda h=h, g=g: out.__setitem__(h.trainer, push(h, g)),
-                                daemon=True) for h, g in zip(hooks, grads, strict=True)]
+    threads = [threading.Thread(target=lambda i=i, c=c: out.__setitem__(i, c()), daemon=True)
+               for i, c in enumerate(calls)]
     for th in threads:
         th.start()
     for th in threads:
         th.join(timeout=10)
-    assert len(out) == len(hooks), "the BSP step waited for a trainer that is not a member"
-    return out
+    assert len(out) == len(calls), "the BSP step waited for a trainer that is not a member"
+    return [out[i] for i in range(len(calls))]
+
+
+def bsp_step(hooks, grads):
+    """Each hook pushes in a thread; the step must complete without anyone else."""
+    replies = run_together([lambda h=h, g=g: push(h, g) for h, g in zip(hooks, grads,
+                                                                         strict=True)])
+    return {h.trainer: r for h, r in zip(hooks, replies, strict=True)}
 
 
 def test_each_trainers_worker_pushes_its_mode_rate_and_momentum_under_isolate():
@@ -126,3 +144,41 @@ def test_a_cleared_trainer_rejoins_the_bsp_steps_with_its_buffer_dropped():
     bsp_step(hooks, [1, 1, 1])
     assert [2 in s.trained["dense"].own_momentum for s in shards] == [False, False]
     assert {tuple(h.client.pushes[-1].isolated) for h in hooks} == {()}
+
+
+def test_a_recovered_isolated_trainer_is_judged_like_the_members_and_taken_back():
+    """The real detector (k = 1.5, m = 2, windows of 3) on a network that adds 10 ms to every
+    round trip. Trainer 2 computes 40 ms a step, the members 5 ms: it is flagged and isolated.
+    Then it computes 5 ms too, pushing ASP in a thread of its own while the members run their
+    BSP steps: its pace (compute + round trip) is the members' (compute + round trip less
+    what the server held their gradient for the step), so it is cleared and rejoins BSP.
+    A pace that counted the round trip under ASP only would keep it at about 3x the members'
+    and never clear it."""
+    machine, shards, hooks = cluster(StragglerDetector(DetectorConfig(k=1.5, m=2, window=3)),
+                                     rpc_s=0.01, budget=10_000)
+    members, straggler = hooks[:2], hooks[2]
+
+    def computing(hook, seconds):
+        return lambda: (time.sleep(seconds), push(hook, 1))
+
+    for _ in range(30):  # BSP of all three, trainer 2 slow
+        run_together([computing(h, 0.04 if h is straggler else 0.005) for h in hooks])
+        if machine.isolated:
+            break
+    assert machine.isolated == (2,) and straggler.mode == "asp"
+
+    def recovered():
+        while straggler.mode == "asp":
+            computing(straggler, 0.005)()
+
+    thread = threading.Thread(target=recovered, daemon=True)
+    thread.start()
+    for _ in range(60):  # the members' steps, trainer 2 at their pace beside them
+        run_together([computing(h, 0.005) for h in members])
+        if not machine.isolated:
+            break
+    assert machine.isolated == () and machine.mode == "bsp"  # cleared, the quota not spent
+    thread.join(timeout=10)
+    assert not thread.is_alive() and straggler.mode == "bsp"
+    run_together([computing(h, 0.005) for h in hooks])  # one step of all three again
+    assert {h.client.pushes[-1].mode for h in hooks} == {"bsp"}

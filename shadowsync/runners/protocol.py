@@ -160,6 +160,7 @@ class ProtocolHook(HookDefaults):
         self._blocked = 0.0
         self._last_reply = 0.0
         self._last_took = 0.0  # the previous push's round trip
+        self._last_link_s = 0.0  # and that less what the server held it (`Reply.held_s`)
         self._started = 0.0  # this worker's first push
         self._rng = random.Random(0)  # a jittered link's draws (seeded by worker in prepare)
         self._staleness: Counter[int] = Counter()
@@ -230,10 +231,11 @@ class ProtocolHook(HookDefaults):
         one_way = sleep(self.one_way_s())  # the link, both ways inside the round trip
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
-                                            self._last_took, self.isolated))
+                                            self._last_link_s, self.isolated))
         sleep(one_way)
         self._last_reply = time.perf_counter()
         took = self._last_took = self._last_reply - t0
+        self._last_link_s = max(0.0, took - reply.held_s)
         if self.phase_pushes == 0 and self._switches:
             self._end_switch(took, reply.params)
         self._push_s.append(took)

@@ -1,10 +1,10 @@
 """The straggler detector of Sync-Switch's online policies (Li, Mangoubi, Xu, Guo, ICDCS 2021,
 arXiv 2104.08364): which trainers are transient stragglers right now.
 
-Fed with each trainer's step times: the time a worker spends between getting its parameters
-and pushing its gradient, so the time BSP makes the others wait is not counted, plus, fed
-from the dense server (`machine.SwitchMachine.pace`), what a slow link adds: under BSP how late its
-gradient arrived after the step's first, under ASP its previous round trip.
+Fed with each trainer's step times (`machine.SwitchMachine.pace`): the time a worker spends
+between getting its parameters and pushing its gradient, plus its previous round trip less
+the time the server held its gradient for a BSP step's others, so what BSP makes a trainer
+wait for the others is not counted, while a slow link is; the same measure under BSP and ASP.
 Every `window` steps of a trainer close one of its windows, whose median (`window_pace`) is
 compared with the median of the other trainers' latest window medians (the others: with two
 trainers a median over both would hide a straggler). A trainer slower than `k` x that median

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -56,7 +56,9 @@ class Push:
     reset_momentum: bool  # at the first push of a new phase: forget the old momentum
     trainer: int = 0
     compute_s: float = 0.0  # the worker's time from its previous reply to this push
-    wait_s: float = 0.0  # the round trip of its previous push (the network and the server)
+    # the round trip of its previous push less what the server held it for its BSP step:
+    # the link and the server's work, the same under BSP and ASP (`Reply.held_s`)
+    wait_s: float = 0.0
     isolated: tuple[int, ...] = ()  # the isolated trainers, as shard 0 last told this worker
 
     @property
@@ -75,6 +77,7 @@ class Reply:
     done: bool = False  # the budget is spent: the worker stops
     taken: bool = True  # False: released unapplied by a stop of the job
     isolated: tuple[int, ...] = ()  # trainers whose next steps are ASP while the rest run BSP
+    held_s: float = 0.0  # how long the server held this gradient for its BSP step's others
 
 
 @typing.runtime_checkable
@@ -99,8 +102,7 @@ class SwitchDecisions(typing.Protocol):
     workers_per_trainer: int
     def start(self) -> None: ...
     def follower(self) -> SwitchDecisions: ...
-    def observe(self, trainer: int, protocol: Protocol, compute_s: float, wait_s: float,
-                bsp_waiting: int) -> None: ...
+    def observe(self, trainer: int, compute_s: float, wait_s: float) -> None: ...
     def enter_phase(self, phase: int, protocol: Protocol, version: int,
                     server_s: float) -> None: ...
     def bsp_gradient(self, compute_s: float) -> None: ...
@@ -121,7 +123,8 @@ class TrainedTensor:
     optimizer: str
     machine: SwitchDecisions
     bsp: BulkSynchronous | None = None  # the step being collected; None between steps
-    waiting: list[torch.futures.Future] = field(default_factory=list)
+    # the BSP step's held replies, each with when its gradient arrived (`Reply.held_s`)
+    waiting: list[tuple[torch.futures.Future, float]] = field(default_factory=list)
     own_momentum: dict[int, torch.Tensor] = field(default_factory=dict)  # isolated trainers'
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -239,7 +242,7 @@ class DenseServer:
                 fut.set_result(t.reply(0, taken=not m.stopped))
                 return fut
             waiting = t.bsp.waiting if t.bsp is not None else 0
-            m.observe(push.trainer, push.mode, push.compute_s, push.wait_s, waiting)
+            m.observe(push.trainer, push.compute_s, push.wait_s)
             if push.phase > m.phase:
                 self._enter_phase(t, push)
             if push.mode == Protocol.ASP:
@@ -257,7 +260,7 @@ class DenseServer:
                     t.bsp = BulkSynchronous.of_trainers(m.trainers, m.workers_per_trainer,
                                                         push.isolated)
                 mean = t.bsp.offer(grad, push.trainer)
-                t.waiting.append(fut)
+                t.waiting.append((fut, m.clock()))
                 m.bsp_gradient(push.compute_s)
                 if mean is None:
                     return fut
@@ -271,8 +274,10 @@ class DenseServer:
             else:
                 raise ValueError(f"unknown protocol {push.mode!r}")
             final = t.reply(0)
-        for f in release:
-            f.set_result(reply if push.mode == Protocol.BSP else final)
+            released = m.clock()
+        for f, arrived in release:
+            f.set_result(replace(reply if push.mode == Protocol.BSP else final,
+                                 held_s=released - arrived))
         return fut
 
     @staticmethod
@@ -305,7 +310,7 @@ class DenseServer:
             t.machine.stopped = True
             release, t.waiting = t.waiting, []
             reply = t.reply(0, taken=False)
-        for f in release:
+        for f, _ in release:
             f.set_result(reply)
 
 
@@ -362,7 +367,8 @@ def joined(replies: list[Reply]) -> Reply:
     first = replies[0]
     return Reply(torch.cat([r.params for r in replies]), first.version,
                  max(r.staleness for r in replies), first.applied, first.mode, first.phase,
-                 any(r.done for r in replies), all(r.taken for r in replies), first.isolated)
+                 any(r.done for r in replies), all(r.taken for r in replies), first.isolated,
+                 max(r.held_s for r in replies))  # the round trip waited for the last shard
 
 
 class _Sharded:
