@@ -16,6 +16,9 @@ from shadowsync.spec.plan import SwitchPlan
 from shadowsync.transport.servers.dense import DenseServer, joined
 
 LR, MOMENTUM, TRAINERS = 0.3, 0.5, 3
+SETTINGS = ProtocolSettings(SwitchPlan.parse("bsp:0.5,asp"), servers=2, numel=2, optimizer="sgd",
+                            lr=LR, momentum=MOMENTUM, momentum_policy="keep", workers=TRAINERS,
+                            scale_lr=True, policy="isolate")
 
 
 class Verdict:
@@ -24,6 +27,12 @@ class Verdict:
     stragglers: list = []
 
     def observe(self, trainer, step_s):
+        pass
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
         pass
 
 
@@ -49,23 +58,28 @@ class TwoShards:
 def cluster(detector=None, rpc_s=0.0, budget=100):
     """Three trainers' hooks on two shards, a BSP quota of half the budget of gradients;
     `detector`: the real one (else the test's verdict)."""
-    settings = ProtocolSettings(SwitchPlan.parse("bsp:0.5,asp"), servers=2, numel=2,
-                                optimizer="sgd", lr=LR, momentum=MOMENTUM,
-                                momentum_policy="keep", workers=TRAINERS, scale_lr=True,
-                                policy="isolate")
-    machine = settings.machine(budget=budget)
-    machine.schedule.detector = detector or Verdict()
-    shards = [DenseServer(), DenseServer()]
-    shards[0].init_trained("dense", torch.zeros(1), "sgd", machine)
-    shards[1].init_trained("dense", torch.zeros(1), "sgd", machine.follower())
+    machine, shards = two_shards(detector or Verdict(), budget)
     hooks = []
     for t in range(TRAINERS):
-        hook = ProtocolHook(settings)
+        hook = ProtocolHook(SETTINGS)
         hook.trainer, hook.budget, hook.client = t, budget, TwoShards(shards, rpc_s)
         hook.mode, hook.next_phase = shards[0].mode("dense")
         hook.phase = hook.next_phase
         hooks.append(hook)
     return machine, shards, hooks
+
+
+def two_shards(detector, budget=100, saved=()):
+    """Shard 0 with the deciding machine, shard 1 with its follower; `saved`: each shard's
+    checkpoint to resume from."""
+    machine = SETTINGS.machine(budget=budget)
+    machine.schedule.detector = detector
+    shards = [DenseServer(), DenseServer()]
+    for shard, state in zip(shards, saved, strict=False):
+        shard.load_state_dict(state)
+    shards[0].init_trained("dense", torch.zeros(1), "sgd", machine)
+    shards[1].init_trained("dense", torch.zeros(1), "sgd", machine.follower())
+    return machine, shards
 
 
 def push(hook, g):
@@ -182,3 +196,24 @@ def test_a_recovered_isolated_trainer_is_judged_like_the_members_and_taken_back(
     assert not thread.is_alive() and straggler.mode == "bsp"
     run_together([computing(h, 0.005) for h in hooks])  # one step of all three again
     assert {h.client.pushes[-1].mode for h in hooks} == {"bsp"}
+
+
+def test_a_checkpoint_keeps_who_is_isolated_and_their_own_momentum():
+    """Saved after trainer 2's first isolated push (its buffer v' = 4, w = -1.9, as in the
+    first test) and resumed: shard 0 still isolates trainer 2 and tells a resumed worker so
+    (shard 1 follows what pushes name), and its next ASP push of 2 continues its own buffer
+    on every shard: v' = 0.5 x 4 + 2 = 4, w = -1.9 - 0.1 x 4 = -2.3 (a fresh buffer would
+    give -2.1, the BSP one -2.25)."""
+    machine, shards, hooks = cluster()
+    Verdict.stragglers = [2]
+    bsp_step(hooks, [1, 2, 3])
+    bsp_step(hooks[:2], [1, 3])
+    push(hooks[2], 4)
+    saved = [s.state_dict() for s in shards]
+    resumed, again = two_shards(Verdict(), saved=saved)
+    assert resumed.isolated == (2,) and again[0].isolated("dense") == (2,)  # shard 1 follows
+    for s in again:
+        assert s.trained["dense"].own_momentum[2].tolist() == [pytest.approx(4.0)]
+    reply = joined([s.push("dense", torch.tensor([2.0]), hooks[2].client.pushes[-1]).wait()
+                    for s in again])
+    assert reply.params.tolist() == [pytest.approx(-2.3)] * 2

@@ -182,7 +182,8 @@ class ProtocolHook(HookDefaults):
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
                          self.s.machine(self.budget))
         params, self.version, self.applied = self.client.params()
-        self.mode, self.next_phase = self.client.mode()
+        mode, self.next_phase = self.client.mode()
+        self._follow(mode, self.client.isolated())  # a resumed job may have isolated some
         self.phase, self._last_mode = self.next_phase, self.mode
         load_flat(params, replica.parameters())
         return replica
@@ -246,15 +247,19 @@ class ProtocolHook(HookDefaults):
         self.version, self.applied, self.done = reply.version, reply.applied, reply.done
         self.taken = reply.taken
         self._last_mode = mode
-        # `isolate`: this trainer's steps are ASP while the others keep BSP
-        self.isolated = tuple(reply.isolated)
-        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(reply.mode)
+        self._follow(reply.mode, reply.isolated)
         self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
         self.pushes += 1
         self.phase_pushes += 1
         return reply.params
+
+    def _follow(self, mode: Protocol, isolated: tuple[int, ...]) -> None:
+        """Shard 0's decision: `mode`, except that an isolated trainer's steps are ASP while
+        the others keep BSP (`isolate`)."""
+        self.isolated = tuple(isolated)
+        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(mode)
 
     def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({

@@ -53,6 +53,7 @@ from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.state_dicts import nest, part
 
 COUNTERS = ("applied", "bsp_applied", "phase", "decided_phase", "bsp_at_switch")
+ISOLATED = "isolated"
 
 
 @dataclass
@@ -177,11 +178,13 @@ class SwitchMachine:
             return
         entry["switch_s"] = self.clock() - entry["decided_s"] - compute_s
 
-    # -- checkpoints: progress, the protocol decided and its phase, the schedule's own state.
-    # The budget and the schedule's settings come again from the workers of the resumed run.
+    # -- checkpoints: progress, the protocol decided and its phase, who is isolated (one flag
+    # per trainer: a fixed shape), the schedule's own state. The budget and the schedule's
+    # settings come again from the workers of the resumed run.
     def state_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {Protocol.ASP.value: int(self.mode is Protocol.ASP)}
         out.update({name: getattr(self, name) for name in COUNTERS})
+        out[ISOLATED] = [int(i in self.isolated) for i in range(self.trainers)]
         if self.schedule is not None:
             out.update(nest("schedule.", self.schedule.state_dict()))
         return out
@@ -190,5 +193,8 @@ class SwitchMachine:
         self.mode = Protocol.ASP if int(state[Protocol.ASP.value]) else Protocol.BSP
         for name in COUNTERS:
             setattr(self, name, int(state[name]))
+        flags = state.get(ISOLATED, ())  # absent from a checkpoint older than isolate's
+        self.isolated = tuple(i for i, f in enumerate(getattr(flags, "tolist", lambda: flags)())
+                              if f)
         if self.schedule is not None:
             self.schedule.load_state_dict(part(state, "schedule."))

@@ -18,7 +18,8 @@ A `DenseServer` (one per server process) holds two kinds of state:
   shard 0, and every shard forms a BSP step from the other trainers, by trainer id, when the
   step's first gradient arrives. An isolated trainer's pushes are ASP, applied on arrival
   with their staleness and a momentum buffer of that trainer's own, dropped when it pushes
-  BSP again (not checkpointed: a resumed job starts with nobody isolated).
+  BSP again. A checkpoint keeps who is isolated and their buffers; a resumed worker asks
+  shard 0 who is isolated (`isolated`) before its first push.
 
 Both optimizers are elementwise, so sharding a tensor changes nothing in its arithmetic.
 """
@@ -42,6 +43,7 @@ from shadowsync.state_dicts import nest
 from shadowsync.transport.layout import ClusterLayout
 
 TRAINED = "trained/"  # checkpoint keys of parameters trained on the server
+OWN_MOMENTUM = "own_momentum/"  # and of an isolated trainer's momentum buffer, by trainer
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,13 @@ class TrainedTensor:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # What a checkpoint keeps: parameters, optimizer state (momentum or Adagrad sums), version,
-    # and the machine's (progress, the protocol decided and its phase, the schedule's state).
+    # the isolated trainers' momentum buffers, and the machine's (progress, the protocol
+    # decided and its phase, who is isolated, the schedule's state).
     def state_dict(self) -> dict[str, torch.Tensor]:
         with self.lock:
             out = {"params": self.state.params.clone(), "slot": self.state.slot.clone(),
                    "version": torch.tensor(self.state.version)}
+            out.update({f"{OWN_MOMENTUM}{i}": buf.clone() for i, buf in self.own_momentum.items()})
             out.update({k: v if isinstance(v, torch.Tensor) else torch.tensor(v)
                         for k, v in self.machine.state_dict().items()})
             return out
@@ -144,8 +148,11 @@ class TrainedTensor:
                 self.state.params.copy_(state["params"])
                 self.state.slot.copy_(state["slot"])
             self.state.version = int(state["version"])
+            self.own_momentum = {int(k.removeprefix(OWN_MOMENTUM)): v.clone()
+                                 for k, v in state.items() if k.startswith(OWN_MOMENTUM)}
             self.machine.load_state_dict({k: v for k, v in state.items()
-                                          if k not in ("params", "slot", "version")})
+                                          if k not in ("params", "slot", "version")
+                                          and not k.startswith(OWN_MOMENTUM)})
 
     def reply(self, staleness: int, taken: bool = True) -> Reply:
         m = self.machine
@@ -226,6 +233,12 @@ class DenseServer:
         t = self.trained[key]
         with t.lock:
             return t.machine.mode, t.machine.decided_phase
+
+    def isolated(self, key: str) -> tuple[int, ...]:
+        """The trainers isolated now (`isolate`; a resumed job's, from its checkpoint)."""
+        t = self.trained[key]
+        with t.lock:
+            return t.machine.isolated
 
     def push(self, key: str, grad: torch.Tensor, push: Push) -> torch.futures.Future:
         """Apply or hold `grad`; the Future completes with a `Reply`.
@@ -339,6 +352,10 @@ def _mode(key: str) -> tuple[Protocol, int]:
     return SERVER.mode(key)
 
 
+def _isolated(key: str) -> tuple[int, ...]:
+    return SERVER.isolated(key)
+
+
 def _params(key: str) -> tuple[torch.Tensor, int, int]:
     return SERVER.params(key)
 
@@ -427,6 +444,10 @@ class TrainedTensorClient(_Sharded):
     def mode(self) -> tuple[Protocol, int]:
         """The protocol of the next step and its phase index (decided on shard 0)."""
         return rpc.rpc_sync(ClusterLayout.dense_name(0), _mode, args=(self.key,))
+
+    def isolated(self) -> tuple[int, ...]:
+        """The trainers isolated now (decided on shard 0)."""
+        return rpc.rpc_sync(ClusterLayout.dense_name(0), _isolated, args=(self.key,))
 
     def push(self, grad: torch.Tensor, push: Push) -> Reply:
         """Send a gradient; the parameters after it was applied (under BSP: after the step)."""
