@@ -13,13 +13,14 @@ last), so process start-up, the same for all, is left out.
 
 The default run keeps what the goals need (digits: bsp, asp, switch, bsp and greedy under the
 straggler, and bsp, greedy and isolate behind a 30 ms link on one trainer; ctr the first five
-at 100k examples); `--full` adds DDP, the offline plan and elastic under the straggler,
-greedy, elastic and isolate (beyond the paper: only the straggler asynchronous) under it and
-under each delayed link (`DELAYS`: 10 and 30 ms, on one and on two trainers, in one episode
-and in four; each also reported as the slowdown of a step, `step_slowdown_*`, and of BSP's
-run, `bsp_slowdown_*`), BSP, ASP and the offline plan on a jittered network, the
-configuration ablation (`ABLATION`), and ctr at 200k examples; `--variants` picks digits
-variants. `--slow-link MBIT` adds the straggler as a slow network link instead of slow
+at 100k examples); `--full` runs instead only what the delay and false-alarm goals need
+(`FULL_VARIANTS`, digits at 48k examples): BSP and ASP, then BSP, greedy, elastic and isolate
+(beyond the paper: only the straggler asynchronous) behind each delayed link (`DELAYS`: 10
+and 30 ms, on one and on two trainers, in one episode and in four; each also reported as the
+slowdown of a step, `step_slowdown_*`, and of BSP's run, `bsp_slowdown_*`), and greedy and
+elastic under a false alarm (`FALSE_ALARM`); `--variants` picks any other digits variants
+(DDP, the policies under the compute straggler, a jittered network, the configuration
+ablation, `ABLATION`). `--slow-link MBIT` adds the straggler as a slow network link instead of slow
 compute, over the same window
 (`bench_slow_link`). The goals (`GOALS`) are printed met / not met beside the ratios, with
 greedy's bound computed from the run's own BSP and ASP times (`greedy_bound`), and the switch
