@@ -160,6 +160,7 @@ class ProtocolHook(HookDefaults):
         self._blocked = 0.0
         self._last_reply = 0.0
         self._last_took = 0.0  # the previous push's round trip
+        self._last_link_s = 0.0  # and that less what the server held it (`Reply.held_s`)
         self._started = 0.0  # this worker's first push
         self._rng = random.Random(0)  # a jittered link's draws (seeded by worker in prepare)
         self._staleness: Counter[int] = Counter()
@@ -181,7 +182,8 @@ class ProtocolHook(HookDefaults):
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
                          self.s.machine(self.budget))
         params, self.version, self.applied = self.client.params()
-        self.mode, self.next_phase = self.client.mode()
+        mode, self.next_phase = self.client.mode()
+        self._follow(mode, self.client.isolated())  # a resumed job may have isolated some
         self.phase, self._last_mode = self.next_phase, self.mode
         load_flat(params, replica.parameters())
         return replica
@@ -230,10 +232,11 @@ class ProtocolHook(HookDefaults):
         one_way = sleep(self.one_way_s())  # the link, both ways inside the round trip
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
-                                            self._last_took, self.isolated))
+                                            self._last_link_s, self.isolated))
         sleep(one_way)
         self._last_reply = time.perf_counter()
         took = self._last_took = self._last_reply - t0
+        self._last_link_s = max(0.0, took - reply.held_s)
         if self.phase_pushes == 0 and self._switches:
             self._end_switch(took, reply.params)
         self._push_s.append(took)
@@ -244,15 +247,19 @@ class ProtocolHook(HookDefaults):
         self.version, self.applied, self.done = reply.version, reply.applied, reply.done
         self.taken = reply.taken
         self._last_mode = mode
-        # `isolate`: this trainer's steps are ASP while the others keep BSP
-        self.isolated = tuple(reply.isolated)
-        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(reply.mode)
+        self._follow(reply.mode, reply.isolated)
         self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
         self.pushes += 1
         self.phase_pushes += 1
         return reply.params
+
+    def _follow(self, mode: Protocol, isolated: tuple[int, ...]) -> None:
+        """Shard 0's decision: `mode`, except that an isolated trainer's steps are ASP while
+        the others keep BSP (`isolate`)."""
+        self.isolated = tuple(isolated)
+        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(mode)
 
     def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({
