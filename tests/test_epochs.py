@@ -178,3 +178,26 @@ def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_pat
     pred = model.predict(dense[val], cats[val]).numpy()
     assert last_val["val_ne"] == pytest.approx(evaluate_predictions(pred, labels[val])["ne"],
                                                rel=1e-4)
+
+
+@pytest.mark.timeout(300)
+def test_the_default_job_validates_at_every_validation_point(tmp_path):
+    """Trainer 0 validates while its workers train on: neither its first validation (what it
+    imports) nor one that takes longer than the workers need to pass the next point may drop
+    a point, or learning-rate decay on plateau and early stopping see fewer validations than
+    in the same job run slower."""
+    epochs = 4
+    data = write_array_dir(tmp_path / "a", rows=40_000)
+    out = tmp_path / "run"
+    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
+                   "--epochs", str(epochs), "--val-share", "0.2", "--eval-points", "1",
+                   "--early-stop", "0", "--batch-size", "64", "--out", str(out)], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    validated = [r["epoch"] for r in rows if "val_ne" in r]
+    # epochs 1, 2, 3, 4 (the end of training: there or in the final validation), the final
+    during = validated[:-1]
+    assert len(during) in (epochs - 1, epochs), validated
+    assert all(e >= k for k, e in enumerate(during, start=1)), validated
+    assert validated[-1] == pytest.approx(epochs)
