@@ -181,7 +181,7 @@ def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_pat
 
 
 @pytest.mark.timeout(300)
-def test_the_default_jobs_first_validation_comes_at_its_point(tmp_path):
+def test_the_default_jobs_first_validations_come_at_their_points(tmp_path):
     """Trainer 0 of a cluster job validates while its workers train on: what its first
     evaluation needs is imported before training (2-4 s of scikit-learn), or the workers
     train past the points due meanwhile (MovieLens: epochs 0.5 to about 1.9) and those are
@@ -196,5 +196,7 @@ def test_the_default_jobs_first_validation_comes_at_its_point(tmp_path):
     assert res.leftover == []
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     validated = [r["epoch"] for r in rows if "val_ne" in r]
-    assert 1 <= validated[0] < 2, validated  # before the workers reach the second point
+    # each of the first two points before the workers reach the next one (the old first
+    # validation, importing as it went, let the second one pass: epochs 1.07, 3.25, 4.0)
+    assert 1 <= validated[0] < 2 <= validated[1] < 3, validated
     assert validated == sorted(validated) and validated[-1] == pytest.approx(epochs)
