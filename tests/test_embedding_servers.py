@@ -160,3 +160,39 @@ def test_local_tables_and_the_servers_client_are_both_embedding_clients():
     assert isinstance(client, EmbeddingClient)
     assert isinstance(EmbeddingTables([3, 4], 2), EmbeddingClient)
     assert not isinstance(LookupOnly(), EmbeddingClient)
+
+
+def test_a_server_trains_its_rows_bitwise_as_local_tables_do():
+    """One trainer's tables through an embedding server or in the trainer: the same row-wise
+    Adagrad step (summed repeats, one accumulator per row, the schedule's factor), also on
+    mean-pooled multi-hot bags, so the two paths differ only in where the rows live."""
+    from shadowsync.data.bags import Bags
+
+    rows, dim = [90, 30, 12], 5
+    rule = {"optimizer": "adagrad", "lr": 0.2, "initial_accumulator": 0.05}
+    local = EmbeddingTables(rows, dim, seed=0, **rule)
+    served = EmbeddingTables(rows, dim, seed=1, **rule)
+    served.load_state_dict(local.state_dict())
+    plan = ShardingPlan(1, tuple(rows), row_split_limit=10**9)
+    layout = ClusterLayout(embedding_servers=1, dense_servers=0, trainers=1, workers=0)
+    client = RemoteEmbeddings(plan, layout, RpcEndpoint("127.0.0.1", 0), dim, {})
+    # what attach() sets up for a server whose tables are mapped into this process
+    client._keys, client._shared = plan.keys(), {0: served}
+    gen = torch.Generator().manual_seed(0)
+
+    def batch() -> Bags:
+        single = torch.stack([torch.randint(0, r, (16,), generator=gen) for r in rows[:2]], 1)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long),
+                             torch.randint(1, 4, (16,), generator=gen).cumsum(0)])
+        genres = torch.randint(0, rows[2], (int(offsets[-1]),), generator=gen)
+        return Bags.build(single, [(genres, offsets, None, "mean")])
+
+    ids = batch()
+    for step in range(30):
+        grads, nxt = torch.randn(16, 3, dim, generator=gen), batch()
+        here = local.update_and_lookup(ids, grads, nxt, lr_scale=min(1.0, (step + 1) / 10))
+        there = client.update_and_lookup(ids, grads, nxt, lr_scale=min(1.0, (step + 1) / 10))
+        assert torch.equal(here, there)
+        ids = nxt
+    assert torch.equal(local.weight, served.weight) and torch.equal(local.state, served.state)
+    assert not torch.equal(local.state, torch.full_like(local.state, 0.05))  # rows did learn

@@ -178,3 +178,25 @@ def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_pat
     pred = model.predict(dense[val], cats[val]).numpy()
     assert last_val["val_ne"] == pytest.approx(evaluate_predictions(pred, labels[val])["ne"],
                                                rel=1e-4)
+
+
+@pytest.mark.timeout(300)
+def test_the_default_jobs_first_validations_come_at_their_points(tmp_path):
+    """Trainer 0 of a cluster job validates while its workers train on: what its first
+    evaluation needs is imported before training (2-4 s of scikit-learn), or the workers
+    train past the points due meanwhile (MovieLens: epochs 0.5 to about 1.9) and those are
+    never validated."""
+    epochs = 4
+    data = write_array_dir(tmp_path / "a", rows=40_000)
+    out = tmp_path / "run"
+    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
+                   "--epochs", str(epochs), "--val-share", "0.2", "--eval-points", "1",
+                   "--early-stop", "0", "--batch-size", "64", "--out", str(out)], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    validated = [r["epoch"] for r in rows if "val_ne" in r]
+    # each of the first two points before the workers reach the next one (the old first
+    # validation, importing as it went, let the second one pass: epochs 1.07, 3.25, 4.0)
+    assert 1 <= validated[0] < 2 <= validated[1] < 3, validated
+    assert validated == sorted(validated) and validated[-1] == pytest.approx(epochs)

@@ -39,7 +39,7 @@ from shadowsync.lifecycle.stop import STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
-from shadowsync.train.tasks import build_dense_model, features_of, plan_data
+from shadowsync.train.tasks import build_dense_model, features_of, plan_data, task_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
@@ -100,6 +100,11 @@ def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
         # while every process starts (seconds), rather than in the first save, where it held
         # up trainer 0's validations while the workers trained on.
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
+    if layout.role(int(os.environ["RANK"])) == ("trainer", 0):
+        # Trainer 0 validates and evaluates while its workers train on: what the first
+        # evaluation imports (seconds) is imported now, while the others start, or the
+        # workers train past the validation points due meanwhile and those are skipped.
+        task_of(cfg.task).prepare_evaluation()
     rank, trainer_group = join_process_group(layout)
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg.cluster.rpc_port)

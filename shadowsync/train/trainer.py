@@ -364,6 +364,9 @@ class Trainer:
             self.checkpointer.maybe_save(self.trained_now())
         if self._val_at and not self.early_stopped and self.stop_signal is None:
             # By the workers' shared step counts, not their reports (which trail).
+            # Points the workers passed during the last validation (and best-model save) are
+            # dropped: validated one by one they came as a burst of scores of all but the same
+            # model, 8 within half an epoch of MovieLens, using up --early-stop's patience.
             now = self.trained_now()
             if now >= self._val_at[0]:
                 while self._val_at and now >= self._val_at[0]:
