@@ -9,8 +9,11 @@ Four parts, each a figure the docs page (docs/dynamic-tables.md) reports:
   get the same rows, and, at equal bytes, the fixed tables' memory as --table-memory (fewer
   rows: the map costs bytes too, `holder_bytes`). Eval NE and AUC on the last 10%, and how
   many ids and lookups hashing made share a row (collisions).
-- **a real set**: MovieLens 100K with its users and movies in fewer rows than they have
-  ids, hashed against dynamic tables of the same rows and of the same bytes (`_movielens`).
+- **real sets**: MovieLens 100K with its users and movies in fewer rows than they have
+  ids, hashed against dynamic tables of the same rows and of the same bytes (`_movielens`);
+  the clothing reviews with every review word a value of a multi-hot feature, a long tail
+  of words seen once or twice, hashed into 2,000 and 8,000 rows against dynamic tables with
+  admission of the same rows and bytes, 3 seeds (`_clothing`).
 - **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
   interleaved; the ratio of median training EPS (goal >= 0.9); and a training step in one
   process in thread CPU time (`_steps`: the map's own cost and its share of a whole step,
@@ -353,15 +356,14 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
                       budgets: tuple[int, ...] = (100_000, 10_000),
                       eps_examples: int = 300_000, repeats: int = 5,
                       quality_repeats: int = 1, movielens_rows: int = 256,
-                      movielens_epochs: int = 3, full: bool = False,
-                      clothing_only: bool = False, clothing_rows: tuple[int, ...] = (2000, 8000),
+                      movielens_epochs: int = 3, clothing_only: bool = False,
+                      clothing_rows: tuple[int, ...] = (2000, 8000),
                       clothing_epochs: int = 3, clothing_seeds: int = 3) -> dict[str, Any]:
-    """Every part; `full` adds the clothing reviews (`_clothing`, about 15 minutes on 2
-    cores), which `clothing_only` runs alone."""
+    """Every part (about 16 minutes on 2 shared cores); `clothing_only`: the clothing
+    reviews alone (`_clothing`, about 6 minutes)."""
     root = Path(out)
     t0 = time.time()
-    clothing = (_clothing(root, clothing_rows, clothing_epochs, clothing_seeds)
-                if full or clothing_only else None)
+    clothing = _clothing(root, clothing_rows, clothing_epochs, clothing_seeds)
     if clothing_only:
         summary = {"clothing": _clothing_summary(clothing, clothing_epochs),
                    "bench_wall_s": round(time.time() - t0, 1)}
@@ -397,15 +399,15 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
         "settings": {"examples": examples, "budgets": list(budgets),
                      "eps_examples": eps_examples, "repeats": repeats,
                      "quality_repeats": quality_repeats, "movielens_rows": movielens_rows,
-                     "movielens_epochs": movielens_epochs},
+                     "movielens_epochs": movielens_epochs, "clothing_rows": list(clothing_rows),
+                     "clothing_epochs": clothing_epochs, "clothing_seeds": clothing_seeds},
         "bench_wall_s": round(time.time() - t0, 1),
         "ratio_spread": {"eps_dynamic_over_fixed": spread,
                          "step_rate_dynamic_over_fixed": step_spread},
         "goals": {"eps_dynamic_over_fixed": ">= 0.9", "step_rate_dynamic_over_fixed": ">= 0.9"},
     }
-    if clothing is not None:
-        summary["clothing"] = _clothing_summary(clothing, clothing_epochs)
-    write_bench(root, "dynamic", q + m + eps_runs + steps + (clothing or {}).get("runs", []),
+    summary["clothing"] = _clothing_summary(clothing, clothing_epochs)
+    write_bench(root, "dynamic", q + m + clothing["runs"] + eps_runs + steps,
                 {"eps_dynamic_over_fixed": ratio, "step_rate_dynamic_over_fixed": step_ratio},
                 summary)
     print(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
@@ -421,8 +423,7 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
     print_table([[v, s["eval_ne"], s["eval_auc"]]
                  for v, s in summary["movielens"]["quality"].items()],
                 ["tables", "eval NE", "eval AUC"])
-    if clothing is not None:
-        _print_clothing(summary["clothing"])
+    _print_clothing(summary["clothing"])
     e = summary["eps"]
     print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
           f"{ratio:.3f} (per repeat {spread}), goal >= 0.9")
