@@ -107,26 +107,36 @@ def _quality(out: Path, examples: int, budgets: tuple[int, ...], repeats: int
             "teacher_eval_ne": info["days"]["day0"]["teacher_eval_ne"]}
 
 
+def _budget_schemas(data: Path, names: tuple[str, ...], rows: int) -> list[int]:
+    """Beside DATA/schema.toml, the same schema with features `names` given `rows` rows:
+    schema-hashRows.toml folds their values modulo `rows` (``hash = true``) for fixed
+    tables, schema-rawRows.toml makes `rows` their row budget (``ids = "raw"``) for dynamic
+    tables (a schema's table sizes, not --table-size, set the budget). Returns the table
+    sizes of the first."""
+    import re
+
+    full = (data / "schema.toml").read_text()
+    for tag, line in (("hash", "hash = true"), ("raw", 'ids = "raw"')):
+        text = full
+        for name in names:
+            text = re.sub(rf'(name = "{name}"\ntable_size = )\d+', rf"\g<1>{rows}\n{line}", text)
+        (data / f"schema-{tag}{rows}.toml").write_text(text)
+    return [int(n) for n in re.findall(r"table_size = (\d+)",
+                                       (data / f"schema-hash{rows}.toml").read_text())]
+
+
 def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any]:
     """MovieLens 100K (`data prepare movielens100k`) with its users (943) and movies (1,682)
     given `rows` rows each: fixed tables that fold those ids modulo `rows` (``hash = true``)
     against dynamic tables of the same rows and of the same bytes (admission at once and
     after 2 sightings, least recently used rows evicted), next to fixed tables with a row
     for every id. The other features keep a row per value in every variant."""
-    import re
-
     from shadowsync.data.prepare import prepare
 
     data = out / "movielens"
     if not (data / "schema.toml").exists():
         prepare("movielens100k", str(data))
-    full = (data / "schema.toml").read_text()
-    hashed = full
-    for name in ("user", "movie"):
-        hashed = re.sub(rf'(name = "{name}"\ntable_size = )\d+', rf"\g<1>{rows}\nhash = true",
-                        hashed)
-    (data / "schema-hashed.toml").write_text(hashed)
-    sizes = [int(n) for n in re.findall(r"table_size = (\d+)", hashed)]
+    sizes = _budget_schemas(data, ("user", "movie"), rows)
     width = job(None).model.table_width()
     fixed_bytes = sum(sizes) * (width + 1) * 4  # a row and its Adagrad sum
 
@@ -138,9 +148,9 @@ def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any
 
     variants = {
         "every id its row": lambda: run("full", "schema.toml"),
-        "hash = true": lambda: run("hash", "schema-hashed.toml"),
+        "hash = true": lambda: run("hash", f"schema-hash{rows}.toml"),
         "dynamic, admit after 2": lambda: run(
-            "dynamic-rows", "schema.toml", tables="dynamic", admit_after=2, table_size=sizes),
+            "dynamic-rows", f"schema-raw{rows}.toml", tables="dynamic", admit_after=2),
         "dynamic, the fixed tables' bytes": lambda: run(
             "dynamic-bytes", "schema.toml", tables="dynamic", table_memory=str(fixed_bytes)),
         "dynamic, admit after 2, the fixed tables' bytes": lambda: run(
@@ -188,21 +198,19 @@ def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
     variants = {"every word its row": lambda: run("full", "schema.toml")}
     collisions, fixed_bytes, equal_bytes_rows = {}, {}, {}
     for rows in budgets:
-        hashed = re.sub(r'(name = "words"\ntable_size = )\d+', rf"\g<1>{rows}\nhash = true",
-                        full)
-        (data / f"schema-hash{rows}.toml").write_text(hashed)
-        sizes = [int(n) for n in re.findall(r"table_size = (\d+)", hashed)]
+        sizes = _budget_schemas(data, ("words",), rows)
         fixed_bytes[rows] = sum(sizes) * (width + 1) * 4  # a row and its Adagrad sum
         collisions[rows] = collision_rate(word_ids.reshape(-1, 1), rows)
         equal_bytes_rows[rows] = {a: pool_rows(sizes, width, a, fixed_bytes[rows], 1)
                                   for a in (2, 5)}
 
-        def dynamic(admit: int, equal_bytes: bool, rows: int = rows,
-                    sizes: list[int] = sizes) -> dict[str, Any]:
-            budget = ({"table_memory": str(fixed_bytes[rows])} if equal_bytes
-                      else {"table_size": sizes})
-            return run(f"dynamic-admit{admit}-{'bytes' if equal_bytes else 'rows'}-{rows}",
-                       "schema.toml", tables="dynamic", admit_after=admit, **budget)
+        def dynamic(admit: int, equal_bytes: bool, rows: int = rows) -> dict[str, Any]:
+            if equal_bytes:
+                return run(f"dynamic-admit{admit}-bytes-{rows}", "schema.toml",
+                           tables="dynamic", admit_after=admit,
+                           table_memory=str(fixed_bytes[rows]))
+            return run(f"dynamic-admit{admit}-rows-{rows}", f"schema-raw{rows}.toml",
+                       tables="dynamic", admit_after=admit)
 
         variants.update({
             f"hash = true, {rows} rows": lambda rows=rows: run(f"hash-{rows}",
