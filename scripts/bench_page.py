@@ -4,11 +4,16 @@
     python scripts/bench_page.py                 # rewrite docs/benchmarks.md
     python scripts/bench_page.py --check         # exit 1 if the page is not up to date
     python scripts/bench_page.py --add runs/bench-sync/bench.json --label "my machine"
+    python scripts/bench_page.py --add runs/bench-switch-full/bench.json --keep-runs \
+        --label "--full"
 
 `--add` takes the bench.json a `shadowsync bench ...` run wrote and makes it the current
 result of that bench: its ratios (with their spread and goals) become the file's only run,
 with this machine, the checked-out commit and today's date; the hand-made tables of the
-earlier result are dropped, since they described other runs. Then the page is regenerated.
+earlier result are dropped, since they described other runs. With `--keep-runs` the run
+goes beside the result's current runs instead (another run of the same commit, such as a
+bench's `--full` beside its default run), and the goals of both are kept. Then the page is
+regenerated.
 
 Result file (one per bench, benchmarks/results/<bench>.json): bench, title, command, about,
 source, date, commit, machine, goals {ratio: goal}, runs [{label, wall_min, ratios {ratio:
@@ -206,8 +211,9 @@ def goal_text(goal: object) -> str:
     return "" if goal is None else str(goal)
 
 
-def add(bench_json: Path, label: str) -> Path:
-    """Make a bench.json the current result of its bench."""
+def add(bench_json: Path, label: str, keep_runs: bool = False) -> Path:
+    """Make a bench.json the current result of its bench (`keep_runs`: one run of it, beside
+    the runs it has)."""
     data = json.loads(bench_json.read_text(encoding="utf-8"))
     name = data["bench"]
     path = RESULTS / f"{name}.json"
@@ -228,9 +234,10 @@ def add(bench_json: Path, label: str) -> Path:
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
         "machine": machine_info(),
-        "goals": ({k: goal_text(v) for k, v in data["goals"].items() if goal_text(v)}
+        "goals": ({**(old.get("goals", {}) if keep_runs else {}),
+                   **{k: goal_text(v) for k, v in data["goals"].items() if goal_text(v)}}
                   if data.get("goals") else old.get("goals", {})),
-        "runs": [run],
+        "runs": [*(old.get("runs", []) if keep_runs else []), run],
         "reading": old.get("reading", []),
     }
     path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -245,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="make this bench.json the current result of its bench first")
     parser.add_argument("--label", default="this machine",
                         help="the run's column title with --add (default: %(default)s)")
+    parser.add_argument("--keep-runs", action="store_true",
+                        help="with --add: put the run beside the result's current runs")
     args = parser.parse_args(argv)
     if args.add:
-        print(f"wrote {add(args.add, args.label)}")
+        print(f"wrote {add(args.add, args.label, args.keep_runs)}")
     text = render()
     if args.check:
         if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != text:

@@ -30,8 +30,12 @@ downward (a leaf of one placed in a lower layer). Every module must belong to so
 
 ``any_annotations``: annotations (of parameters, returns and annotated assignments) that
 mention ``Any``, outside ``transport`` (where bytes and pickled objects cross processes) and
-``bench``; ``--any`` lists them. ``any_beyond_plain_data``: those of them where ``Any`` is
-more than the values of plain data (``dict[str, Any]``: a summary, a report, JSON).
+``bench``; ``--any`` lists them. An annotation that names an alias hiding ``Any`` counts
+too: a name bound anywhere in the package to a type that mentions ``Any`` (``Loose = Any``,
+``Json: TypeAlias = dict[str, Any]``, ``type X = ...``) or to ``Any`` renamed (``from typing
+import Any as Loose``); ``any_aliases`` counts those definitions (listed as ``alias``).
+``any_beyond_plain_data``: the annotations where ``Any`` is more than the values of plain
+data (``dict[str, Any]``: a summary, a report, JSON).
 
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
@@ -44,6 +48,7 @@ import ast
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -132,8 +137,37 @@ def local_imports(tree: ast.AST) -> list[tuple[str, int]]:
     return sorted(set(out), key=lambda x: x[1])  # nested functions are walked twice
 
 
-def any_annotations(tree: ast.AST) -> list[tuple[str, int]]:
-    """(annotation, line) of every annotation that mentions `Any`."""
+def _names_any(node: ast.AST, aliases: Mapping[str, object]) -> bool:
+    """Whether `node` names `Any` (`Any`, `typing.Any`) or an alias of it."""
+    return any((isinstance(n, ast.Name) and (n.id == "Any" or n.id in aliases))
+               or (isinstance(n, ast.Attribute) and n.attr == "Any") for n in ast.walk(node))
+
+
+def any_aliases(tree: ast.AST, known: Mapping[str, object] = {}) -> dict[str, tuple[str, int]]:
+    """Names `tree` binds to a type that mentions `Any` (or an alias of it, of `known`) or to
+    `Any` itself under another name: name -> (what it stands for, line)."""
+    out: dict[str, tuple[str, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("typing", "typing_extensions"):
+            out.update((a.asname, ("Any", node.lineno)) for a in node.names
+                       if a.name == "Any" and a.asname and a.asname != "Any")
+            continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and \
+                "TypeAlias" in ast.unparse(node.annotation):
+            target, value = node.target, node.value
+        elif type(node).__name__ == "TypeAlias":  # `type X = ...` (Python 3.12)
+            target, value = node.name, node.value  # type: ignore[attr-defined]
+        else:
+            continue
+        if isinstance(target, ast.Name) and _names_any(value, {**known, **out}):
+            out[target.id] = (ast.unparse(value), node.lineno)
+    return out
+
+
+def any_annotations(tree: ast.AST, aliases: Mapping[str, object] = {}) -> list[tuple[str, int]]:
+    """(annotation, line) of every annotation that mentions `Any` or one of `aliases`."""
     out = []
     for node in ast.walk(tree):
         found: list[ast.expr | None] = []
@@ -145,7 +179,7 @@ def any_annotations(tree: ast.AST) -> list[tuple[str, int]]:
         elif isinstance(node, ast.AnnAssign):
             found.append(node.annotation)
         out += [(ast.unparse(ann), node.lineno) for ann in found
-                if ann is not None and "Any" in ast.unparse(ann)]
+                if ann is not None and ("Any" in ast.unparse(ann) or _names_any(ann, aliases))]
     return out
 
 
@@ -202,23 +236,42 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     lines: list[str] = []
     counts = {"upward_imports": 0, "package_cycles": 0, "long_functions": 0,
               "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0,
-              "folder_pairs": 0, "any_annotations": 0, "any_beyond_plain_data": 0}
+              "folder_pairs": 0, "any_annotations": 0, "any_beyond_plain_data": 0,
+              "any_aliases": 0}
     unit_graph: dict[str, set[str]] = defaultdict(set)
     folder_graph: dict[str, set[str]] = defaultdict(set)
     paths = sorted(root.rglob("*.py"))
     known = {module_name(root, p) for p in paths}
+    trees = {p: ast.parse(p.read_text(), filename=str(p)) for p in paths}
+    # Aliases of Any anywhere in the package (transport's too: its aliases used elsewhere
+    # count there), to a fixed point: an alias may be made of another.
+    aliases: dict[str, tuple[str, int]] = {}
+    while True:
+        found = {name: (text, line, path) for path, tree in trees.items()
+                 for name, (text, line) in any_aliases(tree, aliases).items()}
+        if found.keys() <= aliases.keys():
+            break
+        aliases.update((name, (text, line)) for name, (text, line, _) in found.items())
+    for name, (text, line, path) in sorted(found.items(), key=lambda x: (str(x[1][2]), x[1][1])):
+        counts["any_aliases"] += 1
+        lines.append(f"alias: {path}:{line}: {name} = {text}")
+    # An alias is plain data when what it stands for is (dict[str, Any]).
+    loose = {n for n, (text, _) in aliases.items()
+             if "Any" in text.replace("dict[str, Any]", "") or text in aliases}
     for path in paths:
         module = module_name(root, path)
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = trees[path]
         here = unit_of(module)
         if here is None:
             counts["unplaced_modules"] += 1
             lines.append(f"unplaced: {path}: {module} is in no layer")
         in_bench = top_part(module) == "bench"
         if not in_bench and top_part(module) != "transport":
-            for text, lineno in any_annotations(tree):
+            for text, lineno in any_annotations(tree, aliases):
                 counts["any_annotations"] += 1
-                counts["any_beyond_plain_data"] += "Any" in text.replace("dict[str, Any]", "")
+                counts["any_beyond_plain_data"] += "Any" in text.replace(
+                    "dict[str, Any]", "") or any(isinstance(n, ast.Name) and n.id in loose
+                                                 for n in ast.walk(ast.parse(text, mode="eval")))
                 lines.append(f"any: {path}:{lineno}: {text}")
         imports = imported_modules(tree, module, path.name == "__init__.py", known)
         for what, lineno in local_imports(tree):
@@ -263,7 +316,7 @@ def main() -> int:
         print(json.dumps(counts))
         return 0
     for line in lines:
-        if not line.startswith("any: ") or args.any:
+        if not line.startswith(("any: ", "alias: ")) or args.any:
             print(line)
     for key, value in counts.items():
         print(f"{key:30s} {value}")

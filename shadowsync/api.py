@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import shadowsync.forkserver as forkserver
 from shadowsync.config import TrainConfig, config_from_options, default_out_dir
@@ -23,6 +23,9 @@ from shadowsync.lifecycle.exits import TrainingDiverged
 from shadowsync.logs import setup_logging
 from shadowsync.train.report import write_summary
 
+if TYPE_CHECKING:
+    from shadowsync.models.trained import TrainedModel
+
 log = logging.getLogger(__name__)
 
 
@@ -31,7 +34,7 @@ class RunResult:
     """What a run left: `summary` (the contents of summary.json), `out` (the run directory,
     with metrics.jsonl, config.toml, ne.png) and `config` (the options as resolved)."""
 
-    summary: dict[str, Any]
+    summary: dict[str, object]
     out: Path
     config: TrainConfig
 
@@ -41,13 +44,13 @@ class RunResult:
         path = self.summary.get("checkpoint")
         return Path(path) if path else None
 
-    def model(self) -> Any:
+    def model(self) -> TrainedModel:
         """The trained model as a plain `torch.nn.Module` on CPU (`shadowsync.load`)."""
         factory = self.config.model.name if callable(self.config.model.name) else None
         return load(self.checkpoint or self.out, model=factory)
 
 
-def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
+def train(config: TrainConfig | None = None, /, **options: object) -> RunResult:
     """Train with `config` (default: every default) overridden by `options`, named like the
     long command-line options with underscores (`embedding_servers=1`). `model` may also be
     a function (num_dense, num_tables, embedding_dim) -> nn.Module, defined anywhere (one from
@@ -66,7 +69,7 @@ def train(config: TrainConfig | None = None, /, **options: Any) -> RunResult:
 MAX_ROLLBACKS = 3
 
 
-def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     """Check every input, then create the output directory, write config.toml and train:
     in this process for one trainer with local tables, else as a local cluster launched
     like torchrun. Returns the resolved configuration and the summary.
@@ -88,12 +91,12 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
         raise
 
 
-def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, dict[str, Any]]:
+def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, dict[str, object]]:
     """`run`'s attempts: the first, then one from the last good checkpoint after each
     divergence, while --on-divergence rollback allows."""
     from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
 
-    rollbacks: list[dict[str, Any]] = []
+    rollbacks: list[dict[str, object]] = []
     if cfg.output.dir is None and not cfg.checkpoint.resume:
         cfg = replace(cfg, out=str(default_out_dir()))
     while True:

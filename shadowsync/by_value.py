@@ -17,14 +17,17 @@ import pickle
 import sys
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import TYPE_CHECKING
 
 import cloudpickle
 
 from shadowsync.errors import UserError
 
+if TYPE_CHECKING:  # config imports this module and must not import torch
+    from torch import nn
 
-def _by_name_fails(obj: Any) -> bool:
+
+def _by_name_fails(obj: object) -> bool:
     """Whether another process could not find `obj` by its module and name."""
     if getattr(obj, "__module__", None) == "__main__" or "<locals>" in getattr(
             obj, "__qualname__", ""):
@@ -39,14 +42,14 @@ def _by_name_fails(obj: Any) -> bool:
 class ByValue:
     """A function that pickles as its code (cloudpickle), and is called like it."""
 
-    def __init__(self, fn: Callable[..., Any], blob: bytes | None = None) -> None:
+    def __init__(self, fn: Callable[..., object], blob: bytes | None = None) -> None:
         self.fn = fn
         self.__module__ = getattr(fn, "__module__", "__main__")
         self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
         self.__name__ = getattr(fn, "__name__", self.__qualname__)
         self._blob = blob
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         return self.fn(*args, **kwargs)
 
     def blob(self) -> bytes:
@@ -54,7 +57,7 @@ class ByValue:
             self._blob = dumps(self.fn, f"model: {self.__module__}:{self.__qualname__}")
         return self._blob
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[Callable[[bytes], ByValue], tuple[bytes]]:
         return _load_function, (self.blob(),)
 
     def __eq__(self, other: object) -> bool:
@@ -68,7 +71,7 @@ def _load_function(blob: bytes) -> ByValue:
     return ByValue(cloudpickle.loads(blob), blob)
 
 
-def dumps(obj: Any, what: str) -> bytes:
+def dumps(obj: object, what: str) -> bytes:
     """cloudpickle's bytes of `obj`, or a one-line UserError saying why it cannot travel."""
     try:
         return cloudpickle.dumps(obj)
@@ -77,7 +80,7 @@ def dumps(obj: Any, what: str) -> bytes:
                         f"(cloudpickle: {type(e).__name__}: {e})") from None
 
 
-def portable(fn: Callable[..., Any]) -> Callable[..., Any]:
+def portable(fn: Callable[..., object]) -> Callable[..., object]:
     """`fn` itself where other processes can import it, else `fn` sent by value (checked
     now: a factory that cannot travel at all fails here, in one line)."""
     if isinstance(fn, ByValue) or not _by_name_fails(fn):
@@ -92,19 +95,20 @@ def portable(fn: Callable[..., Any]) -> Callable[..., Any]:
 _REGISTERED: set[type] = set()
 
 
-def _reduce_module(module: Any) -> tuple[Any, ...]:
+def _reduce_module(module: nn.Module) -> tuple[Callable[[bytes, dict[str, object]], nn.Module],
+                                             tuple[bytes, dict[str, object]]]:
     cls = type(module)
     return _rebuild_module, (dumps(cls, f"model class {cls.__qualname__}"), module.__dict__)
 
 
-def _rebuild_module(class_blob: bytes, state: dict[str, Any]) -> Any:
+def _rebuild_module(class_blob: bytes, state: dict[str, object]) -> nn.Module:
     cls = cloudpickle.loads(class_blob)  # the same class again for the same blob
     module = cls.__new__(cls)
     module.__setstate__(state)
     return module
 
 
-def send_modules_by_value(objects: tuple[Any, ...]) -> None:
+def send_modules_by_value(objects: tuple[object, ...]) -> None:
     """Make multiprocessing send the `nn.Module`s among `objects` whose class (or a
     submodule's) cannot be imported in another process by value: the class by cloudpickle,
     the state (shared-memory tensors included) as multiprocessing sends it."""

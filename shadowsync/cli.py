@@ -12,7 +12,7 @@ import signal
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import shadowsync.forkserver as forkserver
 from shadowsync import __version__
@@ -181,7 +181,7 @@ class Parser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line, with the closest option or choice
     where the user mistyped one, instead of the usage block."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_train(sub: Any) -> None:
+def _add_train(sub: argparse._SubParsersAction) -> None:
     """`shadowsync train`: every option of the configuration."""
     train = sub.add_parser(
         "train", help="train a DLRM or your own model (default: synthetic data, ~1 minute)",
@@ -245,7 +245,7 @@ def _add_train(sub: Any) -> None:
     train.set_defaults(func=_train)
 
 
-def _add_eval_export(sub: Any) -> None:
+def _add_eval_export(sub: argparse._SubParsersAction) -> None:
     """`shadowsync eval` and `shadowsync export`: a checkpoint scored or exported."""
     ev = sub.add_parser(
         "eval", help="score a checkpoint on data: NE, AUC, calibration (accuracy for digits)",
@@ -273,7 +273,7 @@ def _add_eval_export(sub: Any) -> None:
     exp.set_defaults(func=_export)
 
 
-def _add_data(sub: Any) -> None:
+def _add_data(sub: argparse._SubParsersAction) -> None:
     """`shadowsync data synth|prepare`: the built-in and the public data sets."""
     data = sub.add_parser("data", help="data tools").add_subparsers(dest="data_cmd", required=True)
     synth = data.add_parser("synth", help="write planted-teacher data in Criteo TSV format")
@@ -308,7 +308,7 @@ def _add_data(sub: Any) -> None:
     prep.set_defaults(func=_prepare)
 
 
-def _add_switch(sub: Any) -> None:
+def _add_switch(sub: argparse._SubParsersAction) -> None:
     """`shadowsync switch search`: the offline search of the BSP share."""
     switch = sub.add_parser("switch", help="Sync-Switch tools").add_subparsers(
         dest="switch_cmd", required=True)

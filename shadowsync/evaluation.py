@@ -7,9 +7,9 @@ where each part of it is in a checkpoint).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -37,7 +37,8 @@ def _model_layout(trained: TrainedModel) -> str:
 
 
 def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
-                        skip_bad_lines: bool = False, model: Any = None) -> dict[str, Any]:
+                        skip_bad_lines: bool = False,
+                        model: Callable[..., object] | None = None) -> dict[str, object]:
     """Metrics of the checkpoint at `path` (a run directory: its newest) on `data`: every
     row of a file or directory, or the held-out rows of the built-in data."""
     if predictions is not None:
@@ -66,7 +67,7 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
             check_ids(rows, tuple(trained.table_rows.tolist()))
     pred, y = score(trained, rows, start, stop)
     if cfg.task == "digits":
-        result: dict[str, Any] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))
+        result: dict[str, object] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))
                                                     .mean())}
     else:
         result = evaluate_predictions(pred, y)

@@ -39,7 +39,8 @@ import os
 import signal
 from collections.abc import Callable
 from multiprocessing import forkserver
-from typing import Any
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 
 from shadowsync.procfs import stat_fields
 
@@ -56,7 +57,7 @@ if os.environ.get(SERVER_ENV):  # the fork server, starting
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _server() -> Any:
+def _server() -> forkserver.ForkServer:
     return forkserver._forkserver
 
 
@@ -95,7 +96,7 @@ def job_environment() -> dict[str, str]:
     return dict(os.environ, **({ADDRESS_ENV: address} if isinstance(address, str) else {}))
 
 
-def worker_context() -> Any:
+def worker_context() -> BaseContext:
     """The multiprocessing context a trainer starts its Hogwild workers with: forked from
     the launcher's server where there is one (see the module's docstring), else spawned."""
     server = _server()
@@ -110,7 +111,7 @@ def worker_context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
-def _can_attach(server: Any) -> bool:
+def _can_attach(server: forkserver.ForkServer) -> bool:
     """This process was forked by a fork server whose requests are the ones known here
     (Python 3.10-3.13: a connection, the pipes and fds, no handshake)."""
     return (getattr(server, "_forkserver_alive_fd", None) is not None
@@ -130,7 +131,8 @@ def become_job_process(launcher: dict[str, str]) -> None:
     os.environ.update(agent)
 
 
-def start_worker(context: Any, target: Callable[..., None], args: tuple[Any, ...]) -> Any:
+def start_worker(context: BaseContext, target: Callable[..., None],
+                 args: tuple[object, ...]) -> BaseProcess:
     """Start `target(*args)` in a daemon process of `context` (`worker_context`), with this
     process's environment. One request to a fork server carries at most about 250 file
     descriptors, one per shared tensor: a model with more parameters (and their optimizer
@@ -139,7 +141,7 @@ def start_worker(context: Any, target: Callable[..., None], args: tuple[Any, ...
 
     send_modules_by_value(args)  # a model class from a notebook or a factory's body
 
-    def process(ctx: Any) -> Any:
+    def process(ctx: BaseContext) -> BaseProcess:
         return ctx.Process(target=run_worker, args=(dict(os.environ), target, *args),
                            daemon=True)
 
@@ -154,7 +156,7 @@ def start_worker(context: Any, target: Callable[..., None], args: tuple[Any, ...
     return p
 
 
-def run_worker(environment: dict[str, str], target: Callable[..., None], *args: Any) -> None:
+def run_worker(environment: dict[str, str], target: Callable[..., None], *args: object) -> None:
     """A worker process's entry: its trainer's environment and signals as a spawned worker
     starts with (SIGTERM ends it, SIGINT waits, blocked, until the worker takes it over),
     then `target(*args)`."""

@@ -20,17 +20,19 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shadowsync.errors import UserError
 
 if TYPE_CHECKING:  # `import shadowsync` stays light: torch comes with the first call
+    import torch
+
     from shadowsync.models.trained import TrainedModel
 
 EXPORT_SUFFIX = ".pt2"
 
 
-def load(path: str | Path, model: Callable[..., Any] | None = None) -> TrainedModel:
+def load(path: str | Path, model: Callable[..., object] | None = None) -> TrainedModel:
     """The model of a run directory (its newest checkpoint) or of one checkpoint, as a plain
     `torch.nn.Module` on CPU in eval mode. `model`: the factory the run was trained with,
     needed only when it cannot be imported by name (defined in a notebook or `__main__`)."""
@@ -44,7 +46,7 @@ def schema_path(out: str | Path) -> Path:
 
 
 def export(checkpoint: str | Path, out: str | Path,
-           model: Callable[..., Any] | None = None) -> dict[str, Any]:
+           model: Callable[..., object] | None = None) -> dict[str, object]:
     """Write the checkpoint's model as a `torch.export` program to `out` (``.pt2``) and its
     feature schema to ``out.schema.json``; returns what was written, with sizes and times."""
     import torch  # start-up cost: `import shadowsync` has no torch until it is used
@@ -72,7 +74,7 @@ def export(checkpoint: str | Path, out: str | Path,
             "export_s": round(time.perf_counter() - t0 - t_load, 3), "checkpoint": str(step)}
 
 
-def program_inputs(trained: TrainedModel) -> list[dict[str, Any]]:
+def program_inputs(trained: TrainedModel) -> list[dict[str, object]]:
     """The exported program's positional inputs, in order: dense, the single-id features'
     ids, then each multi-hot feature's values, lengths [B] and, when weighted, weights."""
     single = [f.name for f in trained.features if not f.multi_hot]
@@ -88,7 +90,7 @@ def program_inputs(trained: TrainedModel) -> list[dict[str, Any]]:
     return inputs
 
 
-def export_program(trained: TrainedModel, name: str) -> Any:
+def export_program(trained: TrainedModel, name: str) -> torch.export.ExportedProgram:
     """`torch.export` of the whole model, the batch dimension (and each multi-hot feature's
     number of ids) left free. Its parameters are constants of the program (no gradients: it
     scores)."""
@@ -99,7 +101,7 @@ def export_program(trained: TrainedModel, name: str) -> Any:
     dense = torch.zeros(4, trained.num_dense)
     sparse = torch.zeros(4, trained.num_single, dtype=torch.long)
     args: list[torch.Tensor] = []  # forward's *bags
-    shapes: list[dict[int, Any]] = []
+    shapes: list[dict[int, object]] = []  # dimension -> torch.export.Dim
     for m, f in enumerate(trained.multi_hot):
         ids = torch.export.Dim(f"ids{m}")
         args += [torch.zeros(6, dtype=torch.long), torch.tensor([1, 2, 2, 1])]

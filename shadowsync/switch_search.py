@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -40,9 +39,9 @@ def run_search(cfg: TrainConfig, name: str, tolerance: float | None, seeds: int,
                       out=str(where), progress=False)
         _, summary = run(job)
         bar.update(1)
-        value: Any = summary[f"eval_{metric}"]
+        value = float(summary[f"eval_{metric}"])
         bar.set_postfix(share=f"{share:g}", **{metric: f"{value:.4f}"})
-        return float(value)
+        return value
 
     try:
         result = search.search(one, name, metric, task.higher_is_better, tolerance, seeds,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from shadowsync.errors import UserError
 
@@ -13,7 +12,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-def read_toml(path: str, label: str) -> dict[str, Any]:
+def read_toml(path: str, label: str) -> dict[str, object]:
     """The table in `path`; a missing or malformed file is a UserError starting with `label`."""
     try:
         with open(path, "rb") as fh:

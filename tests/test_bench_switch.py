@@ -242,3 +242,40 @@ def test_the_overhead_goal_sees_the_variant_that_spent_most_time_switching():
     runs += [{"variant": "greedy+straggler", "switch_share": s} for s in (0.01, 0.004, 0.006)]
     runs += [{"variant": "bsp", "switch_share": None}]
     assert overhead_by_variant(runs) == {"switch": 0.001, "greedy+straggler": 0.006}
+
+
+def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path, monkeypatch):
+    """`--full` on made-up runs: BSP, ASP, the 4 policies under each of the 8 delays and the
+    false alarm for greedy and elastic, 3 seeds each, digits only at 48k examples. Greedy left
+    BSP for the false alarm on 2 of 3 seeds (median 1: met), elastic on 1 (median 0: met);
+    isolate's accuracy against greedy comes with its seed-by-seed range."""
+    import shadowsync.bench.switch as bench
+    from shadowsync.bench.switch import FALSE_ALARM, FULL_VARIANTS, scenario_text
+
+    seen = []
+
+    def fake_run(cfg, out, metric):
+        variant = out.parent.name and out.name.rsplit("-", 1)[0]
+        seen.append((variant, cfg.seed, cfg.data.examples, str(cfg.testing.straggler)))
+        seed = cfg.seed - digits_job(4, 1000, 0.5).seed
+        left = {"greedy-false-alarm": [1, 1, 0], "elastic-false-alarm": [0, 0, 1]}
+        iso = variant.startswith("isolate")
+        return {"train_s": 10.0 + seed, "run_s": 12.0 + seed, "startup_s": 2.0,
+                "metric": 0.97 + 0.01 * seed * iso, "loss": 0.1, "examples": 1,
+                "curve": [], **switch_fields({}), "staleness_mean": None, "diverged": None,
+                "straggler_switches": left.get(variant, [0, 0, 0])[seed]}
+
+    monkeypatch.setattr(bench, "run_job", fake_run)
+    out = bench.run_switch_bench(str(tmp_path), full=True, ctr=False)
+    assert len(FULL_VARIANTS) == 2 + 4 * len(DELAYS) + 2 and len(seen) == 3 * len(FULL_VARIANTS)
+    assert {s[2] for s in seen} == {48_000}
+    alarm = scenario_text(FALSE_ALARM, 48_000 // 32 // 4)  # 16 of 375 steps
+    assert alarm == "trainer=1,slowdown=3,start=40%,duration=4.267%"
+    assert {s[3] for s in seen if s[0] == "elastic-false-alarm"} == {alarm}
+    goals = out["goals"]
+    assert goals["greedy_false_alarm_switches"] == {"goal": ">= 1", "value": 1, "met": True}
+    assert goals["elastic_false_alarm_switches"] == {"goal": "<= 0", "value": 0, "met": True}
+    sc = "delay30ms_1t_1e"
+    assert goals[f"isolate_acc_minus_greedy_{sc}"]["value"] == pytest.approx(1.0)
+    assert out["ratio_spread"][f"isolate_acc_minus_greedy_{sc}"] == pytest.approx([0.0, 2.0])
+    assert out["ratio_spread"][f"greedy_time_vs_bsp_{sc}"] == [1.0, 1.0]

@@ -68,6 +68,12 @@ def test_bench_page_add_imports_a_bench_json(tmp_path: Path, monkeypatch) -> Non
     assert result["goals"] == {"two_vs_one": ">= 1.5"} and result["machine"]["cpus"] >= 1
     section = "\n".join(bench_page.section(result))
     assert "| `two_vs_one` | 1.9 (1.8 to 2.1) | >= 1.5 |" in section
+    # --keep-runs: another run (such as --full) beside it, the goals of both kept
+    bench.write_text(json.dumps({"bench": "hogwild", "runs": [], "ratios": {"four_vs_one": 3.5},
+                                 "goals": {"four_vs_one": ">= 3"}}))
+    result = json.loads(bench_page.add(bench, "full", keep_runs=True).read_text())
+    assert [r["label"] for r in result["runs"]] == ["here", "full"]
+    assert result["goals"] == {"two_vs_one": ">= 1.5", "four_vs_one": ">= 3"}
 
 
 def test_mode_tables_are_generated_from_the_registry() -> None:

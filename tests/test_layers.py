@@ -69,3 +69,35 @@ def test_the_measure_sees_what_it_counts(tmp_path):
     assert got["upward_imports"] == 2 and got["package_cycles"] == 2
     assert got["long_functions"] == 1 and got["local_imports_outside_bench"] == 1
     assert got["unplaced_modules"] == 1 and got["folder_pairs"] == 2  # errors-cli, config-train
+
+
+def test_few_any_annotations_outside_transport(counts):
+    assert counts["any_annotations"] < 100
+    assert counts["any_aliases"] == 0  # Any is spelled where it is used
+
+
+def test_an_alias_does_not_hide_any(tmp_path):
+    """Annotations naming Any through an alias (assigned, TypeAlias, Any renamed on import,
+    an alias of an alias, one defined in transport and used elsewhere) count as Any; plain
+    data (`dict[str, Any]`) and its alias count as no more than plain data."""
+    pkg = tmp_path / "shadowsync"
+    (pkg / "transport").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "transport" / "__init__.py").write_text(
+        "from typing import Any\nWire = tuple[Any, ...]\n\n\ndef g(a: Any) -> Any: ...\n")
+    (pkg / "errors.py").write_text("from shadowsync.transport import Wire\n\n\n"
+                                   "def h(w: Wire, n: int) -> None: ...\n")
+    (pkg / "logs.py").write_text(
+        "from typing import Any, TypeAlias\nfrom typing import Any as Loose\n\n"
+        "Json = dict[str, Any]\nHidden: TypeAlias = list[Any]\nTwice = Hidden\n"
+        "NOT_A_TYPE = 'Any of these'\n\n\n"
+        "def f(a: Json, b: Loose, c: Hidden, d: Twice, e: Any, n: int) -> dict[str, Any]:\n"
+        "    return {}\n")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
+                          "--root", str(pkg)], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    got = json.loads(out)
+    assert got["any_aliases"] == 5  # Loose, Json, Hidden, Twice, Wire
+    # f: a..e and its return; h: w. Transport's own g is a boundary, not counted.
+    assert got["any_annotations"] == 7
+    assert got["any_beyond_plain_data"] == 5  # all but Json and dict[str, Any]

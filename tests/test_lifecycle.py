@@ -96,7 +96,7 @@ from shadowsync.config import config_from_options
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.exits import TrainingDiverged
 
-def diverge(cfg):
+def diverge(cfg, layout):
     raise TrainingDiverged("training diverged: loss is nan in trainer 0 worker 0")
 
 roles.run_role = diverge

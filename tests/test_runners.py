@@ -8,7 +8,7 @@ import torch.multiprocessing as mp
 
 from shadowsync.rules import make_rule
 from shadowsync.runners.base import Runner, StepRunner
-from shadowsync.runners.ddp import WorkerGroupRunner
+from shadowsync.runners.ddp import WorkerGroupHook, WorkerGroupRunner
 from shadowsync.runners.foreground import StepGate
 from shadowsync.runners.groups import ParamGroup, split_model
 from shadowsync.runners.protocol import ProtocolRunner
@@ -92,7 +92,8 @@ def test_step_runners_implement_the_runner_protocol_without_the_group_thread():
     for cls in (ProtocolRunner, WorkerGroupRunner):
         assert issubclass(cls, StepRunner) and not issubclass(cls, GroupRunner)
     assert issubclass(BackgroundSync, GroupRunner)
-    runner = WorkerGroupRunner(hook=None, kind="ddp")  # type: ignore[arg-type]  # no workers
+    # DDP's hook, never prepared: no worker joins its group here
+    runner = WorkerGroupRunner(WorkerGroupHook("127.0.0.1", 1, "test", 1, 1), kind="ddp")
     assert isinstance(runner, Runner)
     background = BackgroundSync([], None, Pace(0.1, 0.5, 1.0))  # type: ignore[arg-type]
     assert isinstance(background, Runner)

@@ -90,3 +90,17 @@ def test_delay_and_jitter_stragglers_parse_into_a_link_delay():
 def test_bad_network_stragglers_name_the_option(text, message):
     with pytest.raises(UserError, match=f"--straggler: .*{message}"):
         Straggler.parse(text, trainers=2)
+
+
+@pytest.mark.parametrize("name", ["compute", "delay", "jitter"])
+def test_each_kind_slows_what_its_registry_entry_says(name):
+    """`spec.straggler_kinds.KINDS`: a kind that delays pushes gets a link and no step pace,
+    the compute kind a pace and no link; one that slows every trainer ignores trainers=."""
+    from shadowsync.spec.straggler_kinds import KINDS
+
+    entry = KINDS[name]
+    s = Straggler.parse(f"kind={name},ms=5,trainers=1", 3)
+    assert s.slows is entry
+    assert (s.link() is not None) == entry.delays_pushes
+    assert (pace_of(s, s.trainer) is None) == entry.delays_pushes
+    assert s.trainers == ((0, 1, 2) if entry.every_trainer else (2,))

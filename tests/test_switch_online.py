@@ -59,35 +59,51 @@ def test_elastic_leaves_bsp_once_a_straggler_lasts_and_returns_when_it_ends():
 
 
 def test_at_their_defaults_elastic_ignores_a_false_alarm_shorter_than_its_patience():
-    """The same two trainers with a clock that agrees with their 10 ms steps, both policies
-    at their defaults. Elastic's derived patience (its docstring's rule): t = 10 ms, the
-    median window pace of the trainer not flagged; a = its share of slow windows; m w t =
-    0.15 s times n = ceil(ln 0.01 / ln 3a), over 2 C / (1 - 1/k). A
-    25-step alarm (0.25 s) is under it: greedy leaves BSP for it, elastic does not. A lasting
-    straggler: elastic leaves BSP once it has been flagged for the patience, after greedy."""
+    """The same two trainers, a BSP step every 1/128 s by a clock (exact in binary), both
+    policies at their defaults. Elastic's derived patience (its docstring's rule): t = 1/128 s,
+    the median interval between the BSP steps it was asked after; a = the share of slow
+    windows of the trainer not flagged; m w t = 15 t times n = ceil(ln 0.01 / ln 3a), over
+    2 C / (1 - 1/k). A 25-step alarm is under it: greedy leaves BSP for it, elastic does not.
+    A lasting straggler: elastic leaves BSP once it has been flagged for the patience, after
+    greedy."""
     from shadowsync.runners.switch.elastic import derived_patience_s
+
+    tick = 2.0**-7
 
     def default(policy):
         return Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy=policy)
 
     blip = range(20, 45)
-    assert asp_steps(modes_under("greedy", blip, 120, tick_s=0.01,
+    assert asp_steps(modes_under("greedy", blip, 120, tick_s=tick,
                                  schedule=default("greedy"))) == list(range(34, 59))
     elastic = default("elastic")
-    assert asp_steps(modes_under("elastic", blip, 120, tick_s=0.01, schedule=elastic)) == []
+    assert asp_steps(modes_under("elastic", blip, 120, tick_s=tick, schedule=elastic)) == []
 
     elastic = default("elastic")
-    modes = modes_under("elastic", range(20, 400), 400, tick_s=0.01, schedule=elastic)
+    modes = modes_under("elastic", range(20, 400), 400, tick_s=tick, schedule=elastic)
     patience = elastic.online.patience_s
     normal = elastic.detector.tracks[0]  # trainer 1 is flagged
     assert elastic.detector.stragglers == [1]
     assert patience == pytest.approx(derived_patience_s(
-        0.01, normal.slow_windows / normal.windows, 1.5, 3, 5))
-    assert 0.25 < patience < 1.0  # over the blip's alarm, well under the straggler
+        tick, normal.slow_windows / normal.windows, 1.5, 3, 5))
+    assert 25 * tick < patience < 100 * tick  # over the blip's alarm, under the straggler
     first = asp_steps(modes)[0]
-    assert first == 34 + math.ceil(patience / 0.01 - 1e-9)
-    assert asp_steps(modes_under("greedy", range(20, 400), 400, tick_s=0.01,
+    assert first == 34 + math.ceil(patience / tick - 1e-9)
+    assert asp_steps(modes_under("greedy", range(20, 400), 400, tick_s=tick,
                                  schedule=default("greedy")))[0] == 34
+
+
+def test_elastics_step_time_is_the_bsp_steps_not_the_trainers_pace():
+    """Paces of 10 ms (what the detector sees of each trainer) while a BSP step takes 40 ms
+    by the clock (it waits for the slowest, and for the server): the patience counts m w
+    steps of 40 ms, the time a flagged trainer needs to be cleared under BSP."""
+    from shadowsync.runners.switch.elastic import derived_patience_s
+
+    elastic = Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy="elastic")
+    modes_under("elastic", range(20, 400), 60, tick_s=0.04, schedule=elastic)
+    normal = elastic.detector.tracks[0]
+    assert elastic.online.patience_s == pytest.approx(derived_patience_s(
+        0.04, normal.slow_windows / normal.windows, 1.5, 3, 5))
 
 
 def test_an_alarm_keeps_the_patience_it_was_raised_with():

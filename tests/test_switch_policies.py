@@ -422,8 +422,11 @@ def test_a_switch_back_to_bsp_holds_until_its_first_step():
 
 def test_a_slow_link_is_seen_by_the_servers_under_bsp_and_asp():
     """A trainer whose compute is as fast as the others' but whose gradients cross a slow
-    link: under BSP it arrives late at every step, under ASP its round trips are long. The
-    detector reads both (its compute alone would hide it), greedy leaves BSP for it."""
+    link: its round trips, less what the server held its gradient for a BSP step, are long
+    under BSP and ASP alike. The server tells each held gradient how long it held it
+    (`held_s`: trainer 0 waits 50 ms for trainer 1, trainer 1 not at all), so what BSP makes
+    the punctual trainer wait is not counted against it. The detector reads the link (the
+    compute alone would hide it), greedy leaves BSP for it."""
     schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
                         detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
     server = DenseServer()
@@ -434,18 +437,21 @@ def test_a_slow_link_is_seen_by_the_servers_under_bsp_and_asp():
         return Push(mode, 0, 0, 0.1, 0.0, False, trainer, compute_s, wait_s)
 
     replies = []
-    for _ in range(4):  # BSP: trainer 1's gradient comes 50 ms after trainer 0's
-        first = server.push("w", torch.tensor([1.0]), from_trainer(0, "bsp"))
+    for _ in range(4):  # BSP: trainer 1's link adds 50 ms to its round trip
+        first = server.push("w", torch.tensor([1.0]), from_trainer(0, "bsp", wait_s=0.005))
         time.sleep(0.05)
-        replies.append(server.push("w", torch.tensor([1.0]), from_trainer(1, "bsp")).wait())
-        first.wait()
+        replies.append(server.push("w", torch.tensor([1.0]),
+                                   from_trainer(1, "bsp", wait_s=0.055)).wait())
+        assert first.wait().held_s >= 0.05 and replies[-1].held_s < 0.05
     assert schedule.stragglers == [1]
     assert replies[-1].mode == "asp"  # greedy: ASP while the straggler lasts
+    r = server.push("w", torch.tensor([1.0]), from_trainer(0, "asp")).wait()
+    assert r.held_s == 0.0  # ASP: applied on arrival
 
     schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=10_000, policy="greedy",
                         detector=DetectorConfig.parse("k=1.5,m=2,window=2"))
     machine = server.trained["w"].machine
     for _ in range(4):  # ASP: the same compute, trainer 1's round trips 10x longer
-        schedule.observe(0, machine.pace(Protocol.ASP, 0.01, 0.005, bsp_waiting=0))
-        schedule.observe(1, machine.pace(Protocol.ASP, 0.01, 0.05, bsp_waiting=0))
+        schedule.observe(0, machine.pace(0.01, 0.005))
+        schedule.observe(1, machine.pace(0.01, 0.05))
     assert schedule.stragglers == [1]

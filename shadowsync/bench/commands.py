@@ -85,7 +85,7 @@ def _bench_switch(args: argparse.Namespace) -> int:
         raise UserError(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
     run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
                      ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
-                     ctr=not args.no_ctr, ctr_trainers=args.ctr_trainers,
+                     ctr=not (args.no_ctr or args.full), ctr_trainers=args.ctr_trainers,
                      digits=not args.no_digits, full=args.full, slow_link=args.slow_link,
                      variants=variants, digits_lr=args.digits_lr)
     return 0
@@ -229,22 +229,22 @@ def _add_switch(bench: Any) -> None:
     sw.add_argument("--out", default="runs/bench-switch", help=OUT_HELP)
     sw.add_argument("--trainers", type=int, default=4, help="trainers of the digits job")
     sw.add_argument("--digits-examples", type=int, default=None,
-                    help="examples per digits run (default 96k)")
+                    help="examples per digits run (default 96k, with --full 48k)")
     sw.add_argument("--digits-lr", type=float, default=None,
                     help="learning rate of a BSP step of the digits job; ASP's is this over "
                     "the trainers (default 0.1)")
     sw.add_argument("--ctr-examples", type=int, default=None,
-                    help="examples per ctr run (default 100k, with --full 200k)")
+                    help="examples per ctr run (default 100k)")
     sw.add_argument("--ctr-trainers", type=int, default=2, help="trainers of the ctr job")
     sw.add_argument("--share", type=float, default=0.5,
                     help="BSP share of the digits switch plan (the quota of the online policies)")
     sw.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     sw.add_argument("--full", action="store_true",
-                    help="also DDP, the offline plan, elastic and isolate under the straggler, "
-                    "BSP, greedy, elastic and isolate behind a link delayed 10 and 30 ms on 1 "
-                    "and on 2 trainers in 1 and in 4 episodes, BSP, ASP and the offline plan "
-                    "on a jittered network, and the configuration ablation, on digits; ctr at "
-                    "200k examples")
+                    help="instead of the default's: what the delay and false-alarm goals need, "
+                    "on digits at 48k examples: BSP and ASP, then BSP, greedy, elastic and "
+                    "isolate behind a link delayed 10 and 30 ms on 1 and on 2 trainers in 1 "
+                    "and in 4 episodes, and greedy and elastic under a false alarm (108 runs "
+                    "at 3 repeats, no ctr); --variants runs any other")
     sw.add_argument("--variants", metavar="A,B", help="run these digits variants (and the "
                     "baselines their ratios need) instead of the default's, e.g. the "
                     "configuration ablation: switch/no-scale,switch/compensate,switch/zero,"

@@ -13,13 +13,14 @@ last), so process start-up, the same for all, is left out.
 
 The default run keeps what the goals need (digits: bsp, asp, switch, bsp and greedy under the
 straggler, and bsp, greedy and isolate behind a 30 ms link on one trainer; ctr the first five
-at 100k examples); `--full` adds DDP, the offline plan and elastic under the straggler,
-greedy, elastic and isolate (beyond the paper: only the straggler asynchronous) under it and
-under each delayed link (`DELAYS`: 10 and 30 ms, on one and on two trainers, in one episode
-and in four; each also reported as the slowdown of a step, `step_slowdown_*`, and of BSP's
-run, `bsp_slowdown_*`), BSP, ASP and the offline plan on a jittered network, the
-configuration ablation (`ABLATION`), and ctr at 200k examples; `--variants` picks digits
-variants. `--slow-link MBIT` adds the straggler as a slow network link instead of slow
+at 100k examples); `--full` runs instead only what the delay and false-alarm goals need
+(`FULL_VARIANTS`, digits at 48k examples): BSP and ASP, then BSP, greedy, elastic and isolate
+(beyond the paper: only the straggler asynchronous) behind each delayed link (`DELAYS`: 10
+and 30 ms, on one and on two trainers, in one episode and in four; each also reported as the
+slowdown of a step, `step_slowdown_*`, and of BSP's run, `bsp_slowdown_*`), and greedy and
+elastic under a false alarm (`FALSE_ALARM`); `--variants` picks any other digits variants
+(DDP, the policies under the compute straggler, a jittered network, the configuration
+ablation, `ABLATION`). `--slow-link MBIT` adds the straggler as a slow network link instead of slow
 compute, over the same window
 (`bench_slow_link`). The goals (`GOALS`) are printed met / not met beside the ratios, with
 greedy's bound computed from the run's own BSP and ASP times (`greedy_bound`), and the switch
@@ -29,6 +30,7 @@ overhead as the paper counts it: the share of the run's time spent switching.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import shutil
@@ -85,11 +87,25 @@ class LinkScenario:
 DELAYS = {s.name: s for s in (LinkScenario(ms, k, e) for ms in DELAYS_MS
                               for k in DELAYED_TRAINERS for e in DELAY_EPISODES)}
 DEFAULT_DELAY = LinkScenario(30.0, 1, 1).name  # the one delay scenario of the default run
+# A false alarm (`false-alarm`): trainer 1 3x slower for 16 of its steps, from 40% of the
+# job. 16 is the fewest steps that fill m = 3 windows of 5 whatever the windows' alignment, so
+# the detector flags it at defaults; it clears after 3 normal windows, 15-20 steps later,
+# while elastic's derived patience at the floor is 30 steps (`elastic`): greedy leaves BSP for
+# it, elastic should not. Its share of the job depends on the job's steps (`scenario_text`).
+FALSE_ALARM = "false-alarm"
+FALSE_ALARM_STEPS, FALSE_ALARM_SLOWDOWN, FALSE_ALARM_START = 16, 3.0, 0.4
 SCENARIOS = {
     "straggler": STRAGGLER,
     **{name: s.straggler for name, s in DELAYS.items()},
     "jitter": f"kind=jitter,ms={JITTER_MS:g},jitter={JITTER_J_MS:g}",
+    FALSE_ALARM: (f"trainer=1,slowdown={FALSE_ALARM_SLOWDOWN:g},"
+                  f"start={FALSE_ALARM_START:.0%},duration={{share:.3%}}"),
 }
+
+
+def scenario_text(name: str, steps_per_trainer: int) -> str:
+    """The `--straggler` of a scenario in a job of `steps_per_trainer` steps a trainer."""
+    return SCENARIOS[name].format(share=FALSE_ALARM_STEPS / steps_per_trainer)
 
 
 @dataclass(frozen=True)
@@ -124,13 +140,24 @@ VARIANTS: dict[str, Variant] = {
         ("bsp", "bsp", "plan"), ("greedy", "switch", "greedy"),
         ("elastic", "switch", "elastic"), ("isolate", "switch", "isolate"))},
     **{f"{p}+jitter": Variant(p, "plan", "jitter") for p in ("bsp", "asp", "switch")},
+    **{f"{p}+{FALSE_ALARM}": Variant(sync, p, FALSE_ALARM) for p, sync in (
+        ("bsp", "bsp"), ("greedy", "switch"), ("elastic", "switch"))},
     **ABLATION,
 }
 # What the goals need on digits; the default run. `--full` runs every variant on digits.
 CORE_VARIANTS = ("bsp", "asp", "switch", "bsp+straggler", "greedy+straggler",
                  f"bsp+{DEFAULT_DELAY}", f"greedy+{DEFAULT_DELAY}", f"isolate+{DEFAULT_DELAY}")
 CTR_VARIANTS = CORE_VARIANTS[:5]
-CTR_EXAMPLES, CTR_EXAMPLES_FULL = 100_000, 200_000
+CTR_EXAMPLES = 100_000
+# What the delay goals and the false alarm need, and nothing else (`--full`): BSP and ASP
+# without a slowdown (greedy's bound), BSP and the three online policies under each delay, and
+# greedy and elastic under the false alarm. 108 runs at 3 repeats; digits only, at
+# `FULL_DIGITS_EXAMPLES` (375 steps a trainer: each of 4 episodes lasts 27 of them, over the
+# detector's 15).
+FULL_VARIANTS = ("bsp", "asp",
+                 *(f"{p}+{sc}" for sc in DELAYS for p in ("bsp", "greedy", "elastic", "isolate")),
+                 f"greedy+{FALSE_ALARM}", f"elastic+{FALSE_ALARM}")
+FULL_DIGITS_EXAMPLES = 48_000
 # digits: 96,000 examples (about 64 passes over the 1,497 training images, 750 steps a
 # trainer), BSP at lr 0.1 with momentum 0.9 (global batch 4 x 32); ASP steps at lr 0.1 / 4
 # with momentum kept (`switch.configure`, the paper's policy). At lr 0.025 ASP alone matched
@@ -188,21 +215,24 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
         _, s = run(replace(cfg, out=str(out)))
     except TrainingDiverged as e:
         return {"train_s": None, "run_s": time.perf_counter() - t0, "startup_s": None,
-                "metric": CHANCE[metric], "examples": None, "curve": [], **switch_fields({}),
+                "metric": CHANCE[metric], "loss": None, "examples": None, "curve": [],
+                **switch_fields({}),
                 "staleness_mean": None, "diverged": str(e)}
     run_s = time.perf_counter() - t0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
     return {"train_s": s["train_s"], "run_s": run_s, "startup_s": run_s - s["train_s"],
-            "metric": s[f"eval_{metric}"], "examples": s["examples"], "curve": curve,
+            "metric": s[f"eval_{metric}"], "loss": s.get("eval_loss"),
+            "examples": s["examples"], "curve": curve,
             **switch_fields(s), "staleness_mean": s.get("staleness", {}).get("staleness_mean"),
             "diverged": None}
 
 
 def switch_fields(summary: dict[str, Any]) -> dict[str, Any]:
     """What a run's summary says of its switches: how many, their costs, at which steps,
-    whether parameters were identical across each, and the stragglers an online policy saw."""
+    whether parameters were identical across each, the stragglers an online policy saw, and
+    how many times it left BSP for one (`straggler_switches`)."""
     switches = summary.get("switches", [])
     overhead = summary.get("switch_overhead") or {}
     return {"switches": len(switches), "switch_cost_s": [w["cost_s"] for w in switches],
@@ -210,7 +240,9 @@ def switch_fields(summary: dict[str, Any]) -> dict[str, Any]:
             "switch_share": overhead.get("share_of_run") if switches else None,
             "switch_steps": [w.get("step") for w in switches],
             "params_identical": all(w["params_identical"] for w in switches),
-            "stragglers_seen": sorted({t for w in switches for t in w.get("stragglers", [])})}
+            "stragglers_seen": sorted({t for w in switches for t in w.get("stragglers", [])}),
+            "straggler_switches": sum(1 for w in switches
+                                      if w.get("to") == "asp" and w.get("stragglers"))}
 
 
 def time_to(curve: list[tuple[float, float]], target: float, higher: bool) -> float | None:
@@ -233,6 +265,8 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     target = DIGITS_TARGET if higher else CTR_TARGET_NE
     counter = iter(range(10**6))
     seeds: dict[str, int] = {}
+    steps = base.data.examples // base.optim.batch_size // (base.cluster.trainers
+                                                           * base.cluster.workers)
 
     def go(variant: str) -> Any:
         v = VARIANTS[variant]
@@ -240,7 +274,7 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
         def run() -> dict[str, Any]:
             seed = seeds[variant] = seeds.get(variant, -1) + 1  # repeat r: seed r
             cfg = replace(base, sync=v.sync, switch_policy=v.policy, seed=base.seed + seed,
-                          straggler=SCENARIOS[v.scenario] if v.scenario else None,
+                          straggler=scenario_text(v.scenario, steps) if v.scenario else None,
                           **settings_of(v, base))
             name = variant.replace("+", "-").replace("/", "-")
             r = run_job(cfg, root / task / f"{name}-{next(counter)}", metric)
@@ -251,7 +285,7 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
 
     variants = {v: go(v) for v in names}
     runs = interleaved(variants, repeats, f"bench switch: {task}")
-    keys = ("train_s", "metric", "time_to_target_s")
+    keys = ("train_s", "metric", "time_to_target_s", "loss", "straggler_switches")
     med = {v: {k: median_of(runs, v, k) for k in keys} for v in variants}
     spreads = {v: {k: spread(runs, v, k) for k in keys} for v in variants}
     costs = [c for r in runs for c in r["switch_cost_s"]]
@@ -260,6 +294,9 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
     return {"runs": runs, "medians": med, "spreads": spreads, "metric": metric,
             "paired": {v: paired(runs, v, compared_with(v), metric) for v in variants
                        if v != compared_with(v)},
+            "paired_with_greedy": {v: paired(runs, v, f"greedy+{sc}", metric)
+                                   for v in variants for p, _, sc in [v.partition("+")]
+                                   if p == "isolate" and f"greedy+{sc}" in variants},
             "target": target, "straggler": STRAGGLER, "scenarios": SCENARIOS,
             "gradients": base.data.examples // base.optim.batch_size,
             "workers": base.cluster.trainers * base.cluster.workers,
@@ -464,6 +501,42 @@ def paired(runs: list[dict[str, Any]], variant: str, base: str,
     return {"vs": base, "metric": summary(q), "time": summary(t)}
 
 
+def ratio_names(variant: str, metric: str, suffix: str) -> tuple[str, str | None]:
+    """The names of `variant`'s time ratio and metric difference against BSP (DDP has no
+    metric one). Greedy under the compute straggler keeps its older names
+    (`switch_..._straggler`); the offline plan under a slowdown is `offline_...`."""
+    key = "acc_minus_bsp" if metric == "accuracy" else "ne_vs_bsp"
+    policy, _, scenario = variant.partition("+")
+    if variant == "greedy+straggler":
+        policy = "switch"
+    elif scenario:
+        policy = {"switch": "offline"}.get(policy, policy)
+    name = policy.replace("/", "_").replace("-", "_")
+    tail = f"_{scenario}" if scenario else ""
+    return (f"{name}_time_vs_bsp{tail}{suffix}",
+            f"{name}_{key}{tail}{suffix}" if name != "ddp" else None)
+
+
+def ratio_spreads(res: dict[str, Any], suffix: str) -> dict[str, list[float]]:
+    """[min, max] of each ratio against BSP (and of isolate's against greedy) taken repeat by
+    repeat, seed against seed (`paired`): how far the seeds alone move a median."""
+    out: dict[str, list[float]] = {}
+    key = "acc_minus_greedy" if res["metric"] == "accuracy" else "ne_vs_greedy"
+    for v, p in res["paired"].items():
+        time_name, metric_name = ratio_names(v, res["metric"], suffix)
+        if p["time"].get("range"):
+            out[time_name] = p["time"]["range"]
+        if metric_name and p["metric"].get("range"):
+            out[metric_name] = p["metric"]["range"]
+    for v, p in res.get("paired_with_greedy", {}).items():
+        sc = v.partition("+")[2]
+        if p["time"].get("range"):
+            out[f"isolate_time_vs_greedy_{sc}{suffix}"] = p["time"]["range"]
+        if p["metric"].get("range"):
+            out[f"isolate_{key}_{sc}{suffix}"] = p["metric"]["range"]
+    return out
+
+
 def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
     """Each variant against BSP under the same slowdown (`compared_with`): time ratio and
     accuracy difference (points) or NE ratio. Greedy under the compute straggler keeps its
@@ -482,24 +555,14 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
         return m[v]["metric"] / m[b]["metric"]  # NE ratios (lower is better)
 
     key = "acc_minus_bsp" if res["metric"] == "accuracy" else "ne_vs_bsp"
-    out: dict[str, float | None] = {
-        f"switch_time_vs_bsp{suffix}": t("switch"),
-        f"switch_{key}{suffix}": q("switch"),
-        f"asp_{key}{suffix}": q("asp"),
-        f"asp_time_vs_bsp{suffix}": t("asp"),
-        f"switch_time_vs_bsp_straggler{suffix}": t("greedy+straggler"),
-        f"switch_{key}_straggler{suffix}": q("greedy+straggler"),
-    }
+    out: dict[str, float | None] = {}
     for v in m:
-        if v in ("bsp", "asp", "switch", "greedy+straggler") or v.startswith("bsp+"):
+        if v.startswith("bsp") or base(v) not in m:
             continue
-        policy, _, scenario = v.partition("+")
-        name = {"switch": "offline"}.get(policy, policy) if scenario else policy
-        name = name.replace("/", "_").replace("-", "_")
-        tail = f"_{scenario}" if scenario else ""
-        out[f"{name}_time_vs_bsp{tail}{suffix}"] = t(v)
-        if name != "ddp":
-            out[f"{name}_{key}{tail}{suffix}"] = q(v)
+        time_name, metric_name = ratio_names(v, res["metric"], suffix)
+        out[time_name] = t(v)
+        if metric_name:
+            out[metric_name] = q(v)
     for sc in DELAYS:  # isolate beside greedy under the same delay
         if f"isolate+{sc}" in m and f"greedy+{sc}" in m:
             iso, greedy = m[f"isolate+{sc}"], m[f"greedy+{sc}"]
@@ -507,6 +570,13 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
             out[f"isolate_{key.replace('bsp', 'greedy')}_{sc}{suffix}"] = (
                 100.0 * (iso["metric"] - greedy["metric"]) if res["metric"] == "accuracy"
                 else iso["metric"] / greedy["metric"])
+            if iso.get("loss", math.nan) > 0 and greedy.get("loss", math.nan) > 0:
+                # the eval loss: finer than the accuracy on 300 images
+                out[f"isolate_loss_vs_greedy_{sc}{suffix}"] = iso["loss"] / greedy["loss"]
+    for p in ("greedy", "elastic"):  # left BSP for the false alarm: median over the seeds
+        if f"{p}+{FALSE_ALARM}" in m:
+            out[f"{p}_false_alarm_switches{suffix}"] = m[f"{p}+{FALSE_ALARM}"][
+                "straggler_switches"]
     if "switch+jitter" in m and "asp+jitter" in m:
         out[f"offline_time_vs_asp_jitter{suffix}"] = (m["switch+jitter"]["train_s"]
                                                      / m["asp+jitter"]["train_s"])
@@ -558,6 +628,9 @@ GOALS: dict[str, tuple[str, float | str]] = {
     **{f"isolate_{what}_{sc}": goal for sc, s in DELAYS.items() if s.ms >= 30
        for what, goal in (("acc_minus_greedy", (">=", 0.0)),
                           ("time_vs_greedy", ("<=", 1.1)))},
+    # a false alarm shorter than elastic's patience: greedy leaves BSP for it, elastic not
+    "greedy_false_alarm_switches": (">=", 1),
+    "elastic_false_alarm_switches": ("<=", 0),
     "asp_time_vs_bsp_jitter": ("<", 1.0),  # the paper's headline: ASP faster than BSP,
     "offline_time_vs_bsp_jitter": ("<=", 1.0),  # the offline plan between them
     "offline_time_vs_asp_jitter": (">=", 1.0),
@@ -596,15 +669,16 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
     root = Path(out)
     started, cpu0 = time.perf_counter(), cpu_s()
     if ctr_examples is None:
-        ctr_examples = CTR_EXAMPLES_FULL if full else CTR_EXAMPLES
+        ctr_examples = CTR_EXAMPLES
     if digits_examples is None:
-        digits_examples = DIGITS_EXAMPLES
+        digits_examples = FULL_DIGITS_EXAMPLES if full else DIGITS_EXAMPLES
     if digits_lr is None:
         digits_lr = DIGITS_LR
     results: dict[str, Any] = {}
     ratios: dict[str, float | None] = {}
+    spreads: dict[str, list[float]] = {}  # each ratio's [min, max] seed by seed
     if digits:
-        names = tuple(VARIANTS) if full else CORE_VARIANTS
+        names = FULL_VARIANTS if full else CORE_VARIANTS
         if variants:
             needed = ("bsp", "asp", "switch", "bsp+straggler", "greedy+straggler")
             names = tuple(dict.fromkeys([*needed, *(compared_with(v) for v in variants),
@@ -613,10 +687,12 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
             root, "digits", digits_job(trainers, digits_examples, share, digits_lr), repeats,
             names)
         ratios.update(ratios_of(results["digits"], ""))
+        spreads.update(ratio_spreads(results["digits"], ""))
     if ctr:
         results["ctr"] = bench_task(root, "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share),
                                     repeats, CTR_VARIANTS)
         ratios.update(ratios_of(results["ctr"], "_ctr"))
+        spreads.update(ratio_spreads(results["ctr"], "_ctr"))
     link = None
     if slow_link is not None:  # on digits, after the rest
         link = bench_slow_link(
@@ -642,6 +718,8 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
              "medians": {t: r["medians"] for t, r in results.items()},
              "spreads": {t: r["spreads"] for t, r in results.items()},
              "paired": {t: r["paired"] for t, r in results.items()},
+             "paired_with_greedy": {t: r["paired_with_greedy"] for t, r in results.items()},
+             "ratio_spread": spreads,
              "switches": {t: r["switches"] for t, r in results.items()},
              "diverged": {t: r["diverged"] for t, r in results.items()},
              "straggler": {t: r["straggler"] for t, r in results.items()},
@@ -662,9 +740,10 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
                   "and has no time; its variant's time is the median of the others")
         print("paired, repeat by repeat (same seed): median [min, max]")
         unit = "points" if res["metric"] == "accuracy" else "ratio"
+        pairs = [*res["paired"].items(), *res["paired_with_greedy"].items()]
         print_table([[v, p["vs"], p["metric"].get("median"), _range(p["metric"].get("range")),
                       p["time"].get("median"), _range(p["time"].get("range"))]
-                     for v, p in res["paired"].items()],
+                     for v, p in pairs],
                     ["variant", "vs", f"{res['metric']} {unit}", "range", "time ratio",
                      "range"])
     if link is not None and "medians" in link:
@@ -678,9 +757,10 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
     met = {k: goal_met(k, ratios) for k in ratios}
     extra["goals"] = {k: {"goal": goal_text(k), "value": ratios[k], "met": met[k]}
                       for k in ratios if k in GOALS}
-    print_table([[k, v if v is not None else "n/a", goal_text(k),
+    print_table([[k, v if v is not None else "n/a", _range(spreads.get(k)), goal_text(k),
                   {True: "met", False: "NOT MET", None: ""}[met[k]]]
-                 for k, v in ratios.items()], ["ratio", "value", "goal", ""])
+                 for k, v in ratios.items()],
+                ["ratio", "value", "seed by seed", "goal", ""])
     if delayed:
         print(f"the delayed links: {extra['delayed_link']}")
     bounds = {k: v for k, v in ratios.items() if k.startswith("bound_s_")}
@@ -718,7 +798,9 @@ def plot_switch_bench(root: Path, results: dict[str, Any]) -> None:
               "isolate": "tab:pink"}
     titles = {None: "no slowdown", "straggler": f"one trainer {SLOWDOWN:g}x slower mid-run",
               **{name: s.title for name, s in DELAYS.items()},
-              "jitter": f"{JITTER_MS:g} +- {JITTER_J_MS:g} ms on every push"}
+              "jitter": f"{JITTER_MS:g} +- {JITTER_J_MS:g} ms on every push",
+              FALSE_ALARM: f"a false alarm: trainer 1 {FALSE_ALARM_SLOWDOWN:g}x slower for "
+                           f"{FALSE_ALARM_STEPS} steps"}
     for row, (task, res) in enumerate(results.items()):
         for col, scenario in enumerate(columns):
             ax = axes[row][col]

@@ -16,7 +16,6 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch.distributed.rpc as rpc
 
@@ -51,7 +50,7 @@ class Checkpointer:
     def __init__(self, run: Path, every: CheckpointEvery, keep: int, config_toml: str,
                  trainers: int, remote: list[str], remote_trainers: list[str],
                  examples: Callable[[int, list[int]], int], resumable: bool,
-                 manifest_extra: dict[str, Any] | None = None, aligned: bool = False) -> None:
+                 manifest_extra: dict[str, object] | None = None, aligned: bool = False) -> None:
         self.run = Path(run)
         self.kind, self.every = every.kind, every.value
         self.keep = keep
@@ -116,7 +115,7 @@ class Checkpointer:
             except Exception:  # noqa: BLE001 - a process already gone
                 pass
 
-    def save_best(self, best: dict[str, Any]) -> Path | None:
+    def save_best(self, best: dict[str, object]) -> Path | None:
         """Save the job as it is now as OUT/checkpoint/best (replacing the one before),
         `best` (where and how well it validated) in its manifest. Not a step: it is never
         pruned and never resumed from unless named."""
@@ -127,7 +126,7 @@ class Checkpointer:
             return None
 
     def save(self, final: bool, reason: str = "",
-             best: dict[str, Any] | None = None) -> Path | None:
+             best: dict[str, object] | None = None) -> Path | None:
         t0 = time.perf_counter()
         self._last_t = time.monotonic()
         self._count += 1

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 import torch.distributed.rpc as rpc
@@ -28,7 +29,7 @@ class Positions(Checkpointable, Protocol):
 
     def mark(self) -> None: ...
 
-    def info(self) -> dict[str, Any]: ...
+    def info(self) -> dict[str, object]: ...
 
 
 _SHARD: str | None = None
@@ -78,7 +79,7 @@ def mark_here() -> None:
         positions.mark()
 
 
-def save_here(staging: str) -> dict[str, Any]:
+def save_here(staging: str) -> dict[str, object]:
     """Save this process's shard under `staging`; returns its manifest entry. A tensor that is
     not finite is reported, and the coordinator then refuses to publish the checkpoint."""
     assert _SHARD is not None, "nothing registered for checkpoints in this process"
@@ -90,7 +91,7 @@ def save_here(staging: str) -> dict[str, Any]:
                 if v.is_floating_point() and not bool(v.isfinite().all())]
 
     bad = not_finite()
-    info: dict[str, Any] = {"shard": _SHARD, "not_finite": bad[:5]}
+    info: dict[str, object] = {"shard": _SHARD, "not_finite": bad[:5]}
     for name, positions in _POSITIONS.items():
         info[name] = positions.info()
     short = space_short(Path(staging) / _SHARD, state) if not bad else None
@@ -108,7 +109,7 @@ def load_here(step: Path, shard: str, components: dict[str, Checkpointable], wha
               strict: bool = True) -> None:
     """Load `components` (this process's, registered under `shard`) from checkpoint `step`;
     not `strict`: the shard may hold other components too."""
-    targets: dict[str, Any] = {}
+    targets: dict[str, object] = {}
     for name, comp in components.items():
         targets.update(nest(f"{name}/", comp.state_dict()))
     load_shard(Path(step) / shard, targets, what, strict=strict)
@@ -127,7 +128,7 @@ def end_job(names: list[str], code: int, quiet: list[str] = (), timeout_s: float
     """Ask the processes called `names` to exit with `code` (a stopped job, saved). First
     every process of `names` and `quiet` (the Hogwild workers, which follow their trainer)
     stops writing to stderr: one leaving would make each of the others print a warning."""
-    def call_all(fn: Any, targets: list[str], *args: Any) -> None:
+    def call_all(fn: Callable[..., object], targets: list[str], *args: object) -> None:
         futs = [rpc.rpc_async(n, fn, args=args, timeout=timeout_s) for n in targets]
         for fut in futs:
             try:

@@ -31,13 +31,17 @@ import re
 import shutil
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING
 
 import torch
 
 from shadowsync.config import TrainConfig, load_config
 from shadowsync.errors import UserError
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import Metadata
 
 CHECKPOINT_DIR = "checkpoint"
 BEST = "best"  # --val-share: the model that validated best (the run's model for eval / load)
@@ -65,7 +69,7 @@ def published(run: Path) -> list[Path]:
     return [p for _, p in sorted(steps)]
 
 
-def publish(staging: Path, final: Path, manifest: dict[str, Any], config_toml: str) -> Path:
+def publish(staging: Path, final: Path, manifest: dict[str, object], config_toml: str) -> Path:
     """Write the manifest and config into `staging`, then rename it to `final`."""
     (staging / CONFIG).write_text(config_toml, encoding="utf-8")
     tmp = staging / (MANIFEST + ".tmp")
@@ -123,7 +127,7 @@ def find_checkpoint(path: str | Path, option: str = "--checkpoint",
     return found[-1]
 
 
-def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, Any]:
+def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, object]:
     try:
         manifest = json.loads((step / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -179,7 +183,7 @@ class ShardNotWritten(RuntimeError):
     """Writing a shard failed (the file system refused): what failed, in one line."""
 
 
-def checkpoint_library() -> Any:
+def checkpoint_library() -> ModuleType:
     """torch.distributed.checkpoint (DCP), imported on first use: start-up cost (it takes
     seconds to import, and only a process that saves or loads a checkpoint needs it)."""
     import torch.distributed.checkpoint  # noqa: F401 - with its api and metadata modules
@@ -287,7 +291,7 @@ class _MetadataUnpickler(pickle.Unpickler):
                ("builtins", "frozenset"), ("torch.serialization", "_get_layout"),
                ("torch._utils", "_rebuild_tensor_v2")}
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         if module in self.ALLOWED_MODULES or (module, name) in self.ALLOWED:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
@@ -302,7 +306,7 @@ def _safe_reader_class() -> type:
     FileSystemReader, StorageMeta = dcp.FileSystemReader, dcp.metadata.StorageMeta  # noqa: N806
 
     class _Safe(FileSystemReader):
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        def read_metadata(self, *args: object, **kwargs: object) -> Metadata:
             path = self._get_metadata_path(kwargs.get("rank"))
             with self.fs.create_stream(path, "rb") as fh:
                 metadata = _MetadataUnpickler(fh).load()
@@ -314,5 +318,5 @@ def _safe_reader_class() -> type:
     return _Safe
 
 
-def SafeFileSystemReader(path: str) -> Any:  # noqa: N802 - reads like the class it makes
+def SafeFileSystemReader(path: str) -> FileSystemReader:  # noqa: N802 - reads like the class it makes
     return _safe_reader_class()(path)

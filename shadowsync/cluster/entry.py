@@ -4,7 +4,7 @@ runs the process's role."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from shadowsync.forkserver import become_job_process
 from shadowsync.lifecycle.stop import (
@@ -14,10 +14,13 @@ from shadowsync.lifecycle.stop import (
     install_in_job_process,
 )
 
+if TYPE_CHECKING:
+    from shadowsync.config import TrainConfig
+
 __all__ = ["JOB_PROCESS_ENV", "STOP_GRACE_S", "process_main"]
 
 
-def process_main(cfg: Any, environment: dict[str, str] | None = None) -> None:
+def process_main(cfg: TrainConfig, environment: dict[str, str] | None = None) -> None:
     """`environment`: the launcher's, for a process forked from the fork server."""
     if environment is not None:
         become_job_process(environment)

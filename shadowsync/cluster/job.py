@@ -13,7 +13,6 @@ import logging
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from shadowsync.checkpoint.store import (
     find_checkpoint,
@@ -34,7 +33,7 @@ CONFIG_FILE = "config.toml"
 log = logging.getLogger(__name__)
 
 
-def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
+def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     """One training run of `api.run` (no rollback; its processes fork from the server
     `api.run` started): the checked configuration and the summary."""
     cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
@@ -44,7 +43,7 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, Any]]:
     return checked_run(cfg, out)
 
 
-def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, Any]]:
+def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, object]]:
     """Resolve, open the data, make `out`, write config.toml, then train or launch."""
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     if cfg.distributed:

@@ -12,7 +12,6 @@ import uuid
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -67,7 +66,7 @@ def _first_words(text: str) -> str:
                 "no reason given")
 
 
-def launch_local(cfg: TrainConfig) -> dict[str, Any]:
+def launch_local(cfg: TrainConfig) -> dict[str, object]:
     """Run every role of the job as local processes; returns the summary trainer 0 wrote.
 
     `cfg` is resolved, its output directory exists and its data is converted (every process

@@ -24,7 +24,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -82,21 +82,21 @@ def _cmd(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
     return res
 
 
-def _ip(*args: Any, check: bool = True) -> subprocess.CompletedProcess:
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return _cmd(["ip", *args], check=check)
 
 
-def _tc(*args: Any, check: bool = True) -> subprocess.CompletedProcess:
+def _tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return _cmd(["tc", *args], check=check)
 
 
 # --------------------------------------------------------------------- probing
 
 _probe_lock = threading.Lock()
-_probe_result: dict[str, Any] | None = None
+_probe_result: dict[str, object] | None = None
 
 
-def _probe() -> dict[str, Any]:
+def _probe() -> dict[str, object]:
     """Try the real operations once per process in a throwaway namespace.
 
     Checking euid or capabilities is not enough: seccomp profiles, user
@@ -107,7 +107,7 @@ def _probe() -> dict[str, Any]:
     with _probe_lock:
         if _probe_result is not None:
             return _probe_result
-        result: dict[str, Any] = {"netns": None, "shaping": None, "netem": False}
+        result: dict[str, object] = {"netns": None, "shaping": None, "netem": False}
         if shutil.which("ip") is None:
             result["netns"] = "the 'ip' command (iproute2) is not installed"
         else:
@@ -368,7 +368,7 @@ class NetnsHosts:
         host_index: int,
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
-        **popen_kwargs: Any,
+        **popen_kwargs: object,
     ) -> subprocess.Popen:
         """Start ``argv`` inside host ``host_index`` in its own process group.
 

@@ -44,13 +44,13 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, dense_servers=dense, switch_at=at)
 
 
-def rpc_endpoint(cluster: ClusterConfig) -> RpcEndpoint:
+def rpc_endpoint(rpc_port: int | None) -> RpcEndpoint:
     """Where the RPC world meets. Under an elastic agent that shares its TCP store (torch's
     default), every process is a client of that store; otherwise RPC rank 0 hosts a store
-    of its own on --rpc-port."""
+    of its own on `rpc_port` (--rpc-port)."""
     master_port = int(os.environ["MASTER_PORT"])
     agent = rendezvous.agent_store()
-    port = master_port if agent else cluster.rpc_port or master_port + 1
+    port = master_port if agent else rpc_port or master_port + 1
     return RpcEndpoint(os.environ["MASTER_ADDR"], port, rendezvous.attempt(), agent)
 
 

@@ -15,7 +15,6 @@ import traceback
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -65,8 +64,9 @@ def role_main(cfg: TrainConfig) -> None:
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
+    layout = layout_of(cfg.cluster)  # once: every part below is handed it
     try:
-        role, index = layout_of(cfg.cluster).role(rank)
+        role, index = layout.role(rank)
         name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
     except ValueError:  # a launcher of the wrong size; run_role says so
         name, short = f"rank {rank}", f"rank{rank}"
@@ -76,7 +76,7 @@ def role_main(cfg: TrainConfig) -> None:
     if cfg.output.dir:
         attempts.note_process(short, Path(cfg.output.dir))
     try:
-        run_role(cfg)
+        run_role(cfg, layout)
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
         logging.shutdown()
         os._exit(e.exit_code)
@@ -93,9 +93,8 @@ def role_main(cfg: TrainConfig) -> None:
         leave_now(EXIT_FAILED)
 
 
-def run_role(cfg: TrainConfig) -> None:
+def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
     """Join the job's process group, run this rank's role, leave."""
-    layout = layout_of(cfg.cluster)
     if cfg.data.val_share > 0:
         # Each new best model is saved while the job trains: import the checkpoint writer now,
         # while every process starts (seconds), rather than in the first save, where it held
@@ -103,7 +102,7 @@ def run_role(cfg: TrainConfig) -> None:
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     rank, trainer_group = join_process_group(layout)
     role, index = layout.role(rank)
-    endpoint = rpc_endpoint(cfg.cluster)
+    endpoint = rpc_endpoint(cfg.cluster.rpc_port)
     if cfg.output.dir and (role, index) != ("trainer", 0):
         follow_trainer0(Path(cfg.output.dir))
     if role == "embedding":
@@ -123,7 +122,7 @@ def run_role(cfg: TrainConfig) -> None:
     log.debug("done")
 
 
-def join_process_group(layout: ClusterLayout) -> tuple[int, Any]:
+def join_process_group(layout: ClusterLayout) -> tuple[int, dist.ProcessGroup]:
     """Meet every process of this attempt; returns this rank and the trainers' group."""
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -171,7 +170,7 @@ def serve_dense(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
     RpcEndpoint.leave()
 
 
-def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
+def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: dist.ProcessGroup,
                 endpoint: RpcEndpoint) -> None:
     """Trainer `index`: build its parts in order, then train."""
     plan = plan_data(cfg)
@@ -184,7 +183,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: Any,
     checkpointer = make_checkpointer(cfg, plan, remote) if index == 0 else None
     replica = build_replica(cfg, plan, tables, model, runner, checkpointer, index=index)
 
-    def gather(item: Any) -> list[Any]:
+    def gather(item: object) -> list[object]:
         everyone = [None] * cfg.cluster.trainers
         dist.all_gather_object(everyone, item, group=group)
         return everyone

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Literal, get_args, get_origin
 
 from shadowsync.config.sections import HELP_ORDER, HELP_TOPICS, SECTIONS, choices_of, type_hints
 from shadowsync.config.train import FLAT, TrainConfig, flag_name, unknown_option
@@ -37,7 +37,7 @@ class Option:
         return TrainConfig if self.section is None else SECTIONS[self.section]
 
     @property
-    def type(self) -> Any:
+    def type(self) -> object:
         return type_hints(self.owner)[self.field.name]
 
     @property
@@ -65,7 +65,7 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _base_type(tp: Any) -> Any:
+def _base_type(tp: object) -> object:
     if get_origin(tp) is Literal:
         return type(get_args(tp)[0])
     args = [a for a in get_args(tp) if a is not type(None)]
@@ -91,13 +91,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE.toml", help="read options from a TOML file")
     groups = {title: parser.add_argument_group(title) for title in HELP_ORDER}
     for o in OPTIONS:
-        group: Any = groups[o.topic] if o.topic else parser
+        group: argparse._ActionsContainer = groups[o.topic] if o.topic else parser
         tp = _base_type(o.type)
         text = (o.field.metadata.get("help") or "") + _default_text(o)
         # argparse %-formats help texts: a literal % (as in start=25%) is written %%.
-        kw: dict[str, Any] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
+        kw: dict[str, object] = {"default": None, "dest": o.name, "help": text.replace("%", "%%")}
         if o.field.metadata.get("spec"):  # parsed with the rest of the configuration
-            kw.update(type=str, metavar="TEXT")
+            choices = o.field.metadata.get("choices")
+            kw.update(type=str, **({"choices": choices} if choices else {"metavar": "TEXT"}))
             if get_origin(tp) is list:
                 kw.update(nargs="+", metavar="VALUE")
         elif tp is bool:
@@ -120,7 +121,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{_flag(o.name)}", **kw)
 
 
-def _coerce(name: str, value: Any, option: Option, source: str) -> Any:
+def _coerce(name: str, value: object, option: Option, source: str) -> object:
     base = _base_type(option.type)
     if value is None:
         return None
@@ -146,10 +147,10 @@ def _coerce(name: str, value: Any, option: Option, source: str) -> Any:
     return value
 
 
-def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
+def flat_options(table: dict[str, object], source: str) -> dict[str, object]:
     """A TOML table's options by flat name. Keys are flat option names (`sync_every`, dashes
     allowed) or section tables of field names (`[sync]` `every = 20`)."""
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for key, value in table.items():
         name = key.replace("-", "_")
         if name in SECTIONS and isinstance(value, dict):
@@ -169,10 +170,10 @@ def flat_options(table: dict[str, Any], source: str) -> dict[str, Any]:
     return values
 
 
-def load_config(args: argparse.Namespace, absent: dict[str, Any] | None = None) -> TrainConfig:
+def load_config(args: argparse.Namespace, absent: dict[str, object] | None = None) -> TrainConfig:
     """Defaults < `absent` (flat values for options the TOML file does not set) < TOML file
     (`--config`) < command line. Unknown TOML keys are an error."""
-    values: dict[str, Any] = dict(absent or {})
+    values: dict[str, object] = dict(absent or {})
     path = getattr(args, "config", None)
     if path:
         values.update(flat_options(read_toml(path, path), path))
@@ -183,7 +184,7 @@ def load_config(args: argparse.Namespace, absent: dict[str, Any] | None = None) 
     return TrainConfig(**values)  # validated on construction
 
 
-def config_from_options(config: TrainConfig | None = None, **options: Any) -> TrainConfig:
+def config_from_options(config: TrainConfig | None = None, **options: object) -> TrainConfig:
     """A validated TrainConfig from a base config (default: all defaults) and keyword options
     named like the long command-line options (`trainers=2, sync="s-bmuf"`), or whole
     sections (`sync=SyncConfig(...)`)."""
@@ -195,13 +196,13 @@ def config_from_options(config: TrainConfig | None = None, **options: Any) -> Tr
     return dataclasses.replace(config or TrainConfig(), **options)
 
 
-def model_name(model: str | Callable[..., Any]) -> str:
+def model_name(model: str | Callable[..., object]) -> str:
     """How a model option is written in messages, summary.json and config.toml: a factory
     as the MODULE:FUNCTION that finds it again."""
     return f"{model.__module__}:{model.__qualname__}" if callable(model) else model
 
 
-def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+def config_to_dict(cfg: TrainConfig) -> dict[str, object]:
     """The options as plain data by flat name (JSON and TOML can hold every value)."""
     values = {k: plain(v) for k, v in cfg.flat().items()}
     values["model"] = model_name(values["model"])
@@ -212,7 +213,7 @@ def default_out_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> object:
     """An option's value as TOML and JSON hold it: a typed value (`shadowsync.spec`) as its
     text."""
     if isinstance(value, list):
@@ -220,7 +221,7 @@ def plain(value: Any) -> Any:
     return str(value) if isinstance(value, OptionValue) else value
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     value = plain(value)
     if isinstance(value, bool):
         return "true" if value else "false"

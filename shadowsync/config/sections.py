@@ -19,15 +19,15 @@ A section checks the values that only concern it (`check`); checks across sectio
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from dataclasses import Field, dataclass, field
+from functools import cache, cached_property
+from typing import Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from shadowsync.errors import UserError
 from shadowsync.spec.detector import DetectorConfig
 from shadowsync.spec.groups import GroupRule
 from shadowsync.spec.interval import CheckpointEvery, SyncInterval
-from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
+from shadowsync.spec.modes import SYNC_CHOICES, ModeName, SyncMode, mode_of
 from shadowsync.spec.plan import SwitchPlan
 from shadowsync.spec.share import BspShare
 from shadowsync.spec.straggler import Straggler
@@ -39,9 +39,12 @@ Task = Literal["ctr", "digits"]
 TASK_CHOICES: tuple[str, ...] = ("ctr", "digits")
 
 
-def opt(default: Any, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None,
-        parse: Callable[[str], Any] | None = None, group: str | None = None,
-        spec: type | None = None) -> Any:
+T = TypeVar("T")
+
+
+def opt(default: T, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None,
+        parse: Callable[[str], object] | None = None, group: str | None = None,
+        spec: type | None = None) -> T:
     """A field of a section. `flag`: its long option's name with underscores where it is not
     the field's (`sync_every` for `sync.every`). `choices`: where the type is not a Literal
     that lists them. `parse`: how the command line's one word becomes the value (default: the
@@ -58,11 +61,11 @@ def opt(default: Any, help: str, flag: str | None = None, choices: tuple[str, ..
 
 
 @cache
-def type_hints(cls: type) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, object]:
     return get_type_hints(cls)
 
 
-def choices_of(cls: type, f: Any) -> tuple[str, ...] | None:
+def choices_of(cls: type, f: Field) -> tuple[str, ...] | None:
     """The values field `f` of dataclass `cls` accepts: its metadata's, or its Literal's."""
     if f.metadata.get("choices"):
         return f.metadata["choices"]
@@ -142,7 +145,7 @@ class DataConfig:
 class ModelConfig:
     """The dense model and the embedding tables' shape."""
 
-    name: str | Callable[..., Any] = opt(
+    name: str | Callable[..., object] = opt(
         DLRM, "dense model: dlrm, or MODULE:FUNCTION called with (num_dense, num_tables, "
         "embedding_dim) that returns an nn.Module; forward(dense, emb) -> logits [B]",
         flag="model")
@@ -276,7 +279,7 @@ class OptimConfig:
                              "embedding-initial-accumulator")
         _non_negative_number(self.embedding_weight_decay, "embedding-weight-decay")
 
-    def table_optimizer(self) -> dict[str, Any]:
+    def table_optimizer(self) -> dict[str, object]:
         """How every embedding table of the job learns, wherever it lives (a server, a
         trainer, a checkpoint being evaluated, a peer's tables)."""
         return {"optimizer": self.optimizer, "lr": self.embedding_lr,
@@ -319,8 +322,8 @@ class ClusterConfig:
 class SyncConfig:
     """How trainers synchronize their dense parameters (ShadowSync's and the baselines')."""
 
-    mode: str = opt("s-bmuf", "how trainers synchronize their dense parameters", flag="sync",
-                    choices=SYNC_CHOICES)
+    mode: ModeName = opt("s-bmuf", "how trainers synchronize their dense parameters",
+                         flag="sync", choices=SYNC_CHOICES, spec=ModeName)
     groups: list[GroupRule] = opt(
         [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)",
         flag="sync_groups", spec=GroupRule)
@@ -354,11 +357,17 @@ class SyncConfig:
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "
         "clears")
 
-    @property
+    @cached_property
     def entry(self) -> SyncMode:
         """The mode's entry in the registry (`shadowsync.spec.modes`): what it needs and
-        allows (dense servers, lockstep, resuming, switching...)."""
+        allows (dense servers, lockstep, resuming, switching...). Looked up once per section
+        (the section travels to every process with it)."""
         return mode_of(self.mode)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "mode":  # a new --sync: its entry is looked up again
+            self.__dict__.pop("entry", None)
+        super().__setattr__(name, value)
 
     def check(self) -> None:
         _positive(self.every, "sync-every")

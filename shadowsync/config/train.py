@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NoReturn
 
 from shadowsync.by_value import portable
 from shadowsync.config.sections import (
@@ -102,9 +102,9 @@ class TrainConfig:
     # dataclasses.replace(cfg, data="x.tsv") hands __init__ every field it leaves alone, but
     # not the section that the flat option of the same name (--data, --model, --sync) lives
     # in: `_base` (read as the sections as they are) hands it over, so only the option changes.
-    _base: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    _base: dict[str, object] | None = field(default=None, repr=False, compare=False)
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: object) -> None:
         base = options.pop("_base", None) or {}
         for name in TOP_LEVEL:
             setattr(self, name, options.pop(name, _FIELDS[name].default))
@@ -127,11 +127,11 @@ class TrainConfig:
         self.validate()
 
     @classmethod
-    def from_flat(cls, **options: Any) -> TrainConfig:
+    def from_flat(cls, **options: object) -> TrainConfig:
         """A config from flat option names (`trainers=2, sync="s-ma", sync_every=20`)."""
         return cls(**options)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> NoReturn:
         # Only reached for a missing attribute: say where a flat option went.
         if name in FLAT and FLAT[name][0] is not None:
             section, field_name = FLAT[name]
@@ -139,7 +139,7 @@ class TrainConfig:
                                  f"cfg.{section}.{field_name}")
         raise AttributeError(f"TrainConfig has no attribute {name!r}")
 
-    def flat(self) -> dict[str, Any]:
+    def flat(self) -> dict[str, object]:
         """Every option by its flat name, in --help order."""
         return {key: getattr(self if section is None else getattr(self, section), name)
                 for key, (section, name) in FLAT.items()}
@@ -246,7 +246,7 @@ class TrainConfig:
         """The typed options (`_parse_values`) against the mode they run under."""
         mode = self.sync.entry
         straggler = self.testing.straggler
-        if straggler is not None and straggler.kind != "compute" and not mode.protocols:
+        if straggler is not None and straggler.slows.delays_pushes and not mode.protocols:
             raise UserError(f"--straggler kind={straggler.kind} delays pushes to the dense "
                             "servers: it needs --sync bsp, asp or switch")
         if self.sync.straggler_fallback is not None and (not mode.can_fall_back

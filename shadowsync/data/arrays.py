@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -83,7 +82,7 @@ def shapes(path: str) -> tuple[int, int]:
     return (dense.shape[1] if dense.ndim == 2 else 0), single + len(multi_hot_specs(path))
 
 
-def multi_hot_specs(path: str) -> list[dict[str, Any]]:
+def multi_hot_specs(path: str) -> list[dict[str, object]]:
     """The multi-hot features ``features.json`` declares (none without the file), checked:
     each has a name, a pooling of POOLINGS and ``weighted`` (default: whether its weights
     file exists)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -72,7 +72,7 @@ def table_rows_of(path: str, num_tables: int,
     return tuple(declared if declared is not None else given(num_tables))
 
 
-def sparse_features(path: str, num_tables: int) -> list[dict[str, Any]]:
+def sparse_features(path: str, num_tables: int) -> list[dict[str, object]]:
     """Each table's feature, in the tables' order, from the files' headers: its name (an
     array directory's features.json names, else C1..CT as Criteo names its fields), whether it
     is multi-hot, and then its pooling and weighting. What a checkpoint's manifest records."""
@@ -202,7 +202,7 @@ def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray) -> Ba
 
 
 def predict_rows(data: CtrData, start: int, stop: int, table_size: int | Sequence[int],
-                 probabilities: Callable[[torch.Tensor, Any], torch.Tensor],
+                 probabilities: Callable[[torch.Tensor, torch.Tensor | Bags], torch.Tensor],
                  batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Predictions and labels of rows [start, stop): `probabilities(dense, ids)` of each
     batch, as `batches` cuts them, without gradients."""

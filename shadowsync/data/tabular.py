@@ -33,9 +33,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,8 +45,14 @@ from shadowsync.data.cache import NpyWriter, built_once, cache_root
 from shadowsync.errors import UserError
 from shadowsync.toml_file import read_toml
 
+if TYPE_CHECKING:
+    import pyarrow
 
-def arrow() -> Any:
+# Names the row `i` of a batch (FILE:LINE) in a message.
+Where = Callable[[int], str]
+
+
+def arrow() -> ModuleType:
     """pyarrow with its compute, csv and parquet modules, imported on first use: start-up
     cost (pyarrow takes 0.1-0.6 s to import, and every worker process imports this module)."""
     import pyarrow.compute  # importing a submodule makes it an attribute of pyarrow
@@ -130,7 +138,7 @@ class TableSchema:
                            [vars(m) for m in self.multi_hot]], sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
-    def features(self) -> dict[str, Any]:
+    def features(self) -> dict[str, object]:
         """features.json of the converted directory (the shared array-directory format)."""
         return {"dense": list(self.dense),
                 "categorical": [{"name": c.name, "table_size": c.table_size,
@@ -254,7 +262,7 @@ class _Writer:
         self.top: dict[str, int] = {}
         self.past: tuple[str, str, int, int] | None = None  # (where, column, id, size)
 
-    def note_ids(self, column: Sparse, ids: np.ndarray, where_of: Any) -> None:
+    def note_ids(self, column: Sparse, ids: np.ndarray, where_of: Where) -> None:
         if not len(ids):
             return
         self.top[column.name] = max(self.top.get(column.name, -1), int(ids.max()))
@@ -281,7 +289,7 @@ class _Writer:
              "schema": self.schema.path, "rows": self.rows}, indent=1))
 
 
-def _numbers(values: Any, where: Any, column: str, kind: str) -> np.ndarray:
+def _numbers(values: pyarrow.Array, where: Where, column: str, kind: str) -> np.ndarray:
     """A numeric or bool arrow array -> float64, a null named at its row."""
     pa = arrow()
 
@@ -292,11 +300,11 @@ def _numbers(values: Any, where: Any, column: str, kind: str) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False).astype(np.float64)
 
 
-def _first_null(values: Any) -> int:
+def _first_null(values: pyarrow.Array) -> int:
     return int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
 
 
-def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
+def _ids(values: pyarrow.Array, column: Sparse, where: Where) -> np.ndarray:
     """An integer or (hashed) string arrow array of ids -> int64, checked."""
     pa = arrow()
 
@@ -318,7 +326,7 @@ def _ids(values: Any, column: Sparse, where: Any) -> np.ndarray:
     return ids
 
 
-def _hash_strings(values: Any) -> np.ndarray:
+def _hash_strings(values: pyarrow.Array) -> np.ndarray:
     """Stable 64-bit hashes of strings (blake2b), each distinct string hashed once."""
     pc = arrow().compute
 
@@ -329,7 +337,7 @@ def _hash_strings(values: Any) -> np.ndarray:
     return table[enc.indices.to_numpy(zero_copy_only=False)].astype(np.uint64)
 
 
-def _type_ok(t: Any, role: str, column: Sparse | None) -> bool:
+def _type_ok(t: pyarrow.DataType, role: str, column: Sparse | None) -> bool:
     pa = arrow()
 
     numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
@@ -351,7 +359,7 @@ EXPECTED = {"label": "0/1 numbers", "dense": "numbers", "categorical": "integer 
             "multi-hot weights": "lists of numbers"}
 
 
-def _check_columns(f: Path, schema: TableSchema, arrow_schema: Any) -> None:
+def _check_columns(f: Path, schema: TableSchema, arrow_schema: pyarrow.Schema) -> None:
     present = {field.name: field.type for field in arrow_schema}
     for name in schema.columns():
         role = schema.role(name)
@@ -363,7 +371,7 @@ def _check_columns(f: Path, schema: TableSchema, arrow_schema: Any) -> None:
                             f"{EXPECTED[role]}")
 
 
-def _add_batch(batch: Any, schema: TableSchema, w: _Writer, f: Path, first_row: int,
+def _add_batch(batch: pyarrow.RecordBatch, schema: TableSchema, w: _Writer, f: Path, first_row: int,
                line_offset: int = 0) -> None:
     """One record batch: checked, appended to the writer. `first_row`: the batch's first row
     in its file, counted from 1."""
@@ -450,7 +458,7 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
     pa = arrow()
     pc, pcsv = pa.compute, pa.csv
 
-    types: dict[str, Any] = {schema.label: pa.float64()}
+    types: dict[str, object] = {schema.label: pa.float64()}
     types.update({d: pa.float64() for d in schema.dense})
     types.update({c.name: pa.string() if c.hash else pa.int64() for c in schema.categorical})
     types.update({m.name: pa.string() for m in schema.multi_hot})
@@ -506,7 +514,7 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
         row += batch.num_rows
 
 
-def _first_bad(parts: Any, value_type: Any) -> int:
+def _first_bad(parts: pyarrow.Array, value_type: pyarrow.DataType | str) -> int:
     for i, items in enumerate(parts.to_pylist()):
         for v in items or []:
             try:
@@ -516,7 +524,7 @@ def _first_bad(parts: Any, value_type: Any) -> int:
     return 0
 
 
-def _csv_error(f: Path, schema: TableSchema, types: dict[str, Any], message: str) -> UserError:
+def _csv_error(f: Path, schema: TableSchema, types: dict[str, object], message: str) -> UserError:
     """pyarrow names the column but not the row of a value it cannot convert: find it."""
     pa = arrow()
     pcsv = pa.csv

@@ -37,6 +37,10 @@ class EmbeddingClient(Protocol):
         """Every gradient this process pushed applied (remote: the pushes in flight
         answered), so its position is exact."""
 
+    def counters(self) -> dict[str, int] | None:
+        """Dynamic tables: their id maps' counters (lookups, hits, admitted, evicted...),
+        read by the trainer when it closes; None for fixed tables."""
+
     def saved_here(self) -> Checkpointable | None:
         """What of the tables the trainer's own checkpoint shard holds: tables in its memory,
         or None where servers save the rows."""

@@ -108,6 +108,9 @@ class EmbeddingTables:
     def flush(self) -> None:
         """Nothing in flight: every gradient is applied in place when pushed."""
 
+    def counters(self) -> None:
+        return None  # fixed tables: no id maps to count
+
     def saved_here(self) -> EmbeddingTables:
         return self  # the rows live in the trainer: its shard saves them
 

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import FrameType
 
 from shadowsync.procfs import start_time
 
@@ -65,7 +65,8 @@ class StopRequest:
         self._children: list[tuple[int, int | None]] = []
         self._starting_in: int | None = None  # the thread starting children, meanwhile
         self._exit_deferred: int | None = None  # a signal to end on once they are started
-        self._previous: dict[int, Any] = {}
+        # signal.getsignal's answers: a handler, SIG_DFL / SIG_IGN, or None (not set from Python)
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
         self._grace_s: float | None = None
         self._exit_while_starting = False
         self.running = False  # this process has met its peers: a stop now saves
@@ -215,7 +216,7 @@ class StopRequest:
                 for callback in self._at_first_signal:
                     callback(self.signum)
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._note(signum)
         if self._notifying:
             # This signal interrupted the subscribers' handling of another (Ctrl-C reaches

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -45,7 +45,7 @@ def calibration(pred: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(pred)) / mean_label if mean_label > 0 else float("nan")
 
 
-def roc_auc() -> Any:
+def roc_auc() -> Callable[..., float]:
     """scikit-learn's `roc_auc_score`, imported on first use: with scipy, 2 s of imports
     (`CtrTask.prepare_evaluation` calls this early where a process has time to spare)."""
     from sklearn.metrics import roc_auc_score

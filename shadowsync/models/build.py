@@ -51,17 +51,18 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     return obj
 
 
-def build_model(cfg: ModelConfig, num_dense: int, num_tables: int) -> nn.Module:
+def build_model(cfg: ModelConfig, num_dense: int, num_tables: int,
+                validating: bool = False) -> nn.Module:
     """The dense model `cfg.name` for data with `num_dense` dense and `num_tables` categorical
-    features. `bottom_mlp`, `top_mlp`, `id_bias` and `interaction` shape the DLRM; other
-    models get the shape only."""
+    features. `bottom_mlp`, `top_mlp`, `id_bias` and `interaction` shape the DLRM (an
+    interaction left open is the one data `validating` on calls for); other models get the
+    shape only."""
     embedding_dim = cfg.embedding_dim
     if cfg.name == DEFAULT:
         return dlrm.DLRMDense(dlrm.ModelConfig(
             num_dense=num_dense, num_sparse=num_tables, embedding_dim=embedding_dim,
             bottom_mlp=list(cfg.bottom_mlp), top_mlp=list(cfg.top_mlp), id_bias=cfg.id_bias,
-            # a job's config has it set (TrainConfig.adapted); a bare ModelConfig's is dot
-            interaction=cfg.interaction_for(validating=False)))
+            interaction=cfg.interaction_for(validating)))
     factory = cfg.name if callable(cfg.name) else load_factory(cfg.name)
     name = model_name(cfg.name)
     try:

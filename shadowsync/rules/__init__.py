@@ -13,7 +13,6 @@ trainer's replica, so they are not in `RULES`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from shadowsync.rules.asp import Asynchronous
 from shadowsync.rules.base import Exchange, SyncRule
@@ -29,7 +28,7 @@ RULES: dict[str, Callable[..., SyncRule]] = {
 }
 
 
-def make_rule(name: str, **settings: Any) -> SyncRule:
+def make_rule(name: str, **settings: object) -> SyncRule:
     return RULES[name](**settings)
 
 

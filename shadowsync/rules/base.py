@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -41,5 +41,14 @@ class SyncRule(Protocol):
         """One synchronization round: the new value for the local parameters."""
         ...
 
-    def settings(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The rule's own state for a checkpoint (BMUF's global model and block momentum;
+        empty for a rule that keeps none), after `start`."""
+        ...
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what `state_dict` gave, after `start`."""
+        ...
+
+    def settings(self) -> dict[str, object]:
         ...

@@ -38,8 +38,6 @@ averaging. The defaults follow the paper: eta = 1 - 1/trainers, zeta = 1.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from shadowsync.rules.base import Exchange
@@ -105,6 +103,6 @@ class BlockwiseModelUpdateFiltering:
         # A checkpoint from before the warm-up was counted resumes a run already past it.
         self.rounds = int(state["rounds"]) if "rounds" in state else self.warmup_rounds
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {"block_momentum": self.eta, "block_lr": self.zeta, "nesterov": self.nesterov,
                 "warmup_rounds": self.warmup_rounds}

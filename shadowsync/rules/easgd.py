@@ -25,8 +25,6 @@ where a pull would leave each replica a share of the way to a centre that lags t
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from shadowsync.rules.base import Exchange
@@ -60,5 +58,5 @@ class ElasticAveraging:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.rounds = int(state["rounds"]) if "rounds" in state else self.warmup_rounds
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {"alpha": self.alpha, "warmup_rounds": self.warmup_rounds}

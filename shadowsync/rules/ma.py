@@ -8,8 +8,6 @@ average of what they held.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from shadowsync.rules.base import Exchange
@@ -25,5 +23,11 @@ class ModelAveraging:
     def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
         return exchange.mean(local)
 
-    def settings(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {}  # a round depends on nothing but the replicas
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        pass
+
+    def settings(self) -> dict[str, object]:
         return {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -42,13 +42,13 @@ class Runner(Protocol):
     def on_stop(self) -> None: ...
     def stop(self) -> None: ...
     def after_training(self) -> None: ...
-    def state_dict(self) -> dict[str, Any]: ...
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-    def metrics(self) -> dict[str, Any]: ...
-    def final_metrics(self) -> dict[str, Any]: ...
-    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]: ...
-    def describe(self) -> dict[str, Any]: ...
-    def settings(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, object]: ...
+    def load_state_dict(self, state: dict[str, object]) -> None: ...
+    def metrics(self) -> dict[str, object]: ...
+    def final_metrics(self) -> dict[str, object]: ...
+    def summarize(self, everyone: list[dict[str, object]]) -> dict[str, object]: ...
+    def describe(self) -> dict[str, object]: ...
+    def settings(self) -> dict[str, object]: ...
 
 
 class RunnerDefaults:
@@ -81,25 +81,25 @@ class RunnerDefaults:
     def after_training(self) -> None:
         pass
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, object]) -> None:
         pass
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, object]:
         return {}
 
-    def final_metrics(self) -> dict[str, Any]:
+    def final_metrics(self) -> dict[str, object]:
         return self.metrics()
 
-    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, everyone: list[dict[str, object]]) -> dict[str, object]:
         return {}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {}
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         return {"runner": self.kind, **self.describe(), "groups": {}}
 
 
@@ -158,7 +158,7 @@ class WorkerHook(Protocol):
     def finished(self) -> bool: ...
     def step_taken(self) -> bool: ...
     def progress(self, own: float) -> float: ...
-    def report(self) -> dict[str, Any]: ...
+    def report(self) -> dict[str, object]: ...
     def where(self) -> str: ...
     def finish(self, shared_model: nn.Module, trained: nn.Module) -> None: ...
 
@@ -208,7 +208,7 @@ class HookDefaults:
         planned steps); a hook that hears the job's count says that instead."""
         return own
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, object]:
         """Counters since the previous call, carried by the next `WorkerReport`."""
         return {}
 

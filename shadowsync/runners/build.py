@@ -7,13 +7,11 @@ the model; all groups share one runner, since a trainer has one sync thread.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from shadowsync.config import SyncConfig
 from shadowsync.errors import UserError
-from shadowsync.rules import make_rule
+from shadowsync.rules import SyncRule, make_rule
 from shadowsync.runners.base import Runner, RunnerContext
 from shadowsync.runners.fallback import fallback_runner
 from shadowsync.runners.foreground import ForegroundSync
@@ -42,7 +40,7 @@ def needs_dense_servers(sync: SyncConfig, model: torch.nn.Module) -> bool:
     return any(mode_of(n).dense_servers for n in names)
 
 
-def rule_for(sync: SyncConfig, trainers: int, rule: str) -> Any:
+def rule_for(sync: SyncConfig, trainers: int, rule: str) -> SyncRule:
     if rule == "bmuf":
         return make_rule("bmuf", trainers=trainers, block_momentum=sync.block_momentum,
                          block_lr=sync.block_lr, nesterov=sync.nesterov,

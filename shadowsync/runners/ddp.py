@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.context import BaseContext
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -121,10 +120,11 @@ class AveragingClock:
     def __init__(self) -> None:
         self._blocked = 0.0
 
-    def timed(self, step: Callable[..., Any], averaged: Callable[[], bool]) -> Callable[..., Any]:
+    def timed(self, step: Callable[..., object],
+              averaged: Callable[[], bool]) -> Callable[..., object]:
         """`step`, timed on the calls after which `averaged()` says that call averaged."""
 
-        def timed_step(*a: Any, **kw: Any) -> Any:
+        def timed_step(*a: object, **kw: object) -> object:
             t0 = time.perf_counter()
             out = step(*a, **kw)
             if averaged():
@@ -139,8 +139,9 @@ class AveragingClock:
 
 
 class TorchPeriodicAveragingHook(WorkerGroupHook):
-    def __init__(self, *args: Any, period: int, **kw: Any) -> None:
-        super().__init__(*args, **kw)
+    def __init__(self, store_addr: str, store_port: int, prefix: str, trainers: int,
+                 workers: int, *, period: int) -> None:
+        super().__init__(store_addr, store_port, prefix, trainers, workers)
         self.period = period
         self.clock = AveragingClock()
 
@@ -176,8 +177,8 @@ class WorkerGroupRunner(StepRunner):
     def worker_hook(self, ctx: BaseContext, workers: int) -> WorkerGroupHook:
         return self.hook
 
-    def describe(self) -> dict[str, Any]:
-        return {"period": getattr(self.hook, "period", 1)}
+    def describe(self) -> dict[str, object]:
+        return {"period": self.hook.period}
 
 
 def _hook_args(ctx: RunnerContext) -> tuple[str, int, str, int, int]:

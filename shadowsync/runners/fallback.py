@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+
+import torch
 
 from shadowsync.config import SyncConfig
 from shadowsync.rules import SyncRule, make_rule
+from shadowsync.rules.base import Exchange
 from shadowsync.rules.ma import ModelAveraging
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.reports import WorkerReport
@@ -42,7 +44,7 @@ class FallbackSync(BackgroundSync):
         self.fallback = fallback
         self.policy = policy
         self.names = names  # (the job's --sync, the fallback's) for logs
-        self.moves: list[dict[str, Any]] = []
+        self.moves: list[dict[str, object]] = []
         self._steps: list[float] = []
 
     def observe(self, report: WorkerReport) -> None:
@@ -86,30 +88,30 @@ class FallbackSync(BackgroundSync):
             log.info("background sync: %s -> %s at round %d, stragglers %s", move["from"],
                      move["to"], move["round"], move["stragglers"] or "none (cleared)")
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The job's rule's state, also while EASGD rounds run (a resumed job starts on the
         job's rule, so a checkpoint always has what that rule loads)."""
         if self._thread is None and not self.all_rounds:  # before start: shapes, as base
             return super().state_dict()
         return {f"{name}.{k}": v for name, rule in self.primary.items()
-                if hasattr(rule, "state_dict") for k, v in rule.state_dict().items()}
+                for k, v in rule.state_dict().items()}
 
-    def final_metrics(self) -> dict[str, Any]:
+    def final_metrics(self) -> dict[str, object]:
         return {**super().final_metrics(), "sync_moves": self.moves}
 
-    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, everyone: list[dict[str, object]]) -> dict[str, object]:
         return {"sync_moves": everyone[0].get("sync_moves", []) if everyone else []}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {**super().describe(), "straggler_fallback": self.names[1]}
 
 
 class _Averaging(ModelAveraging):
     """MA that keeps the average it computed."""
 
-    mean: Any = None
+    mean: torch.Tensor | None = None
 
-    def round(self, local: Any, exchange: Any) -> Any:
+    def round(self, local: torch.Tensor, exchange: Exchange) -> torch.Tensor:
         self.mean = exchange.mean(local)
         return self.mean
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from multiprocessing.context import BaseContext
-from typing import Any
+
+from torch import nn
 
 from shadowsync.runners.base import HookDefaults
 from shadowsync.runners.groups import ParamGroup
@@ -46,7 +47,8 @@ class StepGate(HookDefaults):
             self._cond.wait_for(lambda: self._generation.value != gen)
         return time.perf_counter() - t0
 
-    def finish(self, shared_model: Any = None, trained: Any = None) -> None:
+    def finish(self, shared_model: nn.Module | None = None,
+               trained: nn.Module | None = None) -> None:
         with self._cond:
             self._finished.value += 1
             self._cond.notify_all()
@@ -97,5 +99,5 @@ class ForegroundSync(GroupRunner):
         if self.gate is not None:
             self.gate.release()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"sync_every": self.every}

@@ -27,9 +27,9 @@ import statistics
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict
 from multiprocessing.context import BaseContext
-from typing import Any
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ KEY = "dense"
 log = logging.getLogger(__name__)
 
 
-def load_flat(vec: torch.Tensor, params: Any) -> None:
+def load_flat(vec: torch.Tensor, params: Iterable[torch.Tensor]) -> None:
     """Copy a flat vector into parameters in place, so shared memory stays shared (torch's
     vector_to_parameters rebinds .data instead)."""
     offset = 0
@@ -160,10 +160,11 @@ class ProtocolHook(HookDefaults):
         self._blocked = 0.0
         self._last_reply = 0.0
         self._last_took = 0.0  # the previous push's round trip
+        self._last_link_s = 0.0  # and that less what the server held it (`Reply.held_s`)
         self._started = 0.0  # this worker's first push
         self._rng = random.Random(0)  # a jittered link's draws (seeded by worker in prepare)
         self._staleness: Counter[int] = Counter()
-        self._switches: list[dict[str, Any]] = []
+        self._switches: list[dict[str, object]] = []
         self._push_s: list[float] = []  # round trips of the current phase
         self._compute_s: list[float] = []
 
@@ -181,7 +182,8 @@ class ProtocolHook(HookDefaults):
         self.client.init(parameters_to_vector(replica.parameters()).detach(), self.s.optimizer,
                          self.s.machine(self.budget))
         params, self.version, self.applied = self.client.params()
-        self.mode, self.next_phase = self.client.mode()
+        mode, self.next_phase = self.client.mode()
+        self._follow(mode, self.client.isolated())  # a resumed job may have isolated some
         self.phase, self._last_mode = self.next_phase, self.mode
         load_flat(params, replica.parameters())
         return replica
@@ -230,10 +232,11 @@ class ProtocolHook(HookDefaults):
         one_way = sleep(self.one_way_s())  # the link, both ways inside the round trip
         reply = self.client.push(grad, Push(mode, self.version, self.phase, cfg.lr, cfg.momentum,
                                             cfg.reset_momentum, self.trainer, compute,
-                                            self._last_took, self.isolated))
+                                            self._last_link_s, self.isolated))
         sleep(one_way)
         self._last_reply = time.perf_counter()
         took = self._last_took = self._last_reply - t0
+        self._last_link_s = max(0.0, took - reply.held_s)
         if self.phase_pushes == 0 and self._switches:
             self._end_switch(took, reply.params)
         self._push_s.append(took)
@@ -244,15 +247,19 @@ class ProtocolHook(HookDefaults):
         self.version, self.applied, self.done = reply.version, reply.applied, reply.done
         self.taken = reply.taken
         self._last_mode = mode
-        # `isolate`: this trainer's steps are ASP while the others keep BSP
-        self.isolated = tuple(reply.isolated)
-        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(reply.mode)
+        self._follow(reply.mode, reply.isolated)
         self.next_phase = reply.phase
         if self.shared is not None:
             load_flat(reply.params, self.shared)
         self.pushes += 1
         self.phase_pushes += 1
         return reply.params
+
+    def _follow(self, mode: Protocol, isolated: tuple[int, ...]) -> None:
+        """Shard 0's decision: `mode`, except that an isolated trainer's steps are ASP while
+        the others keep BSP (`isolate`)."""
+        self.isolated = tuple(isolated)
+        self.mode = Protocol.ASP if self.trainer in self.isolated else Protocol(mode)
 
     def _begin_switch(self, params: list[torch.Tensor]) -> None:
         self._switches.append({
@@ -283,7 +290,7 @@ class ProtocolHook(HookDefaults):
     def where(self) -> str:
         return f" under {self.mode.upper()}"
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, object]:
         out = {"staleness": dict(self._staleness), "switches": self._switches,
                "pushes": self.pushes, "compute_s": self._compute_s}
         self._staleness, self._compute_s = Counter(), []
@@ -305,8 +312,8 @@ class ProtocolRunner(StepRunner):
         self.model = model
         self.mode = mode
         self.staleness: Counter[int] = Counter()
-        self.switches: list[dict[str, Any]] = []
-        self.server_switches: list[dict[str, Any]] = []
+        self.switches: list[dict[str, object]] = []
+        self.server_switches: list[dict[str, object]] = []
 
     def worker_hook(self, ctx: BaseContext, workers: int) -> ProtocolHook:
         return ProtocolHook(self.spec)
@@ -330,16 +337,16 @@ class ProtocolRunner(StepRunner):
         load_flat(params, self.model.parameters())
         self.server_switches = client.switches()
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, object]:
         return staleness_summary(self.staleness)
 
-    def final_metrics(self) -> dict[str, Any]:
+    def final_metrics(self) -> dict[str, object]:
         return {**self.metrics(), "staleness_hist": dict(self.staleness),
                 "switches": self.switches}
 
-    def summarize(self, everyone: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(self, everyone: list[dict[str, object]]) -> dict[str, object]:
         hist: Counter[int] = Counter()
-        switches: list[dict[str, Any]] = []
+        switches: list[dict[str, object]] = []
         for m in everyone:
             hist.update({int(k): v for k, v in m.get("staleness_hist", {}).items()})
             switches.extend(m.get("switches", []))
@@ -354,7 +361,7 @@ class ProtocolRunner(StepRunner):
         return {"staleness": {**staleness_summary(hist), "hist": dict(sorted(hist.items()))},
                 "switches": grouped}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         s = self.spec
         return {"plan": str(s.plan), "optimizer": s.optimizer, "lr": s.lr,
                 "momentum": s.momentum, "switch_momentum": s.momentum_policy,
@@ -363,7 +370,7 @@ class ProtocolRunner(StepRunner):
                 "patience_s": s.patience_s, "ps_workers": s.workers, "dense_servers": s.servers}
 
 
-def staleness_summary(hist: Counter[int]) -> dict[str, Any]:
+def staleness_summary(hist: Counter[int]) -> dict[str, object]:
     n = sum(hist.values())
     if n == 0:
         return {}
@@ -373,8 +380,8 @@ def staleness_summary(hist: Counter[int]) -> dict[str, Any]:
             "staleness_max": values[-1]}
 
 
-def group_switches(events: list[dict[str, Any]],
-                   server: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def group_switches(events: list[dict[str, object]],
+                   server: list[dict[str, object]]) -> list[dict[str, object]]:
     """One entry per switch: when, what it cost, and whether every worker held the same
     parameters when it happened."""
     out = []

@@ -8,7 +8,6 @@ protocol statistics (staleness) read them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -23,7 +22,7 @@ class WorkerReport:
     busy_s: float  # wall seconds since the previous report
     blocked_s: float  # of which waiting on synchronization
     step_s: list[float] = field(default_factory=list)  # wall seconds of each step
-    sync: dict[str, Any] = field(default_factory=dict)  # the runner's own counters
+    sync: dict[str, object] = field(default_factory=dict)  # the runner's own counters
 
 
 @dataclass

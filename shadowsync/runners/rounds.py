@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from shadowsync.runners.base import RunnerDefaults
 from shadowsync.runners.groups import ParamGroup
@@ -26,27 +25,26 @@ class GroupRunner(RunnerDefaults):
         self._workers_done = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._restored: dict[str, Any] | None = None
+        self._restored: dict[str, object] | None = None
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The rules' own state for a checkpoint (e.g. BMUF's global model and block
         momentum), by group. Before `start` it has the right shapes (as a load needs)."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for g in self.groups:
-            if hasattr(g.rule, "state_dict"):
-                if self._thread is None and self._restored is None:
-                    g.rule.start(g.flat())
-                out.update(nest(f"{g.name}.", g.rule.state_dict()))
+            if self._thread is None and self._restored is None:
+                g.rule.start(g.flat())
+            out.update(nest(f"{g.name}.", g.rule.state_dict()))
         return out
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore the rules' state; applied at `start` (which would otherwise reset it)."""
         self._restored = dict(state)
 
     def start(self) -> None:
         for g in self.groups:
             g.rule.start(g.flat())
-            if self._restored is not None and hasattr(g.rule, "load_state_dict"):
+            if self._restored is not None:
                 g.rule.load_state_dict(part(self._restored, f"{g.name}."))
             if g.rule.needs_servers:  # the centre starts as the (identical) initial model
                 self.exchange.init_centre(g.name, g.flat())
@@ -92,7 +90,7 @@ class GroupRunner(RunnerDefaults):
         if self._error is not None:
             raise RuntimeError(f"{self.kind} synchronization failed: {self._error}") from None
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, object]:
         elapsed = (self._t_end or time.perf_counter()) - self._t0
         return {
             "syncs": self.rounds,
@@ -103,7 +101,7 @@ class GroupRunner(RunnerDefaults):
                                      else None),
         }
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, object]:
         wire = {"sync_dtype": self.exchange.dtype} if self.exchange is not None else {}
         return {"runner": self.kind, **self.describe(), **wire,
                 "groups": {g.name: {"rule": g.rule.name, "write_back": g.write_back,

@@ -11,7 +11,6 @@ the trainer's cores), so the job syncs as often as the hardware can afford witho
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.rounds import GroupRunner
@@ -34,7 +33,7 @@ class Pace:
         self._cost = cpu_s if self._cost is None else 0.8 * self._cost + 0.2 * cpu_s
         return max(0.0, self._cost / self.budget_cores - wall_s)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         if self.interval is None:
             return {"sync_interval": "auto", "sync_budget_cores": self.budget_cores}
         return {"sync_interval": self.interval}
@@ -58,5 +57,5 @@ class BackgroundSync(GroupRunner):
             if not done:
                 self._workers_done.wait(self.pace.rest_after(cpu, wall))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return self.pace.describe()

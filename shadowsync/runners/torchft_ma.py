@@ -26,10 +26,11 @@ import re
 import time
 import warnings
 from datetime import timedelta
-from typing import Any
 from urllib.parse import urlparse
 
+from torch import nn
 from torch.distributed import TCPStore
+from torch.optim import Optimizer
 
 from shadowsync.errors import UserError
 from shadowsync.runners.base import RunnerContext
@@ -52,7 +53,7 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         self.period = period
         self.clock = AveragingClock()
 
-    def prepare(self, model: Any, trainer: int, worker: int, steps: int = 0) -> Any:
+    def prepare(self, model: nn.Module, trainer: int, worker: int, steps: int = 0) -> nn.Module:
         # torchft logs every quorum step (its Rust side at INFO: a user's RUST_LOG wins) and
         # warns that this CPU build has no NCCL flight recorder.
         os.environ.setdefault("RUST_LOG", "error")
@@ -104,7 +105,7 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         # LocalSGD averages inside every period-th step() and then restarts its count.
         return step % self.period == 0
 
-    def wrap_optimizer(self, optimizer: Any) -> Any:
+    def wrap_optimizer(self, optimizer: Optimizer) -> Optimizer:
         from torchft.local_sgd import LocalSGD  # optional dependency (the peers extra)
 
         self.local = LocalSGD(self.manager, self.replica, optimizer, sync_every=self.period)
@@ -117,7 +118,7 @@ class TorchftLocalSGDHook(WorkerGroupHook):
         super().step()
         return self.clock.take()
 
-    def finish(self, shared_model: Any, trained: Any) -> None:
+    def finish(self, shared_model: nn.Module, trained: nn.Module) -> None:
         # Every replica took the same steps (lockstep); one last average, then replica
         # (trainer, 0) hands its copy back for evaluation.
         self.local.sync()

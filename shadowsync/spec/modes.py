@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from shadowsync.protocols import Protocol  # defined in the base layer (transport names it too)
 
@@ -59,11 +59,25 @@ class SyncMode:
         protocol, whose dense servers decide when every worker stops."""
         return self.resumable and not self.protocols
 
-    def build(self) -> Callable[..., Any] | None:
+    def build(self) -> Callable[..., object] | None:
         if self.builder is None:
             return None
         module, _, fn = self.builder.partition(":")
         return getattr(importlib.import_module(module), fn)
+
+
+class ModeName(str):
+    """A --sync value: the name of a mode of `MODES`, read into this type once when the
+    configuration is made (which checks it is one of them). It stays the text it is wherever a
+    mode is written or compared; `mode_of` gives its entry."""
+
+    @classmethod
+    def parse(cls, text: str) -> ModeName:
+        return cls(text)
+
+    @property
+    def text(self) -> str:
+        return str(self)
 
 
 def _rule_modes(prefix: str, family: str, when: str) -> list[SyncMode]:

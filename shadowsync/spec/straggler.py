@@ -3,14 +3,8 @@ duration=D` makes every worker of one trainer take `slowdown` times its own norm
 from S to S + D seconds after training started. This is the transient compute straggler of
 Sync-Switch's online policies (Li et al., ICDCS 2021, arXiv 2104.08364).
 
-Kinds (`kind=`):
-- `compute` (the default): as above;
-- `delay`: `kind=delay,ms=30,trainers=2` puts the last 2 trainers behind a link that adds
-  30 ms to each round trip, half each way: their dense pushes and replies and their
-  embedding round trips, the network straggler of the original (which used `tc netem`; see
-  `transport.delay` for what runs here); `--sync bsp / asp / switch` only;
-- `jitter`: `kind=jitter,ms=10,jitter=5` delays every push of every trainer by 10 +- 5 ms,
-  a shared network where BSP waits for the slowest push of each step.
+Kinds (`kind=`, one module each in `spec.straggler_kinds`): `compute` (the default), as
+above; `delay`, a slow link behind some trainers; `jitter`, a slow shared network.
 `trainers=N` slows the last N trainers (`trainer=ID` one); `episodes=K` cuts the window into
 K equal episodes with K - 1 equal breaks between them (`spec.delay.in_episode`), so an
 online policy must also switch back.
@@ -43,10 +37,10 @@ from dataclasses import dataclass, field
 
 from shadowsync.errors import UserError
 from shadowsync.spec.delay import LinkDelay, in_episode
+from shadowsync.spec.straggler_kinds import KINDS, StragglerKind
 
 FIELDS = ("kind", "trainer", "trainers", "slowdown", "ms", "jitter", "start", "duration",
           "episodes")
-KINDS = ("compute", "delay", "jitter")
 
 
 @dataclass(frozen=True)
@@ -75,6 +69,7 @@ class Straggler:
         kind = values.get("kind", "compute")
         if kind not in KINDS:
             raise UserError(f"--straggler: kind={kind} is not one of {', '.join(KINDS)}")
+        slows = KINDS[kind]
         window = [values[k] for k in ("start", "duration") if k in values]
         of_job = any(v.endswith("%") for v in window)
         if of_job and not all(v.endswith("%") for v in window):
@@ -87,7 +82,7 @@ class Straggler:
             count = int(values.get("trainers", "1"))
             first = int(values.get("trainer", str(trainers - count if "trainers" in values
                                                   else 0)))
-            if kind == "jitter":
+            if slows.every_trainer:
                 first, count = 0, trainers
             s = Straggler(first, float(values.get("slowdown", "3")), start, duration, of_job,
                           kind, count, float(values.get("ms", "0")),
@@ -103,9 +98,14 @@ class Straggler:
             raise UserError("--straggler: needs slowdown >= 1, start >= 0 and duration > 0")
         if s.episodes < 1 or s.ms < 0 or s.jitter_ms < 0:
             raise UserError("--straggler: needs episodes >= 1, ms >= 0 and jitter >= 0")
-        if kind != "compute" and s.ms <= 0:
+        if slows.delays_pushes and s.ms <= 0:
             raise UserError(f"--straggler: kind={kind} needs ms > 0 (the delay of each push)")
         return s
+
+    @property
+    def slows(self) -> StragglerKind:
+        """The kind's entry (`spec.straggler_kinds`)."""
+        return KINDS[self.kind]
 
     @property
     def trainers(self) -> tuple[int, ...]:
@@ -121,7 +121,7 @@ class Straggler:
 
     def link(self) -> LinkDelay | None:
         """The delay a network kind adds to the pushes (`transport.delay`)."""
-        if self.kind == "compute":
+        if not self.slows.delays_pushes:
             return None
         return LinkDelay(self.trainers, self.ms, self.jitter_ms, self.start, self.duration,
                          self.episodes, self.of_job)

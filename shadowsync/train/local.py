@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-from typing import Any
 
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingTables
@@ -27,7 +26,7 @@ def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables | Dyna
                            **cfg.optim.table_optimizer()).share_memory_()
 
 
-def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, Any]:
+def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
     """Train in this process (its Hogwild workers are child processes); `cfg.out` exists.
     The parts, in order: the data (`plan`, opened by the caller), the dense model, the
     tables (local, in shared memory), no sync runner, the checkpointer, the trainer."""

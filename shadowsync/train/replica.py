@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
@@ -114,7 +113,7 @@ class Replica:
     checkpointer: Checkpointer | None
     metrics: MetricsLog
     bar: tqdm
-    resumed: dict[str, Any]
+    resumed: dict[str, object]
 
     @property
     def lead(self) -> bool:
@@ -170,13 +169,13 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
     return Replica(cfg, plan, trainer, runner, checkpointer, metrics, bar, resumed)
 
 
-Everyone = list[tuple[TrainerStats, dict[str, Any]]]  # each trainer's statistics, sync metrics
+Everyone = list[tuple[TrainerStats, dict[str, object]]]  # each trainer's statistics, sync metrics
 
 
 def run_replica(replica: Replica, *,
-                gather: Callable[[tuple[TrainerStats, dict[str, Any]]], Everyone] | None = None,
+                gather: Callable[[tuple[TrainerStats, dict[str, object]]], Everyone] | None = None,
                 remote_shards: list[str] | None = None,
-                followers: list[str] | None = None) -> dict[str, Any] | None:
+                followers: list[str] | None = None) -> dict[str, object] | None:
     """Train this replica; returns the summary on trainer 0 (which writes it), else None.
 
     `gather(item)` returns every trainer's item, this one's included (default: only this one).
@@ -225,7 +224,7 @@ def train_until_done(replica: Replica) -> TrainerStats:
 
 
 def finish_training(replica: Replica, stats: TrainerStats,
-                    gather: Callable[[tuple[TrainerStats, dict[str, Any]]], Everyone] | None
+                    gather: Callable[[tuple[TrainerStats, dict[str, object]]], Everyone] | None
                     ) -> tuple[Everyone, Path | None, dict[str, float] | None,
                                dict[str, float] | None]:
     """After the last step: every trainer's statistics, the final checkpoint, and trainer 0's
@@ -246,7 +245,7 @@ def finish_training(replica: Replica, stats: TrainerStats,
 
 def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
                       saved: Path | None,
-                      final: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+                      final: dict[str, float], best: dict[str, float] | None) -> dict[str, object]:
     """Trainer 0: the run's summary.json, its last metrics row and the NE plot."""
     cfg, trainer, runner, out = replica.cfg, replica.trainer, replica.runner, replica.out
     train_metric = trainer.running.value
@@ -264,7 +263,7 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
     summary["restarts"] = attempts.attempt()
     summary["examples_lost"] = attempts.examples_lost(out, cfg.cluster.trainers)
     summary.update(replica.resumed)
-    if getattr(trainer, "table_counters", None) is not None:
+    if trainer.table_counters is not None:
         # Dynamic tables: ids looked up, admitted, rejected (read the default row), evicted.
         summary["dynamic_tables"] = trainer.table_counters
     resumed_eps(summary)
@@ -293,11 +292,11 @@ def best_eval(trainer: Trainer) -> dict[str, float] | None:
 
 
 def selection_summary(trainer: Trainer, final: dict[str, float],
-                      best: dict[str, float] | None) -> dict[str, Any]:
+                      best: dict[str, float] | None) -> dict[str, object]:
     """Epochs, the validation's best point, early stopping; with a best checkpoint, the
     summary's eval_* are its (the model eval and load use), last_eval_* the final model's."""
     cfg = trainer.cfg
-    out: dict[str, Any] = {"epochs": cfg.data.epochs, "val_share": cfg.data.val_share}
+    out: dict[str, object] = {"epochs": cfg.data.epochs, "val_share": cfg.data.val_share}
     if not trainer.validating:
         return out
     sel = trainer.selection
@@ -326,7 +325,7 @@ def final_save(checkpointer: Checkpointer, stopped: int | None) -> Path | None:
         return None
 
 
-def resume_summary(checkpoint: CheckpointConfig) -> dict[str, Any]:
+def resume_summary(checkpoint: CheckpointConfig) -> dict[str, object]:
     """Where a resumed run came from and what it trained twice."""
     if not checkpoint.resume:
         return {}
@@ -338,14 +337,14 @@ def resume_summary(checkpoint: CheckpointConfig) -> dict[str, Any]:
     return out
 
 
-def resumed_eps(summary: dict[str, Any]) -> None:
+def resumed_eps(summary: dict[str, object]) -> None:
     """In a resumed run, examples per second count only what this run trained."""
     if summary.get("resumed_examples") is not None and summary.get("wall_s"):
         summary["eps"] = (summary["examples"] - summary["resumed_examples"]) / summary["wall_s"]
 
 
 def sync_summary(everyone: Everyone, stats: list[TrainerStats],
-                 runner: Runner | None) -> dict[str, Any]:
+                 runner: Runner | None) -> dict[str, object]:
     """Synchronization figures over all trainers: rounds a minute, time blocked, settings."""
     per_min = [m.get("syncs_per_min") for _, m in everyone if m.get("syncs_per_min") is not None]
     busy = sum(s.busy_s for s in stats)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from shadowsync.config import config_to_dict
+from shadowsync.config import TrainConfig, config_to_dict
+
+if TYPE_CHECKING:
+    from shadowsync.train.tasks import DataPlan
+    from shadowsync.train.trainer import TrainerStats
 
 
 class MetricsLog:
@@ -20,14 +24,14 @@ class MetricsLog:
     def __init__(self, path: Path, tensorboard: bool = False) -> None:
         self.path = path
         self._fh: TextIO = open(path, "a", encoding="utf-8")
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, object]] = []
         self._board = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self._board = SummaryWriter(str(path.parent / "tensorboard"))
 
-    def write(self, row: dict[str, Any]) -> None:
+    def write(self, row: dict[str, object]) -> None:
         self.rows.append(row)
         self._fh.write(json.dumps(_finite(row)) + "\n")
         self._fh.flush()
@@ -43,8 +47,8 @@ class MetricsLog:
             self._board.close()
 
 
-def summarize(cfg: Any, plan: Any, stats: list[Any],
-              final: dict[str, float], train_metric: float, wall_s: float) -> dict[str, Any]:
+def summarize(cfg: TrainConfig, plan: DataPlan, stats: list[TrainerStats],
+              final: dict[str, float], train_metric: float, wall_s: float) -> dict[str, object]:
     """The contents of summary.json: totals over trainers, the final evaluation, settings.
     `train_metric` is the task's running training metric (NE for ctr, loss for digits)."""
     from shadowsync.train.tasks import task_of
@@ -73,7 +77,7 @@ def summarize(cfg: Any, plan: Any, stats: list[Any],
     }
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: object) -> object:
     """JSON has no NaN: write null instead."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
@@ -84,7 +88,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def write_summary(out: Path, summary: dict[str, Any]) -> Path:
+def write_summary(out: Path, summary: dict[str, object]) -> Path:
     path = out / "summary.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(_finite(summary), indent=2) + "\n", encoding="utf-8")
@@ -92,7 +96,7 @@ def write_summary(out: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
-def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None,
+def plot_ne(out: Path, rows: list[dict[str, object]], teacher_ne: float | None,
             xlabel: str = "training examples") -> Path | None:
     """Train (running window) and eval NE against examples seen; None (and no file) until
     either has two points, a curve (a run shorter than --log-every has one line of metrics:
@@ -128,11 +132,11 @@ def plot_ne(out: Path, rows: list[dict[str, Any]], teacher_ne: float | None,
     return path
 
 
-def _num(v: Any) -> bool:
+def _num(v: object) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def format_table(summary: dict[str, Any], keys: list[str]) -> str:
+def format_table(summary: dict[str, object], keys: list[str]) -> str:
     """The summary's `keys` as aligned rows; a metric that does not apply to this run (absent,
     or None such as the teacher's NE on a user's own data) has no row."""
     width = max(len(k) for k in keys)

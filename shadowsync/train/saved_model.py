@@ -20,9 +20,9 @@ accumulators, momenta) is in the same shards and not read here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +34,8 @@ from shadowsync.checkpoint.store import (
     read_manifest,
     saved_config,
 )
-from shadowsync.data.dataset import predict_rows, resolve, sparse_features
+from shadowsync.config import TrainConfig
+from shadowsync.data.dataset import CtrData, predict_rows, resolve, sparse_features
 from shadowsync.embeddings.dynamic import FREE, table_of
 from shadowsync.errors import UserError
 from shadowsync.models.trained import SparseFeature, TrainedModel
@@ -50,7 +51,7 @@ def feature_names(num_tables: int) -> list[str]:
     return [f"C{i + 1}" for i in range(num_tables)]
 
 
-def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
+def _sparse_features(manifest: dict[str, object], cfg: TrainConfig, num_tables: int
                      ) -> list[SparseFeature]:
     """Each table's feature: its name, and for a multi-hot one its pooling and weighting.
     From the manifest (saved since they were recorded there), else from the training data's
@@ -68,7 +69,7 @@ def _sparse_features(manifest: dict[str, Any], cfg: Any, num_tables: int
             for s in specs]
 
 
-def _dynamic_tables(step: Path, cfg: Any, features: Features
+def _dynamic_tables(step: Path, cfg: TrainConfig, features: Features
                     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Dynamic tables cut back into one table per feature: each feature's rows in the order
     of their keys after a default row of zeros, and those keys after key 0 (see
@@ -101,7 +102,7 @@ def _dynamic_tables(step: Path, cfg: Any, features: Features
     return tables, id_keys
 
 
-def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
+def _tables(step: Path, cfg: TrainConfig, manifest: dict[str, object],
             table_rows: tuple[int, ...]) -> list[torch.Tensor]:
     """Every table whole, [rows, width] each, in feature order."""
     width = cfg.model.table_width()
@@ -125,7 +126,7 @@ def _tables(step: Path, cfg: Any, manifest: dict[str, Any],
     return [every[plan.table_keys(t)].clone() for t in range(len(table_rows))]
 
 
-def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
+def _server_params(step: Path, manifest: dict[str, object]) -> torch.Tensor | None:
     """The dense parameters trained on the dense servers (bsp, asp, switch), or None."""
     names = sorted((s for s in manifest.get("shards", []) if s.startswith("dense")),
                    key=lambda s: int(s[5:]))
@@ -135,7 +136,7 @@ def _server_params(step: Path, manifest: dict[str, Any]) -> torch.Tensor | None:
     return torch.cat(pieces) if pieces else None
 
 
-def _features(manifest: dict[str, Any], cfg: Any) -> Any:
+def _features(manifest: dict[str, object], cfg: TrainConfig) -> Features:
     """The model's input shape: from the manifest (saved since the shape was recorded there,
     so the data need not be at hand), else from the data's headers."""
     if "num_dense" in manifest and "table_rows" in manifest:
@@ -143,8 +144,8 @@ def _features(manifest: dict[str, Any], cfg: Any) -> Any:
     return features_of(cfg)
 
 
-def load_model(path: str | Path, model: Any = None,
-               option: str = "--checkpoint") -> tuple[Any, TrainedModel, Path]:
+def load_model(path: str | Path, model: Callable[..., object] | None = None,
+               option: str = "--checkpoint") -> tuple[TrainConfig, TrainedModel, Path]:
     """The configuration, the whole model and the step directory of the checkpoint at `path`
     (a run directory: its newest). `model`: the factory the run's --model named, for one that
     cannot be imported here (defined in a notebook or a script's __main__)."""
@@ -186,7 +187,7 @@ def load_model(path: str | Path, model: Any = None,
                              features.num_dense, output, sparse, id_keys), step
 
 
-def score(trained: TrainedModel, rows: Any, start: int, stop: int,
+def score(trained: TrainedModel, rows: CtrData, start: int, stop: int,
           batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Predictions and labels of rows [start, stop) of `rows` (a `CtrData`)."""
     modulus = [0] * len(trained.table_rows) if trained.raw_ids else trained.table_rows.tolist()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -17,11 +16,11 @@ class ModelSelection:
     higher_is_better: bool = False
     patience: int | None = None  # evaluations without improvement before stopping (None: never)
     best: float | None = None
-    best_at: dict[str, Any] = field(default_factory=dict)  # what `observe` was told of the best
+    best_at: dict[str, object] = field(default_factory=dict)  # what `observe` was told of the best
     since_best: int = 0
     evaluations: int = 0
 
-    def observe(self, value: float, **where: Any) -> bool:
+    def observe(self, value: float, **where: object) -> bool:
         """Note one evaluation; True when it is the best so far (a NaN never is)."""
         self.evaluations += 1
         better = math.isfinite(value) and (

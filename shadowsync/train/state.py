@@ -17,8 +17,6 @@ of its data (or on a stop request) a worker flushes its pushes and reports every
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 # Steps a published position trails the steps taken: covers the pushes in flight
@@ -93,7 +91,7 @@ class WorkerSlots:
                 for i, s in enumerate(sums):
                     s.copy_(state[f"worker{w}.adagrad.{i}"])
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         marked = self._marked if self._marked is not None else self.positions
         self._marked = None
         return {"positions": [int(v) for v in marked], "steps": [int(v) for v in self.steps]}

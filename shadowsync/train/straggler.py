@@ -17,7 +17,7 @@ REFERENCE_STEPS = 20  # the last steps before the window that set the normal ste
 def pace_of(spec: Straggler, trainer: int) -> StragglerPace | None:
     """One worker's injection state (each worker keeps its own reference); None for a
     network kind (applied to the pushes, `Straggler.link`)."""
-    return StragglerPace(spec, trainer) if spec.kind == "compute" else None
+    return StragglerPace(spec, trainer) if not spec.slows.delays_pushes else None
 
 
 @dataclass

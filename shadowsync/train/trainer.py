@@ -16,8 +16,9 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -106,7 +107,7 @@ class Trainer:
         self.progress = progress
         self.running = self.task.running_metric()  # e.g. NE over recent training examples
         self.stats = TrainerStats()
-        self._procs: list[Any] = []
+        self._procs: list[BaseProcess] = []
         self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.cluster.workers,
                                           cfg.optim.optimizer)
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
@@ -116,7 +117,7 @@ class Trainer:
         self.stop_event = self.context.Event() if cfg.sync.entry.stops_alone else None
         self.stop_signal: int | None = None
         self._evaluating = False
-        self._slices: list[Any] | None = None  # each worker's rows (`_examples_at`)
+        self._slices: list[DataSlice] | None = None  # each worker's rows (`_examples_at`)
         self.stats.examples = self.resumed_examples()
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         self.validating = plan.val_start is not None and index == 0
@@ -256,8 +257,7 @@ class Trainer:
 
     def close(self) -> None:
         """Leave the RPC world (a barrier over the job) and reap the worker processes."""
-        id_maps = getattr(self.tables, "counters", None)  # dynamic tables: read them first
-        self.table_counters = id_maps() if id_maps is not None else None
+        self.table_counters = self.tables.counters()  # dynamic tables: read them first
         self.tables.detach()
         for p in self._procs:
             p.join(timeout=30)
@@ -275,7 +275,7 @@ class Trainer:
                 p.kill()
                 p.join(timeout=5)
 
-    def _follow(self, messages: Any, procs: list[Any], t0: float) -> None:
+    def _follow(self, messages: Queue, procs: list[BaseProcess], t0: float) -> None:
         """Consume worker reports until all are done; log metrics and evaluate along the way."""
         cfg, plan = self.cfg, self.plan
         expected = plan.train_stop // cfg.cluster.trainers
@@ -343,7 +343,7 @@ class Trainer:
             if row is not None and self.log is not None:
                 self.log.write(row)
 
-    def _tick(self, procs: list[Any], done: set[int]) -> None:
+    def _tick(self, procs: list[BaseProcess], done: set[int]) -> None:
         """Every TICK_S while training: stop on a dead worker or peer, note progress, and
         (trainer 0) checkpoint when due."""
         self._check_workers(procs, done)
@@ -427,7 +427,7 @@ class Trainer:
             self.stop_event.set()
 
     @staticmethod
-    def _reported_failure(messages: Any) -> Exception | None:
+    def _reported_failure(messages: Queue) -> Exception | None:
         """The failure a worker reported before it exited, if one waits behind the reports
         not yet read: a diverged worker exits right after saying so, and an evaluation can
         keep this loop from reading its message before the exit is seen."""
@@ -439,16 +439,16 @@ class Trainer:
             if isinstance(msg, WorkerFailed):
                 return _as_error(msg)
 
-    def _check_workers(self, procs: list[Any], done: set[int]) -> None:
+    def _check_workers(self, procs: list[BaseProcess], done: set[int]) -> None:
         dead = [i for i, p in enumerate(procs)
                 if i not in done and not p.is_alive() and p.exitcode not in (0, None)]
         if dead:
             raise PeerLost(f"trainer {self.index}: worker {dead[0]} exited with code "
                            f"{procs[dead[0]].exitcode}")
 
-    def _metrics_row(self, wall: float) -> dict[str, Any]:
+    def _metrics_row(self, wall: float) -> dict[str, object]:
         s = self.stats
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "trainer": self.index, "examples": s.examples, "wall_s": round(wall, 3),
             "eps": s.examples / wall if wall > 0 else 0.0,
             f"train_{self.running.name}": self.running.value,
@@ -467,8 +467,8 @@ class Trainer:
             return float("nan")
         try:
             self._evaluating = True
-            return self.task.evaluate(self.model, self.tables, p, p.eval_start, stop,
-                                      self.cfg)[self.task.metric]
+            return self.task.evaluate(self.model, self.tables, p, p.eval_start,
+                                      stop)[self.task.metric]
         except _EvalAbandoned:
             return float("nan")
         finally:
@@ -476,5 +476,4 @@ class Trainer:
 
     def final_eval(self) -> dict[str, float]:
         p = self.plan
-        return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop,
-                                  self.cfg)
+        return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop)

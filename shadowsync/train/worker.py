@@ -11,12 +11,11 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -78,7 +77,8 @@ class WorkerSpec:
     decay_flag: str | None = None  # --lr-decay-on-plateau: the decay starts when this exists
 
 
-def make_dense_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+def make_dense_optimizer(name: str, params: Iterable[torch.nn.Parameter],
+                         lr: float) -> torch.optim.Optimizer:
     """The worker's optimizer, fused (one kernel over every parameter: a tenth of a DLRM
     step on one core) where this torch and these parameters allow it."""
     cls = torch.optim.Adagrad if name == "adagrad" else torch.optim.SGD
@@ -284,7 +284,7 @@ class WorkerRun:
             self.lr_steps = self.schedule.attach(self.lr_steps.optimizer, steps + 1)
         return lv
 
-    def count_step(self, examples: int, loss: float, labels: float, queue: Any) -> None:
+    def count_step(self, examples: int, loss: float, labels: float, queue: Queue) -> None:
         """A step taken: count it, let the runner act (it may block), pace a straggler, and
         report every `report_every` steps."""
         spec = self.spec

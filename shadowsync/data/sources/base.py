@@ -10,7 +10,7 @@ then cut the same way from every source's rows (`shadowsync.data.dataset.batches
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from shadowsync.data.ctr_data import CtrData
 from shadowsync.data.schema import NUM_CAT, NUM_DENSE
@@ -39,7 +39,7 @@ class DataSource(Protocol):
         """Table sizes the data declares (else --table-size decides)."""
         ...
 
-    def sparse_features(self, path: str, num_tables: int) -> list[dict[str, Any]]:
+    def sparse_features(self, path: str, num_tables: int) -> list[dict[str, object]]:
         """Each table's feature in order: {"name", "multi_hot"} and, multi-hot, "pooling"
         and "weighted" (what a checkpoint's manifest records)."""
         ...
@@ -69,7 +69,7 @@ class CriteoColumns:
     def declared_table_rows(self, path: str) -> list[int] | None:
         return None
 
-    def sparse_features(self, path: str, num_tables: int) -> list[dict[str, Any]]:
+    def sparse_features(self, path: str, num_tables: int) -> list[dict[str, object]]:
         return [{"name": f"C{i + 1}", "multi_hot": False} for i in range(num_tables)]
 
     def check_ids(self, data: CtrData, table_rows: tuple[int, ...]) -> None:

@@ -4,8 +4,6 @@ their tables."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from shadowsync.data import arrays
 from shadowsync.data.ctr_data import CtrData
 from shadowsync.data.sources.base import first_rows
@@ -26,7 +24,7 @@ class ArraySource:
     def declared_table_rows(self, path: str) -> list[int] | None:
         return arrays.declared_table_rows(path)
 
-    def sparse_features(self, path: str, num_tables: int) -> list[dict[str, Any]]:
+    def sparse_features(self, path: str, num_tables: int) -> list[dict[str, object]]:
         """Names from features.json where it names every single-id column, else C1..CT."""
         specs = arrays.multi_hot_specs(path)
         single = num_tables - len(specs)

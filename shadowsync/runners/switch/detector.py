@@ -1,10 +1,10 @@
 """The straggler detector of Sync-Switch's online policies (Li, Mangoubi, Xu, Guo, ICDCS 2021,
 arXiv 2104.08364): which trainers are transient stragglers right now.
 
-Fed with each trainer's step times: the time a worker spends between getting its parameters
-and pushing its gradient, so the time BSP makes the others wait is not counted, plus, fed
-from the dense server (`machine.SwitchMachine.pace`), what a slow link adds: under BSP how late its
-gradient arrived after the step's first, under ASP its previous round trip.
+Fed with each trainer's step times (`machine.SwitchMachine.pace`): the time a worker spends
+between getting its parameters and pushing its gradient, plus its previous round trip less
+the time the server held its gradient for a BSP step's others, so what BSP makes a trainer
+wait for the others is not counted, while a slow link is; the same measure under BSP and ASP.
 Every `window` steps of a trainer close one of its windows, whose median (`window_pace`) is
 compared with the median of the other trainers' latest window medians (the others: with two
 trainers a median over both would hide a straggler). A trainer slower than `k` x that median
@@ -75,13 +75,14 @@ class StragglerDetector:
     def stragglers(self) -> list[int]:
         return sorted(i for i, t in self.tracks.items() if t.straggling)
 
-    # -- checkpoints: every trainer's windows, as tensors --
+    # -- checkpoints: every trainer's windows and its counts of windows judged and judged
+    # slow (elastic's false-alarm rate), as tensors --
     def state_dict(self) -> dict[str, torch.Tensor]:
         out = {}
         for i, t in self.tracks.items():
             latest = float("nan") if t.latest is None else t.latest
-            out[f"track{i}"] = torch.tensor([latest, t.over, t.under, float(t.straggling)],
-                                            dtype=torch.float64)
+            out[f"track{i}"] = torch.tensor([latest, t.over, t.under, float(t.straggling),
+                                             t.windows, t.slow_windows], dtype=torch.float64)
             out[f"pending{i}"] = torch.tensor(t.pending, dtype=torch.float64)
         return out
 
@@ -90,8 +91,9 @@ class StragglerDetector:
         for key, value in state.items():
             if key.startswith("track"):
                 i = int(key.removeprefix("track"))
-                latest, over, under, straggling = value.tolist()
+                # a checkpoint from before the counts were kept has four entries
+                latest, over, under, straggling, windows, slow = [*value.tolist(), 0, 0][:6]
                 self.tracks[i] = _Track(
                     [float(x) for x in state.get(f"pending{i}", torch.zeros(0)).tolist()],
                     None if math.isnan(latest) else latest, int(over), int(under),
-                    bool(straggling))
+                    bool(straggling), int(windows), int(slow))

@@ -21,8 +21,13 @@ The patience (`--switch-patience` seconds, else derived while the job runs):
   the runs of `bench switch` here; the paper's checkpoint-and-restart switch took 2.6-3.8
   minutes, which would make P 16-23 minutes at k = 1.5.
 - m w t ceil(ln e / ln(m a)): how long a false alarm stays flagged. Once flagged, a trainer is
-  cleared after m windows of w steps at a normal pace, m w t seconds with t the normal step
-  time (the median latest window pace of the trainers not flagged). With a the detector's
+  cleared after m windows of w of its own steps at a normal pace, m w t seconds with t the
+  job's BSP step time: while elastic waits out its patience the job is in BSP, where every
+  trainer steps at the pace of the step, which waits for the slowest. t is measured as the
+  median of the last `TIMED_STEPS` intervals between the BSP steps the policy decided after
+  (the server asks it once a BSP step). The trainers' median pace instead was about 2/3 of
+  that on a loaded machine here, and made elastic leave BSP for `bench switch`'s false
+  alarm. With a the detector's
   false-alarm rate (the share of a normal trainer's windows judged slow: the median over the
   trainers not flagged now of their slow windows' share, at least `FALSE_ALARM_FLOOR`), a
   run of m windows fails to clear it with chance about m a, so n such runs outlast all but
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 
 from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.detector import StragglerDetector
@@ -48,6 +54,7 @@ from shadowsync.runners.switch.detector import StragglerDetector
 SWITCH_COST_S = 0.009  # C: bench switch's default runs here measured switch_s 4.2-8.6 ms
 FALSE_ALARM_FLOOR = 0.01  # a: never assumed lower than this
 MISSED_FALSE_ALARMS = 0.01  # e: the share of false alarms the patience may let through
+TIMED_STEPS = 25  # t: the median over this many of the latest BSP steps
 
 
 def derived_patience_s(step_s: float, false_alarm_rate: float, k: float, m: int, window: int,
@@ -73,6 +80,8 @@ class Elastic:
         self.detector = detector
         self._since: float | None = None  # when the current straggler was first seen
         self._alarm_patience_s = 0.0  # the patience when it was
+        self._bsp_since: float | None = None  # the last decision, while it was BSP
+        self._bsp_steps: deque[float] = deque(maxlen=TIMED_STEPS)  # seconds a BSP step
 
     @property
     def patience_s(self) -> float:
@@ -80,19 +89,21 @@ class Elastic:
             return self.fixed_patience_s or 0.0
         d, cfg = self.detector, self.detector.cfg
         flagged = set(d.stragglers)
-        normal = [t.latest for i, t in d.tracks.items() if i not in flagged and t.latest]
-        step_s = statistics.median(normal) if normal else 0.0
+        step_s = statistics.median(self._bsp_steps) if self._bsp_steps else 0.0
         shares = [t.slow_windows / t.windows for i, t in d.tracks.items()
                   if i not in flagged and t.windows]
         rate = statistics.median(shares) if shares else 0.0
         return derived_patience_s(step_s, rate, cfg.k, cfg.m, cfg.window)
 
     def mode(self, stragglers: bool, bsp_applied: int, now: float) -> Protocol:
+        """Asked after every BSP step while the job is in BSP (after every push under ASP)."""
+        if self._bsp_since is not None:  # one BSP step since the last decision
+            self._bsp_steps.append(now - self._bsp_since)
         if not stragglers:
             self._since = None
         elif self._since is None:
             self._since, self._alarm_patience_s = now, self.patience_s
         lasting = self._since is not None and now - self._since >= self._alarm_patience_s
-        if lasting or bsp_applied >= self.quota:
-            return Protocol.ASP
-        return Protocol.BSP
+        mode = Protocol.ASP if lasting or bsp_applied >= self.quota else Protocol.BSP
+        self._bsp_since = now if mode is Protocol.BSP else None
+        return mode

@@ -28,8 +28,13 @@ budget of gradients and P the phase being applied:
 - switch time: from the decision to the first step of the new phase applied, less that
   step's compute (the longest among a BSP step's gradients):
       switch_s = t_applied - t_decided - compute
-- pace (what the straggler detector sees of one step): under ASP compute + previous round
-  trip; under BSP compute + (arrival - arrival of the step's first gradient).
+- pace (what the straggler detector sees of one step): compute + the link's part of the
+  trainer's previous round trip (its round trip less the time the server held its gradient
+  for the step's others, 0 under ASP). The same measure under BSP and ASP, so a trainer
+  isolated (pushing ASP among BSP members) is judged against the members on equal terms: a
+  measure that added the round trip under ASP only (the server's work and the RPC, several
+  times a digits step's compute here) kept a recovered isolated trainer over k x the
+  members' pace, and it was never taken back.
 - rewind: a checkpoint saved a few pushes after the workers' positions (A_saved > G, the
   gradients those positions count) restarts from A = G; under BSP also
       B = max(0, B_saved - (A_saved - G))
@@ -48,6 +53,7 @@ from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.state_dicts import nest, part
 
 COUNTERS = ("applied", "bsp_applied", "phase", "decided_phase", "bsp_at_switch")
+ISOLATED = "isolated"
 
 
 @dataclass
@@ -67,7 +73,6 @@ class SwitchMachine:
     isolated: tuple[int, ...] = ()  # `isolate`: trainers pushing ASP while the rest run BSP
     stopped: bool = False  # the job was stopped: nothing more is applied
     switches: list[dict[str, Any]] = field(default_factory=list)
-    step_first: float = 0.0  # when the current BSP step's first gradient arrived
     step_compute: float = 0.0  # the longest compute among the current BSP step's gradients
     after_bsp_step: bool = False  # the last thing applied was a whole BSP step
 
@@ -94,22 +99,16 @@ class SwitchMachine:
         return SwitchMachine(self.workers, self.budget, None, self.workers_per_trainer,
                              clock=self.clock, wall=self.wall)
 
-    def pace(self, protocol: Protocol, compute_s: float, wait_s: float,
-             bsp_waiting: int) -> float:
-        """One step as the job feels it (see pace); `bsp_waiting`: gradients of the current
-        BSP step already held."""
-        if Protocol(protocol) is not Protocol.BSP:
-            return compute_s + wait_s
-        now = self.clock()
-        if bsp_waiting == 0:  # the step's first gradient
-            self.step_first = now
-        return compute_s + (now - self.step_first)
+    @staticmethod
+    def pace(compute_s: float, wait_s: float) -> float:
+        """One step of a trainer as it would go if nobody waited for anyone (see pace);
+        `wait_s`: its previous round trip less what the server held it."""
+        return compute_s + wait_s
 
-    def observe(self, trainer: int, protocol: Protocol, compute_s: float, wait_s: float,
-                bsp_waiting: int) -> None:
+    def observe(self, trainer: int, compute_s: float, wait_s: float) -> None:
         """A push arrived: its pace goes to the schedule's straggler detector."""
         if self.schedule is not None:
-            self.schedule.observe(trainer, self.pace(protocol, compute_s, wait_s, bsp_waiting))
+            self.schedule.observe(trainer, self.pace(compute_s, wait_s))
 
     def enter_phase(self, phase: int, protocol: Protocol, version: int,
                     server_s: float) -> None:
@@ -179,11 +178,13 @@ class SwitchMachine:
             return
         entry["switch_s"] = self.clock() - entry["decided_s"] - compute_s
 
-    # -- checkpoints: progress, the protocol decided and its phase, the schedule's own state.
-    # The budget and the schedule's settings come again from the workers of the resumed run.
+    # -- checkpoints: progress, the protocol decided and its phase, who is isolated (one flag
+    # per trainer: a fixed shape), the schedule's own state. The budget and the schedule's
+    # settings come again from the workers of the resumed run.
     def state_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {Protocol.ASP.value: int(self.mode is Protocol.ASP)}
         out.update({name: getattr(self, name) for name in COUNTERS})
+        out[ISOLATED] = [int(i in self.isolated) for i in range(self.trainers)]
         if self.schedule is not None:
             out.update(nest("schedule.", self.schedule.state_dict()))
         return out
@@ -192,5 +193,8 @@ class SwitchMachine:
         self.mode = Protocol.ASP if int(state[Protocol.ASP.value]) else Protocol.BSP
         for name in COUNTERS:
             setattr(self, name, int(state[name]))
+        flags = state.get(ISOLATED, ())  # absent from a checkpoint older than isolate's
+        self.isolated = tuple(i for i, f in enumerate(getattr(flags, "tolist", lambda: flags)())
+                              if f)
         if self.schedule is not None:
             self.schedule.load_state_dict(part(state, "schedule."))

@@ -14,9 +14,13 @@ none) and `labels`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from shadowsync.config import TrainConfig
+    from shadowsync.embeddings import EmbeddingClient
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,35 @@ class Features:
         return (0,) * len(self.table_rows) if self.raw_ids else self.table_rows
 
 
+class Rows(Protocol):
+    """A task's rows, in the layout `shadowsync.data.dataset.batches` reads (`CtrData`,
+    `DigitsData`)."""
+
+    skipped_lines: int  # lines of the source left out as malformed (--skip-bad-lines)
+
+    def __len__(self) -> int:
+        ...
+
+
+class RunningMetric(Protocol):
+    """The task's training metric over the most recent examples the workers reported."""
+
+    name: str
+
+    def add(self, examples: int, loss_sum: float, label_sum: float) -> None:
+        ...
+
+    @property
+    def value(self) -> float:
+        ...
+
+
 @dataclass
 class DataPlan:
     """Where training and evaluation rows come from, decided once per run."""
 
-    train: Any  # rows with .dense, .cats, .labels (CtrData for ctr)
-    eval: Any
+    train: Rows  # CtrData for ctr
+    eval: Rows
     train_stop: int
     eval_start: int
     eval_stop: int
@@ -73,26 +100,25 @@ class Task(Protocol):
     metric: str  # the headline held-out metric, reported as eval_<metric>
     higher_is_better: bool
 
-    def features(self, cfg: Any) -> Features:
+    def features(self, cfg: TrainConfig) -> Features:
         """The shape the model and tables are sized by, cheaply (no data conversion)."""
         ...
 
-    def build_model(self, cfg: Any, features: Features) -> torch.nn.Module:
+    def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
         """The dense model, identical on every trainer (seeded by cfg.seed)."""
         ...
 
-    def plan_data(self, cfg: Any) -> DataPlan:
+    def plan_data(self, cfg: TrainConfig) -> DataPlan:
         ...
 
-    def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Any:
+    def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Rows:
         """The same rows `plan_data` planned, opened again in a worker process."""
         ...
 
     def loss_sum(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         ...
 
-    def running_metric(self) -> Any:
-        """An object with add(examples, loss_sum, label_sum), .value and .name."""
+    def running_metric(self) -> RunningMetric:
         ...
 
     def prepare_evaluation(self) -> None:
@@ -100,10 +126,10 @@ class Task(Protocol):
         spare before training calls it, rather than pay for it in the first evaluation."""
         ...
 
-    def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
-                 stop: int, cfg: Any) -> dict[str, float]:
+    def evaluate(self, model: torch.nn.Module, tables: EmbeddingClient, plan: DataPlan, start: int,
+                 stop: int) -> dict[str, float]:
         ...
 
-    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
+    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, object]:
         """Summary entries of the final evaluation."""
         ...

@@ -6,13 +6,13 @@ dense architecture on CTR rows.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
 from shadowsync.config import TrainConfig
+from shadowsync.data.ctr_data import CtrData
 from shadowsync.data.dataset import check_ids, feature_counts, open_data, resolve, table_rows_of
+from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
 from shadowsync.metrics.ctr import roc_auc
@@ -90,8 +90,9 @@ def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
     """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
-    # adapted: a config that no job resolved (a test's, a peer's) builds what a job would
-    return build_model(cfg.adapted().model, features.num_dense, features.num_tables)
+    # validating: a config that no job resolved (a test's, a peer's) builds what a job would
+    return build_model(cfg.model, features.num_dense, features.num_tables,
+                       validating=cfg.data.val_share > 0)
 
 
 class CtrTask:
@@ -108,7 +109,8 @@ class CtrTask:
     def plan_data(self, cfg: TrainConfig) -> DataPlan:
         return plan_data(cfg)
 
-    def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Any:
+    def open_data(self, path: str, examples: int | None, seed: int,
+                  skip_bad_lines: bool) -> CtrData:
         return open_data(path, skip_bad_lines=skip_bad_lines, examples=examples, seed=seed)
 
     def loss_sum(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -120,13 +122,13 @@ class CtrTask:
     def prepare_evaluation(self) -> None:
         roc_auc()
 
-    def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
-                 stop: int, cfg: TrainConfig) -> dict[str, float]:
+    def evaluate(self, model: torch.nn.Module, tables: EmbeddingClient, plan: DataPlan, start: int,
+                 stop: int) -> dict[str, float]:
         from shadowsync.train.evaluate import evaluate
 
         return evaluate(model, tables, plan.eval, start, stop, plan.features.id_modulus)
 
-    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
+    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, object]:
         teacher = plan.teacher_eval_ne
         return {"eval_ne": final["ne"], "eval_auc": final["auc"],
                 "eval_logloss": final["logloss"], "calibration": final["calibration"],

@@ -10,7 +10,7 @@ run of E examples is E / 1,497 epochs and every process lays out the same rows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,6 +19,10 @@ import torch.nn.functional as F
 from shadowsync.data.cache import built_once, cache_root
 from shadowsync.models.digits_cnn import SIDE
 from shadowsync.train.tasks.base import DataPlan, Features
+
+if TYPE_CHECKING:
+    from shadowsync.config import TrainConfig
+    from shadowsync.embeddings import EmbeddingClient
 
 EVAL_IMAGES = 300
 DEFAULT_EXAMPLES = 60_000  # about 40 passes over the training images
@@ -92,25 +96,26 @@ class DigitsTask:
     metric = "accuracy"
     higher_is_better = True
 
-    def features(self, cfg: Any) -> Features:
+    def features(self, cfg: TrainConfig) -> Features:
         # No categorical features: one table of one unused row keeps the embedding path
         # uniform (ids have zero columns, so nothing is ever looked up).
         return Features(SIDE * SIDE, (1,))
 
-    def build_model(self, cfg: Any, features: Features) -> torch.nn.Module:
+    def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
         from shadowsync.models.digits_cnn import DigitsCNN
 
         torch.manual_seed(cfg.seed)
         return DigitsCNN()
 
-    def plan_data(self, cfg: Any) -> DataPlan:
+    def plan_data(self, cfg: TrainConfig) -> DataPlan:
         examples = cfg.data.examples or DEFAULT_EXAMPLES
         data = self.open_data("digits", examples, cfg.seed, False)
         return DataPlan(data, data, examples * cfg.data.epochs, examples, len(data), None,
                         self.features(cfg), open_examples=examples,
                         epoch_rows=examples if cfg.data.epochs > 1 else None)
 
-    def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Any:
+    def open_data(self, path: str, examples: int | None, seed: int,
+                  skip_bad_lines: bool) -> DigitsData:
         return DigitsData(examples or DEFAULT_EXAMPLES, seed)
 
     def loss_sum(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -123,8 +128,8 @@ class DigitsTask:
         pass  # accuracy and cross-entropy need nothing beyond torch
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, tables: Any, plan: DataPlan, start: int,
-                 stop: int, cfg: Any) -> dict[str, float]:
+    def evaluate(self, model: torch.nn.Module, tables: EmbeddingClient, plan: DataPlan, start: int,
+                 stop: int) -> dict[str, float]:
         data = plan.eval
         x = torch.from_numpy(np.asarray(data.dense[start:stop]))
         y = torch.from_numpy(np.asarray(data.labels[start:stop])).long()
@@ -132,6 +137,6 @@ class DigitsTask:
         return {"accuracy": float((logits.argmax(1) == y).float().mean()),
                 "loss": float(F.cross_entropy(logits, y)), "examples": stop - start}
 
-    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, Any]:
+    def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, object]:
         return {"eval_accuracy": final["accuracy"], "eval_loss": final["loss"],
                 "eval_examples": final["examples"]}

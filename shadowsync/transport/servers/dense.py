@@ -18,7 +18,8 @@ A `DenseServer` (one per server process) holds two kinds of state:
   shard 0, and every shard forms a BSP step from the other trainers, by trainer id, when the
   step's first gradient arrives. An isolated trainer's pushes are ASP, applied on arrival
   with their staleness and a momentum buffer of that trainer's own, dropped when it pushes
-  BSP again (not checkpointed: a resumed job starts with nobody isolated).
+  BSP again. A checkpoint keeps who is isolated and their buffers; a resumed worker asks
+  shard 0 who is isolated (`isolated`) before its first push.
 
 Both optimizers are elementwise, so sharding a tensor changes nothing in its arithmetic.
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 import threading
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ from shadowsync.state_dicts import nest
 from shadowsync.transport.layout import ClusterLayout
 
 TRAINED = "trained/"  # checkpoint keys of parameters trained on the server
+OWN_MOMENTUM = "own_momentum/"  # and of an isolated trainer's momentum buffer, by trainer
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,9 @@ class Push:
     reset_momentum: bool  # at the first push of a new phase: forget the old momentum
     trainer: int = 0
     compute_s: float = 0.0  # the worker's time from its previous reply to this push
-    wait_s: float = 0.0  # the round trip of its previous push (the network and the server)
+    # the round trip of its previous push less what the server held it for its BSP step:
+    # the link and the server's work, the same under BSP and ASP (`Reply.held_s`)
+    wait_s: float = 0.0
     isolated: tuple[int, ...] = ()  # the isolated trainers, as shard 0 last told this worker
 
     @property
@@ -75,6 +79,7 @@ class Reply:
     done: bool = False  # the budget is spent: the worker stops
     taken: bool = True  # False: released unapplied by a stop of the job
     isolated: tuple[int, ...] = ()  # trainers whose next steps are ASP while the rest run BSP
+    held_s: float = 0.0  # how long the server held this gradient for its BSP step's others
 
 
 @typing.runtime_checkable
@@ -99,8 +104,7 @@ class SwitchDecisions(typing.Protocol):
     workers_per_trainer: int
     def start(self) -> None: ...
     def follower(self) -> SwitchDecisions: ...
-    def observe(self, trainer: int, protocol: Protocol, compute_s: float, wait_s: float,
-                bsp_waiting: int) -> None: ...
+    def observe(self, trainer: int, compute_s: float, wait_s: float) -> None: ...
     def enter_phase(self, phase: int, protocol: Protocol, version: int,
                     server_s: float) -> None: ...
     def bsp_gradient(self, compute_s: float) -> None: ...
@@ -121,16 +125,19 @@ class TrainedTensor:
     optimizer: str
     machine: SwitchDecisions
     bsp: BulkSynchronous | None = None  # the step being collected; None between steps
-    waiting: list[torch.futures.Future] = field(default_factory=list)
+    # the BSP step's held replies, each with when its gradient arrived (`Reply.held_s`)
+    waiting: list[tuple[torch.futures.Future, float]] = field(default_factory=list)
     own_momentum: dict[int, torch.Tensor] = field(default_factory=dict)  # isolated trainers'
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # What a checkpoint keeps: parameters, optimizer state (momentum or Adagrad sums), version,
-    # and the machine's (progress, the protocol decided and its phase, the schedule's state).
+    # the isolated trainers' momentum buffers, and the machine's (progress, the protocol
+    # decided and its phase, who is isolated, the schedule's state).
     def state_dict(self) -> dict[str, torch.Tensor]:
         with self.lock:
             out = {"params": self.state.params.clone(), "slot": self.state.slot.clone(),
                    "version": torch.tensor(self.state.version)}
+            out.update({f"{OWN_MOMENTUM}{i}": buf.clone() for i, buf in self.own_momentum.items()})
             out.update({k: v if isinstance(v, torch.Tensor) else torch.tensor(v)
                         for k, v in self.machine.state_dict().items()})
             return out
@@ -141,8 +148,11 @@ class TrainedTensor:
                 self.state.params.copy_(state["params"])
                 self.state.slot.copy_(state["slot"])
             self.state.version = int(state["version"])
+            self.own_momentum = {int(k.removeprefix(OWN_MOMENTUM)): v.clone()
+                                 for k, v in state.items() if k.startswith(OWN_MOMENTUM)}
             self.machine.load_state_dict({k: v for k, v in state.items()
-                                          if k not in ("params", "slot", "version")})
+                                          if k not in ("params", "slot", "version")
+                                          and not k.startswith(OWN_MOMENTUM)})
 
     def reply(self, staleness: int, taken: bool = True) -> Reply:
         m = self.machine
@@ -224,6 +234,12 @@ class DenseServer:
         with t.lock:
             return t.machine.mode, t.machine.decided_phase
 
+    def isolated(self, key: str) -> tuple[int, ...]:
+        """The trainers isolated now (`isolate`; a resumed job's, from its checkpoint)."""
+        t = self.trained[key]
+        with t.lock:
+            return t.machine.isolated
+
     def push(self, key: str, grad: torch.Tensor, push: Push) -> torch.futures.Future:
         """Apply or hold `grad`; the Future completes with a `Reply`.
 
@@ -239,7 +255,7 @@ class DenseServer:
                 fut.set_result(t.reply(0, taken=not m.stopped))
                 return fut
             waiting = t.bsp.waiting if t.bsp is not None else 0
-            m.observe(push.trainer, push.mode, push.compute_s, push.wait_s, waiting)
+            m.observe(push.trainer, push.compute_s, push.wait_s)
             if push.phase > m.phase:
                 self._enter_phase(t, push)
             if push.mode == Protocol.ASP:
@@ -257,7 +273,7 @@ class DenseServer:
                     t.bsp = BulkSynchronous.of_trainers(m.trainers, m.workers_per_trainer,
                                                         push.isolated)
                 mean = t.bsp.offer(grad, push.trainer)
-                t.waiting.append(fut)
+                t.waiting.append((fut, m.clock()))
                 m.bsp_gradient(push.compute_s)
                 if mean is None:
                     return fut
@@ -271,8 +287,10 @@ class DenseServer:
             else:
                 raise ValueError(f"unknown protocol {push.mode!r}")
             final = t.reply(0)
-        for f in release:
-            f.set_result(reply if push.mode == Protocol.BSP else final)
+            released = m.clock()
+        for f, arrived in release:
+            f.set_result(replace(reply if push.mode == Protocol.BSP else final,
+                                 held_s=released - arrived))
         return fut
 
     @staticmethod
@@ -305,7 +323,7 @@ class DenseServer:
             t.machine.stopped = True
             release, t.waiting = t.waiting, []
             reply = t.reply(0, taken=False)
-        for f in release:
+        for f, _ in release:
             f.set_result(reply)
 
 
@@ -332,6 +350,10 @@ def _init_trained(key: str, value: torch.Tensor, optimizer: str,
 
 def _mode(key: str) -> tuple[Protocol, int]:
     return SERVER.mode(key)
+
+
+def _isolated(key: str) -> tuple[int, ...]:
+    return SERVER.isolated(key)
 
 
 def _params(key: str) -> tuple[torch.Tensor, int, int]:
@@ -362,7 +384,8 @@ def joined(replies: list[Reply]) -> Reply:
     first = replies[0]
     return Reply(torch.cat([r.params for r in replies]), first.version,
                  max(r.staleness for r in replies), first.applied, first.mode, first.phase,
-                 any(r.done for r in replies), all(r.taken for r in replies), first.isolated)
+                 any(r.done for r in replies), all(r.taken for r in replies), first.isolated,
+                 max(r.held_s for r in replies))  # the round trip waited for the last shard
 
 
 class _Sharded:
@@ -421,6 +444,10 @@ class TrainedTensorClient(_Sharded):
     def mode(self) -> tuple[Protocol, int]:
         """The protocol of the next step and its phase index (decided on shard 0)."""
         return rpc.rpc_sync(ClusterLayout.dense_name(0), _mode, args=(self.key,))
+
+    def isolated(self) -> tuple[int, ...]:
+        """The trainers isolated now (decided on shard 0)."""
+        return rpc.rpc_sync(ClusterLayout.dense_name(0), _isolated, args=(self.key,))
 
     def push(self, grad: torch.Tensor, push: Push) -> Reply:
         """Send a gradient; the parameters after it was applied (under BSP: after the step)."""
