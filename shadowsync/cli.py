@@ -83,7 +83,8 @@ def _export(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     from shadowsync.data.prepare import prepare  # start-up cost: numpy, pyarrow
 
-    info = prepare(args.name, args.out, args.seed, args.format, args.multi_hot)
+    info = prepare(args.name, args.out, args.seed, args.format, args.multi_hot,
+                   args.min_word_count)
     for part, f in info["files"].items():
         print(f"{part}: {f['path']} ({f['rows']:,} rows, click rate {f['click_rate']:.3f})")
     if args.format == "parquet":
@@ -301,6 +302,9 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
                       help="Parquet files and schema.toml, or array directories")
     prep.add_argument("--multi-hot", action=argparse.BooleanOptionalAction, default=True,
                       help="declare list features (movie genres, review words) in the schema")
+    prep.add_argument("--min-word-count", type=int, default=5,
+                      help="clothing-reviews: keep the words seen at least this many times in "
+                      "the training rows (1: every word, the long tail included)")
     prep.set_defaults(func=_prepare)
 
 

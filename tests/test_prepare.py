@@ -101,3 +101,21 @@ def test_the_census_and_review_sets_are_binary_tasks_with_ids_and_numbers(
     assert np.load(tmp_path / "b" / "train" / "labels.npy").tolist() == \
         t.column("label").to_pylist()
     assert arrays["files"]["eval"]["rows"] == ev["rows"]
+
+
+@pytest.mark.timeout(300)
+def test_min_word_count_keeps_the_long_tail_of_review_words(bundled, tmp_path):
+    every = prepare.prepare("clothing-reviews", str(tmp_path / "all"), min_word_count=1)
+    usual = prepare.prepare("clothing-reviews", str(tmp_path / "usual"))
+    size = {k: tabular.TableSchema.load(i["schema"]).multi_hot[0].table_size
+            for k, i in (("all", every), ("usual", usual))}
+    bags = pq.read_table(tmp_path / "all" / "train.parquet").column("words").to_pylist()
+    reviews_with = np.bincount(np.concatenate([b for b in bags if b]), minlength=size["all"])
+    # every word of the training reviews has an id; the usual set keeps those in 5 or more
+    assert (reviews_with[1:] >= 1).all() and reviews_with[0] == 0
+    assert (reviews_with >= prepare.MIN_WORD_COUNT).sum() == size["usual"] - 1 < size["all"]
+
+
+def test_a_min_word_count_below_one_is_one_line():
+    with pytest.raises(UserError, match="--min-word-count must be at least 1, got 0"):
+        prepare.prepare("clothing-reviews", "/nonexistent", min_word_count=0)

@@ -9,8 +9,11 @@ Four parts, each a figure the docs page (docs/dynamic-tables.md) reports:
   get the same rows, and, at equal bytes, the fixed tables' memory as --table-memory (fewer
   rows: the map costs bytes too, `holder_bytes`). Eval NE and AUC on the last 10%, and how
   many ids and lookups hashing made share a row (collisions).
-- **a real set**: MovieLens 100K with its users and movies in fewer rows than they have
-  ids, hashed against dynamic tables of the same rows and of the same bytes (`_movielens`).
+- **real sets**: MovieLens 100K with its users and movies in fewer rows than they have
+  ids, hashed against dynamic tables of the same rows and of the same bytes (`_movielens`);
+  the clothing reviews with every review word a value of a multi-hot feature, a long tail
+  of words seen once or twice, hashed into 2,000 and 8,000 rows against dynamic tables with
+  admission of the same rows and bytes, 3 seeds (`_clothing`).
 - **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
   interleaved; the ratio of median training EPS (goal >= 0.9); and a training step in one
   process in thread CPU time (`_steps`: the map's own cost and its share of a whole step,
@@ -104,26 +107,36 @@ def _quality(out: Path, examples: int, budgets: tuple[int, ...], repeats: int
             "teacher_eval_ne": info["days"]["day0"]["teacher_eval_ne"]}
 
 
+def _budget_schemas(data: Path, names: tuple[str, ...], rows: int) -> list[int]:
+    """Beside DATA/schema.toml, the same schema with features `names` given `rows` rows:
+    schema-hashRows.toml folds their values modulo `rows` (``hash = true``) for fixed
+    tables, schema-rawRows.toml makes `rows` their row budget (``ids = "raw"``) for dynamic
+    tables (a schema's table sizes, not --table-size, set the budget). Returns the table
+    sizes of the first."""
+    import re
+
+    full = (data / "schema.toml").read_text()
+    for tag, line in (("hash", "hash = true"), ("raw", 'ids = "raw"')):
+        text = full
+        for name in names:
+            text = re.sub(rf'(name = "{name}"\ntable_size = )\d+', rf"\g<1>{rows}\n{line}", text)
+        (data / f"schema-{tag}{rows}.toml").write_text(text)
+    return [int(n) for n in re.findall(r"table_size = (\d+)",
+                                       (data / f"schema-hash{rows}.toml").read_text())]
+
+
 def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any]:
     """MovieLens 100K (`data prepare movielens100k`) with its users (943) and movies (1,682)
     given `rows` rows each: fixed tables that fold those ids modulo `rows` (``hash = true``)
     against dynamic tables of the same rows and of the same bytes (admission at once and
     after 2 sightings, least recently used rows evicted), next to fixed tables with a row
     for every id. The other features keep a row per value in every variant."""
-    import re
-
     from shadowsync.data.prepare import prepare
 
     data = out / "movielens"
     if not (data / "schema.toml").exists():
         prepare("movielens100k", str(data))
-    full = (data / "schema.toml").read_text()
-    hashed = full
-    for name in ("user", "movie"):
-        hashed = re.sub(rf'(name = "{name}"\ntable_size = )\d+', rf"\g<1>{rows}\nhash = true",
-                        hashed)
-    (data / "schema-hashed.toml").write_text(hashed)
-    sizes = [int(n) for n in re.findall(r"table_size = (\d+)", hashed)]
+    sizes = _budget_schemas(data, ("user", "movie"), rows)
     width = job(None).model.table_width()
     fixed_bytes = sum(sizes) * (width + 1) * 4  # a row and its Adagrad sum
 
@@ -135,9 +148,9 @@ def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any
 
     variants = {
         "every id its row": lambda: run("full", "schema.toml"),
-        "hash = true": lambda: run("hash", "schema-hashed.toml"),
+        "hash = true": lambda: run("hash", f"schema-hash{rows}.toml"),
         "dynamic, admit after 2": lambda: run(
-            "dynamic-rows", "schema.toml", tables="dynamic", admit_after=2, table_size=sizes),
+            "dynamic-rows", f"schema-raw{rows}.toml", tables="dynamic", admit_after=2),
         "dynamic, the fixed tables' bytes": lambda: run(
             "dynamic-bytes", "schema.toml", tables="dynamic", table_memory=str(fixed_bytes)),
         "dynamic, admit after 2, the fixed tables' bytes": lambda: run(
@@ -147,6 +160,70 @@ def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any
     return {"runs": interleaved(variants, repeats, "movielens", out / "runs.jsonl"),
             "variants": list(variants), "rows": rows, "fixed_table_bytes": fixed_bytes,
             "table_rows": sizes}
+
+
+def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
+              ) -> dict[str, Any]:
+    """The clothing reviews (`data prepare clothing-reviews --min-word-count 1`) with every
+    word of the training reviews as a value of the multi-hot `words` feature (13,927 words,
+    most of them seen once or twice): for each budget of `rows` rows, fixed tables that fold
+    the words modulo `rows` (``hash = true``) against dynamic tables with admission after 2
+    or 5 sightings of the same rows and of the same bytes, next to fixed tables with a row for
+    every word. Every variant runs `epochs` epochs (no early stopping: its validation split
+    would add noise of its own) with seed r in repeat r."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    from shadowsync.data.prepare import prepare
+    from shadowsync.embeddings.dynamic_tables import pool_rows
+
+    data = out / "clothing"
+    if not (data / "schema.toml").exists():
+        prepare("clothing-reviews", str(data), min_word_count=1)
+    full = (data / "schema.toml").read_text()
+    words = pq.read_table(data / "train.parquet", columns=["words"]).column("words")
+    word_ids = np.asarray(words.combine_chunks().flatten())
+    vocabulary = int(re.search(r'name = "words"\ntable_size = (\d+)', full).group(1))
+    width = job(None).model.table_width()
+    seeds: dict[str, int] = {}
+
+    def run(name: str, schema: str, **kw: Any) -> dict[str, Any]:
+        seeds[name] = seeds.get(name, -1) + 1
+        return run_job(job(None, data=str(data / "train.parquet"), schema=str(data / schema),
+                           eval_data=str(data / "eval.parquet"), epochs=epochs, batch_size=64,
+                           seed=seeds[name], **kw),
+                       out / "runs" / f"clothing-{name}")
+
+    variants = {"every word its row": lambda: run("full", "schema.toml")}
+    collisions, fixed_bytes, equal_bytes_rows = {}, {}, {}
+    for rows in budgets:
+        sizes = _budget_schemas(data, ("words",), rows)
+        fixed_bytes[rows] = sum(sizes) * (width + 1) * 4  # a row and its Adagrad sum
+        collisions[rows] = collision_rate(word_ids.reshape(-1, 1), rows)
+        equal_bytes_rows[rows] = {a: pool_rows(sizes, width, a, fixed_bytes[rows], 1)
+                                  for a in (2, 5)}
+
+        def dynamic(admit: int, equal_bytes: bool, rows: int = rows) -> dict[str, Any]:
+            if equal_bytes:
+                return run(f"dynamic-admit{admit}-bytes-{rows}", "schema.toml",
+                           tables="dynamic", admit_after=admit,
+                           table_memory=str(fixed_bytes[rows]))
+            return run(f"dynamic-admit{admit}-rows-{rows}", f"schema-raw{rows}.toml",
+                       tables="dynamic", admit_after=admit)
+
+        variants.update({
+            f"hash = true, {rows} rows": lambda rows=rows: run(f"hash-{rows}",
+                                                               f"schema-hash{rows}.toml"),
+            f"dynamic, admit after 2, {rows} rows": lambda d=dynamic: d(2, False),
+            f"dynamic, admit after 2, the bytes of {rows} rows": lambda d=dynamic: d(2, True),
+            f"dynamic, admit after 5, the bytes of {rows} rows": lambda d=dynamic: d(5, True),
+        })
+    return {"runs": interleaved(variants, repeats, "clothing", out / "runs.jsonl"),
+            "variants": list(variants), "collisions": collisions,
+            "fixed_table_bytes": fixed_bytes, "equal_bytes_pool_rows": equal_bytes_rows,
+            "vocabulary": vocabulary - 1, "table_rows_besides_words": sum(sizes) - rows,
+            "word_lookups": int(word_ids.size)}
 
 
 def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
@@ -261,13 +338,46 @@ def _server_memory(out: Path, data: Path, rows: int, examples: tuple[int, ...]
     return results
 
 
+def _clothing_summary(real: dict[str, Any], epochs: int) -> dict[str, Any]:
+    runs = real["runs"]
+    return {**{k: real[k] for k in ("collisions", "fixed_table_bytes", "equal_bytes_pool_rows",
+                                    "vocabulary", "word_lookups", "table_rows_besides_words")},
+            "epochs": epochs, "seeds": len({r["repeat"] for r in runs}),
+            "quality": {v: {k: median_of(runs, v, k) for k in ("eval_ne", "eval_auc")}
+                        | {f"{k}_range": [min(r[k] for r in runs if r["variant"] == v),
+                                          max(r[k] for r in runs if r["variant"] == v)]
+                           for k in ("eval_ne", "eval_auc")}
+                        for v in real["variants"]}}
+
+
+def _print_clothing(c: dict[str, Any]) -> None:
+    print(f"\nclothing reviews, {c['vocabulary']:,} words in the training reviews "
+          f"({c['epochs']} epochs, median of {c['seeds']} seeds):")
+    print_table([[v, s["eval_ne"], s["eval_auc"]] for v, s in c["quality"].items()],
+                ["tables", "eval NE", "eval AUC"])
+    for rows, col in c["collisions"].items():
+        print(f"hashing the words into {rows:,} rows: {col['ids_sharing_a_row']:.1%} of the "
+              f"words and {col['lookups_on_shared_rows']:.1%} of their lookups share a row")
+
+
 def run_dynamic_bench(out: str, examples: int = 400_000,
                       budgets: tuple[int, ...] = (100_000, 10_000),
                       eps_examples: int = 300_000, repeats: int = 5,
                       quality_repeats: int = 1, movielens_rows: int = 256,
-                      movielens_epochs: int = 3) -> dict[str, Any]:
+                      movielens_epochs: int = 3, clothing_only: bool = False,
+                      clothing_rows: tuple[int, ...] = (2000, 8000),
+                      clothing_epochs: int = 3, clothing_seeds: int = 3) -> dict[str, Any]:
+    """Every part (about 16 minutes on 2 shared cores); `clothing_only`: the clothing
+    reviews alone (`_clothing`, about 6 minutes)."""
     root = Path(out)
     t0 = time.time()
+    clothing = _clothing(root, clothing_rows, clothing_epochs, clothing_seeds)
+    if clothing_only:
+        summary = {"clothing": _clothing_summary(clothing, clothing_epochs),
+                   "bench_wall_s": round(time.time() - t0, 1)}
+        write_bench(root, "dynamic", clothing["runs"], {}, summary)
+        _print_clothing(summary["clothing"])
+        return summary
     quality = _quality(root, examples, budgets, quality_repeats)
     real = _movielens(root, movielens_rows, movielens_epochs, quality_repeats)
     eps_runs = _eps(root, eps_examples, repeats)
@@ -297,13 +407,15 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
         "settings": {"examples": examples, "budgets": list(budgets),
                      "eps_examples": eps_examples, "repeats": repeats,
                      "quality_repeats": quality_repeats, "movielens_rows": movielens_rows,
-                     "movielens_epochs": movielens_epochs},
+                     "movielens_epochs": movielens_epochs, "clothing_rows": list(clothing_rows),
+                     "clothing_epochs": clothing_epochs, "clothing_seeds": clothing_seeds},
         "bench_wall_s": round(time.time() - t0, 1),
         "ratio_spread": {"eps_dynamic_over_fixed": spread,
                          "step_rate_dynamic_over_fixed": step_spread},
         "goals": {"eps_dynamic_over_fixed": ">= 0.9", "step_rate_dynamic_over_fixed": ">= 0.9"},
     }
-    write_bench(root, "dynamic", q + m + eps_runs + steps,
+    summary["clothing"] = _clothing_summary(clothing, clothing_epochs)
+    write_bench(root, "dynamic", q + m + clothing["runs"] + eps_runs + steps,
                 {"eps_dynamic_over_fixed": ratio, "step_rate_dynamic_over_fixed": step_ratio},
                 summary)
     print(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
@@ -319,6 +431,7 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
     print_table([[v, s["eval_ne"], s["eval_auc"]]
                  for v, s in summary["movielens"]["quality"].items()],
                 ["tables", "eval NE", "eval AUC"])
+    _print_clothing(summary["clothing"])
     e = summary["eps"]
     print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
           f"{ratio:.3f} (per repeat {spread}), goal >= 0.9")

@@ -30,8 +30,8 @@ country; dense: age, census weight, years of education, capital gain and loss, h
 reviews of 1,206 garments; label 1 when the reviewer recommends the garment (82%). Single-id:
 the garment, its division, department and class; dense: the reviewer's age and the count of
 readers who found the review helpful; multi-hot: the words of the title and review text
-(those seen at least MIN_WORD_COUNT times in the training rows; `--no-multi-hot` leaves them
-out). The star rating is left out: it all but says the label.
+(those seen at least MIN_WORD_COUNT times in the training rows, or `--min-word-count`;
+`--no-multi-hot` leaves them out). The star rating is left out: it all but says the label.
 """
 
 from __future__ import annotations
@@ -221,7 +221,8 @@ def _words(text: str | None) -> list[str]:
     return re.findall(r"[a-z']+", (text or "").lower())
 
 
-def table_set(spec: TableSet, out: Path, seed: int, multi_hot: bool) -> dict[str, object]:
+def table_set(spec: TableSet, out: Path, seed: int, multi_hot: bool,
+              min_word_count: int = MIN_WORD_COUNT) -> dict[str, object]:
     pa = tabular.arrow()
 
     table = _read_bundled(spec.file)
@@ -249,7 +250,7 @@ def table_set(spec: TableSet, out: Path, seed: int, multi_hot: bool) -> dict[str
                  zip(*(table.column(c).to_pylist() for c in spec.words), strict=True)]
         tokens = [sorted(set(_words(t))) for t in texts]
         counts = Counter(w for r in train for w in tokens[r])
-        kept = sorted(w for w, c in counts.items() if c >= MIN_WORD_COUNT)
+        kept = sorted(w for w, c in counts.items() if c >= min_word_count)
         word_ids = {w: i + 1 for i, w in enumerate(kept)}
         bags = [[word_ids[w] for w in row if w in word_ids] for row in tokens]
 
@@ -286,23 +287,28 @@ CLOTHING = TableSet(
     dense={"age": "Age", "helpful": "Positive Feedback Count"}, long_tailed=("helpful",),
     words=("Title", "Review Text"))
 
-DATASETS: dict[str, Callable[[Path, int, bool], dict[str, object]]] = {
-    "movielens100k": movielens100k,
-    **{s.name: (lambda out, seed, mh, s=s: table_set(s, out, seed, mh))
+# Each writes (out, seed, multi_hot, min_word_count); the last only counts where there are words.
+DATASETS: dict[str, Callable[[Path, int, bool, int], dict[str, object]]] = {
+    "movielens100k": lambda out, seed, mh, _min_words: movielens100k(out, seed, mh),
+    **{s.name: (lambda out, seed, mh, min_words, s=s: table_set(s, out, seed, mh, min_words))
        for s in (ADULT, CLOTHING)}}
 
 
 def prepare(name: str, out: str, seed: int = 0, fmt: str = "parquet",
-            multi_hot: bool = True) -> dict[str, object]:
+            multi_hot: bool = True, min_word_count: int = MIN_WORD_COUNT) -> dict[str, object]:
     """Write data set `name` under `out`: train/eval Parquet files and schema.toml, or
-    (fmt="arrays") train/ and eval/ array directories. Returns what was written."""
+    (fmt="arrays") train/ and eval/ array directories. A set with words (clothing-reviews)
+    keeps those seen at least `min_word_count` times in its training rows. Returns what was
+    written."""
     if name not in DATASETS:
         raise UserError(f"data prepare: unknown data set '{name}' (one of "
                         f"{', '.join(DATASETS)})")
     if fmt not in ("parquet", "arrays"):
         raise UserError(f"--format must be parquet or arrays, got {fmt!r}")
+    if min_word_count < 1:
+        raise UserError(f"--min-word-count must be at least 1, got {min_word_count}")
     dest = Path(out)
-    info = DATASETS[name](dest, seed, multi_hot)
+    info = DATASETS[name](dest, seed, multi_hot, min_word_count)
     if fmt == "arrays":
         schema = tabular.TableSchema.load(info["schema"])
         for part, f in info["files"].items():
