@@ -815,7 +815,8 @@ def plot_switch_bench(root: Path, results: dict[str, Any]) -> None:
             ax.set_ylabel(f"eval {res['metric']}")
             ax.set_title(f"{task}, {titles[scenario]}")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize="small")
+            if ax.get_legend_handles_labels()[0]:  # a scenario none of this run's variants ran
+                ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(root / "switch.png", dpi=110)
     plt.close(fig)
