@@ -19,8 +19,9 @@ from shadowsync.transport.servers.embedding.plan import ShardingPlan
 from tests.helpers import run_cli, summary
 
 ITEMS = 200  # ids of the multi-hot feature
-LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
-         "--workers", "1", "--table-size", f"30,{ITEMS},10", "--checkpoint-every", "never"]
+ONE_PROCESS = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
+               "--workers", "1", "--checkpoint-every", "never"]
+LOCAL = [*ONE_PROCESS, "--table-size", f"30,{ITEMS},10"]  # arrays that declare no sizes
 
 
 def write_multi_hot_dir(path, rows: int = 40_000, seed: int = 0, first_id_only: bool = False):
@@ -375,7 +376,8 @@ def test_parquet_list_columns_train_as_multi_hot_features(tmp_path, private_cach
         'pooling = "sum"\n')
     out = tmp_path / "run"
     res = run_cli(["train", "--data", str(tmp_path / "d.parquet"), "--schema",
-                   str(tmp_path / "schema.toml"), *LOCAL, "--epochs", "2", "--out", str(out)],
+                   str(tmp_path / "schema.toml"), *ONE_PROCESS, "--epochs", "2", "--out",
+                   str(out)],
                   timeout=150)
     assert res.returncode == 0, res.stderr[-3000:]
     assert summary(out)["eval_auc"] > 0.72  # the bags' ids are what the label is made of

@@ -238,3 +238,18 @@ def test_raw_ids_stay_unfolded_and_strings_hash_to_63_bits(tmp_path):
     path.write_text(SCHEMA.replace("hash = true", 'hash = true\nids = "raw"'))
     with pytest.raises(UserError, match="choose one"):
         tabular.convert(_parquet(tmp_path, _table(), name="e.parquet"), str(path))
+
+
+def test_table_size_against_sizes_the_schema_declares_is_refused(tmp_path, schema):
+    from shadowsync.config import TrainConfig
+    from shadowsync.train.tasks import features_of
+
+    data = _parquet(tmp_path, _table())
+    declared = features_of(TrainConfig(data=data, schema=schema)).table_rows
+    assert declared == (10, 7, 5)
+    assert features_of(TrainConfig(data=data, schema=schema, table_size=[10, 7, 5])).table_rows \
+        == declared  # the same sizes again: nothing ignored
+    with pytest.raises(UserError) as e:
+        features_of(TrainConfig(data=data, schema=schema, table_size=[50]))
+    assert str(e.value) == (f"--table-size: {schema} declares its tables' sizes (10, 7, 5); "
+                            "set them there, not with --table-size")

@@ -64,12 +64,21 @@ def feature_counts(path: str) -> tuple[int, int]:
     return source_of(path).feature_counts(path)
 
 
-def table_rows_of(path: str, num_tables: int,
-                  given: Callable[[int], list[int]]) -> tuple[int, ...]:
-    """Table sizes: those the data declares (an array directory's features.json), else
-    `given(T)` (--table-size)."""
+def table_rows_of(path: str, num_tables: int, given: Callable[[int], list[int]],
+                  sizes_given: list[int] | None = None, where: str = "") -> tuple[int, ...]:
+    """Table sizes: those the data declares (a schema, an array directory's features.json),
+    else `given(T)` (--table-size). `sizes_given`: --table-size where it is not the default,
+    refused when it differs from what the data (`where`, the file the user named) declares
+    rather than silently ignored."""
     declared = source_of(path).declared_table_rows(path)
-    return tuple(declared if declared is not None else given(num_tables))
+    if declared is None:
+        return tuple(given(num_tables))
+    if sizes_given is not None and list(sizes_given) != list(declared) and not (
+            len(sizes_given) == 1 and set(declared) == set(sizes_given)):
+        raise UserError(f"--table-size: {where or path} declares its tables' sizes "
+                        f"({', '.join(map(str, declared))}); set them there, not with "
+                        "--table-size")
+    return tuple(declared)
 
 
 def sparse_features(path: str, num_tables: int) -> list[dict[str, object]]:

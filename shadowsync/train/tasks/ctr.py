@@ -11,7 +11,14 @@ import torch.nn.functional as F
 
 from shadowsync.config import TrainConfig
 from shadowsync.data.ctr_data import CtrData
-from shadowsync.data.dataset import check_ids, feature_counts, open_data, resolve, table_rows_of
+from shadowsync.data.dataset import (
+    DEFAULT_TABLE_SIZE,
+    check_ids,
+    feature_counts,
+    open_data,
+    resolve,
+    table_rows_of,
+)
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE
@@ -22,11 +29,19 @@ from shadowsync.train.tasks.base import DataPlan, Features
 DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
 
 
+def _sizes_given(cfg: TrainConfig) -> tuple[list[int] | None, str]:
+    """--table-size where it is not the default, and the file that declares the data's own
+    sizes if it does (checked against them by `table_rows_of`)."""
+    given = None if cfg.model.table_size == [DEFAULT_TABLE_SIZE] else cfg.model.table_size
+    return given, cfg.data.schema or cfg.data.path
+
+
 def features_of(cfg: TrainConfig) -> Features:
     """From the data's headers only: cheap in every process, converts nothing."""
     path = resolve(cfg.data.path, cfg.data.schema)
     num_dense, num_tables = feature_counts(path)
-    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows),
+    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows,
+                                             *_sizes_given(cfg)),
                     raw_ids=cfg.model.tables == "dynamic")
 
 
@@ -75,7 +90,8 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     if teacher is None:
         teacher = ev.teacher_ne_hint
     features = Features(train.num_dense,
-                        table_rows_of(train.source, train.num_tables, cfg.model.table_rows),
+                        table_rows_of(train.source, train.num_tables, cfg.model.table_rows,
+                                      *_sizes_given(cfg)),
                         raw_ids=cfg.model.tables == "dynamic")
     for rows in (train, ev):
         if not features.raw_ids:
