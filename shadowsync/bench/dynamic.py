@@ -350,14 +350,22 @@ def _clothing_summary(real: dict[str, Any], epochs: int) -> dict[str, Any]:
                         for v in real["variants"]}}
 
 
-def _print_clothing(c: dict[str, Any]) -> None:
-    print(f"\nclothing reviews, {c['vocabulary']:,} words in the training reviews "
-          f"({c['epochs']} epochs, median of {c['seeds']} seeds):")
-    print_table([[v, s["eval_ne"], s["eval_auc"]] for v, s in c["quality"].items()],
+def _print_quality(heading: str, quality: dict[str, Any], collisions: dict[Any, Any],
+                   items: str) -> None:
+    """Eval NE and AUC of each layout, then the collisions hashing had at each budget."""
+    print(heading)
+    print_table([[v, s["eval_ne"], s["eval_auc"]] for v, s in quality.items()],
                 ["tables", "eval NE", "eval AUC"])
-    for rows, col in c["collisions"].items():
-        print(f"hashing the words into {rows:,} rows: {col['ids_sharing_a_row']:.1%} of the "
-              f"words and {col['lookups_on_shared_rows']:.1%} of their lookups share a row")
+    for rows, col in collisions.items():
+        of = f"{col['distinct_ids']:,}" if "distinct_ids" in col else "the"
+        print(f"hashing the {items} into {int(rows):,} rows: {col['ids_sharing_a_row']:.1%} of "
+              f"{of} {items} and {col['lookups_on_shared_rows']:.1%} of their lookups share a row")
+
+
+def _print_clothing(c: dict[str, Any]) -> None:
+    _print_quality(f"\nclothing reviews, {c['vocabulary']:,} words in the training reviews "
+                   f"({c['epochs']} epochs, median of {c['seeds']} seeds):",
+                   c["quality"], c["collisions"], "words")
 
 
 def run_dynamic_bench(out: str, examples: int = 400_000,
@@ -418,14 +426,9 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
     write_bench(root, "dynamic", q + m + clothing["runs"] + eps_runs + steps,
                 {"eps_dynamic_over_fixed": ratio, "step_rate_dynamic_over_fixed": step_ratio},
                 summary)
-    print(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
-          f"{summary['teacher_eval_ne']:.4f}); rows a feature in the name")
-    print_table([[v, s["eval_ne"], s["eval_auc"]] for v, s in summary["quality"].items()],
-                ["tables", "eval NE", "eval AUC"])
-    for rows, c in summary["collisions"].items():
-        print(f"hashing into {rows:,} rows: {c['ids_sharing_a_row']:.1%} of "
-              f"{c['distinct_ids']:,} distinct ids and {c['lookups_on_shared_rows']:.1%} of "
-              "lookups share a row with another id")
+    _print_quality(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
+                   f"{summary['teacher_eval_ne']:.4f}); rows a feature in the name",
+                   summary["quality"], summary["collisions"], "ids")
     print(f"\nMovieLens 100K, users and movies in {movielens_rows} rows each "
           f"({movielens_epochs} epochs):")
     print_table([[v, s["eval_ne"], s["eval_auc"]]
