@@ -194,7 +194,6 @@ class SwitchMachine:
         for name in COUNTERS:
             setattr(self, name, int(state[name]))
         flags = state.get(ISOLATED, ())  # absent from a checkpoint older than isolate's
-        self.isolated = tuple(i for i, f in enumerate(getattr(flags, "tolist", lambda: flags)())
-                              if f)
+        self.isolated = tuple(i for i, f in enumerate(flags) if f)  # a list or a saved tensor
         if self.schedule is not None:
             self.schedule.load_state_dict(part(state, "schedule."))
