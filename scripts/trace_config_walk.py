@@ -16,7 +16,9 @@ function of the package that is handed the configuration (an argument that is th
 - climbs: walk calls made from a file of a lower layer than the called function's
   (layers as the checkout's `scripts/check_layers.py` places the modules);
 - ups: consecutive stays where the walk moves into a file of a higher layer (back up
-  into a room it had gone down from, e.g. from config/ back to train/ or cluster/).
+  into a room it had gone down from, e.g. from config/ back to train/ or cluster/), and
+  how many of them are the composition root's next call (`cluster/roles.py` building a
+  process's parts in order: the walk went back up by returning, not by a call from below).
 
 Prints two lines per process (its role is the first of run_trainer / serve_embeddings /
 serve_dense in its walk): over every such call, and without the calls of the configuration's
@@ -37,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
+ROOT = "cluster/roles.py"  # the composition root: it builds a process's parts in order
 
 SITECUSTOMIZE = r'''
 import json, os, sys, threading
@@ -110,10 +113,13 @@ def measure(walk: list[list], rank) -> dict:
     for callee, _, caller, _ in walk:
         a, b = rank(caller) if caller else None, rank(callee)
         climbs += a is not None and b is not None and a < b
+    starts = [i for i, f in enumerate(files) if i == 0 or files[i - 1] != f]
     ranks = [rank(f) for f in stays]
-    ups = sum(1 for a, b in zip(ranks, ranks[1:]) if a is not None and b is not None and b > a)
+    up_at = [starts[i + 1] for i, (a, b) in enumerate(zip(ranks, ranks[1:]))
+             if a is not None and b is not None and b > a]
+    by_root = sum(1 for i in up_at if walk[i][2] == ROOT)
     return {"files": len(set(files)), "stays": len(stays), "reentries": reentries,
-            "climbs": climbs, "ups": ups, "calls": len(walk),
+            "climbs": climbs, "ups": len(up_at), "ups_by_root": by_root, "calls": len(walk),
             "per_file": Counter(stays).most_common(4)}
 
 
@@ -148,7 +154,8 @@ def main() -> int:
                 m = measure(walk, rank)
                 print(f"rank {data['rank']} ({role}, {label}): {m['files']} files, "
                       f"{m['stays']} stays, {m['reentries']} re-entries, {m['climbs']} climbs, "
-                      f"{m['ups']} ups, {m['calls']} calls; most stays: {m['per_file']}")
+                      f"{m['ups']} ups ({m['ups_by_root']} the root's next call), {m['calls']} calls; "
+                      f"most stays: {m['per_file']}")
             if args.show and role == "run_trainer":
                 for callee, name, caller, _ in data["walk"]:
                     print(f"    {callee}:{name}  <- {caller}")
