@@ -16,6 +16,7 @@ from shadowsync.bench.switch import (
     delay_slowdown,
     digits_job,
     goal_met,
+    detection_lag_share,
     greedy_bound,
     overhead_by_variant,
     paired,
@@ -166,6 +167,22 @@ def test_greedys_bound_is_the_issues_closed_form():
     assert greedy_bound(2.0, 1.0, 4, 0.25, 3.0) == pytest.approx(0.5 + 0.25 + 0.6)
     # a 30 ms delay on a 10 ms ASP step (asp 7.5 s over 750 steps) is a 4x slowdown
     assert delay_slowdown(0.03, 7.5, 750) == pytest.approx(4.0)
+    # the detector's lag: a tenth of the job in BSP at the slowed pace (1 + 2 x 1 a step),
+    # and a tenth less of the quota outside the window, run as ASP instead
+    assert greedy_bound(2.0, 1.0, 4, 0.5, 3.0, lag_share=0.1) == pytest.approx(
+        0.1 * (2.0 + 2 * 1.0) + 0.4 * 1.2 + 0.4 * 2.0 + 0.1 * 1.0)
+    # a lag as long as the window: BSP at the slowed pace all through it
+    assert greedy_bound(1.0, 1.0, 4, 0.5, 3.0, lag_share=0.7) == pytest.approx(0.5 * 3.0 + 0.5)
+
+
+def test_the_detection_lag_is_m_windows_of_steps_each_episode_and_elastics_patience_on_top():
+    """L = E min(D, steps w / (2E - 1)) / steps, D = m w = 15 at the detector's defaults;
+    elastic's patience at its floor adds 2 m w = 30."""
+    assert detection_lag_share("greedy", 750, 1) == pytest.approx(15 / 750)
+    assert detection_lag_share("isolate", 750, 4) == pytest.approx(4 * 15 / 750)
+    assert detection_lag_share("elastic", 750, 1) == pytest.approx(45 / 750)
+    # four episodes of 375 x 0.5 / 7 = 26.8 steps: elastic's 45 outlast each
+    assert detection_lag_share("elastic", 375, 4) == pytest.approx(0.5 * 4 / 7)
 
 
 def test_bounds_and_goals_from_a_runs_own_medians():
@@ -178,13 +195,17 @@ def test_bounds_and_goals_from_a_runs_own_medians():
            "gradients": 3000, "workers": 4, "bsp_share": 0.5,
            "medians": {v: {"train_s": t, "metric": m} for v, (t, m) in med.items()}}
     ratios = ratios_of(res, "")
-    assert ratios["bound_s_straggler"] == pytest.approx(11.0)
-    assert ratios["greedy_time_vs_bound_straggler"] == pytest.approx(11.5 / 11.0)
+    # the detector's 15 of 750 steps in BSP at the 3x pace, then the best case
+    lag = 15 / 750
+    bound = lag * (10 + 2 * 10) + (0.5 - lag) * 10 * 4 / (3 + 1 / 3) + (0.5 - lag) * 10 + lag * 10
+    assert ratios["bound_s_straggler"] == pytest.approx(bound)
+    assert ratios["greedy_time_vs_bound_straggler"] == pytest.approx(11.5 / bound)
     # delay: 30 ms on an ASP step of 10 s / 750 steps = 13.3 ms, a 3.25x slowdown of the step
     s = 1 + 0.03 * 750 / 10.0
     assert ratios["step_slowdown_delay30ms_1t_1e"] == pytest.approx(s)
     assert ratios["bsp_slowdown_delay30ms_1t_1e"] == pytest.approx(3.0)  # BSP 30 s over 10 s
-    assert ratios["bound_s_delay30ms_1t_1e"] == pytest.approx(5.0 + 5.0 * 4 / (3 + 1 / s))
+    assert ratios["bound_s_delay30ms_1t_1e"] == pytest.approx(
+        greedy_bound(10.0, 10.0, 4, 0.5, s, 1, 0.5, lag))
     assert ratios["greedy_time_vs_bsp_delay30ms_1t_1e"] == pytest.approx(14.0 / 30.0)
     assert ratios["greedy_acc_minus_bsp_delay30ms_1t_1e"] == pytest.approx(-1.5)
     # isolate against greedy: +0.3 points in 15 / 14 of its time
@@ -195,9 +216,10 @@ def test_bounds_and_goals_from_a_runs_own_medians():
     s, on = 1 + 0.01 * 750 / 10.0, 0.5 * 4 / 7
     assert ratios["step_slowdown_delay10ms_2t_4e"] == pytest.approx(s)
     assert ratios["bound_s_delay10ms_2t_4e"] == pytest.approx(
-        greedy_bound(10.0, 10.0, 4, 0.5, s, 2, on))
+        greedy_bound(10.0, 10.0, 4, 0.5, s, 2, on, 4 * lag))
     assert ratios["bound_s_delay10ms_2t_4e"] == pytest.approx(
-        0.5 * 10 + (1 - on - 0.5) * 10 + on * 10 * 4 / (2 + 2 / s))
+        4 * lag * (10 + (s - 1) * 10) + (on - 4 * lag) * 10 * 4 / (2 + 2 / s)
+        + (0.5 - 4 * lag) * 10 + (1 - on - 0.5 + 4 * lag) * 10)
     met = {k: goal_met(k, ratios) for k in ratios}
     assert met["greedy_time_vs_bound_straggler"] is True  # 1.045 <= 1.1
     assert met["switch_acc_minus_bsp"] is True  # -0.2 >= -0.5
