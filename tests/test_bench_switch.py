@@ -1,6 +1,7 @@
 """`bench switch`'s bookkeeping on made-up runs: paired differences by repeat, which
 variants a default run and a --full run include, and the slow link's window."""
 
+import math
 import threading
 import time
 
@@ -14,9 +15,9 @@ from shadowsync.bench.switch import (
     LinkWindow,
     compared_with,
     delay_slowdown,
+    detection_lag_share,
     digits_job,
     goal_met,
-    detection_lag_share,
     greedy_bound,
     overhead_by_variant,
     paired,
@@ -194,6 +195,8 @@ def test_bounds_and_goals_from_a_runs_own_medians():
     res = {"metric": "accuracy", "switch_overhead_s": 0.01, "switch_overhead_share": 0.006,
            "gradients": 3000, "workers": 4, "bsp_share": 0.5,
            "medians": {v: {"train_s": t, "metric": m} for v, (t, m) in med.items()}}
+    for v in ("greedy+delay30ms_1t_1e", "isolate+delay30ms_1t_1e"):  # 3 repeats of 300
+        res["medians"][v].update(metric_mean=res["medians"][v]["metric"], eval_n=900)
     ratios = ratios_of(res, "")
     # the detector's 15 of 750 steps in BSP at the 3x pace, then the best case
     lag = 15 / 750
@@ -208,8 +211,10 @@ def test_bounds_and_goals_from_a_runs_own_medians():
         greedy_bound(10.0, 10.0, 4, 0.5, s, 1, 0.5, lag))
     assert ratios["greedy_time_vs_bsp_delay30ms_1t_1e"] == pytest.approx(14.0 / 30.0)
     assert ratios["greedy_acc_minus_bsp_delay30ms_1t_1e"] == pytest.approx(-1.5)
-    # isolate against greedy: +0.3 points in 15 / 14 of its time
+    # isolate against greedy: +0.3 points in 15 / 14 of its time, over 900 images each
     assert ratios["isolate_acc_minus_greedy_delay30ms_1t_1e"] == pytest.approx(0.3)
+    se = 100 * math.sqrt((0.968 * 0.032 + 0.965 * 0.035) / 900)
+    assert ratios["isolate_acc_tolerance_vs_greedy_delay30ms_1t_1e"] == pytest.approx(-se)
     assert ratios["isolate_time_vs_greedy_delay30ms_1t_1e"] == pytest.approx(15 / 14)
     # 10 ms on 2 trainers in 4 episodes: on for 4 of the window's 7 slices (2/7 of the job),
     # a 1.75x slowdown; the bound's window is that share, the rest BSP then ASP
@@ -226,7 +231,9 @@ def test_bounds_and_goals_from_a_runs_own_medians():
     assert met["asp_acc_minus_bsp"] is True  # -4 <= -1
     assert met["switch_acc_minus_bsp_straggler"] is True  # -0.5 >= -1
     assert met["greedy_acc_minus_bsp_delay30ms_1t_1e"] is False  # -1.5 < -1
-    assert met["isolate_acc_minus_greedy_delay30ms_1t_1e"] is True  # +0.3 >= 0
+    assert met["isolate_acc_minus_greedy_delay30ms_1t_1e"] is True  # +0.3 >= -0.85
+    assert goal_met("isolate_acc_minus_greedy_delay30ms_1t_1e", {  # -0.9 < -0.85: below
+        **ratios, "isolate_acc_minus_greedy_delay30ms_1t_1e": -0.9}) is False
     assert met["isolate_time_vs_greedy_delay30ms_1t_1e"] is True  # 1.07 <= 1.1
     assert "isolate_time_vs_greedy_delay10ms_2t_4e" not in ratios  # greedy did not run
     # -1.0 points as accuracies give it (100 x (0.9667 - 0.9767) = -1.0000000000000009)
@@ -284,6 +291,7 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
         iso = variant.startswith("isolate")
         return {"train_s": 10.0 + seed, "run_s": 12.0 + seed, "startup_s": 2.0,
                 "metric": 0.97 + 0.01 * seed * iso, "loss": 0.1, "examples": 1,
+                "eval_examples": 300,
                 "curve": [], **switch_fields({}), "staleness_mean": None, "diverged": None,
                 "straggler_switches": left.get(variant, [0, 0, 0])[seed]}
 
@@ -298,6 +306,8 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
     assert goals["greedy_false_alarm_switches"] == {"goal": ">= 1", "value": 1, "met": True}
     assert goals["elastic_false_alarm_switches"] == {"goal": "<= 0", "value": 0, "met": True}
     sc = "delay30ms_1t_1e"
-    assert goals[f"isolate_acc_minus_greedy_{sc}"]["value"] == pytest.approx(1.0)
+    assert goals[f"isolate_acc_minus_greedy_{sc}"]["value"] == pytest.approx(1.0)  # 900 images
+    assert goals[f"isolate_acc_minus_greedy_{sc}"]["goal"] == (
+        f">= isolate_acc_tolerance_vs_greedy_{sc}")
     assert out["ratio_spread"][f"isolate_acc_minus_greedy_{sc}"] == pytest.approx([0.0, 2.0])
     assert out["ratio_spread"][f"greedy_time_vs_bsp_{sc}"] == [1.0, 1.0]
