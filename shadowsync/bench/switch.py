@@ -20,11 +20,23 @@ and 30 ms, on one and on two trainers, in one episode and in four; each also rep
 slowdown of a step, `step_slowdown_*`, and of BSP's run, `bsp_slowdown_*`), and greedy and
 elastic under a false alarm (`FALSE_ALARM`); `--variants` picks any other digits variants
 (DDP, the policies under the compute straggler, a jittered network, the configuration
-ablation, `ABLATION`). `--slow-link MBIT` adds the straggler as a slow network link instead of slow
-compute, over the same window
+ablation, `ABLATION`). `--full`'s ASP steps run with momentum compensation
+(`FULL_COMPENSATE`: its short job's ASP phases were at the instability edge). `--slow-link
+MBIT` adds the straggler as a slow network link instead of slow compute, over the same window
 (`bench_slow_link`). The goals (`GOALS`) are printed met / not met beside the ratios, with
-greedy's bound computed from the run's own BSP and ASP times (`greedy_bound`), and the switch
+each online policy's bound computed from the run's own BSP and ASP times and the steps its
+detector needs to see a slowdown (`greedy_bound`, `detection_lag_share`), and the switch
 overhead as the paper counts it: the share of the run's time spent switching.
+
+Accuracy on digits is over 300 held-out images a seed, so a median over the seeds moves in
+steps of 0.33 points, two images being 0.67. Isolate against greedy, the one goal that
+compares two policies' accuracies, is taken over every held-out image of the repeats
+instead (`pooled`: each seed holds out its own 300, 900 images at 3 repeats, 0.11 points an
+image), with the difference's standard error (`accuracy_gap_se`, about 0.7 points) as the
+tolerance of its goal: a smaller gap is not a measured one. Eval losses are reported beside
+it, against greedy's and BSP's: a model that fits its training images exactly (training
+loss near 0, as BSP and isolate do here) is surer of the few images it gets wrong, so a
+lower eval loss can mean a looser fit, not a better model.
 """
 
 from __future__ import annotations
