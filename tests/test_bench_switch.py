@@ -13,6 +13,7 @@ from shadowsync.bench.switch import (
     SCENARIOS,
     VARIANTS,
     LinkWindow,
+    accuracy_gap_se,
     compared_with,
     delay_slowdown,
     detection_lag_share,
@@ -21,6 +22,7 @@ from shadowsync.bench.switch import (
     greedy_bound,
     overhead_by_variant,
     paired,
+    pooled,
     ratios_of,
     run_job,
     settings_of,
@@ -311,3 +313,21 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
         f">= isolate_acc_tolerance_vs_greedy_{sc}")
     assert out["ratio_spread"][f"isolate_acc_minus_greedy_{sc}"] == pytest.approx([0.0, 2.0])
     assert out["ratio_spread"][f"greedy_time_vs_bsp_{sc}"] == [1.0, 1.0]
+
+
+def test_pooled_accuracy_weighs_each_repeat_by_its_held_out_images():
+    """metric_mean = sum(acc_r N_r) / sum(N_r) over the repeats that evaluated; a diverged
+    repeat (no examples) is left out of it, and a variant with none has no pooled value."""
+    runs = [{"variant": "isolate", "metric": 0.98, "eval_examples": 300},
+            {"variant": "isolate", "metric": 0.96, "eval_examples": 300},
+            {"variant": "isolate", "metric": 0.90, "eval_examples": 600},
+            {"variant": "isolate", "metric": 0.1, "eval_examples": None},
+            {"variant": "greedy", "metric": 0.1, "eval_examples": None}]
+    assert pooled(runs, "isolate") == {
+        "metric_mean": pytest.approx((0.98 * 300 + 0.96 * 300 + 0.9 * 600) / 1200),
+        "eval_n": 1200}
+    assert pooled(runs, "greedy") == {}
+    # the standard error of a difference of two such accuracies, in points
+    a, b = {"metric_mean": 0.98, "eval_n": 900}, {"metric_mean": 0.95, "eval_n": 400}
+    assert accuracy_gap_se(a, b) == pytest.approx(
+        100 * math.sqrt(0.98 * 0.02 / 900 + 0.95 * 0.05 / 400))
