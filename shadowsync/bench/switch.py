@@ -167,7 +167,8 @@ CTR_EXAMPLES = 100_000
 # without a slowdown (greedy's bound), BSP and the three online policies under each delay, and
 # greedy and elastic under the false alarm. 108 runs at 3 repeats; digits only, at
 # `FULL_DIGITS_EXAMPLES` (375 steps a trainer: each of 4 episodes lasts 27 of them, over the
-# detector's 15).
+# detector's 15 and under elastic's 45 with its patience; the bounds count both,
+# `detection_lag_share`).
 FULL_VARIANTS = ("bsp", "asp",
                  *(f"{p}+{sc}" for sc in DELAYS for p in ("bsp", "greedy", "elastic", "isolate")),
                  f"greedy+{FALSE_ALARM}", f"elastic+{FALSE_ALARM}")
