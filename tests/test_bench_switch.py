@@ -1,6 +1,7 @@
 """`bench switch`'s bookkeeping on made-up runs: paired differences by repeat, which
 variants a default run and a --full run include, and the slow link's window."""
 
+import math
 import threading
 import time
 
@@ -12,13 +13,16 @@ from shadowsync.bench.switch import (
     SCENARIOS,
     VARIANTS,
     LinkWindow,
+    accuracy_gap_se,
     compared_with,
     delay_slowdown,
+    detection_lag_share,
     digits_job,
     goal_met,
     greedy_bound,
     overhead_by_variant,
     paired,
+    pooled,
     ratios_of,
     run_job,
     settings_of,
@@ -166,6 +170,22 @@ def test_greedys_bound_is_the_issues_closed_form():
     assert greedy_bound(2.0, 1.0, 4, 0.25, 3.0) == pytest.approx(0.5 + 0.25 + 0.6)
     # a 30 ms delay on a 10 ms ASP step (asp 7.5 s over 750 steps) is a 4x slowdown
     assert delay_slowdown(0.03, 7.5, 750) == pytest.approx(4.0)
+    # the detector's lag: a tenth of the job in BSP at the slowed pace (1 + 2 x 1 a step),
+    # and a tenth less of the quota outside the window, run as ASP instead
+    assert greedy_bound(2.0, 1.0, 4, 0.5, 3.0, lag_share=0.1) == pytest.approx(
+        0.1 * (2.0 + 2 * 1.0) + 0.4 * 1.2 + 0.4 * 2.0 + 0.1 * 1.0)
+    # a lag as long as the window: BSP at the slowed pace all through it
+    assert greedy_bound(1.0, 1.0, 4, 0.5, 3.0, lag_share=0.7) == pytest.approx(0.5 * 3.0 + 0.5)
+
+
+def test_the_detection_lag_is_m_windows_of_steps_each_episode_and_elastics_patience_on_top():
+    """L = E min(D, steps w / (2E - 1)) / steps, D = m w = 15 at the detector's defaults;
+    elastic's patience at its floor adds 2 m w = 30."""
+    assert detection_lag_share("greedy", 750, 1) == pytest.approx(15 / 750)
+    assert detection_lag_share("isolate", 750, 4) == pytest.approx(4 * 15 / 750)
+    assert detection_lag_share("elastic", 750, 1) == pytest.approx(45 / 750)
+    # four episodes of 375 x 0.5 / 7 = 26.8 steps: elastic's 45 outlast each
+    assert detection_lag_share("elastic", 375, 4) == pytest.approx(0.5 * 4 / 7)
 
 
 def test_bounds_and_goals_from_a_runs_own_medians():
@@ -177,34 +197,45 @@ def test_bounds_and_goals_from_a_runs_own_medians():
     res = {"metric": "accuracy", "switch_overhead_s": 0.01, "switch_overhead_share": 0.006,
            "gradients": 3000, "workers": 4, "bsp_share": 0.5,
            "medians": {v: {"train_s": t, "metric": m} for v, (t, m) in med.items()}}
+    for v in ("greedy+delay30ms_1t_1e", "isolate+delay30ms_1t_1e"):  # 3 repeats of 300
+        res["medians"][v].update(metric_mean=res["medians"][v]["metric"], eval_n=900)
     ratios = ratios_of(res, "")
-    assert ratios["bound_s_straggler"] == pytest.approx(11.0)
-    assert ratios["greedy_time_vs_bound_straggler"] == pytest.approx(11.5 / 11.0)
+    # the detector's 15 of 750 steps in BSP at the 3x pace, then the best case
+    lag = 15 / 750
+    bound = lag * (10 + 2 * 10) + (0.5 - lag) * 10 * 4 / (3 + 1 / 3) + (0.5 - lag) * 10 + lag * 10
+    assert ratios["bound_s_straggler"] == pytest.approx(bound)
+    assert ratios["greedy_time_vs_bound_straggler"] == pytest.approx(11.5 / bound)
     # delay: 30 ms on an ASP step of 10 s / 750 steps = 13.3 ms, a 3.25x slowdown of the step
     s = 1 + 0.03 * 750 / 10.0
     assert ratios["step_slowdown_delay30ms_1t_1e"] == pytest.approx(s)
     assert ratios["bsp_slowdown_delay30ms_1t_1e"] == pytest.approx(3.0)  # BSP 30 s over 10 s
-    assert ratios["bound_s_delay30ms_1t_1e"] == pytest.approx(5.0 + 5.0 * 4 / (3 + 1 / s))
+    assert ratios["bound_s_delay30ms_1t_1e"] == pytest.approx(
+        greedy_bound(10.0, 10.0, 4, 0.5, s, 1, 0.5, lag))
     assert ratios["greedy_time_vs_bsp_delay30ms_1t_1e"] == pytest.approx(14.0 / 30.0)
     assert ratios["greedy_acc_minus_bsp_delay30ms_1t_1e"] == pytest.approx(-1.5)
-    # isolate against greedy: +0.3 points in 15 / 14 of its time
+    # isolate against greedy: +0.3 points in 15 / 14 of its time, over 900 images each
     assert ratios["isolate_acc_minus_greedy_delay30ms_1t_1e"] == pytest.approx(0.3)
+    se = 100 * math.sqrt((0.968 * 0.032 + 0.965 * 0.035) / 900)
+    assert ratios["isolate_acc_tolerance_vs_greedy_delay30ms_1t_1e"] == pytest.approx(-se)
     assert ratios["isolate_time_vs_greedy_delay30ms_1t_1e"] == pytest.approx(15 / 14)
     # 10 ms on 2 trainers in 4 episodes: on for 4 of the window's 7 slices (2/7 of the job),
     # a 1.75x slowdown; the bound's window is that share, the rest BSP then ASP
     s, on = 1 + 0.01 * 750 / 10.0, 0.5 * 4 / 7
     assert ratios["step_slowdown_delay10ms_2t_4e"] == pytest.approx(s)
     assert ratios["bound_s_delay10ms_2t_4e"] == pytest.approx(
-        greedy_bound(10.0, 10.0, 4, 0.5, s, 2, on))
+        greedy_bound(10.0, 10.0, 4, 0.5, s, 2, on, 4 * lag))
     assert ratios["bound_s_delay10ms_2t_4e"] == pytest.approx(
-        0.5 * 10 + (1 - on - 0.5) * 10 + on * 10 * 4 / (2 + 2 / s))
+        4 * lag * (10 + (s - 1) * 10) + (on - 4 * lag) * 10 * 4 / (2 + 2 / s)
+        + (0.5 - 4 * lag) * 10 + (1 - on - 0.5 + 4 * lag) * 10)
     met = {k: goal_met(k, ratios) for k in ratios}
     assert met["greedy_time_vs_bound_straggler"] is True  # 1.045 <= 1.1
     assert met["switch_acc_minus_bsp"] is True  # -0.2 >= -0.5
     assert met["asp_acc_minus_bsp"] is True  # -4 <= -1
     assert met["switch_acc_minus_bsp_straggler"] is True  # -0.5 >= -1
     assert met["greedy_acc_minus_bsp_delay30ms_1t_1e"] is False  # -1.5 < -1
-    assert met["isolate_acc_minus_greedy_delay30ms_1t_1e"] is True  # +0.3 >= 0
+    assert met["isolate_acc_minus_greedy_delay30ms_1t_1e"] is True  # +0.3 >= -0.85
+    assert goal_met("isolate_acc_minus_greedy_delay30ms_1t_1e", {  # -0.9 < -0.85: below
+        **ratios, "isolate_acc_minus_greedy_delay30ms_1t_1e": -0.9}) is False
     assert met["isolate_time_vs_greedy_delay30ms_1t_1e"] is True  # 1.07 <= 1.1
     assert "isolate_time_vs_greedy_delay10ms_2t_4e" not in ratios  # greedy did not run
     # -1.0 points as accuracies give it (100 x (0.9667 - 0.9767) = -1.0000000000000009)
@@ -262,6 +293,7 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
         iso = variant.startswith("isolate")
         return {"train_s": 10.0 + seed, "run_s": 12.0 + seed, "startup_s": 2.0,
                 "metric": 0.97 + 0.01 * seed * iso, "loss": 0.1, "examples": 1,
+                "eval_examples": 300,
                 "curve": [], **switch_fields({}), "staleness_mean": None, "diverged": None,
                 "straggler_switches": left.get(variant, [0, 0, 0])[seed]}
 
@@ -276,6 +308,26 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
     assert goals["greedy_false_alarm_switches"] == {"goal": ">= 1", "value": 1, "met": True}
     assert goals["elastic_false_alarm_switches"] == {"goal": "<= 0", "value": 0, "met": True}
     sc = "delay30ms_1t_1e"
-    assert goals[f"isolate_acc_minus_greedy_{sc}"]["value"] == pytest.approx(1.0)
+    assert goals[f"isolate_acc_minus_greedy_{sc}"]["value"] == pytest.approx(1.0)  # 900 images
+    assert goals[f"isolate_acc_minus_greedy_{sc}"]["goal"] == (
+        f">= isolate_acc_tolerance_vs_greedy_{sc}")
     assert out["ratio_spread"][f"isolate_acc_minus_greedy_{sc}"] == pytest.approx([0.0, 2.0])
     assert out["ratio_spread"][f"greedy_time_vs_bsp_{sc}"] == [1.0, 1.0]
+
+
+def test_pooled_accuracy_weighs_each_repeat_by_its_held_out_images():
+    """metric_mean = sum(acc_r N_r) / sum(N_r) over the repeats that evaluated; a diverged
+    repeat (no examples) is left out of it, and a variant with none has no pooled value."""
+    runs = [{"variant": "isolate", "metric": 0.98, "eval_examples": 300},
+            {"variant": "isolate", "metric": 0.96, "eval_examples": 300},
+            {"variant": "isolate", "metric": 0.90, "eval_examples": 600},
+            {"variant": "isolate", "metric": 0.1, "eval_examples": None},
+            {"variant": "greedy", "metric": 0.1, "eval_examples": None}]
+    assert pooled(runs, "isolate") == {
+        "metric_mean": pytest.approx((0.98 * 300 + 0.96 * 300 + 0.9 * 600) / 1200),
+        "eval_n": 1200}
+    assert pooled(runs, "greedy") == {}
+    # the standard error of a difference of two such accuracies, in points
+    a, b = {"metric_mean": 0.98, "eval_n": 900}, {"metric_mean": 0.95, "eval_n": 400}
+    assert accuracy_gap_se(a, b) == pytest.approx(
+        100 * math.sqrt(0.98 * 0.02 / 900 + 0.95 * 0.05 / 400))

@@ -220,7 +220,8 @@ class Clock:
 def test_the_time_a_switch_takes_the_job_is_decision_to_first_new_step_less_its_compute():
     """Two workers, BSP for 2 of 6 gradients, then ASP, then (`asp:..,bsp`) the other way.
     The switch's time is from the decision to the first step under the new protocol applied,
-    less that step's compute: here the 30 ms the reply and a late worker took."""
+    less that step's pace (compute and the link part of the worker's previous round trip,
+    `wait_s`): here the 30 ms a late worker took."""
     from shadowsync.runners.switch.schedule import Schedule
 
     clock = Clock()
@@ -234,8 +235,8 @@ def test_the_time_a_switch_takes_the_job_is_decision_to_first_new_step_less_its_
     server.push("w", g, Push("bsp", 0, 0, 0.1, 0.0, False, 1, 0.01)).wait()  # decided: ASP
     (sw,) = server.switches("w")
     assert (sw["from"], sw["to"], sw["decided_s"]) == ("bsp", "asp", 100.01)
-    clock.now = 100.01 + 0.03 + 0.2  # 30 ms of switching, then a step of 200 ms compute
-    server.push("w", g, Push("asp", 1, 1, 0.05, 0.0, False, 0, 0.2)).wait()
+    clock.now = 100.01 + 0.03 + 0.2 + 0.01  # 30 ms of switching, a step of 200 ms + 10 ms
+    server.push("w", g, Push("asp", 1, 1, 0.05, 0.0, False, 0, 0.2, 0.01)).wait()
     assert server.switches("w")[0]["switch_s"] == pytest.approx(0.03)
     clock.now += 0.5  # a later step does not move it
     server.push("w", g, Push("asp", 1, 1, 0.05, 0.0, False, 1, 0.1)).wait()

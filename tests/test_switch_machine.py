@@ -135,20 +135,21 @@ def test_isolate_takes_the_stragglers_workers_out_of_bsp_steps():
     assert m.isolated == () and m.bsp_workers == 6
 
 
-def test_switch_time_is_decision_to_first_new_step_less_its_compute():
-    """switch_s = t_applied - t_decided - compute (a BSP step's compute: its longest)."""
+def test_switch_time_is_decision_to_first_new_step_less_its_pace():
+    """switch_s = max(0, t_applied - t_decided - pace), pace = compute + link (a BSP step's:
+    its longest)."""
     clock = Clock(10.0)
     m = machine("bsp:0.5,asp", budget=8, clock=clock)
     bsp_step(m)
     bsp_step(m)  # A = 4: ASP decided at t = 10
     assert m.switches[0]["decided_s"] == 10.0
-    clock.now = 10.0 + 0.04 + 0.25
+    clock.now = 10.0 + 0.04 + 0.25 + 0.01
     m.enter_phase(1, ASP, version=2, server_s=0.001)
-    m.asp_applied(1, compute_s=0.25)
+    m.asp_applied(1, SwitchMachine.pace(0.25, 0.01))
     assert m.switches[0]["switch_s"] == pytest.approx(0.04)
     assert (m.switches[0]["version"], m.switches[0]["server_s"]) == (2, 0.001)
     clock.now += 1.0
-    m.asp_applied(1, compute_s=0.1)  # a later step does not move it
+    m.asp_applied(1, 0.1)  # a later step does not move it
     assert m.switches[0]["switch_s"] == pytest.approx(0.04)
 
     clock = Clock(0.0)
@@ -157,11 +158,22 @@ def test_switch_time_is_decision_to_first_new_step_less_its_compute():
     m.asp_applied(0, 0.0)
     m.decide(0)  # BSP decided at t = 0
     clock.now = 0.5
-    m.bsp_gradient(0.3)
-    m.bsp_gradient(0.2)
+    m.bsp_gradient(SwitchMachine.pace(0.3, 0.05))
+    m.bsp_gradient(SwitchMachine.pace(0.2, 0.02))
     m.bsp_step_applied(2, phase=1)
-    assert m.switches[0]["switch_s"] == pytest.approx(0.5 - 0.3)
-    assert m.step_compute == 0.0  # the next step starts its own maximum
+    assert m.switches[0]["switch_s"] == pytest.approx(0.5 - 0.35)
+    assert m.step_pace == 0.0  # the next step starts its own maximum
+
+    # a step whose link came back faster than the previous round trip's: 0, not less
+    clock = Clock(0.0)
+    m = machine("asp:0.25,bsp", budget=8, clock=clock)
+    m.asp_applied(0, 0.0)
+    m.asp_applied(0, 0.0)
+    m.decide(0)
+    clock.now = 0.3
+    m.bsp_gradient(SwitchMachine.pace(0.28, 0.05))
+    m.bsp_step_applied(2, phase=1)
+    assert m.switches[0]["switch_s"] == 0.0
 
 
 def test_pace_is_compute_plus_the_link_part_of_the_round_trip_under_either_protocol():

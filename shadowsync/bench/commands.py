@@ -241,7 +241,8 @@ def _add_switch(bench: Any) -> None:
     sw.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     sw.add_argument("--full", action="store_true",
                     help="instead of the default's: what the delay and false-alarm goals need, "
-                    "on digits at 48k examples: BSP and ASP, then BSP, greedy, elastic and "
+                    "on digits at 48k examples with ASP steps' momentum compensated: BSP and "
+                    "ASP, then BSP, greedy, elastic and "
                     "isolate behind a link delayed 10 and 30 ms on 1 and on 2 trainers in 1 "
                     "and in 4 episodes, and greedy and elastic under a false alarm (108 runs "
                     "at 3 repeats, no ctr); --variants runs any other")

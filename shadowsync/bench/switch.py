@@ -20,11 +20,23 @@ and 30 ms, on one and on two trainers, in one episode and in four; each also rep
 slowdown of a step, `step_slowdown_*`, and of BSP's run, `bsp_slowdown_*`), and greedy and
 elastic under a false alarm (`FALSE_ALARM`); `--variants` picks any other digits variants
 (DDP, the policies under the compute straggler, a jittered network, the configuration
-ablation, `ABLATION`). `--slow-link MBIT` adds the straggler as a slow network link instead of slow
-compute, over the same window
+ablation, `ABLATION`). `--full`'s ASP steps run with momentum compensation
+(`FULL_COMPENSATE`: its short job's ASP phases were at the instability edge). `--slow-link
+MBIT` adds the straggler as a slow network link instead of slow compute, over the same window
 (`bench_slow_link`). The goals (`GOALS`) are printed met / not met beside the ratios, with
-greedy's bound computed from the run's own BSP and ASP times (`greedy_bound`), and the switch
+each online policy's bound computed from the run's own BSP and ASP times and the steps its
+detector needs to see a slowdown (`greedy_bound`, `detection_lag_share`), and the switch
 overhead as the paper counts it: the share of the run's time spent switching.
+
+Accuracy on digits is over 300 held-out images a seed, so a median over the seeds moves in
+steps of 0.33 points, two images being 0.67. Isolate against greedy, the one goal that
+compares two policies' accuracies, is taken over every held-out image of the repeats
+instead (`pooled`: each seed holds out its own 300, 900 images at 3 repeats, 0.11 points an
+image), with the difference's standard error (`accuracy_gap_se`, about 0.7 points) as the
+tolerance of its goal: a smaller gap is not a measured one. Eval losses are reported beside
+it, against greedy's and BSP's: a model that fits its training images exactly (training
+loss near 0, as BSP and isolate do here) is surer of the few images it gets wrong, so a
+lower eval loss can mean a looser fit, not a better model.
 """
 
 from __future__ import annotations
@@ -42,6 +54,8 @@ from typing import Any
 
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
 from shadowsync.config import TrainConfig
+from shadowsync.runners.switch.elastic import derived_patience_s
+from shadowsync.spec.detector import DetectorConfig
 from shadowsync.transport.delay import link_kind
 
 # The slowdowns a variant may meet (`--straggler`), each over the middle half of the job:
@@ -153,11 +167,24 @@ CTR_EXAMPLES = 100_000
 # without a slowdown (greedy's bound), BSP and the three online policies under each delay, and
 # greedy and elastic under the false alarm. 108 runs at 3 repeats; digits only, at
 # `FULL_DIGITS_EXAMPLES` (375 steps a trainer: each of 4 episodes lasts 27 of them, over the
-# detector's 15).
+# detector's 15 and under elastic's 45 with its patience; the bounds count both,
+# `detection_lag_share`).
 FULL_VARIANTS = ("bsp", "asp",
                  *(f"{p}+{sc}" for sc in DELAYS for p in ("bsp", "greedy", "elastic", "isolate")),
                  f"greedy+{FALSE_ALARM}", f"elastic+{FALSE_ALARM}")
 FULL_DIGITS_EXAMPLES = 48_000
+# --full's ASP steps (every ASP phase, and an isolated trainer's pushes) run with momentum
+# compensation (`switch.configure`: explicit momentum max(0, 0.9 - (1 - 1/4)) = 0.15, the
+# total with asynchrony's implicit 1 - 1/n near BSP's 0.9); BSP steps are unchanged. Why: its
+# four-episode delays start ASP phases a quarter into a job of 375 steps a trainer, and ASP
+# at lr 0.1 / 4 with momentum 0.9 kept, twice past the job's momentum, fell to chance on
+# some seeds (greedy -83 and -87 points as medians of 3, and once in a one-episode case), so
+# greedy's accuracy said where the instability edge lay, not what the policy does. With
+# compensation (seeds 0-2, 48k examples): greedy within 0.67 points of BSP on every seed
+# behind 30 ms links (one trainer in one and four episodes, two in four), ASP alone still
+# 0.67-2.0 points under BSP (median 2.0). The default run keeps the paper's policy (momentum
+# kept), whose ablation it reports (`ABLATION`).
+FULL_COMPENSATE = True
 # digits: 96,000 examples (about 64 passes over the 1,497 training images, 750 steps a
 # trainer), BSP at lr 0.1 with momentum 0.9 (global batch 4 x 32); ASP steps at lr 0.1 / 4
 # with momentum kept (`switch.configure`, the paper's policy). At lr 0.025 ASP alone matched
@@ -177,10 +204,12 @@ LINK_VARIANTS = {"bsp+slow-link": ("bsp", "plan"), "greedy+slow-link": ("switch"
 
 
 def digits_job(trainers: int, examples: int, share: float,
-               lr: float = DIGITS_LR) -> TrainConfig:
+               lr: float = DIGITS_LR, compensate: bool = False) -> TrainConfig:
+    """`compensate`: ASP steps at momentum max(0, m - (1 - 1/n)) (`--full`, `FULL_COMPENSATE`)."""
     return TrainConfig(task="digits", trainers=trainers, workers=1, embedding_servers=1,
                        examples=examples, batch_size=32, optimizer="sgd", lr=lr,
                        momentum=0.9, warmup_steps=0, switch_plan=f"bsp:{share:g},asp",
+                       switch_compensate_momentum=compensate,
                        eval_points=6, checkpoint_every="never",
                        progress=False, log_every=10**12).validate()
 
@@ -215,15 +244,18 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
         _, s = run(replace(cfg, out=str(out)))
     except TrainingDiverged as e:
         return {"train_s": None, "run_s": time.perf_counter() - t0, "startup_s": None,
-                "metric": CHANCE[metric], "loss": None, "examples": None, "curve": [],
+                "metric": CHANCE[metric], "loss": None, "train_loss": None,
+                "eval_examples": None, "examples": None, "curve": [],
                 **switch_fields({}),
                 "staleness_mean": None, "diverged": str(e)}
     run_s = time.perf_counter() - t0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(r["wall_s"], r[f"eval_{metric}"]) for r in rows
              if r.get("trainer") == 0 and r.get(f"eval_{metric}") is not None]
+    fit = [r["train_loss"] for r in rows if r.get("trainer") == 0 and "train_loss" in r]
     return {"train_s": s["train_s"], "run_s": run_s, "startup_s": run_s - s["train_s"],
             "metric": s[f"eval_{metric}"], "loss": s.get("eval_loss"),
+            "train_loss": fit[-1] if fit else None, "eval_examples": s.get("eval_examples"),
             "examples": s["examples"], "curve": curve,
             **switch_fields(s), "staleness_mean": s.get("staleness", {}).get("staleness_mean"),
             "diverged": None}
@@ -285,8 +317,9 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
 
     variants = {v: go(v) for v in names}
     runs = interleaved(variants, repeats, f"bench switch: {task}")
-    keys = ("train_s", "metric", "time_to_target_s", "loss", "straggler_switches")
-    med = {v: {k: median_of(runs, v, k) for k in keys} for v in variants}
+    keys = ("train_s", "metric", "time_to_target_s", "loss", "train_loss",
+            "straggler_switches")
+    med = {v: {k: median_of(runs, v, k) for k in keys} | pooled(runs, v) for v in variants}
     spreads = {v: {k: spread(runs, v, k) for k in keys} for v in variants}
     costs = [c for r in runs for c in r["switch_cost_s"]]
     by_variant = overhead_by_variant(runs)
@@ -310,6 +343,28 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             "diverged": {v: sum(1 for r in runs if r["variant"] == v and r.get("diverged"))
                          for v in variants},
             "params_identical_at_every_switch": all(r["params_identical"] for r in runs)}
+
+
+def pooled(runs: list[dict[str, Any]], variant: str) -> dict[str, float]:
+    """The metric over every held-out example of a variant's repeats (`metric_mean`, each
+    repeat weighted by its examples; digits: each seed holds out its own 300 images, so 3
+    repeats judge 900) and how many that is (`eval_n`): where a median over the seeds moves
+    in steps of one image in 300, this resolves one in 900."""
+    done = [r for r in runs if r["variant"] == variant and r.get("eval_examples")]
+    n = sum(r["eval_examples"] for r in done)
+    if not n:
+        return {}
+    return {"metric_mean": sum(r["metric"] * r["eval_examples"] for r in done) / n,
+            "eval_n": n}
+
+
+def accuracy_gap_se(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The standard error, in points, of the difference of two pooled accuracies (`pooled`),
+    each the share of N independent held-out images a model gets right (binomial):
+        se = 100 sqrt(p_a (1 - p_a) / N_a + p_b (1 - p_b) / N_b)
+    about 0.7 points at 98% over 900 images each."""
+    return 100.0 * math.sqrt(sum(m["metric_mean"] * (1 - m["metric_mean"]) / m["eval_n"]
+                                 for m in (a, b)))
 
 
 def overhead_by_variant(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -458,22 +513,51 @@ def compared_with(variant: str) -> str:
 
 
 def greedy_bound(bsp_s: float, asp_s: float, workers: int, bsp_share: float,
-                 slowdown: float, slowed: int = 1, window: float = WINDOW_LENGTH) -> float:
+                 slowdown: float, slowed: int = 1, window: float = WINDOW_LENGTH,
+                 lag_share: float = 0.0) -> float:
     """The shortest time greedy can take when `slowed` of `workers` workers run `slowdown`
     times slower over a `window` share of the job, from the run's own straggler-free times:
     BSP's `bsp_s` and ASP's `asp_s` for the whole job.
 
-    Best case: the detector sees the straggler at once; ASP over the window, where the
-    others go on at full pace and the slowed ones at 1/slowdown, so the window's work takes
-    w * asp_s * n / (n - k + k / s); outside it BSP until the quota q is done, then ASP:
-    min(q, 1 - w) * bsp_s + max(0, 1 - w - q) * asp_s. With BSP and ASP equally fast
-    (asp_s = bsp_s = 1), n = 4, one worker 3x slower over the middle half and q = 0.5:
-    0.5 + 0.5 * 4 / 3.33 = 1.1, where BSP takes 0.5 + 0.5 * 3 = 2.0.
+    Best case: ASP over the window, where the others go on at full pace and the slowed ones
+    at 1/slowdown, so the window's work takes w * asp_s * n / (n - k + k / s); outside it
+    BSP until the quota q is done, then ASP: min(q, 1 - w) * bsp_s + max(0, 1 - w - q) *
+    asp_s. With BSP and ASP equally fast (asp_s = bsp_s = 1), n = 4, one worker 3x slower
+    over the middle half and q = 0.5: 0.5 + 0.5 * 4 / 3.33 = 1.1, where BSP takes 0.5 + 0.5
+    * 3 = 2.0.
+
+    A policy does not see a slowdown at once: the detector flags a trainer after m windows
+    of w of its steps, so the first `lag_share` L of the window (`detection_lag_share`) runs
+    BSP at the slowed pace, each step (s - 1) ASP steps longer, and counts against the
+    quota:
+        bound = L (bsp_s + (s - 1) asp_s) + (w - L) asp_s n / (n - k + k / s)
+                + min(q', 1 - w) bsp_s + max(0, 1 - w - q') asp_s,   q' = max(0, q - L)
+    (after the slowdown the detector takes as long again to clear, under ASP: those steps
+    are the ASP the lower quota q' leaves outside the window). L = 0 is the best case above.
     """
     n, k, s, w = workers, slowed, slowdown, window
-    inside = w * asp_s * n / (n - k + k / s)
-    outside = min(bsp_share, 1 - w) * bsp_s + max(0.0, 1 - w - bsp_share) * asp_s
+    lag = min(lag_share, w)
+    inside = lag * (bsp_s + (s - 1) * asp_s) + (w - lag) * asp_s * n / (n - k + k / s)
+    quota = max(0.0, bsp_share - lag)
+    outside = min(quota, 1 - w) * bsp_s + max(0.0, 1 - w - quota) * asp_s
     return outside + inside
+
+
+def detection_lag_share(policy: str, steps: float, episodes: int,
+                        window: float = WINDOW_LENGTH,
+                        detector: DetectorConfig | None = None) -> float:
+    """The share of a job of `steps` steps a worker that `policy` runs before it acts on a
+    slowdown, over all its `episodes` (each an equal part of the window's 2E - 1 slices,
+    `LinkScenario.on_share`): the detector's m w steps, and elastic's patience on top (the
+    derived rule at its floor, `runners.switch.elastic`: 2 m w BSP steps), each capped at
+    its episode, which a slowdown shorter than the lag never leaves:
+        L = E min(D, steps w / (2E - 1)) / steps,   D = m w (+ patience for elastic)"""
+    detector = detector or DetectorConfig()  # the defaults the bench's jobs run with
+    d = detector.m * detector.window
+    if policy == "elastic":
+        d += derived_patience_s(1.0, 0.0, detector.k, detector.m, detector.window, 0.0)
+    episode = steps * window / (2 * episodes - 1)
+    return episodes * min(d, episode) / steps
 
 
 def delay_slowdown(delay_s: float, asp_s: float, steps_per_worker: float) -> float:
@@ -567,12 +651,21 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
         if f"isolate+{sc}" in m and f"greedy+{sc}" in m:
             iso, greedy = m[f"isolate+{sc}"], m[f"greedy+{sc}"]
             out[f"isolate_time_vs_greedy_{sc}{suffix}"] = iso["train_s"] / greedy["train_s"]
-            out[f"isolate_{key.replace('bsp', 'greedy')}_{sc}{suffix}"] = (
-                100.0 * (iso["metric"] - greedy["metric"]) if res["metric"] == "accuracy"
-                else iso["metric"] / greedy["metric"])
-            if iso.get("loss", math.nan) > 0 and greedy.get("loss", math.nan) > 0:
-                # the eval loss: finer than the accuracy on 300 images
-                out[f"isolate_loss_vs_greedy_{sc}{suffix}"] = iso["loss"] / greedy["loss"]
+            gap = f"isolate_{key.replace('bsp', 'greedy')}_{sc}{suffix}"
+            if res["metric"] != "accuracy":
+                out[gap] = iso["metric"] / greedy["metric"]
+            elif "eval_n" in iso and "eval_n" in greedy:  # over every held-out image
+                out[gap] = 100.0 * (iso["metric_mean"] - greedy["metric_mean"])
+                out[f"isolate_acc_tolerance_vs_greedy_{sc}{suffix}"] = -accuracy_gap_se(
+                    iso, greedy)
+            else:
+                out[gap] = 100.0 * (iso["metric"] - greedy["metric"])
+            # the eval loss, against greedy's and BSP's: it also rewards a model that fits
+            # its training images less tightly (less confident on the few it gets wrong)
+            for other in ("greedy", "bsp"):
+                b = m.get(f"{other}+{sc}", {})
+                if (iso.get("loss") or 0) > 0 and (b.get("loss") or 0) > 0:
+                    out[f"isolate_loss_vs_{other}_{sc}{suffix}"] = iso["loss"] / b["loss"]
     for p in ("greedy", "elastic"):  # left BSP for the false alarm: median over the seeds
         if f"{p}+{FALSE_ALARM}" in m:
             out[f"{p}_false_alarm_switches{suffix}"] = m[f"{p}+{FALSE_ALARM}"][
@@ -587,29 +680,31 @@ def ratios_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
 
 
 def bounds_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
-    """`POLICY_time_vs_bound_SCENARIO`: an online policy's time over `greedy_bound`, and the
-    bound itself (`bound_s_SCENARIO`), where the task ran BSP and ASP without a slowdown."""
+    """`POLICY_time_vs_bound_SCENARIO`: an online policy's time over `greedy_bound` with the
+    time it waits to see the slowdown (`detection_lag_share`), and the bound itself
+    (`bound_s_SCENARIO`; elastic's, longer by its patience: `elastic_bound_s_SCENARIO`),
+    where the task ran BSP and ASP without a slowdown."""
     m = res["medians"]
     if not ("bsp" in m and "asp" in m and "gradients" in res):
         return {}
     bsp_s, asp_s = m["bsp"]["train_s"], m["asp"]["train_s"]
     n = res["workers"]
     steps = res["gradients"] / n
-    slowdowns = {"straggler": (SLOWDOWN, 1, WINDOW_LENGTH),
-                 **{name: (delay_slowdown(s.ms / 1000, asp_s, steps), s.trainers, s.on_share)
-                    for name, s in DELAYS.items()}}
+    slowdowns = {"straggler": (SLOWDOWN, 1, WINDOW_LENGTH, 1),
+                 **{name: (delay_slowdown(s.ms / 1000, asp_s, steps), s.trainers, s.on_share,
+                           s.episodes) for name, s in DELAYS.items()}}
     out: dict[str, float | None] = {}
-    for scenario, (slowdown, slowed, window) in slowdowns.items():
+    for scenario, (slowdown, slowed, window, episodes) in slowdowns.items():
         if f"bsp+{scenario}" in m and scenario in DELAYS:  # the delay as the step feels it
             out[f"step_slowdown_{scenario}{suffix}"] = slowdown
             out[f"bsp_slowdown_{scenario}{suffix}"] = m[f"bsp+{scenario}"]["train_s"] / bsp_s
         policies = [v.partition("+")[0] for v in m if v.endswith(f"+{scenario}")
                     and v.partition("+")[0] in ("greedy", "elastic", "isolate")]
-        if not policies:
-            continue
-        bound = greedy_bound(bsp_s, asp_s, n, res["bsp_share"], slowdown, slowed, window)
-        out[f"bound_s_{scenario}{suffix}"] = bound
-        for p in policies:
+        for p in policies:  # each waits for the detector (`detection_lag_share`)
+            lag = detection_lag_share(p, steps, episodes)
+            bound = greedy_bound(bsp_s, asp_s, n, res["bsp_share"], slowdown, slowed, window,
+                                 lag)
+            out[f"{'elastic_' * (p == 'elastic')}bound_s_{scenario}{suffix}"] = bound
             out[f"{p}_time_vs_bound_{scenario}{suffix}"] = m[f"{p}+{scenario}"]["train_s"] / bound
     return out
 
@@ -625,8 +720,10 @@ GOALS: dict[str, tuple[str, float | str]] = {
     # cases isolate at least as accurate as greedy in at most 1.1x its time
     **{f"{p}_{what}_{sc}": goal for sc in DELAYS for p in ("greedy", "elastic", "isolate")
        for what, goal in (("time_vs_bound", ("<=", 1.1)), ("acc_minus_bsp", (">=", -1.0)))},
+    # (not measurably less accurate: within one standard error of the pooled difference,
+    # `accuracy_gap_se`; a 300-image median moves in steps of 0.33 points)
     **{f"isolate_{what}_{sc}": goal for sc, s in DELAYS.items() if s.ms >= 30
-       for what, goal in (("acc_minus_greedy", (">=", 0.0)),
+       for what, goal in (("acc_minus_greedy", (">=", f"isolate_acc_tolerance_vs_greedy_{sc}")),
                           ("time_vs_greedy", ("<=", 1.1)))},
     # a false alarm shorter than elastic's patience: greedy leaves BSP for it, elastic not
     "greedy_false_alarm_switches": (">=", 1),
@@ -654,7 +751,10 @@ def goal_met(name: str, ratios: dict[str, float | None]) -> bool | None:
 
 
 def goal_text(name: str) -> str:
-    return f"{GOALS[name][0]} {GOALS[name][1]:g}" if name in GOALS else ""
+    if name not in GOALS:
+        return ""
+    op, bound = GOALS[name]
+    return f"{op} {bound}" if isinstance(bound, str) else f"{op} {bound:g}"
 
 
 def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = None,
@@ -674,6 +774,7 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
         digits_examples = FULL_DIGITS_EXAMPLES if full else DIGITS_EXAMPLES
     if digits_lr is None:
         digits_lr = DIGITS_LR
+    compensate = full and FULL_COMPENSATE
     results: dict[str, Any] = {}
     ratios: dict[str, float | None] = {}
     spreads: dict[str, list[float]] = {}  # each ratio's [min, max] seed by seed
@@ -684,7 +785,8 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
             names = tuple(dict.fromkeys([*needed, *(compared_with(v) for v in variants),
                                          *variants]))
         results["digits"] = bench_task(
-            root, "digits", digits_job(trainers, digits_examples, share, digits_lr), repeats,
+            root, "digits", digits_job(trainers, digits_examples, share, digits_lr, compensate),
+            repeats,
             names)
         ratios.update(ratios_of(results["digits"], ""))
         spreads.update(ratio_spreads(results["digits"], ""))
@@ -696,7 +798,8 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
     link = None
     if slow_link is not None:  # on digits, after the rest
         link = bench_slow_link(
-            root, digits_job(trainers, digits_examples, share, digits_lr), repeats, slow_link)
+            root, digits_job(trainers, digits_examples, share, digits_lr, compensate), repeats,
+            slow_link)
         if "medians" in link:
             m = link["medians"]
             ratios["switch_time_vs_bsp_slow_link"] = (m["greedy+slow-link"]["train_s"]
@@ -712,7 +815,8 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
              "time_split": {t: time_split(res["runs"]) for t, res in results.items()},
              "trainers": trainers, "share": share, "repeats": repeats, "full": full,
              "seeds": "repeat r of every variant: seed r",
-             **({"digits_lr": digits_lr, "digits_examples": digits_examples} if digits else {}),
+             **({"digits_lr": digits_lr, "digits_examples": digits_examples,
+                 "asp_momentum_compensated": compensate} if digits else {}),
              **({"ctr_examples": ctr_examples, "ctr_trainers": ctr_trainers,
                  "ctr_share": ctr_share} if ctr else {}),
              "medians": {t: r["medians"] for t, r in results.items()},

@@ -26,8 +26,13 @@ budget of gradients and P the phase being applied:
 - phases: a push of phase p > P enters phase p (its momentum reset is the server's); the
   switch's entry gets the parameters' version and the time the entry took the server.
 - switch time: from the decision to the first step of the new phase applied, less that
-  step's compute (the longest among a BSP step's gradients):
-      switch_s = t_applied - t_decided - compute
+  step's own time as a step without a switch would take it, its pace (below; the longest
+  among a BSP step's gradients):
+      switch_s = max(0, t_applied - t_decided - pace)
+  What is left is what the switch added: into BSP the wait for the workers still finishing
+  an ASP step, a momentum reset. Less the compute alone, it also counted the step's own
+  round trip (the reply carrying the decision and the push: a few ms a switch here, 30 ms
+  more behind a delayed link), which every step pays, switch or not.
 - pace (what the straggler detector sees of one step): compute + the link's part of the
   trainer's previous round trip (its round trip less the time the server held its gradient
   for the step's others, 0 under ASP). The same measure under BSP and ASP, so a trainer
@@ -73,7 +78,7 @@ class SwitchMachine:
     isolated: tuple[int, ...] = ()  # `isolate`: trainers pushing ASP while the rest run BSP
     stopped: bool = False  # the job was stopped: nothing more is applied
     switches: list[dict[str, Any]] = field(default_factory=list)
-    step_compute: float = 0.0  # the longest compute among the current BSP step's gradients
+    step_pace: float = 0.0  # the longest pace among the current BSP step's gradients
     after_bsp_step: bool = False  # the last thing applied was a whole BSP step
 
     def start(self) -> None:
@@ -120,23 +125,23 @@ class SwitchMachine:
             self.switches.append(entry)
         entry.update(version=version, server_s=server_s)
 
-    def bsp_gradient(self, compute_s: float) -> None:
-        """A BSP gradient is held until its step is complete."""
-        self.step_compute = max(self.step_compute, compute_s)
+    def bsp_gradient(self, pace_s: float) -> None:
+        """A BSP gradient is held until its step is complete; `pace_s`: its `pace`."""
+        self.step_pace = max(self.step_pace, pace_s)
 
-    def asp_applied(self, phase: int, compute_s: float) -> None:
-        """An ASP gradient of `phase` was applied; `compute_s`: its compute."""
+    def asp_applied(self, phase: int, pace_s: float) -> None:
+        """An ASP gradient of `phase` was applied; `pace_s`: its `pace`."""
         self.applied += 1
         self.after_bsp_step = False
-        self._first_step_done(phase, compute_s)
+        self._first_step_done(phase, pace_s)
 
     def bsp_step_applied(self, gradients: int, phase: int) -> None:
         """A BSP step of `gradients` gradients of `phase` was applied."""
         self.applied += gradients
         self.bsp_applied += gradients
         self.after_bsp_step = True
-        self._first_step_done(phase, self.step_compute)
-        self.step_compute = 0.0
+        self._first_step_done(phase, self.step_pace)
+        self.step_pace = 0.0
 
     def decide(self, bsp_waiting: int) -> None:
         """The protocol of the next step and who is isolated (see decide)."""
@@ -166,17 +171,15 @@ class SwitchMachine:
             self.bsp_applied = max(0, self.bsp_applied - extra)
         self.applied = gradients
 
-    def _first_step_done(self, phase: int, compute_s: float) -> None:
+    def _first_step_done(self, phase: int, pace_s: float) -> None:
         """The time a switch took the job, as the paper counts its overhead (summed into a
-        share of the training time, "as low as 1.7%" with its checkpoint and restart). What
-        is left after the step's own compute is the reply carrying the decision, a momentum
-        reset, and into BSP the wait for the workers still finishing an ASP step; every
-        gradient of that step was computed after its worker heard the decision, so it is not
-        negative."""
+        share of the training time, "as low as 1.7%" with its checkpoint and restart): see
+        switch time. `pace_s` is the previous round trip's link time, an estimate of this
+        step's: one that came back faster would leave less than 0, counted as 0."""
         entry = next((sw for sw in reversed(self.switches) if sw["phase"] == phase), None)
         if entry is None or "decided_s" not in entry or "switch_s" in entry:
             return
-        entry["switch_s"] = self.clock() - entry["decided_s"] - compute_s
+        entry["switch_s"] = max(0.0, self.clock() - entry["decided_s"] - pace_s)
 
     # -- checkpoints: progress, the protocol decided and its phase, who is isolated (one flag
     # per trainer: a fixed shape), the schedule's own state. The budget and the schedule's

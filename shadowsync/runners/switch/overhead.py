@@ -4,7 +4,8 @@
   framework overhead can be as low as 1.7% of the total training time"): the share of the
   run's wall time spent switching, `share = sum(switch_s) / train_s`, where a switch's
   `switch_s` is the time from the decision to the first step under the new protocol applied,
-  less that step's own compute (measured on the dense server by `machine.SwitchMachine`).
+  less that step's own time, compute and round trip (measured on the dense server by
+  `machine.SwitchMachine`).
   Their switch was a checkpoint, a kill and a restart (minutes); ours is in place.
 - Per switch, as a worker lives it (`latency_s`, each switch's `cost_s`): how much longer its
   first push under the new protocol took than a typical push before it. BSP -> ASP costs a
