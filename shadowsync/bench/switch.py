@@ -32,8 +32,9 @@ Accuracy on digits is over 300 held-out images a seed, so a median over the seed
 steps of 0.33 points, two images being 0.67. Isolate against greedy, the one goal that
 compares two policies' accuracies, is taken over every held-out image of the repeats
 instead (`pooled`: each seed holds out its own 300, 900 images at 3 repeats, 0.11 points an
-image), with the difference's standard error (`accuracy_gap_se`, about 0.7 points) as the
-tolerance of its goal: a smaller gap is not a measured one. Eval losses are reported beside
+image), its goal as the issue states it (isolate at least as accurate), with the difference's
+standard error (`accuracy_gap_se`, about 0.7 points) printed beside it: a gap smaller than
+that is not a measured one. Eval losses are reported beside
 it, against greedy's and BSP's: a model that fits its training images exactly (training
 loss near 0, as BSP and isolate do here) is surer of the few images it gets wrong, so a
 lower eval loss can mean a looser fit, not a better model.
@@ -720,11 +721,10 @@ GOALS: dict[str, tuple[str, float | str]] = {
     # cases isolate at least as accurate as greedy in at most 1.1x its time
     **{f"{p}_{what}_{sc}": goal for sc in DELAYS for p in ("greedy", "elastic", "isolate")
        for what, goal in (("time_vs_bound", ("<=", 1.1)), ("acc_minus_bsp", (">=", -1.0)))},
-    # (not measurably less accurate: within one standard error of the pooled difference,
-    # `accuracy_gap_se`; a 300-image median moves in steps of 0.33 points)
+    # (over every held-out image of the repeats; the difference's standard error,
+    # `accuracy_gap_se`, is printed beside it: a 300-image median moves in 0.33 points)
     **{f"isolate_{what}_{sc}": goal for sc, s in DELAYS.items() if s.ms >= 30
-       for what, goal in (("acc_minus_greedy", (">=", f"isolate_acc_tolerance_vs_greedy_{sc}")),
-                          ("time_vs_greedy", ("<=", 1.1)))},
+       for what, goal in (("acc_minus_greedy", (">=", 0.0)), ("time_vs_greedy", ("<=", 1.1)))},
     # a false alarm shorter than elastic's patience: greedy leaves BSP for it, elastic not
     "greedy_false_alarm_switches": (">=", 1),
     "elastic_false_alarm_switches": ("<=", 0),
