@@ -5,8 +5,8 @@ Its inputs here are the ones every learner of the bench sees: the dense features
 each single-id feature as one of LightGBM's categorical features (split by id sets, not by id
 order), and each multi-hot feature as one 0/1 column per id (a sparse matrix). A feature
 bucketized from a number (`data prepare`'s NAME_quantile) is left out: it says nothing the
-number does not, a tree splits the number at any threshold itself, and read as a
-categorical with dozens of levels it costs the trees AUC (0.927 -> 0.924 on the census set). It trains on
+number does not, a tree splits the number at any threshold itself, and read as a categorical
+of dozens of levels it cost the trees AUC (0.927 -> 0.924 on the census set). It trains on
 the first 1 - val_share of the training rows, stops adding trees when the log loss of the
 validation tail has not improved for `patience` rounds, and reports the best round's model
 on the eval rows. Needs the `bench` extra (pip install 'shadowsync[bench]').
