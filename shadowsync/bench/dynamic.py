@@ -169,8 +169,8 @@ def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
     (13,927 words, most of them seen once or twice): for each budget of `rows` rows, fixed
     tables that fold the words modulo `rows` (``hash = true``) against dynamic tables with
     admission after 2 or 5 sightings of the same rows and of the same bytes, next to fixed
-    tables with a row for every word. Every variant runs `epochs` epochs (no early stopping: its validation split
-    would add noise of its own) with seed r in repeat r."""
+    tables with a row for every word. Every variant runs `epochs` epochs (no early stopping:
+    its validation split would add noise of its own) with seed r in repeat r."""
     import re
 
     import pyarrow.parquet as pq
