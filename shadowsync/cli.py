@@ -305,7 +305,7 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     prep.add_argument("--min-word-count", type=int, default=5,
                       help="clothing-reviews: keep the words seen at least this many times in "
                       "the training rows (1: every word, the long tail included)")
-    prep.add_argument("--buckets", type=int, default=64,
+    prep.add_argument("--buckets", type=int, default=128,
                       help="give each dense feature a categorical feature NAME_quantile: its "
                       "value's bucket among up to this many quantile buckets of the training "
                       "rows (edges kept in the schema; 0: none)")

@@ -73,7 +73,7 @@ GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy",
 AGE_BUCKETS = [18, 25, 35, 45, 50, 56]  # MovieLens 1M's age groups
 EVAL_SHARE = 0.1
 MIN_WORD_COUNT = 5
-BUCKETS = 64
+BUCKETS = 128
 
 
 def _read_bundled(name: str) -> pyarrow.Table:
