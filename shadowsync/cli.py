@@ -84,7 +84,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from shadowsync.data.prepare import prepare  # start-up cost: numpy, pyarrow
 
     info = prepare(args.name, args.out, args.seed, args.format, args.multi_hot,
-                   args.min_word_count)
+                   args.min_word_count, args.buckets)
     for part, f in info["files"].items():
         print(f"{part}: {f['path']} ({f['rows']:,} rows, click rate {f['click_rate']:.3f})")
     if args.format == "parquet":
@@ -305,6 +305,10 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     prep.add_argument("--min-word-count", type=int, default=5,
                       help="clothing-reviews: keep the words seen at least this many times in "
                       "the training rows (1: every word, the long tail included)")
+    prep.add_argument("--buckets", type=int, default=128,
+                      help="give each dense feature a categorical feature NAME_quantile: its "
+                      "value's bucket among up to this many quantile buckets of the training "
+                      "rows (edges kept in the schema; 0: none)")
     prep.set_defaults(func=_prepare)
 
 

@@ -27,6 +27,12 @@ table_size = 50
 name = "item"
 table_size = 30
 
+[[categorical]]
+name = "x0_quantile"
+bucketize = "x0"
+edges = [-1.0, 0.0, 0.7]
+table_size = 4
+
 [[multi_hot]]
 name = "tags"
 table_size = 8

@@ -92,6 +92,8 @@ def test_the_census_and_review_sets_are_binary_tasks_with_ids_and_numbers(
     t = pq.read_table(tmp_path / "a" / "train.parquet")
     assert set(t.column("label").to_pylist()) == {0, 1}
     for c in schema.categorical:  # ids within their tables, 0 only for a missing value
+        if c.bucketize:
+            continue
         ids = np.array(t.column(c.name).to_pylist())
         assert ids.min() >= 0 and ids.max() < c.table_size
     for d in schema.dense:  # standardised on the training rows
@@ -119,3 +121,45 @@ def test_min_word_count_keeps_the_long_tail_of_review_words(bundled, tmp_path):
 def test_a_min_word_count_below_one_is_one_line():
     with pytest.raises(UserError, match="--min-word-count must be at least 1, got 0"):
         prepare.prepare("clothing-reviews", "/nonexistent", min_word_count=0)
+
+
+def test_quantile_edges_cut_equal_counts_and_give_a_spike_its_own_bucket():
+    x = np.arange(100.0)
+    assert prepare.quantile_edges(x, 4) == pytest.approx([24.75, 49.5, 74.25])
+    # few distinct values: one bucket each, edges halfway between them
+    assert prepare.quantile_edges(np.array([3.0, 1.0, 1.0, 2.0]), 4) == [1.5, 2.5]
+    # 0 holds 60 of 100 rows (> 1/4): its own bucket, the other 40 values cut into 3
+    spiked = np.concatenate([np.zeros(60), np.arange(1.0, 41.0)])
+    edges = prepare.quantile_edges(spiked, 4)
+    rest = np.quantile(np.arange(1.0, 41.0), [1 / 3, 2 / 3])
+    assert edges == pytest.approx([0.5, *rest])
+    ids = np.searchsorted(edges, spiked, side="right")
+    assert (ids[:60] == 0).all() and np.bincount(ids[60:]).tolist() == [0, 13, 13, 14]
+
+
+@pytest.mark.timeout(300)
+def test_each_number_gets_quantile_buckets_of_the_training_rows(bundled, tmp_path):
+    """adult: a NAME_quantile feature per dense column, edges from the training rows only;
+    the eval rows are cut at the same edges; --buckets 0 leaves them out."""
+    info = prepare.prepare("adult", str(tmp_path / "a"), seed=0, buckets=16)
+    schema = tabular.TableSchema.load(info["schema"])
+    cut = {c.bucketize: c for c in schema.categorical if c.bucketize}
+    assert list(cut) == list(schema.dense)
+    train = pq.read_table(tmp_path / "a" / "train.parquet")
+    for name, c in cut.items():
+        x = train.column(name).to_numpy()
+        assert list(c.edges) == prepare.quantile_edges(x, 16)
+        assert c.name == f"{name}_quantile" and c.table_size == len(c.edges) + 1 <= 17
+    # capital gain: zero for most people, a bucket of its own
+    gain = cut["capital_gain"]
+    x = train.column("capital_gain").to_numpy()
+    assert (gain.bucket_ids(x[x == x.min()]) == 0).all() and gain.bucket_ids(x).max() > 4
+    held = tabular.convert(str(tmp_path / "a" / "eval.parquet"), info["schema"])
+    cats = np.load(held / "cats.npy")[:, -len(cut):]
+    ev = pq.read_table(tmp_path / "a" / "eval.parquet")
+    for j, c in enumerate(cut.values()):
+        assert (cats[:, j] == c.bucket_ids(ev.column(c.bucketize).to_numpy())).all()
+    plain = prepare.prepare("adult", str(tmp_path / "b"), seed=0, buckets=0)
+    assert not any(c.bucketize for c in tabular.TableSchema.load(plain["schema"]).categorical)
+    with pytest.raises(UserError, match="--buckets must be 0 \\(none\\) or at least 2, got 1"):
+        prepare.prepare("adult", str(tmp_path / "c"), buckets=1)

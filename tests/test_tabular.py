@@ -253,3 +253,57 @@ def test_table_size_against_sizes_the_schema_declares_is_refused(tmp_path, schem
         features_of(TrainConfig(data=data, schema=schema, table_size=[50]))
     assert str(e.value) == (f"--table-size: {schema} declares its tables' sizes (10, 7, 5); "
                             "set them there, not with --table-size")
+
+
+BUCKETED = SCHEMA + """
+[[categorical]]
+name = "age_bucket"
+bucketize = "age"
+edges = [0.0, 1.5]
+table_size = 3
+"""
+
+
+def test_a_bucketized_feature_cuts_its_column_at_the_edges_in_parquet_and_csv(tmp_path):
+    """id = #edges <= value: ages 0.5, 1.5, -2, 3 against edges 0, 1.5 -> 1, 2, 0, 2; the
+    age stays a dense feature too, and features.json carries the rule."""
+    path = tmp_path / "b.toml"
+    path.write_text(BUCKETED)
+    table = _table()
+    from_parquet = tabular.convert(_parquet(tmp_path, table), str(path))
+    csv = tmp_path / "d.csv"
+    pacsv.write_csv(table.drop(["genres", "genre_weights"]), csv)
+    path_csv = tmp_path / "c.toml"
+    path_csv.write_text(BUCKETED.replace('weights = "genre_weights"\n', "")
+                        .replace("[[multi_hot]]\nname = \"genres\"\ntable_size = 5\n"
+                                 "pooling = \"mean\"\n", ""))
+    from_csv = tabular.convert(str(csv), str(path_csv))
+    for out in (from_parquet, from_csv):
+        assert np.load(out / "cats.npy")[:, 2].tolist() == [1, 2, 0, 2]
+        assert np.load(out / "dense.npy")[:, 0].tolist() == [0.5, 1.5, -2.0, 3.0]
+        declared = json.loads((out / "features.json").read_text())["categorical"][2]
+        assert declared == {"name": "age_bucket", "table_size": 3, "bucketize": "age",
+                            "edges": [0.0, 1.5]}
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('edges = [1.0]\n', "'edges' needs 'bucketize'"),
+    ('bucketize = "age"\nedges = [1.0, 1.0]\n', "'edges' must increase"),
+    ('bucketize = "age"\nedges = []\n', "'edges' must be a list of finite numbers"),
+    ('bucketize = "age"\nedges = [0.0, nan]\n', "'edges' must be a list of finite numbers"),
+    ('bucketize = "age"\nedges = [0.0, 1.0, 2.0]\n', "3 edges make 4 buckets: set "
+     "table_size = 4"),
+    ('bucketize = "age"\nedges = [0.0, 1.0]\nhash = true\n', "no hash"),
+])
+def test_bad_bucket_rules_name_the_feature(tmp_path, extra, message):
+    path = tmp_path / "s.toml"
+    path.write_text(f'label = "click"\n[[categorical]]\nname = "a"\ntable_size = 3\n{extra}')
+    with pytest.raises(UserError, match=re.escape(message)):
+        tabular.TableSchema.load(str(path))
+
+
+def test_a_bucketized_column_that_is_not_a_number_is_named(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text(BUCKETED.replace('bucketize = "age"', 'bucketize = "unused"'))
+    with pytest.raises(UserError, match=re.escape("column 'unused' (dense) is string")):
+        tabular.convert(_parquet(tmp_path, _table()), str(path))

@@ -38,6 +38,7 @@ class Rows:
     bags: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]  # values, offsets, weights
     table_sizes: list[int]  # single-id tables, then multi-hot
     poolings: list[str]
+    bucketized: tuple[int, ...] = ()  # single-id columns cut from a dense feature's number
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -55,7 +56,7 @@ class Rows:
             new_offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, 0)])
             bags.append((values[pos], new_offsets, None if weights is None else weights[pos]))
         return Rows(self.labels[t], self.dense[t], self.cats[t], bags, self.table_sizes,
-                    self.poolings)
+                    self.poolings, self.bucketized)
 
 
 def load_rows(path: str) -> Rows:
@@ -68,6 +69,7 @@ def load_rows(path: str) -> Rows:
     cats = torch.from_numpy(np.load(p / "cats.npy").astype(np.int64))
     doc = json.loads((p / arrays.FEATURES).read_text())
     sizes = [int(c["table_size"]) for c in doc["categorical"]]
+    bucketized = tuple(j for j, c in enumerate(doc["categorical"]) if c.get("bucketize"))
     bags, poolings = [], []
     for m in doc.get("multi_hot", []):
         values, offsets, weights = arrays.check_multi_hot(str(p), m["name"],
@@ -78,7 +80,7 @@ def load_rows(path: str) -> Rows:
                      None if weights is None else torch.from_numpy(np.array(weights))))
         sizes.append(int(m["table_size"]))
         poolings.append(m["pooling"])
-    return Rows(labels, dense, cats, bags, sizes, poolings)
+    return Rows(labels, dense, cats, bags, sizes, poolings, bucketized)
 
 
 def split_rows(train_dir: str, eval_dir: str, val_share: float) -> tuple[Rows, Rows, Rows, Rows]:

@@ -135,7 +135,7 @@ def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any
 
     data = out / "movielens"
     if not (data / "schema.toml").exists():
-        prepare("movielens100k", str(data))
+        prepare("movielens100k", str(data), buckets=0)  # ids are what this part compares
     sizes = _budget_schemas(data, ("user", "movie"), rows)
     width = job(None).model.table_width()
     fixed_bytes = sum(sizes) * (width + 1) * 4  # a row and its Adagrad sum
@@ -164,13 +164,13 @@ def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any
 
 def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
               ) -> dict[str, Any]:
-    """The clothing reviews (`data prepare clothing-reviews --min-word-count 1`) with every
-    word of the training reviews as a value of the multi-hot `words` feature (13,927 words,
-    most of them seen once or twice): for each budget of `rows` rows, fixed tables that fold
-    the words modulo `rows` (``hash = true``) against dynamic tables with admission after 2
-    or 5 sightings of the same rows and of the same bytes, next to fixed tables with a row for
-    every word. Every variant runs `epochs` epochs (no early stopping: its validation split
-    would add noise of its own) with seed r in repeat r."""
+    """The clothing reviews (`data prepare clothing-reviews --min-word-count 1 --buckets 0`)
+    with every word of the training reviews as a value of the multi-hot `words` feature
+    (13,927 words, most of them seen once or twice): for each budget of `rows` rows, fixed
+    tables that fold the words modulo `rows` (``hash = true``) against dynamic tables with
+    admission after 2 or 5 sightings of the same rows and of the same bytes, next to fixed
+    tables with a row for every word. Every variant runs `epochs` epochs (no early stopping:
+    its validation split would add noise of its own) with seed r in repeat r."""
     import re
 
     import pyarrow.parquet as pq
@@ -180,7 +180,7 @@ def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
 
     data = out / "clothing"
     if not (data / "schema.toml").exists():
-        prepare("clothing-reviews", str(data), min_word_count=1)
+        prepare("clothing-reviews", str(data), min_word_count=1, buckets=0)
     full = (data / "schema.toml").read_text()
     words = pq.read_table(data / "train.parquet", columns=["words"]).column("words")
     word_ids = np.asarray(words.combine_chunks().flatten())

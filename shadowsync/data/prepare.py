@@ -9,6 +9,13 @@ split is deterministic: a permutation drawn from `--seed` puts 90% of the rows i
 standardised on the training rows (a long-tailed count first as log(1 + x)); a categorical
 value's id is its rank among the set's distinct values (0: missing).
 
+Each dense feature also gets a bucketized categorical feature NAME_quantile (`--buckets`,
+BUCKETS by default; 0 leaves them out): the schema holds its edges, quantiles of the training
+rows (`quantile_edges`), and every reader of the schema (training, eval, `tabular.convert`)
+cuts the column at those same edges. An embedding per bucket lets a model learn a threshold
+or a bump in a number (capital gain above some amount, a working week of exactly 40 hours)
+that a dense input times a weight cannot express.
+
 **movielens100k**, the MovieLens 100K ratings (GroupLens; Harper and Konstan,
 "The MovieLens Datasets: History and Context", ACM TiiS 2015): 100,000 ratings of 1,682
 movies by 943 users, with user attributes (age, gender, occupation, zip code) and movie
@@ -66,6 +73,7 @@ GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy",
 AGE_BUCKETS = [18, 25, 35, 45, 50, 56]  # MovieLens 1M's age groups
 EVAL_SHARE = 0.1
 MIN_WORD_COUNT = 5
+BUCKETS = 128
 
 
 def _read_bundled(name: str) -> pyarrow.Table:
@@ -111,6 +119,33 @@ def _split(n: int, seed: int) -> dict[str, np.ndarray]:
     return {"train": order[n_eval:], "eval": order[:n_eval]}
 
 
+def quantile_edges(x: np.ndarray, buckets: int) -> list[float]:
+    """Edges that cut `x` into about `buckets` buckets of equal counts (id = #edges <= x).
+
+    A value that alone holds more than 1/buckets of the rows (a spike: zero capital gain, 40
+    hours a week) gets a bucket of its own, edges halfway to its neighbouring values; the
+    other values are cut at their own quantiles into the buckets left. With at most
+    `buckets` distinct values, each gets its own bucket."""
+    values, counts = np.unique(x, return_counts=True)
+    mid = (values[1:] + values[:-1]) / 2  # halfway between neighbouring values
+    if len(values) <= buckets:
+        return mid.tolist()
+    spike = counts > len(x) / buckets
+    rest = x[~np.isin(x, values[spike])]
+    edges = np.quantile(rest, np.linspace(0, 1, buckets - int(spike.sum()) + 1)[1:-1])
+    around = np.flatnonzero(spike[1:] | spike[:-1])  # the gaps either side of a spike
+    return np.unique(np.concatenate([edges, mid[around]])).tolist()
+
+
+def _bucketized(dense: dict[str, np.ndarray], train: np.ndarray,
+                buckets: int) -> dict[str, list[float]]:
+    """Each dense feature's edges (`quantile_edges` of its training rows); none if 0."""
+    if buckets <= 0:
+        return {}
+    cut = {name: quantile_edges(x[train], buckets) for name, x in dense.items()}
+    return {name: e for name, e in cut.items() if e}  # a constant column has none
+
+
 def _write(out: Path, parts: dict[str, np.ndarray], label: np.ndarray,
            columns: Callable[[np.ndarray], dict[str, object]],
            schema: list[str]) -> dict[str, object]:
@@ -129,20 +164,25 @@ def _write(out: Path, parts: dict[str, np.ndarray], label: np.ndarray,
 
 
 def _schema(title: str, dense: list[str], tables: dict[str, int],
-            multi_hot: dict[str, int]) -> list[str]:
-    """schema.toml's lines: the label, dense columns, single-id and mean-pooled multi-hot
-    features with their table sizes."""
+            multi_hot: dict[str, int], edges: dict[str, list[float]]) -> list[str]:
+    """schema.toml's lines: the label, dense columns, single-id features, each dense
+    column's bucketized feature (`edges`) and mean-pooled multi-hot features, with their
+    table sizes."""
     lines = [f"# {title}, from `shadowsync data prepare`", 'label = "label"',
              f"dense = {json.dumps(dense)}", ""]
     for name, size in tables.items():
         lines += ["[[categorical]]", f'name = "{name}"', f"table_size = {size}", ""]
+    for name, cut in edges.items():
+        lines += ["[[categorical]]", f'name = "{name}_quantile"', f'bucketize = "{name}"',
+                  f"edges = {json.dumps(cut)}",
+                  f"table_size = {len(cut) + 1}", ""]
     for name, size in multi_hot.items():
         lines += ["[[multi_hot]]", f'name = "{name}"', f"table_size = {size}",
                   'pooling = "mean"', ""]
     return lines
 
 
-def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, object]:
+def movielens100k(out: Path, seed: int, multi_hot: bool, buckets: int) -> dict[str, object]:
     pa = tabular.arrow()
 
     ratings, users, items = (_read_bundled(f"MovieLens100k_{p}")
@@ -178,13 +218,16 @@ def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, object]:
                  "zip3": len(vocabs["zip3"]) + 1, "age_bucket": len(AGE_BUCKETS) + 1,
                  "release_year": len(vocabs["year"]) + 1}
 
+    yr = year[irow]
+    dense = {"age": (age[urow] - age_mu) / age_sd,
+             "release_year_std": np.where(np.isnan(yr), 0.0, (yr - year_mu) / year_sd)}
+
     def columns(rows: np.ndarray) -> dict[str, object]:
         u, i = urow[rows], irow[rows]
         yr = year[i]
         return {
             "label": pa.array(label[rows]),
-            "age": pa.array((age[u] - age_mu) / age_sd),
-            "release_year_std": pa.array(np.where(np.isnan(yr), 0.0, (yr - year_mu) / year_sd)),
+            **{name: pa.array(x[rows]) for name, x in dense.items()},
             "user": pa.array(uid[rows]),
             "movie": pa.array(mid[rows]),
             "gender": pa.array([vocabs["gender"][gender[k]] for k in u]),
@@ -195,8 +238,9 @@ def movielens100k(out: Path, seed: int, multi_hot: bool) -> dict[str, object]:
             "genres": pa.array([genre_ids[k] for k in i], pa.list_(pa.int64())),
         }
 
-    schema = _schema("MovieLens 100K as clicks (rating >= 4)", ["age", "release_year_std"],
-                     cat_sizes, {"genres": len(GENRES)} if multi_hot else {})
+    schema = _schema("MovieLens 100K as clicks (rating >= 4)", list(dense), cat_sizes,
+                     {"genres": len(GENRES)} if multi_hot else {},
+                     _bucketized(dense, parts["train"], buckets))
     written = _write(out, parts, label, columns, schema)
     return {"name": "movielens100k", "source": f"{PACKAGE} {VERSION} (PyPI)", "seed": seed,
             **written, "multi_hot": multi_hot}
@@ -222,7 +266,7 @@ def _words(text: str | None) -> list[str]:
 
 
 def table_set(spec: TableSet, out: Path, seed: int, multi_hot: bool,
-              min_word_count: int = MIN_WORD_COUNT) -> dict[str, object]:
+              min_word_count: int = MIN_WORD_COUNT, buckets: int = BUCKETS) -> dict[str, object]:
     pa = tabular.arrow()
 
     table = _read_bundled(spec.file)
@@ -263,7 +307,8 @@ def table_set(spec: TableSet, out: Path, seed: int, multi_hot: bool,
         return cols
 
     schema = _schema(spec.title, list(dense), tables,
-                     {"words": len(word_ids) + 1} if word_ids else {})
+                     {"words": len(word_ids) + 1} if word_ids else {},
+                     _bucketized(dense, train, buckets))
     written = _write(out, parts, label, columns, schema)
     return {"name": spec.name, "source": f"{PACKAGE} {VERSION} (PyPI)", "seed": seed,
             **written, "multi_hot": bool(word_ids)}
@@ -287,18 +332,23 @@ CLOTHING = TableSet(
     dense={"age": "Age", "helpful": "Positive Feedback Count"}, long_tailed=("helpful",),
     words=("Title", "Review Text"))
 
-# Each writes (out, seed, multi_hot, min_word_count); the last only counts where there are words.
-DATASETS: dict[str, Callable[[Path, int, bool, int], dict[str, object]]] = {
-    "movielens100k": lambda out, seed, mh, _min_words: movielens100k(out, seed, mh),
-    **{s.name: (lambda out, seed, mh, min_words, s=s: table_set(s, out, seed, mh, min_words))
+# Each writes (out, seed, multi_hot, min_word_count, buckets); min_word_count only counts
+# where there are words.
+DATASETS: dict[str, Callable[[Path, int, bool, int, int], dict[str, object]]] = {
+    "movielens100k": lambda out, seed, mh, _min_words, buckets: movielens100k(out, seed, mh,
+                                                                              buckets),
+    **{s.name: (lambda out, seed, mh, min_words, buckets, s=s:
+                table_set(s, out, seed, mh, min_words, buckets))
        for s in (ADULT, CLOTHING)}}
 
 
 def prepare(name: str, out: str, seed: int = 0, fmt: str = "parquet",
-            multi_hot: bool = True, min_word_count: int = MIN_WORD_COUNT) -> dict[str, object]:
+            multi_hot: bool = True, min_word_count: int = MIN_WORD_COUNT,
+            buckets: int = BUCKETS) -> dict[str, object]:
     """Write data set `name` under `out`: train/eval Parquet files and schema.toml, or
     (fmt="arrays") train/ and eval/ array directories. A set with words (clothing-reviews)
-    keeps those seen at least `min_word_count` times in its training rows. Returns what was
+    keeps those seen at least `min_word_count` times in its training rows; each dense
+    feature gets a feature of up to `buckets` quantile buckets (0: none). Returns what was
     written."""
     if name not in DATASETS:
         raise UserError(f"data prepare: unknown data set '{name}' (one of "
@@ -307,8 +357,11 @@ def prepare(name: str, out: str, seed: int = 0, fmt: str = "parquet",
         raise UserError(f"--format must be parquet or arrays, got {fmt!r}")
     if min_word_count < 1:
         raise UserError(f"--min-word-count must be at least 1, got {min_word_count}")
+    if buckets < 0 or buckets == 1:
+        raise UserError(f"--buckets must be 0 (none) or at least 2, got {buckets}")
     dest = Path(out)
-    info = DATASETS[name](dest, seed, multi_hot, min_word_count)
+    info = DATASETS[name](dest, seed, multi_hot, min_word_count, buckets)
+    info["buckets"] = buckets
     if fmt == "arrays":
         schema = tabular.TableSchema.load(info["schema"])
         for part, f in info["files"].items():

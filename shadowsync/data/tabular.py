@@ -15,6 +15,12 @@ of them (read in name order). The schema says which column is what::
                                           # 63 bits) for --tables dynamic; table_size is
                                           # then the table's row budget
 
+    [[categorical]]                       # ids from a numeric column: the number of
+    name = "age_quantile"                 # `edges` at or below its value, 0..len(edges)
+    bucketize = "age"                     # (`data prepare` writes these: quantiles of the
+    edges = [-0.9, -0.2, 0.5]             # training rows); table_size = len(edges) + 1
+    table_size = 4
+
     [[multi_hot]]                         # a list of ids per row (Parquet list column; in
     name = "genres"                       # CSV a string split at `separator`, default "|")
     table_size = 20
@@ -79,6 +85,13 @@ class Sparse:
     pooling: str = "sum"
     weights: str | None = None
     separator: str = "|"
+    bucketize: str | None = None  # the numeric column whose value's bucket is the id
+    edges: tuple[float, ...] = ()  # increasing bucket edges: id = #edges <= value
+
+    def bucket_ids(self, values: np.ndarray) -> np.ndarray:
+        """id(x) = #{e in edges : e <= x}: bucket 0 below the first edge, len(edges) at or
+        above the last."""
+        return np.searchsorted(np.asarray(self.edges), values, side="right").astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -111,21 +124,29 @@ class TableSchema:
             raise UserError(f"{path}: no [[categorical]] or [[multi_hot]] column (at least one "
                             "is needed)")
         schema = cls(path, label, tuple(dense), cats, multi)
-        names = schema.columns()
+        names = schema.names()
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
             raise UserError(f"{path}: column '{dup}' is named twice")
         return schema
 
-    def columns(self) -> list[str]:
+    def names(self) -> list[str]:
+        """Every column and feature name the schema gives (each at most once)."""
         return [self.label, *self.dense, *(c.name for c in self.categorical),
                 *(m.name for m in self.multi_hot),
                 *(m.weights for m in self.multi_hot if m.weights)]
 
+    def columns(self) -> list[str]:
+        """The file columns read: a bucketized feature reads its numeric column."""
+        read = [c.bucketize or c.name for c in self.categorical]
+        names = [self.label, *self.dense, *read, *(m.name for m in self.multi_hot),
+                 *(m.weights for m in self.multi_hot if m.weights)]
+        return list(dict.fromkeys(names))
+
     def role(self, column: str) -> str:
         if column == self.label:
             return "label"
-        if column in self.dense:
+        if column in self.dense or any(c.bucketize == column for c in self.categorical):
             return "dense"
         if any(c.name == column for c in self.categorical):
             return "categorical"
@@ -142,7 +163,9 @@ class TableSchema:
         """features.json of the converted directory (the shared array-directory format)."""
         return {"dense": list(self.dense),
                 "categorical": [{"name": c.name, "table_size": c.table_size,
-                                 **({"ids": "raw"} if c.raw else {})}
+                                 **({"ids": "raw"} if c.raw else {}),
+                                 **({"bucketize": c.bucketize, "edges": list(c.edges)}
+                                    if c.bucketize else {})}
                                 for c in self.categorical],
                 "multi_hot": [{"name": m.name, "table_size": m.table_size,
                                "pooling": m.pooling, "weighted": m.weights is not None,
@@ -160,7 +183,8 @@ def _tables(path: str, doc: dict, key: str) -> list[dict]:
 def _sparse(path: str, kind: str, i: int, t: dict) -> Sparse:
     where = f"{path}: [[{kind}]] #{i + 1}"
     allowed = {"name", "table_size", "hash", "ids"} | ({"pooling", "weights", "separator"}
-                                                if kind == "multi_hot" else set())
+                                                if kind == "multi_hot" else
+                                                {"bucketize", "edges"})
     for key in t:
         if key not in allowed:
             raise UserError(f"{where}: unknown key '{key}' (expected {', '.join(sorted(allowed))})")
@@ -188,7 +212,32 @@ def _sparse(path: str, kind: str, i: int, t: dict) -> Sparse:
     sep = t.get("separator", "|")
     if not isinstance(sep, str) or not sep:
         raise UserError(f"{where} ({name}): 'separator' must be a non-empty string")
-    return Sparse(name, size, hashed, raw, pooling, weights, sep)
+    bucketize, edges = _buckets(where, name, t, size, hashed or raw)
+    return Sparse(name, size, hashed, raw, pooling, weights, sep, bucketize, edges)
+
+
+def _buckets(where: str, name: str, t: dict, size: int, hashed_or_raw: bool
+             ) -> tuple[str | None, tuple[float, ...]]:
+    """A bucketized categorical's numeric column and edges, checked (None, () if not one)."""
+    column, edges = t.get("bucketize"), t.get("edges")
+    if column is None and edges is None:
+        return None, ()
+    if not isinstance(column, str) or not column:
+        raise UserError(f"{where} ({name}): 'edges' needs 'bucketize', the numeric column "
+                        "they cut")
+    if (not isinstance(edges, list) or not edges
+            or not all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in edges)
+            or not all(math.isfinite(e) for e in edges)):
+        raise UserError(f"{where} ({name}): 'edges' must be a list of finite numbers")
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise UserError(f"{where} ({name}): 'edges' must increase")
+    if hashed_or_raw:
+        raise UserError(f"{where} ({name}): a bucketized feature's ids are its buckets: no "
+                        "hash or ids = \"raw\"")
+    if size != len(edges) + 1:
+        raise UserError(f"{where} ({name}): {len(edges)} edges make {len(edges) + 1} buckets: "
+                        f"set table_size = {len(edges) + 1}")
+    return column, tuple(float(e) for e in edges)
 
 
 # -- files --
@@ -300,6 +349,16 @@ def _numbers(values: pyarrow.Array, where: Where, column: str, kind: str) -> np.
     return values.to_numpy(zero_copy_only=False).astype(np.float64)
 
 
+def _finite(values: pyarrow.Array, where: Where, column: str) -> np.ndarray:
+    """A dense (numeric) column -> float64, a null or non-finite value named at its row."""
+    v = _numbers(values, where, column, "dense")
+    bad = np.flatnonzero(~np.isfinite(v))
+    if len(bad):
+        raise UserError(f"{where(int(bad[0]))}: column '{column}' (dense): {v[bad[0]]} is not "
+                        "a finite number")
+    return v
+
+
 def _first_null(values: pyarrow.Array) -> int:
     return int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
 
@@ -388,14 +447,12 @@ def _add_batch(batch: pyarrow.RecordBatch, schema: TableSchema, w: _Writer, f: P
                         "in [0, 1]")
     dense = np.empty((n, len(schema.dense)), np.float32)
     for j, name in enumerate(schema.dense):
-        v = _numbers(cols[name], where, name, "dense")
-        bad = np.flatnonzero(~np.isfinite(v))
-        if len(bad):
-            raise UserError(f"{where(int(bad[0]))}: column '{name}' (dense): {v[bad[0]]} is not "
-                            "a finite number")
-        dense[:, j] = v
+        dense[:, j] = _finite(cols[name], where, name)
     cats = np.empty((n, len(schema.categorical)), np.int64)
     for j, c in enumerate(schema.categorical):
+        if c.bucketize:
+            cats[:, j] = c.bucket_ids(_finite(cols[c.bucketize], where, c.bucketize))
+            continue
         col = cols[c.name]
         if col.null_count:
             raise UserError(f"{where(_first_null(col))}: column '{c.name}' (categorical) is empty")
@@ -460,7 +517,9 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
 
     types: dict[str, object] = {schema.label: pa.float64()}
     types.update({d: pa.float64() for d in schema.dense})
-    types.update({c.name: pa.string() if c.hash else pa.int64() for c in schema.categorical})
+    types.update({c.name: pa.string() if c.hash else pa.int64() for c in schema.categorical
+                  if not c.bucketize})
+    types.update({c.bucketize: pa.float64() for c in schema.categorical if c.bucketize})
     types.update({m.name: pa.string() for m in schema.multi_hot})
     types.update({m.weights: pa.string() for m in schema.multi_hot if m.weights})
     try:

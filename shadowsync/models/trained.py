@@ -40,12 +40,16 @@ OUTPUTS = ("sigmoid", "softmax")  # a click probability per example, or class pr
 @dataclass(frozen=True)
 class SparseFeature:
     """How one categorical feature is fed: one id per example, or a bag pooled by `pooling`,
-    with one weight per id when `weighted`."""
+    with one weight per id when `weighted`. A bucketized feature's id is the number of
+    `edges` at or below its numeric column `bucketize`'s value (the schema's rule, carried
+    to the exported model's schema so that a caller cuts numbers as training did)."""
 
     name: str
     multi_hot: bool = False
     pooling: str = "sum"
     weighted: bool = False
+    bucketize: str | None = None
+    edges: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
@@ -293,7 +297,9 @@ class TrainedModel(nn.Module):
             if self.raw_ids:  # the map travels in the module, as buffer id_keys_<i>
                 entry["ids"] = "raw"
             if f.multi_hot:
-                entry.update({k: v for k, v in asdict(f).items() if k != "name"})
+                entry.update({k: asdict(f)[k] for k in ("multi_hot", "pooling", "weighted")})
+            if f.bucketize:
+                entry.update({"bucketize": f.bucketize, "edges": list(f.edges)})
             features.append(entry)
         return {"dense_width": self.num_dense, "features": features,
                 "table_width": self.table_width, "output": self.output}

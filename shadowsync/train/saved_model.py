@@ -65,7 +65,8 @@ def _sparse_features(manifest: dict[str, object], cfg: TrainConfig, num_tables: 
     if specs is None or len(specs) != num_tables:
         return [SparseFeature(name) for name in feature_names(num_tables)]
     return [SparseFeature(str(s["name"]), bool(s.get("multi_hot", False)),
-                          str(s.get("pooling", "sum")), bool(s.get("weighted", False)))
+                          str(s.get("pooling", "sum")), bool(s.get("weighted", False)),
+                          s.get("bucketize"), tuple(s.get("edges", ())))
             for s in specs]
 
 

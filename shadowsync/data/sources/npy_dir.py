@@ -29,11 +29,13 @@ class ArraySource:
         specs = arrays.multi_hot_specs(path)
         single = num_tables - len(specs)
         named = (arrays.declared(path) or {}).get("categorical", [])
-        names = [f"C{i + 1}" for i in range(single)]
+        singles: list[dict[str, object]] = [{"name": f"C{i + 1}"} for i in range(single)]
         if (isinstance(named, list) and len(named) == single
                 and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in named)):
-            names = [c["name"] for c in named]
-        return [*({"name": name, "multi_hot": False} for name in names),
+            # a bucketized feature's rule travels with it (`tabular.Sparse.bucket_ids`)
+            singles = [{k: c[k] for k in ("name", "bucketize", "edges") if k in c}
+                       for c in named]
+        return [*({**s, "multi_hot": False} for s in singles),
                 *({"name": s["name"], "multi_hot": True, "pooling": s["pooling"],
                    "weighted": s["weighted"]} for s in specs)]
 
