@@ -30,7 +30,10 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     embedding servers) or on a file (`--switch-at auto`: the share a search stored, read here
     once)."""
     cfg = cfg.adapted()
-    need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features_of(cfg)))
+    features = features_of(cfg)
+    need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features))
+    if cfg.model.tables == "dynamic":  # a budget below one batch: refused before any process
+        dynamic_spec(cfg, features, max(1, cfg.cluster.embedding_servers))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
