@@ -76,19 +76,45 @@ def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
         keys |= t << np.uint64(56)
     keys = keys.view(np.int64)
     # The two sentinels are keys no pair may have (both in table 128's range): the pairs
-    # that would take them take the key two above instead.
-    keys[keys <= TOMBSTONE] += 2
+    # that would take them take the key two above instead. Only table 128's keys can be
+    # either, so the batches of fewer tables skip the search.
+    if t.size and t.max() >= 128:
+        keys[keys <= TOMBSTONE] += 2
     return keys
 
 
 def _first_of_each(values: np.ndarray) -> np.ndarray:
-    """Where each distinct value first occurs (np.unique's return_index, in a few numpy
-    calls: admission inserts a few dozen keys a step, where np.unique's overhead shows)."""
+    """Where each distinct value first occurs, as a set of positions (np.unique's
+    return_index, in a few numpy calls: admission inserts a few dozen keys a step, where
+    np.unique's overhead shows). Values already distinct, the common case, skip the
+    stable sort."""
+    if not _has_repeats(np.sort(values)):
+        return np.arange(len(values))
     order = np.argsort(values, kind="stable")
     ordered = values[order]
     first = np.ones(len(values), dtype=bool)
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
     return order[first]
+
+
+def _has_repeats(ordered: np.ndarray) -> bool:
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
+def _distinct(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray,
+                                                           np.ndarray | None]:
+    """np.unique(values, return_inverse=True, return_counts=counted) for a 1-d array, the
+    counts None when not `counted`: one sort and a few passes (np.unique's overhead was a
+    fifth of admitting a step's few dozen new ids)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    first = np.empty(len(values), dtype=bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(values), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    counts = np.diff(np.flatnonzero(first), append=len(values)) if counted else None
+    return ordered[first], inverse, counts
 
 
 def _signed(word: int) -> int:
@@ -230,7 +256,7 @@ class DynamicRowMap:
         lock: a key being inserted meanwhile reads as missing or as its row (the row's key
         is written before the slot that names it), and a key being evicted may still read
         its old row, as Hogwild updates race."""
-        return self._probe(keys)[1].astype(np.int64)  # an empty slot: row 0
+        return self._probe(keys)[1]  # an empty slot: row 0
 
     def touch(self, rows: np.ndarray, examples: int) -> tuple[int, int]:
         """A training step's use of `rows`: the clock advances by `examples`, the rows found
@@ -258,18 +284,19 @@ class DynamicRowMap:
         given out."""
         self._expire(clock)
         miss = np.flatnonzero(rows == DEFAULT_ROW)
+        if len(miss):
+            rows[miss] = self.find(keys[miss])  # another process may have admitted them since
+            miss = miss[rows[miss] == DEFAULT_ROW]
         if not len(miss):
             return np.empty(0, dtype=np.int64)
-        rows[miss] = self.find(keys[miss])  # another process may have admitted them since
-        miss = miss[rows[miss] == DEFAULT_ROW]
-        if not len(miss):
-            return np.empty(0, dtype=np.int64)
-        new, inverse, counts = np.unique(keys[miss], return_inverse=True, return_counts=True)
-        admitted = self._count(new, counts) >= self.admit_after
-        room = self._make_room(int(admitted.sum()), clock)
-        if room < admitted.sum():  # the pool is all in use by this call: the rest wait
+        new, inverse, counts = _distinct(keys[miss], counted=self.admit_after > 1)
+        admitted = (np.ones(len(new), dtype=bool) if counts is None
+                    else self._count(new, counts) >= self.admit_after)
+        wanted = int(np.count_nonzero(admitted))
+        room = self._make_room(wanted, clock)
+        if room < wanted:  # the pool is all in use by this call: the rest wait
             admitted[np.flatnonzero(admitted)[room:]] = False
-        fresh = self._take_rows(int(admitted.sum()))
+        fresh = self._take_rows(min(room, wanted))
         row_of_new = np.zeros(len(new), dtype=np.int64)
         row_of_new[admitted] = fresh
         meta = self._meta
@@ -277,13 +304,15 @@ class DynamicRowMap:
             self._rebuild()
         # The rows' keys before the slots that name them: a reader without the lock that
         # finds a slot finds its key.
-        self._row_key[fresh] = new[admitted]
+        admitted_keys = new[admitted]
+        self._row_key[fresh] = admitted_keys
         self._last_used[fresh] = clock
-        self._insert(new[admitted], fresh)
-        rows[miss] = row_of_new[inverse]
+        self._insert(admitted_keys, fresh)
+        got = row_of_new[inverse]
+        rows[miss] = got
         meta[_FIRST_COUNTER + COUNTERS.index("admitted")] += len(fresh)
-        meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += int(
-            (rows[miss] == DEFAULT_ROW).sum())
+        meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += len(got) - int(
+            np.count_nonzero(got))
         return fresh
 
     def counters(self) -> dict[str, int]:
@@ -323,7 +352,7 @@ class DynamicRowMap:
         slots, key_of_row, mask = self._slots, self._key_of_row, len(self._slots) - 1
         pos = keys >> _HOME_SHIFT
         pos &= mask
-        row = slots[pos]
+        row = slots[pos].astype(np.int64)  # indexes `key_of_row` as it is, unconverted
         look = np.flatnonzero(key_of_row[row] != keys)
         if not len(look):
             return pos, row
@@ -345,11 +374,13 @@ class DynamicRowMap:
         pos = (keys >> _HOME_SHIFT) & mask
         while len(look):
             at = slots[pos]
-            open_ = (at == _EMPTY_SLOT) | (at == _TOMB_SLOT)
+            open_ = at <= _EMPTY_SLOT  # empty, or a tombstone
             wants = np.flatnonzero(open_)
             won = wants[_first_of_each(pos[wants])]
             meta[_TOMBS] -= int(np.count_nonzero(at[won] == _TOMB_SLOT))
             slots[pos[won]] = rows[look[won]]
+            if len(won) == len(look):  # mostly in the first round: keys are few, slots many
+                break
             placed = np.zeros(len(look), dtype=bool)
             placed[won] = True
             step = ~open_  # an occupied slot: probe the next; a lost race: look again
