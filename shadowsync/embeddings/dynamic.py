@@ -73,6 +73,7 @@ _FIRST_COUNTER = 6
 # or without it (the table is rebuilt on load).
 _SLOTS_USED = _FIRST_COUNTER + len(COUNTERS)
 _MIN_SLOTS = 1 << 12
+_FEW_KEYS = 16  # inserted one at a time (see `_insert`)
 
 
 def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -378,9 +379,21 @@ class DynamicRowMap:
     def _insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Put distinct keys that are not in the table (their rows' `row_key` set already):
         each takes the first empty or tombstone slot from its home; of several keys reaching
-        one free slot in a round, one takes it and the others probe on."""
+        one free slot in a round, one takes it and the others probe on. A few keys (a
+        training step's new ids, once the map is warm) go one at a time: a round of numpy
+        calls costs more than a handful of keys probed in Python."""
         meta, slots = self._meta, self._slots
         mask = int(meta[_SLOTS_USED]) - 1
+        if len(keys) <= _FEW_KEYS:
+            for key, row in zip(keys.tolist(), rows.tolist()):
+                pos = (key >> _HOME_SHIFT) & mask
+                while slots[pos] > _EMPTY_SLOT:
+                    pos = (pos + 1) & mask
+                if slots[pos] == _TOMB_SLOT:
+                    meta[_TOMBS] -= 1
+                slots[pos] = row
+            meta[_LIVE] += len(keys)
+            return
         look = np.arange(len(keys))
         pos = (keys >> _HOME_SHIFT) & mask
         while len(look):
