@@ -241,8 +241,12 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
     forward, backward and update, then the embedding step (apply the batch's gradients,
     read the next batch), on the default job's batches (26 features x 256 examples). Fixed
     tables of 100,000 rows a feature against dynamic tables of the same budget (admission at
-    once, and after 2 sightings), interleaved: the map's cost, and the share of a whole step
-    it takes (what bounds the EPS ratio, without other processes in the way)."""
+    once, and after 2 sightings): the map's cost, and the share of a whole step it takes
+    (what bounds the EPS ratio, without other processes in the way). The variants take
+    their steps in turn, step by step (who goes first rotating), so that a burst of load
+    on the machine lands on all of them alike."""
+    from tqdm import tqdm
+
     from shadowsync.config import TrainConfig
     from shadowsync.data.dataset import batches, open_data
     from shadowsync.embeddings import EmbeddingTables
@@ -258,12 +262,12 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
     folded = list(batches(data, 0, examples, 256, table_size=[100_000] * tables))
     optimizer = cfg.optim.table_optimizer()
 
-    def timed(held: Any, stream: list[Any]) -> dict[str, Any]:
+    def timed(held: Any, stream: list[Any]) -> Any:
+        """Each step's (embedding step, whole step) thread CPU seconds, as it is taken."""
         torch.manual_seed(0)
         model = build_model(cfg.model, stream[0][0].shape[1], tables)
         opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
         vectors = held.lookup(stream[0][1])
-        embedding, whole = [], []
         for (dense, ids, labels), (_, nxt, _) in zip(stream, stream[1:]):
             t0 = time.thread_time()
             vectors.requires_grad_()
@@ -275,11 +279,7 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
             t1 = time.thread_time()
             vectors = held.update_and_lookup(ids, vectors.grad, nxt)
             t2 = time.thread_time()
-            embedding.append(t2 - t1)
-            whole.append(t2 - t0)
-        cut = len(whole) // 4  # warm-up: the first steps admit most ids
-        return {"step_ms": float(np.mean(embedding[cut:]) * 1e3),
-                "whole_step_ms": float(np.mean(whole[cut:]) * 1e3)}
+            yield t2 - t1, t2 - t0
 
     variants = {
         "fixed": lambda: timed(EmbeddingTables([100_000] * tables, width, **optimizer), folded),
@@ -288,7 +288,21 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
         "dynamic-admit2": lambda: timed(DynamicSpec(tables, 100_000 * tables, admit_after=2)
                                         .build(width, 0, **optimizer), raw),
     }
-    return interleaved(variants, repeats, "training steps")
+    names, steps, runs = list(variants), len(raw) - 1, []
+    with tqdm(total=repeats * steps, desc="training steps", unit="step") as bar:
+        for r in range(repeats):
+            stepping = {name: make() for name, make in variants.items()}
+            taken: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+            for i in range(steps):
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    taken[name].append(next(stepping[name]))
+                bar.update(1)
+            cut = steps // 4  # warm-up: the first steps admit most ids
+            for name in names:
+                embedding, whole = np.asarray(taken[name][cut:]).mean(0) * 1e3
+                runs.append({"variant": name, "repeat": r, "step_ms": float(embedding),
+                             "whole_step_ms": float(whole)})
+    return runs
 
 
 def _peak_rss_mb(pid: int) -> int:
