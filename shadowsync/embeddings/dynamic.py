@@ -37,12 +37,12 @@ probe's last slot is its answer. A key's home slot is a run of its own bits: key
 already, and bits 16 and up are unrelated to the server a key goes to (key mod servers).
 Only the first `used` slots are in use, a power of two that grows with the keys held: a
 lookup's random reads then stay in a table the size of the ids seen, not of the budget (a
-pool of 2.6M rows has 32 MB of slots; the default job's 76,000 ids use 4 MB of them, and a
+pool of 2.6M rows has 32 MB of slots; the default job's 76,000 ids use 2 to 4 MB, and a
 batch's probe took 0.13 ms of CPU against 0.16 in all 32 MB, on a loaded machine). Keys and
-tombstones are kept within a quarter of `used` (most ids end on their home slot) by
-rebuilding the table in 8 times the slots it needs; once `used` is every slot, within three
-quarters of it. Freed keys leave a tombstone, which a rebuild drops. Checkpoints hold the
-rows' keys, not the slots: loading rebuilds the table.
+tombstones are kept within a quarter of `used` (most ids end on their home slot): past it,
+the table is rebuilt in at least 8 times as many slots as keys; once `used` is every slot,
+within three quarters of it. Freed keys leave a tombstone, which a rebuild drops.
+Checkpoints hold the rows' keys, not the slots: loading rebuilds the table.
 Everything is a numpy array over the `tensors` (torch, so that a holder can put them in shared
 memory): the caller serialises calls (one lock per map).
 """
