@@ -427,7 +427,7 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
                       eps_only: bool = False, step_repeats: int = 3) -> dict[str, Any]:
     """Every part (about 16 minutes on 2 shared cores); `clothing_only`: the clothing
     reviews alone (`_clothing`, about 6 minutes); `eps_only`: the EPS and the training
-    step alone (`_speed`, about 2 minutes with 3 repeats, 5 with 9)."""
+    step alone (`_speed`, about 2 minutes with 3 repeats, 3 with 9)."""
     root = Path(out)
     t0 = time.time()
     if eps_only:
