@@ -29,3 +29,13 @@ def test_budget_schemas_fold_or_budget_only_the_named_features(tmp_path):
     assert (hashed.multi_hot[0].hash, hashed.multi_hot[0].raw) == (True, False)
     assert (raw.multi_hot[0].hash, raw.multi_hot[0].raw) == (False, True)
     assert not (hashed.categorical[0].hash or raw.categorical[0].raw)
+
+
+def test_eps_only_with_another_part_or_too_few_examples_is_one_line(capsys):
+    from shadowsync.cli import main
+
+    for argv, option in ((["--eps-only", "--clothing-only"], "--eps-only"),
+                         (["--eps-only", "--eps-examples", "100"], "--eps-examples")):
+        assert main(["bench", "dynamic", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and option in err, err

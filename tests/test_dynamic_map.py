@@ -165,3 +165,27 @@ def test_probes_pass_tombstones_and_inserts_reuse_them():
     found, _ = m.resolve(np.array([a, b, c, d]), admit=False)
     assert list(found) == [DEFAULT_ROW, rows[1], rows[2], rows[0]]
     assert m.counters()["live"] == 3 and m._slots[5] == rows[0]  # d took a's slot
+
+
+def test_the_slots_in_use_grow_with_the_keys_and_every_key_stays_found():
+    from shadowsync.embeddings.dynamic import _MIN_SLOTS, _SLOTS_USED
+
+    m = DynamicRowMap(capacity=100_000)  # 262,144 slots, a few thousand in use at first
+    assert m._meta[_SLOTS_USED] == _MIN_SLOTS < len(m._slots)
+    held = []
+    for step in range(40):  # 40 x 1,000 new ids, some of them repeated within a call
+        ids = np.arange(step * 1000, (step + 1) * 1000) * 7919 + 3
+        keys = keys_of(np.concatenate([ids, ids[:100]]))
+        rows, fresh = m.resolve(keys, examples=1100)
+        assert len(fresh) == 1000 and (rows[1000:] == rows[:100]).all()
+        held.append((keys[:1000], rows[:1000]))
+        used = int(m._meta[_SLOTS_USED])
+        assert 8 * m.counters()["live"] <= 2 * used <= 2 * len(m._slots)  # a quarter at most
+        assert not m._slots[used:].any()  # nothing past the slots in use
+    assert m._meta[_SLOTS_USED] > _MIN_SLOTS
+    for keys, rows in held:  # found after every growth, and after a round trip
+        assert (m.find(keys) == rows).all()
+    b = DynamicRowMap(capacity=100_000)
+    b.load_state_dict({k: v.clone() for k, v in m.state_dict().items()})
+    assert min(8 * b.counters()["live"], len(b._slots)) <= b._meta[_SLOTS_USED]
+    assert all((b.find(keys) == rows).all() for keys, rows in held)

@@ -105,9 +105,9 @@ def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
     assert pool_rows([100, 300], 17, 1, None, 2) == 200
     # 1,000 rows of 17 floats, no admission: rows and Adagrad sums (1,001 with the default
     # row), 2,048 int32 slots, row keys (and the tombstones' key), ages, the free stack, one
-    # sketch counter a row of the sketch, the scalars.
+    # sketch counter a row of the sketch, the scalars (the slots in use the last).
     assert holder_bytes(1000, 17, 1) == 1001 * 72 + 2048 * 4 + 1002 * 8 + 1001 * 8 + 1000 * 4 \
-        + 4 * 4 + 11 * 8
+        + 4 * 4 + 12 * 8
     for admit in (1, 2):
         held = DynamicTables(1, 1000, 17, admit).tensors().values()
         allocated = sum(t.numel() * t.element_size() for t in held)

@@ -33,3 +33,12 @@ def test_a_batch_of_a_large_table():
     keys[::3] = keys[1::3][: len(keys[::3])]  # repeats, as a skewed batch has
     same_as_torch(keys)
     same_as_torch(keys[::2])  # a strided view
+
+
+def test_keys_within_a_narrow_span_are_counted_in_place_with_the_same_answer():
+    g = torch.Generator().manual_seed(1)
+    rows = torch.randint(0, 76_000, (6656,), generator=g)  # a dynamic pool's rows, from 0 up
+    rows[::4] = 0  # the default row, read by ids not admitted
+    same_as_torch(rows)
+    same_as_torch(rows - 10**15)  # shifted, and negative
+    same_as_torch(torch.tensor([2**62, 2**62 + 3, 2**62]))

@@ -44,12 +44,16 @@ def _bench_dynamic(args: argparse.Namespace) -> int:
         budgets = tuple(int(v) for v in args.rows.split(","))
     except ValueError:
         budgets = ()
-    if args.examples < 10_000 or not budgets or min(budgets) < 1 or args.repeats < 1:
-        raise UserError("--examples must be >= 10000, --rows a comma list of sizes >= 1 and "
-                        "--repeats >= 1")
+    if (min(args.examples, args.eps_examples) < 10_000 or not budgets or min(budgets) < 1
+            or args.repeats < 1):
+        raise UserError("--examples and --eps-examples must be >= 10000, --rows a comma list "
+                        "of sizes >= 1 and --repeats >= 1")
+    if args.eps_only and args.clothing_only:
+        raise UserError("--eps-only and --clothing-only each run one part: give one of them")
     run_dynamic_bench(args.out, examples=args.examples, budgets=budgets,
                       eps_examples=args.eps_examples, repeats=args.repeats,
-                      quality_repeats=args.quality_repeats, clothing_only=args.clothing_only)
+                      quality_repeats=args.quality_repeats, clothing_only=args.clothing_only,
+                      eps_only=args.eps_only)
     return 0
 
 
@@ -196,6 +200,9 @@ def _add_throughput(bench: Any) -> None:
     dyn.add_argument("--clothing-only", action="store_true",
                      help="only the real set with a long tail: the clothing reviews' words "
                      "hashed into 2,000 and 8,000 rows against dynamic tables (3 seeds)")
+    dyn.add_argument("--eps-only", action="store_true",
+                     help="only the speed: the default job's EPS with fixed and dynamic tables "
+                     "(--repeats interleaved pairs) and a training step's CPU time in one process")
     dyn.set_defaults(func=_bench_dynamic)
 
 

@@ -241,8 +241,12 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
     forward, backward and update, then the embedding step (apply the batch's gradients,
     read the next batch), on the default job's batches (26 features x 256 examples). Fixed
     tables of 100,000 rows a feature against dynamic tables of the same budget (admission at
-    once, and after 2 sightings), interleaved: the map's cost, and the share of a whole step
-    it takes (what bounds the EPS ratio, without other processes in the way)."""
+    once, and after 2 sightings): the map's cost, and the share of a whole step it takes
+    (what bounds the EPS ratio, without other processes in the way). The variants take
+    their steps in turn, step by step (who goes first rotating), so that a burst of load
+    on the machine lands on all of them alike."""
+    from tqdm import tqdm
+
     from shadowsync.config import TrainConfig
     from shadowsync.data.dataset import batches, open_data
     from shadowsync.embeddings import EmbeddingTables
@@ -258,12 +262,12 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
     folded = list(batches(data, 0, examples, 256, table_size=[100_000] * tables))
     optimizer = cfg.optim.table_optimizer()
 
-    def timed(held: Any, stream: list[Any]) -> dict[str, Any]:
+    def timed(held: Any, stream: list[Any]) -> Any:
+        """Each step's (embedding step, whole step) thread CPU seconds, as it is taken."""
         torch.manual_seed(0)
         model = build_model(cfg.model, stream[0][0].shape[1], tables)
         opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
         vectors = held.lookup(stream[0][1])
-        embedding, whole = [], []
         for (dense, ids, labels), (_, nxt, _) in zip(stream, stream[1:]):
             t0 = time.thread_time()
             vectors.requires_grad_()
@@ -275,11 +279,7 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
             t1 = time.thread_time()
             vectors = held.update_and_lookup(ids, vectors.grad, nxt)
             t2 = time.thread_time()
-            embedding.append(t2 - t1)
-            whole.append(t2 - t0)
-        cut = len(whole) // 4  # warm-up: the first steps admit most ids
-        return {"step_ms": float(np.mean(embedding[cut:]) * 1e3),
-                "whole_step_ms": float(np.mean(whole[cut:]) * 1e3)}
+            yield t2 - t1, t2 - t0
 
     variants = {
         "fixed": lambda: timed(EmbeddingTables([100_000] * tables, width, **optimizer), folded),
@@ -288,7 +288,21 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
         "dynamic-admit2": lambda: timed(DynamicSpec(tables, 100_000 * tables, admit_after=2)
                                         .build(width, 0, **optimizer), raw),
     }
-    return interleaved(variants, repeats, "training steps")
+    names, steps, runs = list(variants), len(raw) - 1, []
+    with tqdm(total=repeats * steps, desc="training steps", unit="step") as bar:
+        for r in range(repeats):
+            stepping = {name: make() for name, make in variants.items()}
+            taken: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+            for i in range(steps):
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    taken[name].append(next(stepping[name]))
+                bar.update(1)
+            cut = steps // 4  # warm-up: the first steps admit most ids
+            for name in names:
+                embedding, whole = np.asarray(taken[name][cut:]).mean(0) * 1e3
+                runs.append({"variant": name, "repeat": r, "step_ms": float(embedding),
+                             "whole_step_ms": float(whole)})
+    return runs
 
 
 def _peak_rss_mb(pid: int) -> int:
@@ -368,17 +382,62 @@ def _print_clothing(c: dict[str, Any]) -> None:
                    c["quality"], c["collisions"], "words")
 
 
+def _speed(root: Path, eps_examples: int, repeats: int, step_repeats: int) -> dict[str, Any]:
+    """The default job's EPS with fixed and dynamic tables and a training step's CPU time in
+    one process (`_eps`, `_steps`): their runs, ratios, spreads and medians."""
+    eps_runs = _eps(root, eps_examples, repeats)
+    ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
+    steps = _steps(eps_examples // 2, step_repeats)
+    # Steps per CPU second: the fixed tables' CPU time a step over the dynamic ones'.
+    step_ratio, step_spread = ratio_of_medians(steps, "fixed", "dynamic", "whole_step_ms")
+    return {
+        "runs": eps_runs + steps,
+        "ratios": {"eps_dynamic_over_fixed": ratio, "step_rate_dynamic_over_fixed": step_ratio},
+        "summary": {
+            "eps": {v: median_of(eps_runs, v, "eps") for v in ("fixed", "dynamic")},
+            "step_cpu_ms": {v: {k: median_of(steps, v, k) for k in ("step_ms", "whole_step_ms")}
+                            for v in ("fixed", "dynamic", "dynamic-admit2")},
+            "ratio_spread": {"eps_dynamic_over_fixed": spread,
+                             "step_rate_dynamic_over_fixed": step_spread},
+            "goals": {"eps_dynamic_over_fixed": ">= 0.9",
+                      "step_rate_dynamic_over_fixed": ">= 0.9"}}}
+
+
+def _print_speed(speed: dict[str, Any]) -> None:
+    summary, ratios = speed["summary"], speed["ratios"]
+    e, spread = summary["eps"], summary["ratio_spread"]
+    print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
+          f"{ratios['eps_dynamic_over_fixed']:.3f} (per repeat "
+          f"{spread['eps_dynamic_over_fixed']}), goal >= 0.9")
+    print(f"training steps per CPU second in one process, dynamic over fixed: "
+          f"{ratios['step_rate_dynamic_over_fixed']:.3f} "
+          f"(per repeat {spread['step_rate_dynamic_over_fixed']})")
+    print_table([[v, t["step_ms"], t["whole_step_ms"]]
+                 for v, t in summary["step_cpu_ms"].items()],
+                ["tables", "embedding step CPU ms", "whole step CPU ms"])
+
+
 def run_dynamic_bench(out: str, examples: int = 400_000,
                       budgets: tuple[int, ...] = (100_000, 10_000),
                       eps_examples: int = 300_000, repeats: int = 5,
                       quality_repeats: int = 1, movielens_rows: int = 256,
                       movielens_epochs: int = 3, clothing_only: bool = False,
                       clothing_rows: tuple[int, ...] = (2000, 8000),
-                      clothing_epochs: int = 3, clothing_seeds: int = 3) -> dict[str, Any]:
+                      clothing_epochs: int = 3, clothing_seeds: int = 3,
+                      eps_only: bool = False, step_repeats: int = 3) -> dict[str, Any]:
     """Every part (about 16 minutes on 2 shared cores); `clothing_only`: the clothing
-    reviews alone (`_clothing`, about 6 minutes)."""
+    reviews alone (`_clothing`, about 6 minutes); `eps_only`: the EPS and the training
+    step alone (`_speed`, about 2 minutes with 3 repeats, 3 with 9)."""
     root = Path(out)
     t0 = time.time()
+    if eps_only:
+        speed = _speed(root, eps_examples, repeats, step_repeats)
+        summary = {**speed["summary"], "bench_wall_s": round(time.time() - t0, 1),
+                   "settings": {"eps_examples": eps_examples, "repeats": repeats,
+                                "step_repeats": step_repeats}}
+        write_bench(root, "dynamic", speed["runs"], speed["ratios"], summary)
+        _print_speed(speed)
+        return summary
     clothing = _clothing(root, clothing_rows, clothing_epochs, clothing_seeds)
     if clothing_only:
         summary = {"clothing": _clothing_summary(clothing, clothing_epochs),
@@ -388,14 +447,10 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
         return summary
     quality = _quality(root, examples, budgets, quality_repeats)
     real = _movielens(root, movielens_rows, movielens_epochs, quality_repeats)
-    eps_runs = _eps(root, eps_examples, repeats)
-    ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
     train = int(examples * 0.9)
     memory = _server_memory(root, root / "data" / "day0", 20_000,
                             (max(1, train // 16), train))
-    steps = _steps(eps_examples // 2, 3)
-    # Steps per CPU second: the fixed tables' CPU time a step over the dynamic ones'.
-    step_ratio, step_spread = ratio_of_medians(steps, "fixed", "dynamic", "whole_step_ms")
+    speed = _speed(root, eps_examples, repeats, step_repeats)
     q, m = quality["runs"], real["runs"]
     summary = {
         "quality": {v: {k: median_of(q, v, k) for k in ("eval_ne", "eval_auc")}
@@ -407,24 +462,17 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
                       "epochs": movielens_epochs,
                       "quality": {v: {k: median_of(m, v, k) for k in ("eval_ne", "eval_auc")}
                                   for v in real["variants"]}},
-        "eps": {"fixed": median_of(eps_runs, "fixed", "eps"),
-                "dynamic": median_of(eps_runs, "dynamic", "eps")},
+        **speed["summary"],
         "memory": memory,
-        "step_cpu_ms": {v: {k: median_of(steps, v, k) for k in ("step_ms", "whole_step_ms")}
-                        for v in ("fixed", "dynamic", "dynamic-admit2")},
         "settings": {"examples": examples, "budgets": list(budgets),
                      "eps_examples": eps_examples, "repeats": repeats,
                      "quality_repeats": quality_repeats, "movielens_rows": movielens_rows,
                      "movielens_epochs": movielens_epochs, "clothing_rows": list(clothing_rows),
                      "clothing_epochs": clothing_epochs, "clothing_seeds": clothing_seeds},
         "bench_wall_s": round(time.time() - t0, 1),
-        "ratio_spread": {"eps_dynamic_over_fixed": spread,
-                         "step_rate_dynamic_over_fixed": step_spread},
-        "goals": {"eps_dynamic_over_fixed": ">= 0.9", "step_rate_dynamic_over_fixed": ">= 0.9"},
     }
     summary["clothing"] = _clothing_summary(clothing, clothing_epochs)
-    write_bench(root, "dynamic", q + m + clothing["runs"] + eps_runs + steps,
-                {"eps_dynamic_over_fixed": ratio, "step_rate_dynamic_over_fixed": step_ratio},
+    write_bench(root, "dynamic", q + m + clothing["runs"] + speed["runs"], speed["ratios"],
                 summary)
     _print_quality(f"\nquality: Zipf ids over 10^7 a feature (teacher NE "
                    f"{summary['teacher_eval_ne']:.4f}); rows a feature in the name",
@@ -435,14 +483,7 @@ def run_dynamic_bench(out: str, examples: int = 400_000,
                  for v, s in summary["movielens"]["quality"].items()],
                 ["tables", "eval NE", "eval AUC"])
     _print_clothing(summary["clothing"])
-    e = summary["eps"]
-    print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
-          f"{ratio:.3f} (per repeat {spread}), goal >= 0.9")
-    print(f"training steps per CPU second in one process, dynamic over fixed: {step_ratio:.3f} "
-          f"(per repeat {step_spread})")
-    print_table([[v, t["step_ms"], t["whole_step_ms"]]
-                 for v, t in summary["step_cpu_ms"].items()],
-                ["tables", "embedding step CPU ms", "whole step CPU ms"])
+    _print_speed(speed)
     print("\nmemory (the embedding server of a job, 20,000 rows a feature):")
     print_table([[m["examples"], m["distinct_ids"], m["server_peak_rss_mb"], m["live"],
                   m["capacity"], m["evicted"]] for m in memory],

@@ -13,12 +13,13 @@ def mix64(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     with np.errstate(over="ignore"):
         if out is None:
             x = x.astype(np.uint64, copy=True)
-        else:
+        elif out is not x:
             np.copyto(out, x, casting="unsafe")
             x = out
-        x ^= x >> np.uint64(30)
+        s = np.empty_like(x)  # one scratch array for the three shifts
+        x ^= np.right_shift(x, np.uint64(30), out=s)
         x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
+        x ^= np.right_shift(x, np.uint64(27), out=s)
         x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
+        x ^= np.right_shift(x, np.uint64(31), out=s)
     return x

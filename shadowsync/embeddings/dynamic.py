@@ -35,8 +35,14 @@ rounds end when each id has found its key or an empty slot. A slot holds a row n
 `row_key`: 4 bytes a slot rather than 16, and an empty slot reads as the default row, so a
 probe's last slot is its answer. A key's home slot is a run of its own bits: keys are mixed
 already, and bits 16 and up are unrelated to the server a key goes to (key mod servers).
-Freed keys leave a tombstone; the table is rebuilt once tombstones and keys fill three
-quarters of it. Checkpoints hold the rows' keys, not the slots: loading rebuilds the table.
+Only the first `used` slots are in use, a power of two that grows with the keys held: a
+lookup's random reads then stay in a table the size of the ids seen, not of the budget (a
+pool of 2.6M rows has 32 MB of slots; the default job's 76,000 ids use 2 to 4 MB, and a
+batch's probe took 0.13 ms of CPU against 0.16 in all 32 MB, on a loaded machine). Keys and
+tombstones are kept within a quarter of `used` (most ids end on their home slot): past it,
+the table is rebuilt in at least 8 times as many slots as keys; once `used` is every slot,
+within three quarters of it. Freed keys leave a tombstone, which a rebuild drops.
+Checkpoints hold the rows' keys, not the slots: loading rebuilds the table.
 Everything is a numpy array over the `tensors` (torch, so that a holder can put them in shared
 memory): the caller serialises calls (one lock per map).
 """
@@ -63,6 +69,11 @@ MAX_TABLES = 256  # the tables one key space holds (the key's top byte)
 _LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT, _COUNTED = range(6)
 COUNTERS = ("lookups", "hits", "admitted", "rejected", "evicted")
 _FIRST_COUNTER = 6
+# The slots in use (see the module); last, so that a saved map's scalars read the same with
+# or without it (the table is rebuilt on load).
+_SLOTS_USED = _FIRST_COUNTER + len(COUNTERS)
+_MIN_SLOTS = 1 << 12
+_FEW_KEYS = 16  # inserted one at a time (see `_insert`)
 
 
 def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -76,19 +87,43 @@ def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
         keys |= t << np.uint64(56)
     keys = keys.view(np.int64)
     # The two sentinels are keys no pair may have (both in table 128's range): the pairs
-    # that would take them take the key two above instead.
-    keys[keys <= TOMBSTONE] += 2
+    # that would take them take the key two above instead. Only table 128's keys can be
+    # either, so the batches of fewer tables skip the search.
+    if t.size and t.max() >= 128:
+        keys[keys <= TOMBSTONE] += 2
     return keys
 
 
-def _first_of_each(values: np.ndarray) -> np.ndarray:
-    """Where each distinct value first occurs (np.unique's return_index, in a few numpy
-    calls: admission inserts a few dozen keys a step, where np.unique's overhead shows)."""
-    order = np.argsort(values, kind="stable")
+def _one_of_each(values: np.ndarray) -> np.ndarray:
+    """A position of each distinct value (the positions in any order): the values as they
+    are when they are distinct already, the common case, else one sort."""
+    if not _has_repeats(np.sort(values)):
+        return np.arange(len(values))
+    order = np.argsort(values)
     ordered = values[order]
     first = np.ones(len(values), dtype=bool)
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
     return order[first]
+
+
+def _has_repeats(ordered: np.ndarray) -> bool:
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
+def _distinct(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray,
+                                                           np.ndarray | None]:
+    """np.unique(values, return_inverse=True, return_counts=counted) for a 1-d array, the
+    counts None when not `counted`: one sort and a few passes (np.unique's overhead was a
+    fifth of admitting a step's few dozen new ids)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    first = np.empty(len(values), dtype=bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    inverse = np.empty(len(values), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    counts = np.diff(np.flatnonzero(first), append=len(values)) if counted else None
+    return ordered[first], inverse, counts
 
 
 def _signed(word: int) -> int:
@@ -166,15 +201,15 @@ def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str
         # Free rows, a stack popped from its top: rows 1, 2, 3... first.
         "free": torch.arange(capacity, 0, -1, dtype=torch.int32),
         "sketch": torch.zeros(sketch_depth, sketch_width, dtype=torch.int32),
-        "meta": torch.tensor([0, 0, 0, capacity, 0, 0] + [0] * len(COUNTERS),
-                             dtype=torch.int64),
+        "meta": torch.tensor([0, 0, 0, capacity, 0, 0] + [0] * len(COUNTERS)
+                             + [min(_MIN_SLOTS, slot_count(capacity))], dtype=torch.int64),
     }
 
 
 def map_bytes(capacity: int, sketch_width: int, sketch_depth: int) -> int:
     """The bytes of `map_tensors(capacity, ...)`, without allocating them."""
     return (4 * slot_count(capacity) + 8 * (capacity + 2) + 8 * (capacity + 1) + 4 * capacity
-            + 4 * sketch_depth * sketch_width + 8 * (_FIRST_COUNTER + len(COUNTERS)))
+            + 4 * sketch_depth * sketch_width + 8 * (_SLOTS_USED + 1))
 
 
 class DynamicRowMap:
@@ -230,7 +265,7 @@ class DynamicRowMap:
         lock: a key being inserted meanwhile reads as missing or as its row (the row's key
         is written before the slot that names it), and a key being evicted may still read
         its old row, as Hogwild updates race."""
-        return self._probe(keys)[1].astype(np.int64)  # an empty slot: row 0
+        return self._probe(keys)[1]  # an empty slot: row 0
 
     def touch(self, rows: np.ndarray, examples: int) -> tuple[int, int]:
         """A training step's use of `rows`: the clock advances by `examples`, the rows found
@@ -258,32 +293,35 @@ class DynamicRowMap:
         given out."""
         self._expire(clock)
         miss = np.flatnonzero(rows == DEFAULT_ROW)
+        if len(miss):
+            rows[miss] = self.find(keys[miss])  # another process may have admitted them since
+            miss = miss[rows[miss] == DEFAULT_ROW]
         if not len(miss):
             return np.empty(0, dtype=np.int64)
-        rows[miss] = self.find(keys[miss])  # another process may have admitted them since
-        miss = miss[rows[miss] == DEFAULT_ROW]
-        if not len(miss):
-            return np.empty(0, dtype=np.int64)
-        new, inverse, counts = np.unique(keys[miss], return_inverse=True, return_counts=True)
-        admitted = self._count(new, counts) >= self.admit_after
-        room = self._make_room(int(admitted.sum()), clock)
-        if room < admitted.sum():  # the pool is all in use by this call: the rest wait
+        new, inverse, counts = _distinct(keys[miss], counted=self.admit_after > 1)
+        admitted = (np.ones(len(new), dtype=bool) if counts is None
+                    else self._count(new, counts) >= self.admit_after)
+        wanted = int(np.count_nonzero(admitted))
+        room = self._make_room(wanted, clock)
+        if room < wanted:  # the pool is all in use by this call: the rest wait
             admitted[np.flatnonzero(admitted)[room:]] = False
-        fresh = self._take_rows(int(admitted.sum()))
+        fresh = self._take_rows(min(room, wanted))
         row_of_new = np.zeros(len(new), dtype=np.int64)
         row_of_new[admitted] = fresh
         meta = self._meta
-        if meta[_LIVE] + meta[_TOMBS] + len(fresh) > 3 * len(self._slots) // 4:
-            self._rebuild()
+        if self._crowded(int(meta[_LIVE] + meta[_TOMBS]) + len(fresh)):
+            self._rebuild(len(fresh))
         # The rows' keys before the slots that name them: a reader without the lock that
         # finds a slot finds its key.
-        self._row_key[fresh] = new[admitted]
+        admitted_keys = new[admitted]
+        self._row_key[fresh] = admitted_keys
         self._last_used[fresh] = clock
-        self._insert(new[admitted], fresh)
-        rows[miss] = row_of_new[inverse]
+        self._insert(admitted_keys, fresh)
+        got = row_of_new[inverse]
+        rows[miss] = got
         meta[_FIRST_COUNTER + COUNTERS.index("admitted")] += len(fresh)
-        meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += int(
-            (rows[miss] == DEFAULT_ROW).sum())
+        meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += len(got) - int(
+            np.count_nonzero(got))
         return fresh
 
     def counters(self) -> dict[str, int]:
@@ -304,6 +342,7 @@ class DynamicRowMap:
         rows' keys (`row_key`: rows 0..capacity)."""
         state = {k: t for k, t in self.tensors.items() if k != "slots"}
         state["row_key"] = state["row_key"][:-1]
+        state["meta"] = state["meta"][:_SLOTS_USED]
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -320,10 +359,11 @@ class DynamicRowMap:
         that slot held when read (the key's row, or 0), which another process may change
         right after (its row is not read again). The first round, where nearly every key
         ends, runs over the whole batch without index arrays."""
-        slots, key_of_row, mask = self._slots, self._key_of_row, len(self._slots) - 1
+        slots, key_of_row = self._slots, self._key_of_row
+        mask = int(self._meta[_SLOTS_USED]) - 1
         pos = keys >> _HOME_SHIFT
         pos &= mask
-        row = slots[pos]
+        row = slots[pos].astype(np.int64)  # indexes `key_of_row` as it is, unconverted
         look = np.flatnonzero(key_of_row[row] != keys)
         if not len(look):
             return pos, row
@@ -339,29 +379,55 @@ class DynamicRowMap:
     def _insert(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Put distinct keys that are not in the table (their rows' `row_key` set already):
         each takes the first empty or tombstone slot from its home; of several keys reaching
-        one free slot in a round, the first takes it and the others probe on."""
-        meta, slots, mask = self._meta, self._slots, len(self._slots) - 1
+        one free slot in a round, one takes it and the others probe on. A few keys (a
+        training step's new ids, once the map is warm) go one at a time: a round of numpy
+        calls costs more than a handful of keys probed in Python."""
+        meta, slots = self._meta, self._slots
+        mask = int(meta[_SLOTS_USED]) - 1
+        if len(keys) <= _FEW_KEYS:
+            for key, row in zip(keys.tolist(), rows.tolist()):
+                pos = (key >> _HOME_SHIFT) & mask
+                while slots[pos] > _EMPTY_SLOT:
+                    pos = (pos + 1) & mask
+                if slots[pos] == _TOMB_SLOT:
+                    meta[_TOMBS] -= 1
+                slots[pos] = row
+            meta[_LIVE] += len(keys)
+            return
         look = np.arange(len(keys))
         pos = (keys >> _HOME_SHIFT) & mask
         while len(look):
             at = slots[pos]
-            open_ = (at == _EMPTY_SLOT) | (at == _TOMB_SLOT)
+            open_ = at <= _EMPTY_SLOT  # empty, or a tombstone
             wants = np.flatnonzero(open_)
-            won = wants[_first_of_each(pos[wants])]
+            won = wants[_one_of_each(pos[wants])]
             meta[_TOMBS] -= int(np.count_nonzero(at[won] == _TOMB_SLOT))
             slots[pos[won]] = rows[look[won]]
+            if len(won) == len(look):  # mostly in the first round: keys are few, slots many
+                break
             placed = np.zeros(len(look), dtype=bool)
             placed[won] = True
             step = ~open_  # an occupied slot: probe the next; a lost race: look again
             look, pos = look[~placed], np.where(step, (pos + 1) & mask, pos)[~placed]
         meta[_LIVE] += len(keys)
 
-    def _rebuild(self) -> None:
-        """The table again from the rows' keys, without tombstones."""
+    def _crowded(self, filled: int) -> bool:
+        """Whether `filled` slots (keys and tombstones) call for a rebuild: past a quarter
+        of the slots in use while the table can grow, past three quarters once it cannot."""
+        used = int(self._meta[_SLOTS_USED])
+        return filled > (used // 4 if used < len(self._slots) else 3 * used // 4)
+
+    def _rebuild(self, coming: int = 0) -> None:
+        """The table again from the rows' keys, without tombstones, in the slots for them
+        and `coming` keys more: a power of two at least 8 times as many, at least
+        `_MIN_SLOTS`, at most all of them."""
         keys, rows = self.live_keys()
-        self._slots[:] = _EMPTY_SLOT
-        self._meta[_LIVE] = 0
-        self._meta[_TOMBS] = 0
+        meta = self._meta
+        self._slots[:meta[_SLOTS_USED]] = _EMPTY_SLOT  # the slots past it are empty already
+        wanted = 1 << (8 * (len(keys) + coming) - 1).bit_length()
+        meta[_SLOTS_USED] = min(len(self._slots), max(_MIN_SLOTS, wanted))
+        meta[_LIVE] = 0
+        meta[_TOMBS] = 0
         self._insert(keys, rows)
 
     # -- admission and eviction --------------------------------------------------------------

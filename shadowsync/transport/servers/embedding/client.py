@@ -124,20 +124,18 @@ class RemoteEmbeddings:
         id goes to the server its key names; that server's map gives its row."""
         raw = keys_of(ids)
         servers = self.plan.servers
-        owner = torch.from_numpy(server_of(raw.numpy(), servers)) if servers > 1 else None
+        if servers == 1:  # its rows are the keys already (the first server's start at 0)
+            return self._call(0, "resolve", raw, ids.shape[0], admit).wait()
+        owner = torch.from_numpy(server_of(raw.numpy(), servers))
         out = torch.empty_like(raw)
         assert self._keys is not None
         calls = []
         for s in range(servers):
-            at = (owner == s).nonzero().squeeze(1) if owner is not None else None
-            mine = raw if at is None else raw.index_select(0, at)
-            calls.append((s, at, self._call(s, "resolve", mine, ids.shape[0], admit)))
-        for s, at, fut in calls:
-            rows = fut.wait() + self._keys.starts[s]
-            if at is None:
-                out = rows
-            else:
-                out[at] = rows
+            at = (owner == s).nonzero().squeeze(1)
+            calls.append((at, self._call(s, "resolve", raw.index_select(0, at), ids.shape[0],
+                                         admit), int(self._keys.starts[s])))
+        for at, fut, start in calls:
+            out[at] = fut.wait() + start
         return out
 
     def counters(self) -> dict[str, int] | None:
