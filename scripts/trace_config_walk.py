@@ -154,8 +154,8 @@ def main() -> int:
                 m = measure(walk, rank)
                 print(f"rank {data['rank']} ({role}, {label}): {m['files']} files, "
                       f"{m['stays']} stays, {m['reentries']} re-entries, {m['climbs']} climbs, "
-                      f"{m['ups']} ups ({m['ups_by_root']} the root's next call), {m['calls']} calls; "
-                      f"most stays: {m['per_file']}")
+                      f"{m['ups']} ups ({m['ups_by_root']} the root's next call), "
+                      f"{m['calls']} calls; most stays: {m['per_file']}")
             if args.show and role == "run_trainer":
                 for callee, name, caller, _ in data["walk"]:
                     print(f"    {callee}:{name}  <- {caller}")
