@@ -97,17 +97,11 @@ def raw_keys(tables: np.ndarray, ids: np.ndarray) -> np.ndarray:
 def _one_of_each(values: np.ndarray) -> np.ndarray:
     """A position of each distinct value (the positions in any order): the values as they
     are when they are distinct already, the common case, else one sort."""
-    if not _has_repeats(np.sort(values)):
+    ordered = np.sort(values)
+    if not (ordered[1:] == ordered[:-1]).any():
         return np.arange(len(values))
-    order = np.argsort(values)
-    ordered = values[order]
-    first = np.ones(len(values), dtype=bool)
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    order, _, first = _sorted_runs(values)
     return order[first]
-
-
-def _has_repeats(ordered: np.ndarray) -> bool:
-    return bool((ordered[1:] == ordered[:-1]).any())
 
 
 def _distinct(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray,
@@ -115,15 +109,22 @@ def _distinct(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray
     """np.unique(values, return_inverse=True, return_counts=counted) for a 1-d array, the
     counts None when not `counted`: one sort and a few passes (np.unique's overhead was a
     fifth of admitting a step's few dozen new ids)."""
-    order = np.argsort(values)
-    ordered = values[order]
-    first = np.empty(len(values), dtype=bool)
-    first[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    order, ordered, first = _sorted_runs(values)
     inverse = np.empty(len(values), dtype=np.int64)
     inverse[order] = np.cumsum(first) - 1
     counts = np.diff(np.flatnonzero(first), append=len(values)) if counted else None
     return ordered[first], inverse, counts
+
+
+def _sorted_runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order that sorts `values`, the values in it, and which of them start a run of
+    equal values (one per distinct value)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    first = np.empty(len(values), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return order, ordered, first
 
 
 def _signed(word: int) -> int:
