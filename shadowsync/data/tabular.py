@@ -132,16 +132,16 @@ class TableSchema:
 
     def names(self) -> list[str]:
         """Every column and feature name the schema gives (each at most once)."""
-        return [self.label, *self.dense, *(c.name for c in self.categorical),
-                *(m.name for m in self.multi_hot),
-                *(m.weights for m in self.multi_hot if m.weights)]
+        return self._listed([c.name for c in self.categorical])
 
     def columns(self) -> list[str]:
         """The file columns read: a bucketized feature reads its numeric column."""
-        read = [c.bucketize or c.name for c in self.categorical]
-        names = [self.label, *self.dense, *read, *(m.name for m in self.multi_hot),
-                 *(m.weights for m in self.multi_hot if m.weights)]
-        return list(dict.fromkeys(names))
+        return list(dict.fromkeys(self._listed([c.bucketize or c.name
+                                                for c in self.categorical])))
+
+    def _listed(self, categorical: list[str]) -> list[str]:
+        return [self.label, *self.dense, *categorical, *(m.name for m in self.multi_hot),
+                *(m.weights for m in self.multi_hot if m.weights)]
 
     def role(self, column: str) -> str:
         if column == self.label:
