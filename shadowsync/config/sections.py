@@ -259,13 +259,16 @@ class OptimConfig:
         None, "with --val-share: the decay starts at the first validation without "
         "improvement (and runs over --lr-decay-share of the run's steps from there) instead "
         "of at the end of the run (default: on with --val-share)")
-    batch_size: int = opt(256, "examples per worker step")
+    batch_size: int | None = opt(
+        None, "examples per worker step (default: 256; with --val-share, 256 / --trainers "
+        "rounded down, so that each trainer takes as many steps an epoch as one trainer would)")
     momentum: float = opt(
         0.9, "momentum of the servers' SGD under bsp / asp / switch (with --optimizer sgd)",
         group="synchronization")
 
     def check(self) -> None:
-        _positive(self.batch_size, "batch-size")
+        if self.batch_size is not None:  # None: TrainConfig fills it (--val-share adapts it)
+            _positive(self.batch_size, "batch-size")
         if self.warmup_steps < 0:
             raise UserError(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
         if not 0 <= self.momentum < 1:
