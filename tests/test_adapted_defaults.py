@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from shadowsync.config import TrainConfig, add_config_arguments, config_to_toml
-from shadowsync.config.train import PATIENCE_EPOCHS, VALIDATIONS_PER_EPOCH
+from shadowsync.config.train import BATCH_SIZE, PATIENCE_EPOCHS, VALIDATIONS_PER_EPOCH
 from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering
 from shadowsync.runners.build import rule_for
 
@@ -70,3 +70,32 @@ def test_help_says_what_val_share_changes():
     assert "(default: dot+cat with --val-share, else dot)" in text
     assert "(default: on with --val-share)" in text
     assert "with --val-share 1 - 1/(2 x trainers)" in text
+    assert "--block-momentum (1 - 1/(2 x trainers)) and --batch-size (256 / trainers)" in text
+    assert "rounded down, so that each trainer takes as many steps an epoch as one" in text
+
+
+def test_without_val_share_every_step_reads_256_examples_from_the_start():
+    assert BATCH_SIZE == 256
+    for options in ({}, {"trainers": 4}, {"epochs": 5, "data": "x.parquet"}):
+        cfg = TrainConfig(**options)
+        # known before `adapted`: code that reads the synthetic job's raw config sees it
+        assert cfg.optim.batch_size == 256 and cfg.adapted().optim.batch_size == 256
+    assert 'batch_size = 256' in config_to_toml(TrainConfig())
+
+
+@pytest.mark.parametrize("trainers, batch", [(1, 256), (2, 128), (3, 85), (4, 64), (8, 32),
+                                             (300, 1)])
+def test_val_share_divides_the_batch_among_the_trainers(trainers, batch):
+    cfg = TrainConfig(val_share=0.1, trainers=trainers)
+    assert cfg.optim.batch_size is None  # left open until the job's options are resolved
+    adapted = cfg.adapted()
+    assert adapted.optim.batch_size == batch and adapted.adapted() == adapted
+    # the trainers' steps together read at most 256 examples, and a larger batch would not
+    assert trainers * batch <= 256 < trainers * (batch + 1) or batch == 1
+
+
+def test_a_given_batch_size_wins_over_the_adapted_one():
+    assert TrainConfig(val_share=0.1, trainers=2, batch_size=256).adapted().optim.batch_size == 256
+    assert TrainConfig(val_share=0.1, trainers=2, batch_size=64).adapted().optim.batch_size == 64
+    with pytest.raises(Exception, match="--batch-size"):
+        TrainConfig(val_share=0.1, batch_size=0)

@@ -119,8 +119,8 @@ class DataConfig:
         "each epoch's end and --eval-points times within, the best model kept as "
         "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off). It also "
         "changes the defaults of --eval-points (4 an epoch), --early-stop (3 epochs' worth), "
-        "--lr-decay-on-plateau (on), --interaction (dot+cat) and --block-momentum "
-        "(1 - 1/(2 x trainers))")
+        "--lr-decay-on-plateau (on), --interaction (dot+cat), --block-momentum "
+        "(1 - 1/(2 x trainers)) and --batch-size (256 / trainers)")
     early_stop: int | None = opt(
         None, "with --val-share: stop after this many validations without improvement "
         "(default: 3 epochs' worth of --eval-points under --val-share, where the --sync can "
