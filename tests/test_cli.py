@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -111,3 +112,5 @@ def test_eps_is_training_throughput_and_total_s_the_whole_run(quiet_arrays_run):
     # total_s only, which the caller's own clock bounds from above.
     assert summary["wall_s"] < summary["total_s"] <= outer
     assert summary["total_s"] - summary["wall_s"] > 0.05
+    # The worker's CPU while it trained: some, and no more than the machine's cores gave.
+    assert 0 < summary["train_cpu_s"] <= (os.cpu_count() or 1) * summary["wall_s"]

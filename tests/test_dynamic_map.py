@@ -189,3 +189,49 @@ def test_the_slots_in_use_grow_with_the_keys_and_every_key_stays_found():
     b.load_state_dict({k: v.clone() for k, v in m.state_dict().items()})
     assert min(8 * b.counters()["live"], len(b._slots)) <= b._meta[_SLOTS_USED]
     assert all((b.find(keys) == rows).all() for keys, rows in held)
+
+
+def test_only_rows_that_held_another_id_are_handed_back_for_a_reset():
+    m = DynamicRowMap(capacity=4)
+    clock, _ = m.touch(np.zeros(4, dtype=np.int64), 4)
+    rows = np.zeros(4, dtype=np.int64)
+    fresh, reused = m.admit(keys_of([1, 2, 3, 4]), rows, clock)
+    assert sorted(fresh) == [1, 2, 3, 4] and len(reused) == 0  # first given: the pool's draw
+    _, fresh = m.resolve(keys_of([5, 6]), examples=2)  # full: the two oldest rows evicted
+    rows = np.zeros(1, dtype=np.int64)
+    again, reused = m.admit(keys_of([7]), rows, m.touch(rows, 1)[0])
+    assert len(fresh) == 2 and list(reused) == list(again) and again[0] in (1, 2, 3, 4)
+    loaded = DynamicRowMap(capacity=8)
+    loaded.load_state_dict(DynamicRowMap(capacity=8).state_dict())
+    rows = np.zeros(1, dtype=np.int64)
+    fresh, reused = loaded.admit(keys_of([9]), rows, 1)
+    assert list(reused) == list(fresh) == [1]  # a loaded map cannot tell: every row is reset
+
+
+def test_a_key_admitted_by_another_holder_after_the_find_is_not_admitted_twice():
+    ours = DynamicRowMap(capacity=8)
+    theirs = DynamicRowMap(capacity=8, tensors=ours.tensors)  # the same arrays, as in shm
+    key = keys_of([42])
+    seen = ours.admissions()
+    rows = ours.find(key)
+    assert rows[0] == DEFAULT_ROW
+    their_rows, _ = theirs.resolve(key, examples=1)
+    fresh, _ = ours.admit(key, rows, ours.touch(rows, 1)[0], seen)
+    assert len(fresh) == 0 and rows[0] == their_rows[0] and ours.counters()["live"] == 1
+    # Nobody admitted since the find: the missing key is not looked up again, and admitted.
+    other = keys_of([43])
+    seen, rows = ours.admissions(), ours.find(other)
+    fresh, _ = ours.admit(other, rows, ours.touch(rows, 1)[0], seen)
+    assert list(fresh) == list(rows) and ours.counters()["live"] == 2
+
+
+def test_few_and_many_new_keys_are_counted_alike():
+    from shadowsync.embeddings.dynamic import _FEW_KEYS, _distinct
+
+    rng = np.random.default_rng(0)
+    for n in (1, _FEW_KEYS, _FEW_KEYS + 1, 200):
+        values = rng.integers(0, max(2, n // 3), size=n).astype(np.int64)
+        new, inverse, counts = _distinct(values, counted=True)
+        assert (new[inverse] == values).all() and len(set(new.tolist())) == len(new)
+        assert dict(zip(new.tolist(), counts.tolist())) == {
+            v: int((values == v).sum()) for v in set(values.tolist())}

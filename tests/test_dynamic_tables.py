@@ -105,9 +105,10 @@ def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
     assert pool_rows([100, 300], 17, 1, None, 2) == 200
     # 1,000 rows of 17 floats, no admission: rows and Adagrad sums (1,001 with the default
     # row), 2,048 int32 slots, row keys (and the tombstones' key), ages, the free stack, one
-    # sketch counter a row of the sketch, the scalars (the slots in use the last).
+    # sketch counter a row of the sketch, the scalars (the slots in use and the highest row
+    # given the last).
     assert holder_bytes(1000, 17, 1) == 1001 * 72 + 2048 * 4 + 1002 * 8 + 1001 * 8 + 1000 * 4 \
-        + 4 * 4 + 12 * 8
+        + 4 * 4 + 13 * 8
     for admit in (1, 2):
         held = DynamicTables(1, 1000, 17, admit).tensors().values()
         allocated = sum(t.numel() * t.element_size() for t in held)
@@ -132,3 +133,16 @@ def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
 def test_bad_options_are_one_line_errors(options, message):
     with pytest.raises(UserError, match=message):
         TrainConfig(**options).validate()
+
+
+def test_batches_for_dynamic_tables_carry_every_raw_id_unfolded_and_writable():
+    from shadowsync.data.dataset import batches, open_data
+
+    data = open_data("synthetic", examples=600)
+    raw = np.asarray(data.cats[:600], dtype=np.int64)
+    got = [ids for _, ids, _ in batches(data, 0, 600, 256, table_size=[0] * data.num_tables)]
+    assert (torch.cat(got).numpy() == raw).all()
+    got[0][0, 0] = -1  # the batch owns its ids (the data is a read-only map)
+    mixed = [0] + [7] * (data.num_tables - 1)
+    ids = next(batches(data, 0, 600, 256, table_size=mixed))[1].numpy()
+    assert (ids[:, 0] == raw[:256, 0]).all() and (ids[:, 1:] == raw[:256, 1:] % 7).all()

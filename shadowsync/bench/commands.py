@@ -193,8 +193,9 @@ def _add_throughput(bench: Any) -> None:
     dyn.add_argument("--rows", default="100000,10000",
                      help="rows a feature, one quality comparison each: the fixed tables' size, "
                      "the dynamic ones' budget")
-    dyn.add_argument("--eps-examples", type=int, default=300_000,
-                     help="examples of each default-job run timed for EPS")
+    dyn.add_argument("--eps-examples", type=int, default=1_500_000,
+                     help="examples of each default-job run timed for EPS (the default "
+                     "job's own)")
     dyn.add_argument("--repeats", type=int, default=5, help=REPEATS_HELP + " (EPS)")
     dyn.add_argument("--quality-repeats", type=int, default=1, help="repeats of the quality runs")
     dyn.add_argument("--clothing-only", action="store_true",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -13,14 +14,16 @@ from tqdm import tqdm
 
 def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
                 desc: str, log: Path | None = None) -> list[dict[str, Any]]:
-    """Run every variant once per repeat, in turn, so machine noise hits all of them alike.
-    With `log`, each run is also appended to that JSON-lines file as it ends (a long bench
-    that is stopped keeps what it measured)."""
+    """Run every variant once per repeat, in turn, so machine noise hits all of them alike;
+    who goes first rotates from repeat to repeat, so that neither is always the one after
+    the other. With `log`, each run is also appended to that JSON-lines file as it ends (a
+    long bench that is stopped keeps what it measured)."""
     runs: list[dict[str, Any]] = []
+    names = list(variants)
     with tqdm(total=repeats * len(variants), desc=desc, unit="run") as bar:
         for r in range(repeats):
-            for name, fn in variants.items():
-                result = fn()
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                result = variants[name]()
                 runs.append({"variant": name, "repeat": r, **result})
                 if log is not None:
                     log.parent.mkdir(parents=True, exist_ok=True)
@@ -28,6 +31,16 @@ def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
                         fh.write(json.dumps(runs[-1]) + "\n")
                 bar.update(1)
     return runs
+
+
+def job_cpu_s() -> float:
+    """CPU seconds of this process and of the finished processes it started (the runs),
+    those forked by the fork server included."""
+    from shadowsync import forkserver
+
+    return forkserver.cpu_s() + sum(
+        resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 def median_of(runs: list[dict[str, Any]], variant: str, key: str) -> float:

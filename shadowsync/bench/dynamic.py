@@ -14,10 +14,12 @@ Four parts, each a figure the docs page (docs/dynamic-tables.md) reports:
   the clothing reviews with every review word a value of a multi-hot feature, a long tail
   of words seen once or twice, hashed into 2,000 and 8,000 rows against dynamic tables with
   admission of the same rows and bytes, 3 seeds (`_clothing`).
-- **eps**: the default job (synthetic data, 26 features) with fixed and dynamic tables,
-  interleaved; the ratio of median training EPS (goal >= 0.9); and a training step in one
-  process in thread CPU time (`_steps`: the map's own cost and its share of a whole step,
-  without other processes in the way).
+- **eps**: the default job (synthetic data, 26 features, its 1.5M examples) with fixed and
+  dynamic tables, interleaved; the ratio of median training EPS (goal >= 0.9), and of the
+  examples each trained per CPU second of its workers (what the tables cost, whatever else
+  the machine runs meanwhile); and a training step in one process in thread CPU time
+  (`_steps`: the map's own cost and its share of a whole step, without other processes in
+  the way).
 - **memory**: the embedding server's peak RSS in a job on a sixteenth of the Zipf rows and
   in one on all of them (about 10x the distinct ids): the pool, its map and its sketch are
   allocated when the job starts.
@@ -36,6 +38,7 @@ import torch
 
 from shadowsync.bench.common import (
     interleaved,
+    job_cpu_s,
     median_of,
     print_table,
     ratio_of_medians,
@@ -226,12 +229,22 @@ def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
             "word_lookups": int(word_ids.size)}
 
 
+STEP_EXAMPLES = 150_000  # the one-process training steps of `_steps`
+
+
 def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
-    variants = {
-        "fixed": lambda: run_job(job(examples), out / "runs" / "fixed"),
-        "dynamic": lambda: run_job(job(examples, tables="dynamic"),
-                                   out / "runs" / "dynamic-eps"),
-    }
+    def timed(tables: str) -> dict[str, Any]:
+        """A run, with the CPU seconds of every process it started (`job_cpu_s`: start-up
+        and evaluation too) and of its workers while they trained (`train_cpu_s`)."""
+        cpu = job_cpu_s()
+        result = run_job(job(examples, tables=tables), out / "runs" / f"{tables}-eps")
+        spent = job_cpu_s() - cpu
+        train_cpu = json.loads((out / "runs" / f"{tables}-eps" / "summary.json").read_text(
+            encoding="utf-8"))["train_cpu_s"]
+        return {**result, "cpu_s": spent, "train_cpu_s": train_cpu,
+                "examples_per_cpu_s": examples / train_cpu}
+
+    variants = {"fixed": lambda: timed("fixed"), "dynamic": lambda: timed("dynamic")}
     return interleaved(variants, repeats, "eps", out / "runs.jsonl")
 
 
@@ -387,17 +400,23 @@ def _speed(root: Path, eps_examples: int, repeats: int, step_repeats: int) -> di
     one process (`_eps`, `_steps`): their runs, ratios, spreads and medians."""
     eps_runs = _eps(root, eps_examples, repeats)
     ratio, spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "eps")
-    steps = _steps(eps_examples // 2, step_repeats)
+    cpu_ratio, cpu_spread = ratio_of_medians(eps_runs, "dynamic", "fixed", "examples_per_cpu_s")
+    steps = _steps(STEP_EXAMPLES, step_repeats)
     # Steps per CPU second: the fixed tables' CPU time a step over the dynamic ones'.
     step_ratio, step_spread = ratio_of_medians(steps, "fixed", "dynamic", "whole_step_ms")
     return {
         "runs": eps_runs + steps,
-        "ratios": {"eps_dynamic_over_fixed": ratio, "step_rate_dynamic_over_fixed": step_ratio},
+        "ratios": {"eps_dynamic_over_fixed": ratio,
+                   "examples_per_cpu_s_dynamic_over_fixed": cpu_ratio,
+                   "step_rate_dynamic_over_fixed": step_ratio},
         "summary": {
             "eps": {v: median_of(eps_runs, v, "eps") for v in ("fixed", "dynamic")},
+            "examples_per_cpu_s": {v: median_of(eps_runs, v, "examples_per_cpu_s")
+                                   for v in ("fixed", "dynamic")},
             "step_cpu_ms": {v: {k: median_of(steps, v, k) for k in ("step_ms", "whole_step_ms")}
                             for v in ("fixed", "dynamic", "dynamic-admit2")},
             "ratio_spread": {"eps_dynamic_over_fixed": spread,
+                             "examples_per_cpu_s_dynamic_over_fixed": cpu_spread,
                              "step_rate_dynamic_over_fixed": step_spread},
             "goals": {"eps_dynamic_over_fixed": ">= 0.9",
                       "step_rate_dynamic_over_fixed": ">= 0.9"}}}
@@ -409,6 +428,10 @@ def _print_speed(speed: dict[str, Any]) -> None:
     print(f"\nEPS (default job): fixed {e['fixed']:,.0f}, dynamic {e['dynamic']:,.0f}: "
           f"{ratios['eps_dynamic_over_fixed']:.3f} (per repeat "
           f"{spread['eps_dynamic_over_fixed']}), goal >= 0.9")
+    c = summary["examples_per_cpu_s"]
+    print(f"examples per CPU second of the training workers: fixed {c['fixed']:,.0f}, dynamic "
+          f"{c['dynamic']:,.0f}: {ratios['examples_per_cpu_s_dynamic_over_fixed']:.3f} (per "
+          f"repeat {spread['examples_per_cpu_s_dynamic_over_fixed']})")
     print(f"training steps per CPU second in one process, dynamic over fixed: "
           f"{ratios['step_rate_dynamic_over_fixed']:.3f} "
           f"(per repeat {spread['step_rate_dynamic_over_fixed']})")
@@ -419,15 +442,15 @@ def _print_speed(speed: dict[str, Any]) -> None:
 
 def run_dynamic_bench(out: str, examples: int = 400_000,
                       budgets: tuple[int, ...] = (100_000, 10_000),
-                      eps_examples: int = 300_000, repeats: int = 5,
+                      eps_examples: int = 1_500_000, repeats: int = 5,
                       quality_repeats: int = 1, movielens_rows: int = 256,
                       movielens_epochs: int = 3, clothing_only: bool = False,
                       clothing_rows: tuple[int, ...] = (2000, 8000),
                       clothing_epochs: int = 3, clothing_seeds: int = 3,
                       eps_only: bool = False, step_repeats: int = 3) -> dict[str, Any]:
-    """Every part (about 16 minutes on 2 shared cores); `clothing_only`: the clothing
+    """Every part (about 20 minutes on 2 shared cores); `clothing_only`: the clothing
     reviews alone (`_clothing`, about 6 minutes); `eps_only`: the EPS and the training
-    step alone (`_speed`, about 2 minutes with 3 repeats, 3 with 9)."""
+    step alone (`_speed`, about 5 minutes with 5 repeats on an idle machine)."""
     root = Path(out)
     t0 = time.time()
     if eps_only:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import shutil
 import statistics
 import time
@@ -53,7 +52,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
+from shadowsync.bench.common import (
+    interleaved,
+    job_cpu_s,
+    median_of,
+    print_table,
+    write_bench,
+)
 from shadowsync.config import TrainConfig
 from shadowsync.runners.switch.elastic import derived_patience_s
 from shadowsync.spec.detector import DetectorConfig
@@ -497,16 +502,6 @@ def time_split(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if done else None}
 
 
-def cpu_s() -> float:
-    """CPU seconds of this process and of the finished processes it started (the runs),
-    those forked by the fork server included."""
-    from shadowsync import forkserver
-
-    return forkserver.cpu_s() + sum(
-        resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
-        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-
-
 def compared_with(variant: str) -> str:
     """BSP under the same slowdown (`bsp+straggler` for `greedy+straggler`), or BSP."""
     _, plus, scenario = variant.partition("+")
@@ -767,7 +762,7 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
     """`variants`: run these on digits instead of the default's (or --full's); the
     baselines their ratios need are added."""
     root = Path(out)
-    started, cpu0 = time.perf_counter(), cpu_s()
+    started, cpu0 = time.perf_counter(), job_cpu_s()
     if ctr_examples is None:
         ctr_examples = CTR_EXAMPLES
     if digits_examples is None:
@@ -811,7 +806,7 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
                   for v in res["medians"])
     extra = {**({"slow_link": link} if link is not None else {}),
              **({"delayed_link": link_kind()} if delayed else {}),
-             "bench_wall_s": time.perf_counter() - started, "bench_cpu_s": cpu_s() - cpu0,
+             "bench_wall_s": time.perf_counter() - started, "bench_cpu_s": job_cpu_s() - cpu0,
              "time_split": {t: time_split(res["runs"]) for t, res in results.items()},
              "trainers": trainers, "share": share, "repeats": repeats, "full": full,
              "seeds": "repeat r of every variant: seed r",

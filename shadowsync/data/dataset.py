@@ -186,6 +186,8 @@ def fold_ids(ids: np.ndarray, modulus: np.ndarray) -> np.ndarray:
     tables map raw ids to rows themselves)."""
     if modulus.all():
         return ids % modulus
+    if not modulus.any():
+        return ids.copy()
     return np.where(modulus == 0, ids, ids % np.maximum(modulus, 1))
 
 

@@ -69,9 +69,12 @@ MAX_TABLES = 256  # the tables one key space holds (the key's top byte)
 _LIVE, _TOMBS, _CLOCK, _FREE_TOP, _SWEPT, _COUNTED = range(6)
 COUNTERS = ("lookups", "hits", "admitted", "rejected", "evicted")
 _FIRST_COUNTER = 6
-# The slots in use (see the module); last, so that a saved map's scalars read the same with
-# or without it (the table is rebuilt on load).
+# The slots in use (see the module), and the highest row ever given to an id (rows above it
+# still hold their first draw: see `admit`); last, so that a saved map's scalars read the same
+# with or without them (the table is rebuilt on load, and a loaded map takes every row as used).
 _SLOTS_USED = _FIRST_COUNTER + len(COUNTERS)
+_HIGHEST_GIVEN = _SLOTS_USED + 1
+_UNSAVED = 2
 _MIN_SLOTS = 1 << 12
 _FEW_KEYS = 16  # inserted one at a time (see `_insert`)
 
@@ -107,8 +110,15 @@ def _one_of_each(values: np.ndarray) -> np.ndarray:
 def _distinct(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray,
                                                            np.ndarray | None]:
     """np.unique(values, return_inverse=True, return_counts=counted) for a 1-d array, the
-    counts None when not `counted`: one sort and a few passes (np.unique's overhead was a
-    fifth of admitting a step's few dozen new ids)."""
+    counts None when not `counted`, but the distinct values in any order: one sort and a few
+    passes (np.unique's overhead was a fifth of admitting a step's few dozen new ids), or a
+    dict for a few values (a training step's new ids, once the map is warm)."""
+    if len(values) <= _FEW_KEYS:
+        place: dict[int, int] = {}
+        inverse = np.array([place.setdefault(v, len(place)) for v in values.tolist()],
+                           dtype=np.int64)
+        counts = np.bincount(inverse, minlength=len(place)) if counted else None
+        return np.fromiter(place, dtype=np.int64, count=len(place)), inverse, counts
     order, ordered, first = _sorted_runs(values)
     inverse = np.empty(len(values), dtype=np.int64)
     inverse[order] = np.cumsum(first) - 1
@@ -203,14 +213,14 @@ def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str
         "free": torch.arange(capacity, 0, -1, dtype=torch.int32),
         "sketch": torch.zeros(sketch_depth, sketch_width, dtype=torch.int32),
         "meta": torch.tensor([0, 0, 0, capacity, 0, 0] + [0] * len(COUNTERS)
-                             + [min(_MIN_SLOTS, slot_count(capacity))], dtype=torch.int64),
+                             + [min(_MIN_SLOTS, slot_count(capacity)), 0], dtype=torch.int64),
     }
 
 
 def map_bytes(capacity: int, sketch_width: int, sketch_depth: int) -> int:
     """The bytes of `map_tensors(capacity, ...)`, without allocating them."""
     return (4 * slot_count(capacity) + 8 * (capacity + 2) + 8 * (capacity + 1) + 4 * capacity
-            + 4 * sketch_depth * sketch_width + 8 * (_SLOTS_USED + 1))
+            + 4 * sketch_depth * sketch_width + 8 * (_SLOTS_USED + _UNSAVED))
 
 
 class DynamicRowMap:
@@ -251,15 +261,21 @@ class DynamicRowMap:
     def resolve(self, keys: np.ndarray, examples: int = 0, admit: bool = True
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Rows of `keys` (int64, repeats allowed) and the rows newly given to an id in this
-        call (their contents are the holder's to reset). `examples` advance the clock first.
-        With `admit` false (evaluation, serving) nothing is counted, touched or admitted:
-        ids not in the map read the default row. (`find`, `touch`, then `admit` when
-        `needs_admit` says so: the same in three steps, for holders shared by processes.)"""
+        call. `examples` advance the clock first. With `admit` false (evaluation, serving)
+        nothing is counted, touched or admitted: ids not in the map read the default row.
+        (`admissions`, `find`, `touch`, then `admit` when `needs_admit` says so: the same in
+        steps, for holders shared by processes.)"""
+        seen = self.admissions()
         rows = self.find(keys)
         if not admit:
             return rows, np.empty(0, dtype=np.int64)
         clock, _ = self.touch(rows, examples)
-        return rows, self.admit(keys, rows, clock)
+        return rows, self.admit(keys, rows, clock, seen)[0]
+
+    def admissions(self) -> int:
+        """How many ids have been given a row so far: read before a `find`, it tells `admit`
+        whether any key can have entered the map since."""
+        return int(self._meta[_FIRST_COUNTER + COUNTERS.index("admitted")])
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """The rows of `keys`, the default row for keys not in the map. Safe without the
@@ -288,17 +304,24 @@ class DynamicRowMap:
         ttl = self.eviction.ttl
         return misses > 0 or (ttl is not None and clock - self._meta[_SWEPT] >= max(1, ttl // 8))
 
-    def admit(self, keys: np.ndarray, rows: np.ndarray, clock: int) -> np.ndarray:
+    def admit(self, keys: np.ndarray, rows: np.ndarray, clock: int, seen: int | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
         """Under the lock: count the sightings of the keys `rows` has no row for, give rows
-        to those seen `admit_after` times (into `rows`) and free expired rows. The rows newly
-        given out."""
+        to those seen `admit_after` times (into `rows`) and free expired rows. `seen`: the
+        `admissions` read before `rows` were found (None: unknown), so that the missing keys
+        are looked up again only if another process has admitted ids since.
+
+        The rows newly given out, and those of them that held another id before: their
+        contents are the holder's to reset. Rows are given from 1 up until some are freed, so
+        a row above the highest one given so far still holds the pool's first draw."""
+        empty = np.empty(0, dtype=np.int64)
         self._expire(clock)
         miss = np.flatnonzero(rows == DEFAULT_ROW)
-        if len(miss):
-            rows[miss] = self.find(keys[miss])  # another process may have admitted them since
+        if len(miss) and seen != self.admissions():
+            rows[miss] = self.find(keys[miss])
             miss = miss[rows[miss] == DEFAULT_ROW]
         if not len(miss):
-            return np.empty(0, dtype=np.int64)
+            return empty, empty
         new, inverse, counts = _distinct(keys[miss], counted=self.admit_after > 1)
         admitted = (np.ones(len(new), dtype=bool) if counts is None
                     else self._count(new, counts) >= self.admit_after)
@@ -323,7 +346,11 @@ class DynamicRowMap:
         meta[_FIRST_COUNTER + COUNTERS.index("admitted")] += len(fresh)
         meta[_FIRST_COUNTER + COUNTERS.index("rejected")] += len(got) - int(
             np.count_nonzero(got))
-        return fresh
+        highest = int(meta[_HIGHEST_GIVEN])
+        reused = fresh[fresh <= highest]
+        if len(fresh):
+            meta[_HIGHEST_GIVEN] = max(highest, int(fresh.max()))
+        return fresh, reused
 
     def counters(self) -> dict[str, int]:
         """lookups, hits, admitted, rejected (lookups answered by the default row because
@@ -352,6 +379,7 @@ class DynamicRowMap:
                 raise ValueError(f"id map {name}: saved shape {tuple(state[name].shape)}, "
                                  f"this map's {tuple(t.shape)}")
             t.copy_(state[name])
+        self._meta[_HIGHEST_GIVEN] = self.capacity  # which rows were ever used is not saved
         self._rebuild()
 
     # -- the hash table ----------------------------------------------------------------------

@@ -200,14 +200,15 @@ class DynamicTables:
         admission takes the lock: a step whose ids all have rows runs without it (a process
         preempted while holding the lock would stall every other one)."""
         k = keys.numpy()
+        seen = self.map.admissions()
         rows = self.map.find(k)
         if admit:
             clock, misses = self.map.touch(rows, examples)
             if self.map.needs_admit(misses, clock):
                 with self.lock:
-                    fresh = self.map.admit(k, rows, clock)
-                    if len(fresh):
-                        self._reset(torch.from_numpy(fresh))
+                    _, reused = self.map.admit(k, rows, clock, seen)
+                    if len(reused):
+                        self._reset(torch.from_numpy(reused))
         return torch.from_numpy(rows)
 
     def _reset(self, rows: torch.Tensor) -> None:

@@ -23,6 +23,7 @@ class WorkerReport:
     blocked_s: float  # of which waiting on synchronization
     step_s: list[float] = field(default_factory=list)  # wall seconds of each step
     sync: dict[str, object] = field(default_factory=dict)  # the runner's own counters
+    cpu_s: float = 0.0  # CPU seconds of the worker's process since the previous report
 
 
 @dataclass

@@ -66,6 +66,8 @@ def summarize(cfg: TrainConfig, plan: DataPlan, stats: list[TrainerStats],
         # first step of any worker to last step of any worker: training without start-up
         "train_s": max(s.train_end for s in stats) - min(s.train_start for s in stats),
         "eps_per_trainer": [s.train_eps for s in stats],
+        # CPU seconds the Hogwild workers spent training, whatever else the machine ran
+        "train_cpu_s": round(sum(s.cpu_s for s in stats), 3),
         f"train_{task.running_metric().name}": train_metric,
         **task.summary(final, plan),
         "task": cfg.task,

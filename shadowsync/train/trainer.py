@@ -67,6 +67,7 @@ class TrainerStats:
     examples: int = 0
     busy_s: float = 0.0
     blocked_s: float = 0.0
+    cpu_s: float = 0.0  # the workers' CPU seconds while training
     wall_s: float = 0.0
     train_start: float = float("inf")  # time.time() of the first worker's first step
     train_end: float = 0.0
@@ -323,6 +324,7 @@ class Trainer:
             s.examples += n
             s.busy_s += msg.busy_s
             s.blocked_s += msg.blocked_s
+            s.cpu_s += msg.cpu_s
             self.running.add(n, msg.loss_sum, msg.label_sum)
             if self.sync:
                 self.sync.observe(msg)

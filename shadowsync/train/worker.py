@@ -219,9 +219,10 @@ class WorkerRun:
 
     def report(self, now: float) -> WorkerReport:
         spec = self.spec
+        cpu, self.cpu_at_report = self.cpu_at_report, time.process_time()
         return WorkerReport(spec.trainer, spec.worker, int(self.n), self.loss_sum,
                             self.label_sum, now - self.t_report, self.blocked, self.step_s,
-                            self.hook.report())
+                            self.hook.report(), self.cpu_at_report - cpu)
 
     def stream(self) -> Iterator[Batch]:
         """The worker's batches: one pass over its shard, or pass after pass for runners that
@@ -245,6 +246,7 @@ class WorkerRun:
         spec, hook, tables = self.spec, self.hook, self.tables
         self.t_start = time.time()  # wall clock, comparable across the trainer's processes
         self.t_report = self.t_step = time.perf_counter()
+        self.cpu_at_report = time.process_time()
         self.pace = pace_of(spec.straggler, spec.trainer) if spec.straggler is not None else None
         stream = self.stream()
         batch = next(stream, None)
