@@ -22,7 +22,7 @@ def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
     names = list(variants)
     with tqdm(total=repeats * len(variants), desc=desc, unit="run") as bar:
         for r in range(repeats):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in rotated(names, r):
                 result = variants[name]()
                 runs.append({"variant": name, "repeat": r, **result})
                 if log is not None:
@@ -31,6 +31,13 @@ def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
                         fh.write(json.dumps(runs[-1]) + "\n")
                 bar.update(1)
     return runs
+
+
+def rotated(names: list[str], turn: int) -> list[str]:
+    """`names` with the one at `turn` (modulo their number) first: who goes first at that
+    turn, each in turn."""
+    k = turn % len(names)
+    return names[k:] + names[:k]
 
 
 def job_cpu_s() -> float:

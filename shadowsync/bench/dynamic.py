@@ -42,6 +42,7 @@ from shadowsync.bench.common import (
     median_of,
     print_table,
     ratio_of_medians,
+    rotated,
     write_bench,
 )
 from shadowsync.bench.sync import job, run_job
@@ -239,10 +240,8 @@ def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
         cpu = job_cpu_s()
         result = run_job(job(examples, tables=tables), out / "runs" / f"{tables}-eps")
         spent = job_cpu_s() - cpu
-        train_cpu = json.loads((out / "runs" / f"{tables}-eps" / "summary.json").read_text(
-            encoding="utf-8"))["train_cpu_s"]
-        return {**result, "cpu_s": spent, "train_cpu_s": train_cpu,
-                "examples_per_cpu_s": examples / train_cpu}
+        return {**result, "cpu_s": spent,
+                "examples_per_cpu_s": examples / result["train_cpu_s"]}
 
     variants = {"fixed": lambda: timed("fixed"), "dynamic": lambda: timed("dynamic")}
     return interleaved(variants, repeats, "eps", out / "runs.jsonl")
@@ -307,7 +306,7 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
             stepping = {name: make() for name, make in variants.items()}
             taken: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
             for i in range(steps):
-                for name in names[i % len(names):] + names[:i % len(names)]:
+                for name in rotated(names, i):
                     taken[name].append(next(stepping[name]))
                 bar.update(1)
             cut = steps // 4  # warm-up: the first steps admit most ids

@@ -103,6 +103,7 @@ def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
         "sync_blocked_fraction": s["sync_blocked_fraction"], "wall_s": s["wall_s"],
         "teacher_eval_ne": s["teacher_eval_ne"], "examples": s["examples"],
         "sync_bytes_per_round": s.get("sync_bytes_per_round"),
+        "train_cpu_s": s["train_cpu_s"],
     }
 
 
