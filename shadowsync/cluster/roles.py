@@ -147,10 +147,13 @@ def join_process_group(layout: ClusterLayout) -> tuple[int, dist.ProcessGroup]:
 def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
                      endpoint: RpcEndpoint) -> None:
     """Embedding server `index`: hold its shard of the tables until the job leaves RPC."""
-    plan = embedding_plan(cfg, features_of(cfg))
+    features = features_of(cfg)
+    plan = embedding_plan(cfg, features)
+    # dynamic tables: one pool, every row starting at --embedding-initial-accumulator
+    multi_hot = () if plan.dynamic is not None else features.multi_hot
     # Clients: every trainer and each of its workers attach once.
     tables = embedding_servers.serve(plan, index, cfg.model.table_width(),
-                                     cfg.optim.table_optimizer(), cfg.seed,
+                                     cfg.optim.table_optimizer(multi_hot), cfg.seed,
                                      share=cfg.cluster.embedding_transport == "auto",
                                      clients=layout.trainers * (layout.workers + 1))
     own_shard(cfg.checkpoint, layout.embedding_name(index), tables, f"embedding server {index}")
