@@ -96,14 +96,14 @@ def role_main(cfg: TrainConfig) -> None:
 def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
     """Join the job's process group, run this rank's role, leave."""
     if cfg.data.val_share > 0:
-        # Each new best model is saved while the job trains: import the checkpoint writer now,
+        # Each new best model is saved while the job waits: import the checkpoint writer now,
         # while every process starts (seconds), rather than in the first save, where it held
-        # up trainer 0's validations while the workers trained on.
+        # up trainer 0's validation and, while it validates, every worker of the job.
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     if layout.role(int(os.environ["RANK"])) == ("trainer", 0):
-        # Trainer 0 validates and evaluates while its workers train on: what the first
-        # evaluation imports (seconds) is imported now, while the others start, or the
-        # workers train past the validation points due meanwhile and those are skipped.
+        # Trainer 0 evaluates while its workers train on (and validates while they wait):
+        # what the first evaluation imports (seconds) is imported now, while the others
+        # start, or the workers train past the points due meanwhile and those are skipped.
         task_of(cfg.task).prepare_evaluation()
     rank, trainer_group = join_process_group(layout)
     role, index = layout.role(rank)
