@@ -26,6 +26,7 @@ FLAT_OPTIONS = [
     "skip_bad_lines", "seed", "model", "embedding_dim", "table_size", "tables", "admit_after",
     "evict", "table_memory", "bottom_mlp", "top_mlp",
     "id_bias", "interaction", "optimizer", "lr", "embedding_lr", "embedding_initial_accumulator",
+    "multi_hot_initial_accumulator",
     "embedding_weight_decay", "warmup_steps", "lr_decay_share", "lr_decay_floor",
     "lr_decay_on_plateau", "batch_size", "workers", "trainers", "embedding_servers",
     "dense_servers", "row_split_limit", "embedding_transport", "sync", "sync_groups",

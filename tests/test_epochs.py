@@ -181,6 +181,35 @@ def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_pat
 
 
 @pytest.mark.timeout(300)
+def test_the_best_model_kept_is_the_model_validated(tmp_path):
+    """Every worker of the job waits, and no sync round runs, while trainer 0 validates and
+    saves a new best model: the best checkpoint scores on the validation rows exactly what
+    its validation said (workers training on through the save moved it away)."""
+    from shadowsync.inference import load
+    from shadowsync.metrics import evaluate_predictions
+
+    data = write_array_dir(tmp_path / "a", rows=12_000)
+    out = tmp_path / "run"
+    # Rates far too high for 50-row tables: the best model comes early, workers still training.
+    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
+                   "--epochs", "10", "--val-share", "0.2", "--eval-points", "2",
+                   "--embedding-lr", "2", "--lr", "0.5", "--early-stop", "0",
+                   "--batch-size", "32", "--out", str(out)], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    assert not (out / ".validating").exists()
+    s = summary(out)
+    best = s["best"]
+    assert best["examples"] < s["examples"]  # kept while the workers trained on
+    dense, cats = np.load(data / "dense.npy"), np.load(data / "cats.npy")
+    labels = np.load(data / "labels.npy")
+    val = slice(8640, 10_800)  # the last 20% of the 10,800 training rows
+    pred = load(find_checkpoint(out)).predict(dense[val], cats[val]).numpy()
+    assert evaluate_predictions(pred, labels[val])["ne"] == pytest.approx(best["val_ne"],
+                                                                          rel=1e-5)
+
+
+@pytest.mark.timeout(300)
 def test_the_default_jobs_first_validations_come_at_their_points(tmp_path):
     """Trainer 0 of a cluster job validates while its workers train on: what its first
     evaluation needs is imported before training (2-4 s of scikit-learn), or the workers

@@ -117,6 +117,36 @@ def test_rowwise_adagrad_sums_a_rows_shares_before_its_one_step():
     assert torch.allclose(tables.weight, expected_w, atol=1e-6)
 
 
+def test_a_multi_hot_features_rows_start_their_accumulator_at_its_own_value(tmp_path):
+    """--embedding-initial-accumulator for single-id features' tables, and
+    --multi-hot-initial-accumulator for multi-hot ones', in a trainer's tables and on servers
+    (a table split row-wise included); data without multi-hot features keeps one value."""
+    from shadowsync.config import TrainConfig
+    from shadowsync.train.local import local_tables
+    from shadowsync.train.tasks import features_of
+
+    data = write_multi_hot_dir(tmp_path / "d", rows=50)
+    cfg = TrainConfig(data=str(data), table_size=[30, ITEMS, 10],
+                      embedding_initial_accumulator=0.05, multi_hot_initial_accumulator=0.01)
+    features = features_of(cfg)
+    assert features.multi_hot == (False, True, True)
+    start = {0: 0.05, 1: 0.01, 2: 0.01}
+    expected = torch.tensor([start[t] for t, n in enumerate(features.table_rows)
+                             for _ in range(n)])
+    assert torch.equal(local_tables(cfg, features).state, expected)
+    plan = ShardingPlan(2, features.table_rows, row_split_limit=100)  # items: split
+    optimizer = cfg.optim.table_optimizer(features.multi_hot)
+    state = torch.cat([EmbeddingTables(plan.server_pieces(s), 4,
+                                       **plan.server_optimizer(s, optimizer)).state
+                       for s in range(2)])
+    for t, n in enumerate(features.table_rows):
+        assert torch.equal(state[plan.table_keys(t)], torch.full((n,), start[t])), t
+    synthetic = TrainConfig()
+    assert features_of(synthetic).multi_hot == (False,) * 26
+    assert synthetic.optim.table_optimizer(features_of(synthetic).multi_hot)[
+        "initial_accumulator"] == synthetic.optim.embedding_initial_accumulator
+
+
 def test_unpool_is_the_transpose_of_pool():
     bags = _bags()
     rows = torch.randn(len(bags.ids), 5, generator=torch.Generator().manual_seed(2))

@@ -90,9 +90,10 @@ def embedding_client(cfg: TrainConfig, features: Features, layout: ClusterLayout
     plan = embedding_plan(cfg, features)
     private = None
     if cfg.cluster.embedding_transport == "unshared":
+        optimizer = cfg.optim.table_optimizer(features.multi_hot)
         private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),
                                       seed=cfg.seed * 7919 + s,
-                                      **cfg.optim.table_optimizer()).share_memory_()
+                                      **plan.server_optimizer(s, optimizer)).share_memory_()
                    for s in range(plan.servers)}
     transport = "rpc" if cfg.cluster.embedding_transport == "rpc" else "auto"
     return RemoteEmbeddings(plan, layout, endpoint, cfg.model.table_width(), rpc_ranks(layout),

@@ -96,14 +96,14 @@ def role_main(cfg: TrainConfig) -> None:
 def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
     """Join the job's process group, run this rank's role, leave."""
     if cfg.data.val_share > 0:
-        # Each new best model is saved while the job trains: import the checkpoint writer now,
+        # Each new best model is saved while the job waits: import the checkpoint writer now,
         # while every process starts (seconds), rather than in the first save, where it held
-        # up trainer 0's validations while the workers trained on.
+        # up trainer 0's validation and, while it validates, every worker of the job.
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     if layout.role(int(os.environ["RANK"])) == ("trainer", 0):
-        # Trainer 0 validates and evaluates while its workers train on: what the first
-        # evaluation imports (seconds) is imported now, while the others start, or the
-        # workers train past the validation points due meanwhile and those are skipped.
+        # Trainer 0 evaluates while its workers train on (and validates while they wait):
+        # what the first evaluation imports (seconds) is imported now, while the others
+        # start, or the workers train past the points due meanwhile and those are skipped.
         task_of(cfg.task).prepare_evaluation()
     rank, trainer_group = join_process_group(layout)
     role, index = layout.role(rank)
@@ -147,10 +147,13 @@ def join_process_group(layout: ClusterLayout) -> tuple[int, dist.ProcessGroup]:
 def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
                      endpoint: RpcEndpoint) -> None:
     """Embedding server `index`: hold its shard of the tables until the job leaves RPC."""
-    plan = embedding_plan(cfg, features_of(cfg))
+    features = features_of(cfg)
+    plan = embedding_plan(cfg, features)
+    # dynamic tables: one pool, every row starting at --embedding-initial-accumulator
+    multi_hot = () if plan.dynamic is not None else features.multi_hot
     # Clients: every trainer and each of its workers attach once.
     tables = embedding_servers.serve(plan, index, cfg.model.table_width(),
-                                     cfg.optim.table_optimizer(), cfg.seed,
+                                     cfg.optim.table_optimizer(multi_hot), cfg.seed,
                                      share=cfg.cluster.embedding_transport == "auto",
                                      clients=layout.trainers * (layout.workers + 1))
     own_shard(cfg.checkpoint, layout.embedding_name(index), tables, f"embedding server {index}")

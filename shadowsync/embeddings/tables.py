@@ -12,6 +12,7 @@ read and update them without locks, as in Recht et al. 2011 and the ShadowSync t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 
 import torch
@@ -45,9 +46,11 @@ class EmbeddingTables:
         lr: float = 0.05,
         seed: int = 0,
         eps: float = 1e-8,
-        initial_accumulator: float = 0.0,
+        initial_accumulator: float | Sequence[float] = 0.0,
         weight_decay: float = 0.0,
     ) -> None:
+        """`initial_accumulator`: where every row's Adagrad accumulator starts, or one value
+        per table."""
         self._set_layout(rows, dim, optimizer, lr, eps, weight_decay)
         total = sum(self.rows)
         gen = torch.Generator().manual_seed(seed)
@@ -59,8 +62,14 @@ class EmbeddingTables:
         # A row's Adagrad step is its gradient over sqrt(accumulator): from zero, the first
         # step of a row is a full `lr` whatever its gradient, so a rare id's vector is set by
         # the one or two examples it came with. Starting the accumulator above zero shrinks
-        # those first steps and leaves a frequent row's later ones as they were.
-        self.state = (torch.full((total,), float(initial_accumulator))
+        # those first steps and leaves a frequent row's later ones as they were (see
+        # `OptimConfig.table_initial_accumulators` for why a multi-hot feature's table differs).
+        starts = (list(initial_accumulator) if isinstance(initial_accumulator, Sequence)
+                  else [initial_accumulator] * len(self.rows))
+        if len(starts) != len(self.rows):
+            raise ValueError(f"{len(starts)} initial accumulators for {len(self.rows)} tables")
+        self.state = (torch.repeat_interleave(torch.tensor(starts, dtype=torch.float32),
+                                              torch.tensor(self.rows, dtype=torch.long))
                       if self.optimizer is SparseOptimizer.ADAGRAD else None)
 
     @classmethod

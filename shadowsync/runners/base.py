@@ -10,6 +10,7 @@ SGD, torchft).
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Protocol, runtime_checkable
@@ -49,6 +50,7 @@ class Runner(Protocol):
     def summarize(self, everyone: list[dict[str, object]]) -> dict[str, object]: ...
     def describe(self) -> dict[str, object]: ...
     def settings(self) -> dict[str, object]: ...
+    def held(self) -> AbstractContextManager[None]: ...
 
 
 class RunnerDefaults:
@@ -101,6 +103,11 @@ class RunnerDefaults:
 
     def settings(self) -> dict[str, object]:
         return {"runner": self.kind, **self.describe(), "groups": {}}
+
+    def held(self) -> AbstractContextManager[None]:
+        """No round of this runner starts inside (trainer 0 validating): nothing to hold
+        where the workers synchronize inside their steps."""
+        return nullcontext()
 
 
 class StepRunner(RunnerDefaults):

@@ -26,6 +26,7 @@ class GroupRunner(RunnerDefaults):
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._restored: dict[str, object] | None = None
+        self._round = threading.Lock()  # held through a round, and by `held`
 
     def state_dict(self) -> dict[str, object]:
         """The rules' own state for a checkpoint (e.g. BMUF's global model and block
@@ -68,17 +69,22 @@ class GroupRunner(RunnerDefaults):
 
     def run_round(self, done: bool) -> tuple[bool, float, float]:
         """One round over every group. Returns (was it the agreed last round, cpu s, wall s)."""
-        w0, c0 = time.perf_counter(), time.process_time()
-        self.exchange.begin_round(done)
-        for g in self.groups:
-            g.sync_round(self.exchange)
-        last = self.exchange.end_round()
-        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        with self._round:
+            w0, c0 = time.perf_counter(), time.process_time()
+            self.exchange.begin_round(done)
+            for g in self.groups:
+                g.sync_round(self.exchange)
+            last = self.exchange.end_round()
+            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         self.sync_cpu_s += cpu
         self.all_rounds += 1
         if not done:
             self.rounds += 1
         return last, cpu, wall
+
+    def held(self) -> threading.Lock:
+        """Inside, no round starts on this trainer, nor (waiting for it) on any other."""
+        return self._round
 
     def stop(self) -> None:
         """Called when this trainer's workers have finished; returns after the round every

@@ -23,7 +23,7 @@ def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables | Dyna
             cfg.model.table_width(), cfg.seed, lock, **cfg.optim.table_optimizer()
         ).share_memory_()
     return EmbeddingTables(list(features.table_rows), cfg.model.table_width(), seed=cfg.seed,
-                           **cfg.optim.table_optimizer()).share_memory_()
+                           **cfg.optim.table_optimizer(features.multi_hot)).share_memory_()
 
 
 def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:

@@ -14,7 +14,8 @@ import logging
 import queue as queue_mod
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
@@ -51,6 +52,14 @@ EARLY_STOP_FLAG = ".early-stop"
 # Written under OUT by trainer 0, with --lr-decay-on-plateau, at the first validation without
 # improvement; every trainer's workers start the learning-rate decay when they see it.
 DECAY_FLAG = ".lr-decay"
+# Written under OUT by trainer 0 while it validates (--val-share) and saves a new best model;
+# no worker of the job starts a step while it exists (see `Trainer.job_held`).
+HOLD_FLAG = ".validating"
+# Trainer 0's workers have finished the steps they were in when no step count moved for
+# SETTLE_QUIET_S (many steps' time; a worker waiting on a sync round it holds back never
+# moves), or after SETTLE_MAX_S at most.
+SETTLE_QUIET_S = 0.05
+SETTLE_MAX_S = 2.0
 # How often a trainer looks at its processes and peers, notes its progress and (trainer 0)
 # decides on a checkpoint, whatever its workers report: a dead peer is seen, and a checkpoint
 # is taken, within about this long.
@@ -100,6 +109,8 @@ class Trainer:
         self.index = index
         on_plateau = cfg.optim.lr_decay_on_plateau and plan.val_start is not None
         self.decay_flag = Path(cfg.output.dir or ".") / DECAY_FLAG if on_plateau else None
+        self.hold_flag = (Path(cfg.output.dir or ".") / HOLD_FLAG
+                          if plan.val_start is not None else None)
         self.task = task_of(cfg.task)
         self.model = model if model is not None else build_dense_model(cfg, plan.features)
         self.model.share_memory()
@@ -196,6 +207,7 @@ class Trainer:
                 start_step=start, slots=self.slots, stop=self.stop_event,
                 poison_at_step=self.poison_step(w),
                 decay_flag=str(self.decay_flag) if self.decay_flag is not None else None,
+                hold_flag=str(self.hold_flag) if self.hold_flag is not None else None,
             )
             for w, start in zip(range(cfg.cluster.workers), self.slots.start_steps(), strict=True)
         ]
@@ -229,6 +241,8 @@ class Trainer:
         if self.early_stop_flag is not None and self.index == 0:
             # Before the job meets (below): no trainer looks for it until then.
             self.early_stop_flag.unlink(missing_ok=True)
+        if self.hold_flag is not None and self.index == 0:
+            self.hold_flag.unlink(missing_ok=True)  # left by a run that ended validating
         if self.decay_flag is not None and self.index == 0 and not self.cfg.checkpoint.resume:
             self.decay_flag.unlink(missing_ok=True)
         try:
@@ -384,16 +398,18 @@ class Trainer:
         if final and self.sync is None and (self._last_val_examples == trained
                                             or self.early_stopped):
             return  # the model it ends with is the one last validated (give or take a step)
-        self._last_val_examples = trained
-        m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
-                     plan.features.id_modulus)
-        epoch = trained * cfg.cluster.trainers / plan.rows_per_epoch
-        value = m[self.task.metric]
-        improved = self.selection.observe(value, epoch=round(epoch, 3),
-                                          examples=trained * cfg.cluster.trainers,
-                                          val_ne=m["ne"], val_auc=m["auc"])
-        if improved and self.checkpointer is not None:
-            self.best_checkpoint = self.checkpointer.save_best(self.selection.best_at)
+        with self.job_held():
+            trained = self.trained_now()
+            self._last_val_examples = trained
+            m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
+                         plan.features.id_modulus)
+            epoch = trained * cfg.cluster.trainers / plan.rows_per_epoch
+            value = m[self.task.metric]
+            improved = self.selection.observe(value, epoch=round(epoch, 3),
+                                              examples=trained * cfg.cluster.trainers,
+                                              val_ne=m["ne"], val_auc=m["auc"])
+            if improved and self.checkpointer is not None:
+                self.best_checkpoint = self.checkpointer.save_best(self.selection.best_at)
         log.info("epoch %.2f: validation NE %.4f, AUC %.4f%s", epoch, m["ne"], m["auc"],
                  " (best so far)" if improved else
                  f" ({self.selection.since_best} without improvement)")
@@ -408,6 +424,35 @@ class Trainer:
             self.decay_flag.touch()
         if self.selection.should_stop and not final and not self.early_stopped:
             self.stop_early()
+
+    @contextmanager
+    def job_held(self) -> Iterator[None]:
+        """Trainer 0: every worker of the job between two steps and no sync round, so that
+        the best model kept is the model validated. Workers training on through a validation
+        and the save of a new best model moved the model kept by a quarter to most of an
+        epoch past the one scored (MovieLens 100K, the default job), out of its best point
+        (the validation NE rises after it at every new epoch)."""
+        if self.hold_flag is None:
+            yield
+            return
+        self.hold_flag.touch()
+        try:
+            with self.sync.held() if self.sync is not None else nullcontext():
+                self._settle()
+                yield
+        finally:
+            self.hold_flag.unlink(missing_ok=True)
+
+    def _settle(self) -> None:
+        """Wait for this trainer's workers to finish the steps they were in (the other
+        trainers' workers stop within a step of seeing the flag)."""
+        steps, end = self.slots.steps.tolist(), time.perf_counter() + SETTLE_MAX_S
+        while time.perf_counter() < end and any(p.is_alive() for p in self._procs):
+            time.sleep(SETTLE_QUIET_S)
+            now = self.slots.steps.tolist()
+            if now == steps:
+                return
+            steps = now
 
     def _resume_selection(self) -> None:
         """A resumed run goes on from the best model its run kept (a later one must beat it)."""

@@ -75,6 +75,7 @@ class WorkerSpec:
     stop: Event | None = None  # stop after the current step (None: this mode cannot stop early)
     poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
     decay_flag: str | None = None  # --lr-decay-on-plateau: the decay starts when this exists
+    hold_flag: str | None = None  # --val-share: no step starts while this exists
 
 
 def make_dense_optimizer(name: str, params: Iterable[torch.nn.Parameter],
@@ -118,6 +119,7 @@ def stop_on_signals(spec: WorkerSpec) -> threading.Event:
 # learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
 # Steps between a worker's looks for --lr-decay-on-plateau's flag (a file's stat each).
 PLATEAU_LOOK_EVERY = 8
+HOLD_POLL_S = 0.005  # how often a held worker looks whether it may go on
 EXPLODED_LOSS = 100.0
 
 
@@ -205,6 +207,7 @@ class WorkerRun:
         self.schedule = spec.schedule.over(self.planned)
         self.lr_steps = self.schedule.attach(opt, spec.start_step)
         self.decay_flag = Path(spec.decay_flag) if spec.decay_flag else None
+        self.hold_flag = Path(spec.hold_flag) if spec.hold_flag else None
         self.opt = hook.wrap_optimizer(opt)
         self.steps = spec.start_step
         self._clear_counts()
@@ -264,7 +267,16 @@ class WorkerRun:
             if not hook.step_taken():  # released unapplied by a stop: not trained
                 continue
             self.count_step(len(labels), lv, float(labels.sum()), queue)
+            self.wait_while_held()
         queue.put(self.report(time.perf_counter()))
+
+    def wait_while_held(self) -> None:
+        """--val-share: trainer 0 validates, and keeps a new best model, with every worker of
+        the job between two steps (see `Trainer.job_held`)."""
+        if self.hold_flag is None:
+            return
+        while self.hold_flag.exists() and not self.stopping():
+            time.sleep(HOLD_POLL_S)
 
     def forward_backward(self, dense: torch.Tensor, vectors: torch.Tensor,
                          labels: torch.Tensor) -> float:

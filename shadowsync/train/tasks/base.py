@@ -30,6 +30,7 @@ class Features:
     num_dense: int
     table_rows: tuple[int, ...]  # rows of each table (dynamic tables: each one's row budget)
     raw_ids: bool = False  # dynamic tables: ids reach the tables unfolded
+    multi_hot: tuple[bool, ...] = ()  # whether each table is a multi-hot feature's (): none
 
     @property
     def num_tables(self) -> int:

@@ -17,6 +17,7 @@ from shadowsync.data.dataset import (
     feature_counts,
     open_data,
     resolve,
+    sparse_features,
     table_rows_of,
 )
 from shadowsync.embeddings import EmbeddingClient
@@ -36,13 +37,18 @@ def _sizes_given(cfg: TrainConfig) -> tuple[list[int] | None, str]:
     return given, cfg.data.schema or cfg.data.path
 
 
+def _features(cfg: TrainConfig, path: str, num_dense: int, num_tables: int) -> Features:
+    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows,
+                                             *_sizes_given(cfg)),
+                    raw_ids=cfg.model.tables == "dynamic",
+                    multi_hot=tuple(bool(f["multi_hot"])
+                                    for f in sparse_features(path, num_tables)))
+
+
 def features_of(cfg: TrainConfig) -> Features:
     """From the data's headers only: cheap in every process, converts nothing."""
     path = resolve(cfg.data.path, cfg.data.schema)
-    num_dense, num_tables = feature_counts(path)
-    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows,
-                                             *_sizes_given(cfg)),
-                    raw_ids=cfg.model.tables == "dynamic")
+    return _features(cfg, path, *feature_counts(path))
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
@@ -89,10 +95,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
     teacher = ev.teacher_ne(eval_start, eval_stop)
     if teacher is None:
         teacher = ev.teacher_ne_hint
-    features = Features(train.num_dense,
-                        table_rows_of(train.source, train.num_tables, cfg.model.table_rows,
-                                      *_sizes_given(cfg)),
-                        raw_ids=cfg.model.tables == "dynamic")
+    features = _features(cfg, train.source, train.num_dense, train.num_tables)
     for rows in (train, ev):
         if not features.raw_ids:
             check_ids(rows, features.table_rows)

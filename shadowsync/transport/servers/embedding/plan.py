@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -25,13 +26,15 @@ class ShardingPlan:
     # servers by their key, see `shadowsync.embeddings.dynamic`), not pieces of tables.
     dynamic: DynamicSpec | None = None
 
-    def _placement(self) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    def _placement(self) -> tuple[list[int], list[list[int]], list[list[int]], list[list[int]]]:
         """Per table: owning server (-1 if row-split); per server: piece sizes; per table and
-        server: row offset of the table's piece on that server (-1 where none)."""
+        server: row offset of the table's piece on that server (-1 where none); per server:
+        the table of each piece."""
         e = self.servers
         owner = [-1] * len(self.table_rows)
         load = [0] * e
         pieces: list[list[int]] = [[] for _ in range(e)]
+        tables: list[list[int]] = [[] for _ in range(e)]
         offset = [[-1] * e for _ in self.table_rows]
         split = [t for t, r in enumerate(self.table_rows) if e > 1 and r > self.row_split_limit]
         for t in split:
@@ -40,6 +43,7 @@ class ShardingPlan:
                 offset[t][s] = load[s]
                 load[s] += n
                 pieces[s].append(n)
+                tables[s].append(t)
         whole = sorted((t for t in range(len(self.table_rows)) if t not in split),
                        key=lambda t: -self.table_rows[t])
         for t in whole:
@@ -48,12 +52,24 @@ class ShardingPlan:
             offset[t][s] = load[s]
             load[s] += self.table_rows[t]
             pieces[s].append(self.table_rows[t])
-        return owner, pieces, offset
+            tables[s].append(t)
+        return owner, pieces, offset, tables
 
     def server_pieces(self, server: int) -> list[int]:
         if self.dynamic is not None:
             return [self.dynamic.capacity + 1]
         return self._placement()[1][server]
+
+    def server_optimizer(self, server: int, table_optimizer: dict[str, Any]) -> dict[str, Any]:
+        """`table_optimizer` (`OptimConfig.table_optimizer`) for `server`'s pieces: an initial
+        accumulator given per table becomes one per piece (dynamic tables: one for all)."""
+        start = table_optimizer["initial_accumulator"]
+        if isinstance(start, (int, float)):
+            return table_optimizer
+        if self.dynamic is not None:
+            raise ValueError("dynamic tables take one initial accumulator for every row")
+        return {**table_optimizer,
+                "initial_accumulator": [start[t] for t in self._placement()[3][server]]}
 
     def keys(self) -> RowKeys:
         """Every (table, id) as one integer key, the servers' rows laid end to end (with
@@ -63,7 +79,7 @@ class ShardingPlan:
             empty = torch.empty(0, dtype=torch.long)
             return RowKeys(torch.arange(self.servers + 1) * rows, empty, empty,
                            empty.reshape(0, self.servers))
-        owner, pieces, offset = self._placement()
+        owner, pieces, offset, _ = self._placement()
         e = self.servers
         starts = [0, *itertools.accumulate(sum(p) for p in pieces)]
         whole = [starts[owner[t]] + offset[t][owner[t]] if owner[t] >= 0 else 0

@@ -55,7 +55,7 @@ def serve(plan: ShardingPlan, server: int, dim: int, table_optimizer: dict[str, 
     if plan.dynamic is not None:
         return _serve_dynamic(plan.dynamic, server, dim, table_optimizer, seed, share, clients)
     tables = EmbeddingTables(plan.server_pieces(server), dim, seed=seed * 7919 + server,
-                             **table_optimizer)
+                             **plan.server_optimizer(server, table_optimizer))
     if share and shm.available():
         paths = {"weight": shm.new_path(f"emb{server}-weight")}
         tables.weight = shm.to_shared_file(tables.weight, paths["weight"])
