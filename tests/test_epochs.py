@@ -136,17 +136,23 @@ def test_epochs_keep_the_best_model_and_eval_uses_it(tmp_path):
     assert "checkpoint/best" in ev.stdout
 
 
-@pytest.mark.timeout(300)
-def test_early_stop_ends_the_default_job_and_reports_the_best(tmp_path):
-    data = write_array_dir(tmp_path / "a", rows=6000)
+def _overfitting_job(tmp_path, rows: int, *options: str):
+    """The default job with --val-share 0.2 at rates far too high for 50-row tables:
+    validation gets worse after the first epochs. Returns the data and the run's folder."""
+    data = write_array_dir(tmp_path / "a", rows=rows)
     out = tmp_path / "run"
-    # A rate far too high for 50-row tables: validation gets worse after the first epochs.
     res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
-                   "--epochs", "200", "--val-share", "0.2", "--eval-points", "1",
-                   "--early-stop", "2", "--embedding-lr", "2", "--lr", "0.5",
-                   "--batch-size", "64", "--out", str(out)], timeout=260)
+                   "--val-share", "0.2", "--embedding-lr", "2", "--lr", "0.5", *options,
+                   "--out", str(out)], timeout=260)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
+    return data, out
+
+
+@pytest.mark.timeout(300)
+def test_early_stop_ends_the_default_job_and_reports_the_best(tmp_path):
+    _, out = _overfitting_job(tmp_path, 6000, "--epochs", "200", "--eval-points", "1",
+                              "--early-stop", "2", "--batch-size", "64")
     s = summary(out)
     assert s["early_stopped"] is True
     assert s["examples"] < 200 * 4320 // 4  # stopped long before the 200 epochs
@@ -188,15 +194,9 @@ def test_the_best_model_kept_is_the_model_validated(tmp_path):
     from shadowsync.inference import load
     from shadowsync.metrics import evaluate_predictions
 
-    data = write_array_dir(tmp_path / "a", rows=12_000)
-    out = tmp_path / "run"
-    # Rates far too high for 50-row tables: the best model comes early, workers still training.
-    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
-                   "--epochs", "10", "--val-share", "0.2", "--eval-points", "2",
-                   "--embedding-lr", "2", "--lr", "0.5", "--early-stop", "0",
-                   "--batch-size", "32", "--out", str(out)], timeout=260)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.leftover == []
+    # the best model comes early, while the workers still train
+    data, out = _overfitting_job(tmp_path, 12_000, "--epochs", "10", "--eval-points", "2",
+                                 "--early-stop", "0", "--batch-size", "32")
     assert not (out / ".validating").exists()
     s = summary(out)
     best = s["best"]

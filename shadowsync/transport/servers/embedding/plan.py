@@ -6,6 +6,7 @@ server, id // E the row there)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,8 @@ class ShardingPlan:
     def server_optimizer(self, server: int, table_optimizer: dict[str, Any]) -> dict[str, Any]:
         """`table_optimizer` (`OptimConfig.table_optimizer`) for `server`'s pieces: an initial
         accumulator given per table becomes one per piece (dynamic tables: one for all)."""
-        start = table_optimizer["initial_accumulator"]
-        if isinstance(start, (int, float)):
+        start = table_optimizer.get("initial_accumulator")
+        if not isinstance(start, Sequence):
             return table_optimizer
         if self.dynamic is not None:
             raise ValueError("dynamic tables take one initial accumulator for every row")
