@@ -209,6 +209,26 @@ def test_the_best_model_kept_is_the_model_validated(tmp_path):
                                                                           rel=1e-5)
 
 
+@pytest.mark.timeout(30)
+def test_a_held_worker_waits_for_the_flag_and_leaves_the_wait_out_of_its_step_time(tmp_path):
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from shadowsync.train.worker import WorkerRun
+
+    flag = tmp_path / ".validating"
+    flag.touch()
+    t0 = time.perf_counter()
+    worker = SimpleNamespace(hold_flag=flag, stopping=lambda: False, t_step=t0)
+    threading.Timer(0.3, flag.unlink).start()
+    WorkerRun.wait_while_held(worker)
+    waited = time.perf_counter() - t0
+    assert waited >= 0.3
+    # the next step's time is measured from the end of the wait
+    assert worker.t_step - t0 == pytest.approx(waited, abs=0.01)
+
+
 @pytest.mark.timeout(300)
 def test_the_default_jobs_first_validations_come_at_their_points(tmp_path):
     """Trainer 0 of a cluster job validates while its workers train on: what its first

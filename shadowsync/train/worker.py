@@ -272,11 +272,14 @@ class WorkerRun:
 
     def wait_while_held(self) -> None:
         """--val-share: trainer 0 validates, and keeps a new best model, with every worker of
-        the job between two steps (see `Trainer.job_held`)."""
+        the job between two steps (see `Trainer.job_held`). The time held is no step's: the
+        next step's time (`step_s`, what straggler detectors and pacing read) starts after."""
         if self.hold_flag is None:
             return
+        held = time.perf_counter()
         while self.hold_flag.exists() and not self.stopping():
             time.sleep(HOLD_POLL_S)
+        self.t_step += time.perf_counter() - held
 
     def forward_backward(self, dense: torch.Tensor, vectors: torch.Tensor,
                          labels: torch.Tensor) -> float:
