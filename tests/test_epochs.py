@@ -12,7 +12,12 @@ from shadowsync.config import TrainConfig
 from shadowsync.data.dataset import CtrData, EpochOrder, batches
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
-from shadowsync.train.selection import ModelSelection, validation_points
+from shadowsync.train.selection import (
+    ModelSelection,
+    ValidatedMark,
+    gate_step,
+    validation_points,
+)
 from tests.conftest import write_array_dir
 from tests.helpers import run_cli, summary
 
@@ -58,6 +63,40 @@ def test_model_selection_keeps_the_best_and_stops_after_patience():
 def test_validation_points_end_each_epoch():
     assert validation_points(100, 2, 4) == [25, 50, 75, 100, 125, 150, 175, 200]
     assert validation_points(10, 3, 0) == [10, 20, 30]
+
+
+def test_a_point_gates_the_first_step_at_which_the_workers_have_read_it():
+    # ceil(point / (workers x batch)): 2 workers of 16 read 32 rows a step together
+    assert [gate_step(v, 2, 16) for v in (1, 32, 33, 64, 65)] == [1, 1, 2, 2, 3]
+    assert gate_step(100, 1, 100) == 1 and gate_step(101, 1, 100) == 2
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_at_a_gate_waits_for_its_points_validation(tmp_path):
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from shadowsync.train.worker import WorkerRun
+
+    mark = ValidatedMark(tmp_path / ".validated")
+    assert mark.get() < 0  # nothing validated yet
+    t0 = time.perf_counter()
+    worker = SimpleNamespace(gates=[(3, 96), (3, 100), (5, 160)], steps=3, validated=mark,
+                             stopping=lambda: False, t_step=t0)
+    threading.Timer(0.2, mark.set, args=(50,)).start()  # an earlier point: still waits
+    threading.Timer(0.4, mark.set, args=(100,)).start()
+    WorkerRun.wait_at_gate(worker)
+    waited = time.perf_counter() - t0
+    assert waited >= 0.4 and worker.gates == [(5, 160)]  # both points of step 3 passed
+    assert worker.t_step - t0 == pytest.approx(waited, abs=0.01)
+    worker.steps = 4
+    WorkerRun.wait_at_gate(worker)  # no gate at this step: no wait
+    assert time.perf_counter() - t0 < waited + 0.1
+    mark.set(ValidatedMark.DONE)  # trainer 0 validates no more: every gate is open
+    worker.steps = 5
+    WorkerRun.wait_at_gate(worker)
+    assert worker.gates == [] and mark.get() == float("inf")
 
 
 @pytest.mark.parametrize("options, message", [
@@ -123,7 +162,7 @@ def test_epochs_keep_the_best_model_and_eval_uses_it(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     s = summary(out)
     assert s["epochs"] == 3 and s["examples"] == 3 * 4320  # 5400 training rows, 20% validate
-    assert s["validations"] >= 2  # validations run beside training: fewer on a busy machine
+    assert s["validations"] == 6  # 2 points an epoch: each worker waits at every one
     best = s["best"]
     assert 0 < best["epoch"] <= 3.0 and best["checkpoint"].endswith("checkpoint/best")
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -227,6 +266,28 @@ def test_a_held_worker_waits_for_the_flag_and_leaves_the_wait_out_of_its_step_ti
     assert waited >= 0.3
     # the next step's time is measured from the end of the wait
     assert worker.t_step - t0 == pytest.approx(waited, abs=0.01)
+
+
+@pytest.mark.timeout(300)
+def test_a_small_data_sets_job_validates_every_point(tmp_path):
+    """The default job trains 400 rows an epoch in a few milliseconds, far faster than trainer
+    0 looks at its progress: every worker waits at each validation point until it is
+    validated, or most points passed unvalidated."""
+    epochs, points = 10, 2
+    data = write_array_dir(tmp_path / "a", rows=600)
+    out = tmp_path / "run"
+    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
+                   "--epochs", str(epochs), "--val-share", "0.2", "--eval-points", str(points),
+                   "--early-stop", "0", "--batch-size", "16", "--out", str(out)], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    validated = [r["epoch"] for r in rows if "val_ne" in r]
+    # every point, at its place to within a step of each trainer (16 of 216 rows an epoch),
+    # then the final validation of the model the job ends with
+    assert len(validated) == epochs * points + 1, validated
+    for k, epoch in enumerate(validated[:-1], start=1):
+        assert epoch == pytest.approx(k / points, abs=2 * 16 / 216), validated
 
 
 @pytest.mark.timeout(300)

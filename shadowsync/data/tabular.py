@@ -122,7 +122,8 @@ class TableSchema:
                       for i, t in enumerate(_tables(path, doc, "multi_hot")))
         if not cats and not multi:
             raise UserError(f"{path}: no [[categorical]] or [[multi_hot]] column (at least one "
-                            "is needed)")
+                            "is needed; a number gives one as a [[categorical]] with bucketize = "
+                            "its column and edges, see docs/real-data.md)")
         schema = cls(path, label, tuple(dense), cats, multi)
         names = schema.names()
         dup = next((n for n in names if names.count(n) > 1), None)

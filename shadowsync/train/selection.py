@@ -8,7 +8,9 @@ A tie is not an improvement (the earlier model is kept).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -43,3 +45,34 @@ def validation_points(per_epoch: int, epochs: int, points: int) -> list[int]:
     points = max(1, points)
     return [round(e * per_epoch + i * per_epoch / points)
             for e in range(epochs) for i in range(1, points + 1)]
+
+
+def gate_step(point: int, workers: int, batch_size: int) -> int:
+    """The step at which each of a trainer's `workers` waits for validation point `point`
+    (trainer examples): the first at which they have read it together, ceil(point / (W x B))."""
+    return -(-point // (workers * batch_size))
+
+
+class ValidatedMark:
+    """The last validation point trainer 0 has validated, in a file every worker of the job
+    reads (under OUT, as the job's other flags): a worker at a point's gate step waits until
+    the mark reaches it, so no point is passed unvalidated however fast the data goes."""
+
+    DONE = math.inf  # trainer 0 validates no more: no worker waits
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def get(self) -> float:
+        try:
+            return float(self.path.read_text())
+        except (OSError, ValueError):  # not written yet, or a reader met the rename
+            return -1.0
+
+    def set(self, point: float) -> None:
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+        tmp.write_text(repr(float(point)))
+        os.replace(tmp, self.path)
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -37,7 +37,7 @@ from shadowsync.runners.reports import WorkerDone, WorkerFailed
 from shadowsync.train.evaluate import evaluate
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.selection import ModelSelection, validation_points
+from shadowsync.train.selection import ModelSelection, ValidatedMark, gate_step, validation_points
 from shadowsync.train.state import WorkerSlots, examples_in
 from shadowsync.train.tasks import DataPlan, build_dense_model, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -55,6 +55,12 @@ DECAY_FLAG = ".lr-decay"
 # Written under OUT by trainer 0 while it validates (--val-share) and saves a new best model;
 # no worker of the job starts a step while it exists (see `Trainer.job_held`).
 HOLD_FLAG = ".validating"
+# Written under OUT by trainer 0 (--val-share): the last validation point it has validated.
+# Every worker of the job waits at each point's step until it is (see `ValidatedMark`).
+VALIDATED_MARK = ".validated"
+# How often trainer 0 looks whether its workers wait at a validation point (they do nothing
+# until it validates).
+GATE_POLL_S = 0.01
 # Trainer 0's workers have finished the steps they were in when no step count moved for
 # SETTLE_QUIET_S (many steps' time; a worker waiting on a sync round it holds back never
 # moves), or after SETTLE_MAX_S at most.
@@ -110,6 +116,8 @@ class Trainer:
         on_plateau = cfg.optim.lr_decay_on_plateau and plan.val_start is not None
         self.decay_flag = Path(cfg.output.dir or ".") / DECAY_FLAG if on_plateau else None
         self.hold_flag = (Path(cfg.output.dir or ".") / HOLD_FLAG
+                          if plan.val_start is not None else None)
+        self.validated = (ValidatedMark(Path(cfg.output.dir or ".") / VALIDATED_MARK)
                           if plan.val_start is not None else None)
         self.task = task_of(cfg.task)
         self.model = model if model is not None else build_dense_model(cfg, plan.features)
@@ -185,6 +193,20 @@ class Trainer:
             self._evaluating = False
             raise _EvalAbandoned
 
+    def _validation_points(self) -> list[int]:
+        """--val-share: the trainer examples at which trainer 0 validates (every trainer's
+        workers wait at each)."""
+        if self.plan.val_start is None:
+            return []
+        per_epoch = self.plan.rows_per_epoch // self.cfg.cluster.trainers
+        return validation_points(per_epoch, self.cfg.data.epochs,
+                                 self.cfg.output.eval_points or 0)
+
+    def _gates(self) -> tuple[tuple[int, int], ...]:
+        """(step, point) of each validation point, as a worker waits at them."""
+        workers, batch = self.cfg.cluster.workers, self.cfg.optim.batch_size
+        return tuple((gate_step(v, workers, batch), v) for v in self._validation_points())
+
     def worker_specs(self) -> list[WorkerSpec]:
         cfg, plan = self.cfg, self.plan
         shards = cfg.cluster.trainers * cfg.cluster.workers
@@ -208,6 +230,8 @@ class Trainer:
                 poison_at_step=self.poison_step(w),
                 decay_flag=str(self.decay_flag) if self.decay_flag is not None else None,
                 hold_flag=str(self.hold_flag) if self.hold_flag is not None else None,
+                gates=self._gates(),
+                validated_mark=str(self.validated.path) if self.validated is not None else None,
             )
             for w, start in zip(range(cfg.cluster.workers), self.slots.start_steps(), strict=True)
         ]
@@ -243,6 +267,7 @@ class Trainer:
             self.early_stop_flag.unlink(missing_ok=True)
         if self.hold_flag is not None and self.index == 0:
             self.hold_flag.unlink(missing_ok=True)  # left by a run that ended validating
+            self.validated.clear()
         if self.decay_flag is not None and self.index == 0 and not self.cfg.checkpoint.resume:
             self.decay_flag.unlink(missing_ok=True)
         try:
@@ -255,11 +280,13 @@ class Trainer:
                 self.sync.start()
             self._follow(messages, self._procs, t0)
         except BaseException as e:
+            self._release_gates()
             # A lost peer fails the attempt: what the workers would train now is lost anyway.
             self._terminate(at_once=isinstance(e, PeerLost) or not STOP.running)
             # What this attempt trained, to the step, now that no worker trains any more.
             self._note_progress()
             raise
+        self._release_gates()  # before the last round, which every trainer's workers reach
         self._note_progress()
         if self.sync:
             self.sync.stop()
@@ -298,10 +325,8 @@ class Trainer:
         next_log = (start // cfg.output.log_every + 1) * cfg.output.log_every
         eval_every = max(1, expected // max(1, self.eval_points))
         next_eval = (start // eval_every + 1) * eval_every
-        per_epoch = plan.rows_per_epoch // cfg.cluster.trainers
-        self._val_at = [v for v in validation_points(per_epoch, cfg.data.epochs,
-                                                     self.eval_points)
-                        if v > start] if self.validating else []
+        self._val_at = ([v for v in self._validation_points() if v > start]
+                        if self.validating else [])
         self._t0 = t0
         done: set[int] = set()
         told = False
@@ -315,6 +340,7 @@ class Trainer:
                     STOP.extend()
                 if self.sync is not None:
                     self.sync.on_stop()
+                self._release_gates()
             now = time.monotonic()
             if now >= next_tick:  # not on reports: a worker killed outright sends nothing
                 next_tick = now + TICK_S
@@ -322,8 +348,9 @@ class Trainer:
                     self._tick(procs, done)
                 except PeerLost as lost:
                     raise self._reported_failure(messages) or lost from None
+            self._validate_if_due(done)
             try:
-                msg = messages.get(timeout=TICK_S)
+                msg = messages.get(timeout=GATE_POLL_S if self._val_at else TICK_S)
             except queue_mod.Empty:
                 continue
             if isinstance(msg, WorkerFailed):
@@ -378,16 +405,32 @@ class Trainer:
         self._note_progress()
         if self.checkpointer is not None and self.stop_signal is None:
             self.checkpointer.maybe_save(self.trained_now())
-        if self._val_at and not self.early_stopped and self.stop_signal is None:
-            # By the workers' shared step counts, not their reports (which trail).
-            # Points the workers passed during the last validation (and best-model save) are
-            # dropped: validated one by one they came as a burst of scores of all but the same
-            # model, 8 within half an epoch of MovieLens, using up --early-stop's patience.
-            now = self.trained_now()
-            if now >= self._val_at[0]:
-                while self._val_at and now >= self._val_at[0]:
-                    self._val_at.pop(0)
-                self._validate(time.perf_counter() - self._t0)
+
+    def _validate_if_due(self, done: set[int]) -> None:
+        """Trainer 0: validate once its workers have read the next validation point, by their
+        shared step counts (their reports trail), then let every worker of the job go on.
+        Each worker waits at the point's step until then: without, a small data set's job
+        trained past several points between two looks, and validated few of them."""
+        if not self._val_at or self.early_stopped or self.stop_signal is not None:
+            return
+        now = self.trained_now()
+        gate = gate_step(self._val_at[0], self.cfg.cluster.workers, self.cfg.optim.batch_size)
+        waiting = all(int(k) >= gate or w in done for w, k in enumerate(self.slots.steps))
+        if now < self._val_at[0] and not waiting:
+            return
+        # Points passed all the same (a worker whose shard ended short) are one validation.
+        passed = [v for v in self._val_at if v <= now] or self._val_at[:1]
+        del self._val_at[:len(passed)]
+        self._validate(time.perf_counter() - self._t0)
+        if not self.early_stopped:
+            assert self.validated is not None
+            self.validated.set(passed[-1])
+
+    def _release_gates(self) -> None:
+        """Trainer 0 validates no more (it stops, or its workers are done): no worker of the
+        job waits for a validation point."""
+        if self.validating and self.validated is not None:
+            self.validated.set(ValidatedMark.DONE)
 
     def _validate(self, wall: float, final: bool = False) -> None:
         """Trainer 0, --val-share: score the validation rows, keep the best model as
@@ -469,6 +512,7 @@ class Trainer:
         """End training after every worker's current step, the job's normal ending after it
         (final checkpoint, evaluation, summary): trainer 0 tells the others by a file."""
         self.early_stopped = True
+        self._release_gates()
         log.info("early stop: %d validations without improvement", self.selection.since_best)
         if self.early_stop_flag is not None:
             self.early_stop_flag.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ from shadowsync.runners.base import HookDefaults, WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
 from shadowsync.spec.straggler import Straggler
 from shadowsync.train.schedule import LrSchedule
+from shadowsync.train.selection import ValidatedMark
 from shadowsync.train.state import WorkerSlots
 from shadowsync.train.straggler import pace_of
 from shadowsync.train.tasks import task_of
@@ -76,6 +77,10 @@ class WorkerSpec:
     poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
     decay_flag: str | None = None  # --lr-decay-on-plateau: the decay starts when this exists
     hold_flag: str | None = None  # --val-share: no step starts while this exists
+    # --val-share: (step, validation point) pairs: after that step, wait for the point's
+    # validation (`ValidatedMark` at this path)
+    gates: tuple[tuple[int, int], ...] = ()
+    validated_mark: str | None = None
 
 
 def make_dense_optimizer(name: str, params: Iterable[torch.nn.Parameter],
@@ -208,6 +213,8 @@ class WorkerRun:
         self.lr_steps = self.schedule.attach(opt, spec.start_step)
         self.decay_flag = Path(spec.decay_flag) if spec.decay_flag else None
         self.hold_flag = Path(spec.hold_flag) if spec.hold_flag else None
+        self.gates = [g for g in spec.gates if g[0] > spec.start_step]
+        self.validated = ValidatedMark(spec.validated_mark) if spec.validated_mark else None
         self.opt = hook.wrap_optimizer(opt)
         self.steps = spec.start_step
         self._clear_counts()
@@ -268,6 +275,7 @@ class WorkerRun:
                 continue
             self.count_step(len(labels), lv, float(labels.sum()), queue)
             self.wait_while_held()
+            self.wait_at_gate()
         queue.put(self.report(time.perf_counter()))
 
     def wait_while_held(self) -> None:
@@ -280,6 +288,19 @@ class WorkerRun:
         while self.hold_flag.exists() and not self.stopping():
             time.sleep(HOLD_POLL_S)
         self.t_step += time.perf_counter() - held
+
+    def wait_at_gate(self) -> None:
+        """--val-share: after a validation point's step, wait until trainer 0 has validated it
+        (or validates no more), the time waited left out of the next step's as when held."""
+        point = None
+        while self.gates and self.steps >= self.gates[0][0]:
+            point = self.gates.pop(0)[1]
+        if point is None or self.validated is None:
+            return
+        waited = time.perf_counter()
+        while self.validated.get() < point and not self.stopping():
+            time.sleep(HOLD_POLL_S)
+        self.t_step += time.perf_counter() - waited
 
     def forward_backward(self, dense: torch.Tensor, vectors: torch.Tensor,
                          labels: torch.Tensor) -> float:
