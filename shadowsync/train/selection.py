@@ -56,17 +56,22 @@ def gate_step(point: int, workers: int, batch_size: int) -> int:
 class ValidatedMark:
     """The last validation point trainer 0 has validated, in a file every worker of the job
     reads (under OUT, as the job's other flags): a worker at a point's gate step waits until
-    the mark reaches it, so no point is passed unvalidated however fast the data goes."""
+    the mark reaches it, so no point is passed unvalidated however fast the data goes.
+    Trainer 0 resets it before the job meets; a worker that finds no mark once training has
+    begun runs on a host with its own OUT, which trainer 0 never marks, and does not wait."""
 
     DONE = math.inf  # trainer 0 validates no more: no worker waits
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def get(self) -> float:
+    def get(self) -> float | None:
+        """The point last validated (-1: none yet), or None where there is no mark."""
         try:
             return float(self.path.read_text())
-        except (OSError, ValueError):  # not written yet, or a reader met the rename
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):  # a reader that met the rename: as good as not yet
             return -1.0
 
     def set(self, point: float) -> None:
@@ -74,5 +79,7 @@ class ValidatedMark:
         tmp.write_text(repr(float(point)))
         os.replace(tmp, self.path)
 
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
+    def reset(self) -> None:
+        """No point validated yet."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.set(-1.0)

@@ -243,6 +243,9 @@ class Trainer:
         hook = self.sync.worker_hook(ctx, self.cfg.cluster.workers) if self.sync else None
         ready = ctx.Barrier(self.cfg.cluster.workers)
         specs = self.worker_specs()
+        if self.validating:  # before any worker starts, and so before the job meets
+            assert self.validated is not None
+            self.validated.reset()
         self._procs = []
         # The count this attempt starts from (where it resumed), noted before any step: a
         # watcher then sees it move even when what is left of the job fits in one report.
@@ -267,7 +270,6 @@ class Trainer:
             self.early_stop_flag.unlink(missing_ok=True)
         if self.hold_flag is not None and self.index == 0:
             self.hold_flag.unlink(missing_ok=True)  # left by a run that ended validating
-            self.validated.clear()
         if self.decay_flag is not None and self.index == 0 and not self.cfg.checkpoint.resume:
             self.decay_flag.unlink(missing_ok=True)
         try:

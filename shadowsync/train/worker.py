@@ -298,7 +298,10 @@ class WorkerRun:
         if point is None or self.validated is None:
             return
         waited = time.perf_counter()
-        while self.validated.get() < point and not self.stopping():
+        while not self.stopping():
+            mark = self.validated.get()
+            if mark is None or mark >= point:
+                break
             time.sleep(HOLD_POLL_S)
         self.t_step += time.perf_counter() - waited
 
