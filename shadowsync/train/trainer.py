@@ -15,7 +15,7 @@ import queue as queue_mod
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
@@ -432,7 +432,9 @@ class Trainer:
         """Trainer 0 validates no more (it stops, or its workers are done): no worker of the
         job waits for a validation point."""
         if self.validating and self.validated is not None:
-            self.validated.set(ValidatedMark.DONE)
+            # Also on the way out of a failure: an unwritable OUT must not hide what failed.
+            with suppress(OSError):
+                self.validated.set(ValidatedMark.DONE)
 
     def _validate(self, wall: float, final: bool = False) -> None:
         """Trainer 0, --val-share: score the validation rows, keep the best model as
