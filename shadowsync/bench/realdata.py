@@ -176,11 +176,11 @@ def _summary(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
     key = {n: f"{name}/{n}" for n in LEARNERS}
     med = {n: {k: median_of(runs, key[n], k) for k in ("eval_auc", "eval_ne", "wall_s")}
            for n in LEARNERS}
-    spread = {n: {k: [min(r[k] for r in runs if r["variant"] == key[n]),
-                      max(r[k] for r in runs if r["variant"] == key[n])]
+    of = {n: [r for r in runs if r["variant"] == key[n]] for n in LEARNERS}
+    spread = {n: {k: [min(r[k] for r in of[n]), max(r[k] for r in of[n])]
                   for k in ("eval_auc", "eval_ne")} for n in LEARNERS}
     auc = {n: med[n]["eval_auc"] for n in LEARNERS}
-    seeds = {n: [r["eval_auc"] for r in runs if r["variant"] == key[n]] for n in LEARNERS}
+    seeds = {n: [r["eval_auc"] for r in of[n]] for n in LEARNERS}
     goals = {f"default_vs_{n}_auc": {"gap": auc[n] - auc["default"], "goal": f"<= {g:g}",
                                      "met": auc[n] - auc["default"] <= g,
                                      "seed_noise": gap_noise(seeds[n], seeds["default"])}
@@ -191,7 +191,7 @@ def _summary(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
                                      "seed_noise": gap_noise(seeds["local"], seeds["default"])}
     goals["default_eval_ne"] = {"gap": med["default"]["eval_ne"], "goal": "< 1",
                                 "met": med["default"]["eval_ne"] < 1}
-    by_repeat = {n: {r["repeat"]: r for r in runs if r["variant"] == key[n]} for n in LEARNERS}
+    by_repeat = {n: {r["repeat"]: r for r in of[n]} for n in LEARNERS}
     to_deepfm = []
     for rep, d in by_repeat["deepfm"].items():
         default = by_repeat["default"].get(rep)

@@ -147,7 +147,7 @@ class Trainer:
         self.best_checkpoint: Path | None = None
         self.early_stopped = False
         self._last_val_examples: int | None = None
-        self._val_at: list[int] = []  # trainer examples at which to validate next
+        self._val_at: list[tuple[int, int]] = []  # (gate step, trainer examples) to validate next
         self._t0 = 0.0
         self.early_stop_flag = (Path(cfg.output.dir or ".") / EARLY_STOP_FLAG
                                 if cfg.data.early_stop else None)
@@ -327,7 +327,7 @@ class Trainer:
         next_log = (start // cfg.output.log_every + 1) * cfg.output.log_every
         eval_every = max(1, expected // max(1, self.eval_points))
         next_eval = (start // eval_every + 1) * eval_every
-        self._val_at = ([v for v in self._validation_points() if v > start]
+        self._val_at = ([g for g in self._gates() if g[1] > start]
                         if self.validating else [])
         self._t0 = t0
         done: set[int] = set()
@@ -415,13 +415,13 @@ class Trainer:
         trained past several points between two looks, and validated few of them."""
         if not self._val_at or self.early_stopped or self.stop_signal is not None:
             return
-        now = self.trained_now()
-        gate = gate_step(self._val_at[0], self.cfg.cluster.workers, self.cfg.optim.batch_size)
+        gate, point = self._val_at[0]
         waiting = all(int(k) >= gate or w in done for w, k in enumerate(self.slots.steps))
-        if now < self._val_at[0] and not waiting:
+        now = self.trained_now()
+        if now < point and not waiting:
             return
         # Points passed all the same (a worker whose shard ended short) are one validation.
-        passed = [v for v in self._val_at if v <= now] or self._val_at[:1]
+        passed = [p for _, p in self._val_at if p <= now] or [point]
         del self._val_at[:len(passed)]
         self._validate(time.perf_counter() - self._t0)
         if not self.early_stopped:

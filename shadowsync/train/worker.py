@@ -125,6 +125,15 @@ def stop_on_signals(spec: WorkerSpec) -> threading.Event:
 # Steps between a worker's looks for --lr-decay-on-plateau's flag (a file's stat each).
 PLATEAU_LOOK_EVERY = 8
 HOLD_POLL_S = 0.005  # how often a held worker looks whether it may go on
+
+
+def wait_while(held: Callable[[], bool], stopping: Callable[[], bool]) -> float:
+    """Look every HOLD_POLL_S until `held()` is false or the worker is stopping; the
+    seconds waited."""
+    t0 = time.perf_counter()
+    while held() and not stopping():
+        time.sleep(HOLD_POLL_S)
+    return time.perf_counter() - t0
 EXPLODED_LOSS = 100.0
 
 
@@ -282,12 +291,8 @@ class WorkerRun:
         """--val-share: trainer 0 validates, and keeps a new best model, with every worker of
         the job between two steps (see `Trainer.job_held`). The time held is no step's: the
         next step's time (`step_s`, what straggler detectors and pacing read) starts after."""
-        if self.hold_flag is None:
-            return
-        held = time.perf_counter()
-        while self.hold_flag.exists() and not self.stopping():
-            time.sleep(HOLD_POLL_S)
-        self.t_step += time.perf_counter() - held
+        if self.hold_flag is not None:
+            self.t_step += wait_while(self.hold_flag.exists, self.stopping)
 
     def wait_at_gate(self) -> None:
         """--val-share: after a validation point's step, wait until trainer 0 has validated it
@@ -297,13 +302,13 @@ class WorkerRun:
             point = self.gates.pop(0)[1]
         if point is None or self.validated is None:
             return
-        waited = time.perf_counter()
-        while not self.stopping():
-            mark = self.validated.get()
-            if mark is None or mark >= point:
-                break
-            time.sleep(HOLD_POLL_S)
-        self.t_step += time.perf_counter() - waited
+        mark = self.validated
+
+        def unvalidated() -> bool:
+            at = mark.get()
+            return at is not None and at < point
+
+        self.t_step += wait_while(unvalidated, self.stopping)
 
     def forward_backward(self, dense: torch.Tensor, vectors: torch.Tensor,
                          labels: torch.Tensor) -> float:
