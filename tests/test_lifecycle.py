@@ -120,7 +120,8 @@ def test_a_diverged_role_process_ends_with_the_diverged_status(tmp_path):
 # one: the NaN comes late enough that a save before it does not depend on the machine's load.
 CLUSTER = ["--trainers", "2", "--embedding-servers", "1", "--sync", "s-bmuf", "--no-progress",
            "--table-size", "2000", "--eval-points", "0", "-q", "--examples", "150000",
-           "--checkpoint-every", "10000", "--inject-nan-at", "120000", "--log-every", "10000"]
+           "--checkpoint-every", "10000", "--inject-nan-at", "120000", "--log-every", "10000",
+           "--keep-checkpoints", "100"]
 
 
 @pytest.mark.timeout(300)
@@ -133,4 +134,9 @@ def test_a_cluster_that_diverges_rolls_back_through_the_exit_status(tmp_path):
     assert res.leftover == []
     s = json.loads((tmp_path / "rb" / "summary.json").read_text())
     assert len(s["rollbacks"]) == 1 and s["rollbacks"][0]["error"].startswith("training diverged")
-    assert 0 < s["resumed_examples"] < 120000 and s["examples"] == 150000
+    assert 0 < s["resumed_examples"] and s["examples"] == 150000
+    # The checkpoint gone back to holds trainer 0 from before its poisoned step (the job's
+    # count can be past 120,000 then: trainer 1 may run ahead of trainer 0).
+    back = json.loads((Path(s["rollbacks"][0]["checkpoint"]) / "manifest.json").read_text())
+    poisoned_step = 120000 // (2 * s["config"]["batch_size"])
+    assert 0 < back["positions"]["trainer0"][0] <= poisoned_step
