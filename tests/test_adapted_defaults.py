@@ -8,9 +8,15 @@ import argparse
 import pytest
 
 from shadowsync.config import TrainConfig, add_config_arguments, config_to_toml
-from shadowsync.config.train import BATCH_SIZE, PATIENCE_EPOCHS, VALIDATIONS_PER_EPOCH
+from shadowsync.config.train import (
+    BATCH_SIZE,
+    PATIENCE_EPOCHS,
+    VALIDATED_SYNC_STEPS,
+    VALIDATIONS_PER_EPOCH,
+)
 from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering
 from shadowsync.runners.build import rule_for
+from shadowsync.spec.interval import SyncInterval
 
 
 def _adapted(**options):
@@ -70,7 +76,9 @@ def test_help_says_what_val_share_changes():
     assert "(default: dot+cat with --val-share, else dot)" in text
     assert "(default: on with --val-share)" in text
     assert "with --val-share 1 - 1/(2 x trainers)" in text
-    assert "--block-momentum (1 - 1/(2 x trainers)) and --batch-size (256 / trainers)" in text
+    assert ("--block-momentum (1 - 1/(2 x trainers)), --batch-size (256 / trainers) and "
+            "--sync-interval (20steps)") in text
+    assert "the default, 20steps with" in text
     assert "rounded down, so that each trainer takes as many steps an epoch as one" in text
 
 
@@ -99,3 +107,18 @@ def test_a_given_batch_size_wins_over_the_adapted_one():
     assert TrainConfig(val_share=0.1, trainers=2, batch_size=64).adapted().optim.batch_size == 64
     with pytest.raises(Exception, match="--batch-size"):
         TrainConfig(val_share=0.1, batch_size=0)
+
+
+def test_val_share_paces_background_rounds_by_worker_steps():
+    assert VALIDATED_SYNC_STEPS == 20
+    # without --val-share: the CPU budget's pace, known before `adapted`
+    assert str(TrainConfig().sync.interval) == "auto"
+    assert TrainConfig().adapted().sync.interval == SyncInterval(None)
+    cfg = TrainConfig(val_share=0.1)
+    assert cfg.sync.interval is None  # left open until the job's options are resolved
+    adapted = cfg.adapted()
+    assert adapted.sync.interval.steps == 20 and adapted.adapted() == adapted
+    assert 'interval = "20steps"' in config_to_toml(adapted)  # what a run writes
+    for given in ("0.1", "auto", "5steps"):  # a given pace wins
+        assert str(TrainConfig(val_share=0.1, sync_interval=given).adapted().sync.interval) \
+            == given

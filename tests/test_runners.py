@@ -3,9 +3,11 @@
 import threading
 import time
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
+from shadowsync.errors import UserError
 from shadowsync.rules import make_rule
 from shadowsync.runners.base import Runner, StepRunner
 from shadowsync.runners.ddp import WorkerGroupHook, WorkerGroupRunner
@@ -13,21 +15,64 @@ from shadowsync.runners.foreground import StepGate
 from shadowsync.runners.groups import ParamGroup, split_model
 from shadowsync.runners.protocol import ProtocolRunner
 from shadowsync.runners.rounds import GroupRunner
-from shadowsync.runners.shadow import BackgroundSync, Pace
+from shadowsync.runners.shadow import STALL_S, BackgroundSync, Pace, StepCounter
+from shadowsync.spec.interval import SyncInterval
 
 
 def test_fixed_pace_rests_what_is_left_of_the_interval():
-    pace = Pace(0.5, budget=0.03, cores=2)
+    pace = Pace(SyncInterval(0.5), budget=0.03, cores=2)
     assert pace.rest_after(cpu_s=0.01, wall_s=0.2) == 0.3
     assert pace.rest_after(cpu_s=0.01, wall_s=0.9) == 0.0
 
 
 def test_auto_pace_keeps_sync_within_its_cpu_budget():
-    pace = Pace(None, budget=0.05, cores=2)  # 0.1 cores
+    pace = Pace(SyncInterval(None), budget=0.05, cores=2)  # 0.1 cores
     # a round costing 10 ms of CPU may run every 100 ms: rest 100 ms minus its own wall time
     assert abs(pace.rest_after(cpu_s=0.01, wall_s=0.02) - 0.08) < 1e-12
     # the cost is smoothed: one slow round raises it by a fifth of the difference
     assert abs(pace.rest_after(cpu_s=0.06, wall_s=0.0) - 0.2) < 1e-12
+
+
+def test_step_pace_waits_for_each_workers_steps_since_the_last_round_began():
+    ctx = mp.get_context("spawn")
+    pace = Pace(SyncInterval.parse("5steps"), budget=0.03, cores=2)
+    counter = pace.worker_hook(ctx, workers=2)
+    assert isinstance(counter, StepCounter) and pace.describe() == {"sync_interval": "5steps"}
+    done = threading.Event()
+
+    def steps(worker, n, every_s):
+        counter.prepare(None, 0, worker)  # what each worker process does with its copy
+        for _ in range(n):
+            time.sleep(every_s)
+            counter.counts[worker] += 1
+
+    # 2 workers x 5 steps due: 6 each at 5 ms a step
+    threads = [threading.Thread(target=steps, args=(w, 6, 0.005)) for w in (0, 1)]
+    for t in threads:
+        t.start()
+    pace.rest(0.0, 0.0, done)
+    seen = counter.total()
+    for t in threads:
+        t.join()
+    assert 10 <= seen <= 12, seen
+    # the next round is due 10 steps after `seen`: 2 more steps, then the workers stall
+    t0 = time.perf_counter()
+    steps(0, 2, 0.0)
+    pace.rest(0.0, 0.0, done)
+    assert STALL_S <= time.perf_counter() - t0 < STALL_S + 1.0
+    done.set()  # the workers are done: no rest at all
+    t0 = time.perf_counter()
+    pace.rest(0.0, 0.0, done)
+    assert time.perf_counter() - t0 < 0.05
+
+
+def test_sync_interval_reads_seconds_steps_and_auto():
+    assert SyncInterval.parse("20steps").steps == 20
+    assert SyncInterval.parse("0.25").seconds == 0.25
+    assert SyncInterval.parse("auto") == SyncInterval(None)
+    for bad in ("0steps", "-1", "fast"):
+        with pytest.raises(UserError, match="--sync-interval"):
+            SyncInterval.parse(bad)
 
 
 class Fixed:
@@ -95,7 +140,7 @@ def test_step_runners_implement_the_runner_protocol_without_the_group_thread():
     # DDP's hook, never prepared: no worker joins its group here
     runner = WorkerGroupRunner(WorkerGroupHook("127.0.0.1", 1, "test", 1, 1), kind="ddp")
     assert isinstance(runner, Runner)
-    background = BackgroundSync([], None, Pace(0.1, 0.5, 1.0))  # type: ignore[arg-type]
+    background = BackgroundSync([], None, Pace(SyncInterval(0.1), 0.5, 1.0))  # type: ignore[arg-type]
     assert isinstance(background, Runner)
     runner.start()
     runner.stop()

@@ -120,7 +120,7 @@ class DataConfig:
         "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off). It also "
         "changes the defaults of --eval-points (4 an epoch), --early-stop (3 epochs' worth), "
         "--lr-decay-on-plateau (on), --interaction (dot+cat), --block-momentum "
-        "(1 - 1/(2 x trainers)) and --batch-size (256 / trainers)")
+        "(1 - 1/(2 x trainers)), --batch-size (256 / trainers) and --sync-interval (20steps)")
     early_stop: int | None = opt(
         None, "with --val-share: stop after this many validations without improvement "
         "(default: 3 epochs' worth of --eval-points under --val-share, where the --sync can "
@@ -357,8 +357,10 @@ class SyncConfig:
     groups: list[GroupRule] = opt(
         [], "per-group rules, e.g. bottom=s-easgd top=s-bmuf (the rest follows --sync)",
         flag="sync_groups", spec=GroupRule)
-    interval: SyncInterval = opt(
-        "auto", "seconds between background rounds, 0 = back to back, auto = CPU budget",
+    interval: SyncInterval | None = opt(
+        None, "when background rounds run: seconds between them (0: back to back), Nsteps "
+        "(once each worker has taken N steps since the last one began), or auto (as often as "
+        "--sync-budget allows; the default, 20steps with --val-share)",
         flag="sync_interval", spec=SyncInterval)
     budget: float = opt(0.03, "share of the trainer's cores the auto pace may spend",
                         flag="sync_budget")

@@ -85,7 +85,7 @@ def grouped_runner(ctx: RunnerContext) -> Runner | None:
                                dtype=cfg.sync.dtype,
                                transport=cfg.sync.transport)
     if family == "background":
-        pace = Pace(cfg.sync.interval.seconds, cfg.sync.budget, ctx.trainer_cores)
+        pace = Pace(cfg.sync.interval, cfg.sync.budget, ctx.trainer_cores)
         if cfg.sync.straggler_fallback is not None:
             return fallback_runner(cfg.sync, cfg.switch.detector, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)

@@ -3,28 +3,100 @@ arXiv 2003.03477).
 
 A thread beside the trainer's Hogwild workers runs sync rounds on the shared dense model
 while the workers keep training on it: workers never wait for synchronization. The loop's
-pace is a fixed interval, back to back (interval 0), or `auto`: it measures the CPU each round
+pace is a fixed interval, back to back (interval 0), `auto`: it measures the CPU each round
 costs and sleeps just long enough to keep synchronization within a CPU budget (a fraction of
-the trainer's cores), so the job syncs as often as the hardware can afford without tuning.
+the trainer's cores), so the job syncs as often as the hardware can afford without tuning, or
+a number of worker steps: a round begins once the trainer's workers have taken that many steps
+each since the last one began, so the rounds fall at the same points of training on a busy or
+a slow machine as on an idle one (a time-paced round comes every fewer steps there).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from multiprocessing.context import BaseContext
 
+from torch import nn
+
+from shadowsync.runners.base import HookDefaults
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.rounds import GroupRunner
+from shadowsync.spec.interval import SyncInterval
 from shadowsync.transport.collectives import TrainerExchange
+
+POLL_S = (0.0005, 0.02)  # bounds on the rest between two looks at the workers' step counts
+# No step for this long after the workers' first: they are held (a validation, a gate) and a
+# peer trainer's round may be waiting on this one, so a step-paced loop starts its round anyway.
+STALL_S = 0.1
+
+
+class StepCounter(HookDefaults):
+    """Each worker's steps, counted in memory its trainer shares (one slot a worker, so no
+    lock): what a step-paced background loop waits on."""
+
+    def __init__(self, ctx: BaseContext, workers: int) -> None:
+        self.workers = workers
+        self.counts = ctx.Array("q", workers, lock=False)
+        self._worker = 0
+        self._begun = 0  # the trainer's: its workers' steps when the last round began
+
+    def prepare(self, model: nn.Module, trainer: int, worker: int,
+                steps: int = 0) -> nn.Module:
+        self._worker = worker
+        return model
+
+    def step(self) -> float:
+        self.counts[self._worker] += 1
+        return 0.0
+
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def wait(self, steps: int, done: threading.Event) -> None:
+        """Until the workers have taken `steps` each since the last round began, `done`, or
+        (once they have started) no step for STALL_S. Looks again after about half the time
+        the steps left should take at the pace seen."""
+        target = self._begun + steps * self.workers
+        t0 = moved = time.perf_counter()
+        n0 = n = self.total()
+        while n < target and not done.is_set():
+            now = time.perf_counter()
+            if n and now - moved > STALL_S:
+                break
+            rate = (n - n0) / (now - t0) if n > n0 else 0.0
+            rest = 0.5 * (target - n) / rate if rate else POLL_S[0] * 4
+            done.wait(min(POLL_S[1], max(POLL_S[0], rest)))
+            seen, n = n, self.total()
+            if n != seen:
+                moved = time.perf_counter()
+        self._begun = n
 
 
 class Pace:
     """How long to rest between rounds."""
 
-    def __init__(self, interval: float | None, budget: float,
+    def __init__(self, interval: SyncInterval, budget: float,
                  cores: float | None = None) -> None:
-        self.interval = interval  # None: auto
+        self.interval = interval.seconds  # None (and steps None): auto
+        self.steps = interval.steps
         self.budget_cores = budget * (cores or len(os.sched_getaffinity(0)))
         self._cost: float | None = None
+        self.counter: StepCounter | None = None
+
+    def worker_hook(self, ctx: BaseContext, workers: int) -> StepCounter | None:
+        if self.steps is not None:
+            self.counter = StepCounter(ctx, workers)
+        return self.counter
+
+    def rest(self, cpu_s: float, wall_s: float, done: threading.Event) -> None:
+        """After a round: until the next is due, or `done`."""
+        if self.steps is not None:
+            assert self.counter is not None, "worker_hook makes the counter before training"
+            self.counter.wait(self.steps, done)
+        else:
+            done.wait(self.rest_after(cpu_s, wall_s))
 
     def rest_after(self, cpu_s: float, wall_s: float) -> float:
         if self.interval is not None:
@@ -34,6 +106,8 @@ class Pace:
         return max(0.0, self._cost / self.budget_cores - wall_s)
 
     def describe(self) -> dict[str, object]:
+        if self.steps is not None:
+            return {"sync_interval": f"{self.steps}steps"}
         if self.interval is None:
             return {"sync_interval": "auto", "sync_budget_cores": self.budget_cores}
         return {"sync_interval": self.interval}
@@ -48,6 +122,9 @@ class BackgroundSync(GroupRunner):
         super().__init__(groups, exchange)
         self.pace = pace
 
+    def worker_hook(self, ctx: BaseContext, workers: int) -> StepCounter | None:
+        return self.pace.worker_hook(ctx, workers)
+
     def _loop(self) -> None:
         while True:
             done = self._workers_done.is_set()
@@ -55,7 +132,7 @@ class BackgroundSync(GroupRunner):
             if last:
                 return
             if not done:
-                self._workers_done.wait(self.pace.rest_after(cpu, wall))
+                self.pace.rest(cpu, wall, self._workers_done)
 
     def describe(self) -> dict[str, object]:
         return self.pace.describe()

@@ -1,4 +1,5 @@
-"""`--checkpoint-every` (seconds or examples) and `--sync-interval` (seconds or auto)."""
+"""`--checkpoint-every` (seconds or examples) and `--sync-interval` (seconds, worker steps or
+auto)."""
 
 from __future__ import annotations
 
@@ -50,26 +51,38 @@ class CheckpointEvery:
             self.kind, f"{self.value:.0f}")
 
 
+_STEPS = re.compile(r"^(\d+)\s*steps?$")
+
+
 @dataclass(frozen=True)
 class SyncInterval:
-    """Seconds between background rounds (0: back to back), or None: paced by the CPU
-    budget (`auto`)."""
+    """When the next background round starts: `seconds` after the last one ended (0: back to
+    back), once this trainer's workers have taken `steps` steps each since the last one
+    began (`20steps`), or both None: paced by the CPU budget (`auto`)."""
 
     seconds: float | None
     text: str = field(default="", compare=False)
+    steps: int | None = None
 
     @staticmethod
     def parse(text: str) -> SyncInterval:
         text = str(text).strip()
         if text == "auto":
             return SyncInterval(None, text)
+        if (m := _STEPS.match(text)) is not None and int(m.group(1)) > 0:
+            return SyncInterval(None, text, steps=int(m.group(1)))
         try:
             v = float(text)
         except ValueError:
             v = -1.0
         if not v >= 0:
-            raise UserError(f"--sync-interval must be 'auto' or seconds >= 0, got {text!r}")
+            raise UserError(f"--sync-interval must be 'auto', seconds >= 0 or worker steps "
+                            f"like '20steps', got {text!r}")
         return SyncInterval(v, text)
 
     def __str__(self) -> str:
-        return self.text or ("auto" if self.seconds is None else f"{self.seconds:g}")
+        if self.text:
+            return self.text
+        if self.steps is not None:
+            return f"{self.steps}steps"
+        return "auto" if self.seconds is None else f"{self.seconds:g}"
