@@ -117,7 +117,7 @@ def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, 
                 why = "no good checkpoint to go back to" if good is None else \
                     f"still diverging after {MAX_ROLLBACKS} rollbacks"
                 raise UserError(f"{e} ({why})") from None
-            lr = cfg.optim.lr / 2
+            lr = cfg.adapted().optim.lr / 2
             emb_lr = cfg.optim.embedding_lr / 2
             log.warning("%s; rolling back to %s at --lr %g", e, good, lr)
             rollbacks.append({"checkpoint": str(good), "lr": lr, "error": str(e)})

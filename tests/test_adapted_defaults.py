@@ -10,13 +10,17 @@ import pytest
 from shadowsync.config import TrainConfig, add_config_arguments, config_to_toml
 from shadowsync.config.train import (
     BATCH_SIZE,
+    DECAY_FLOOR,
+    LR,
     PATIENCE_EPOCHS,
     VALIDATED_SYNC_STEPS,
     VALIDATIONS_PER_EPOCH,
+    validated_rates,
 )
 from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering
 from shadowsync.runners.build import rule_for
 from shadowsync.spec.interval import SyncInterval
+from shadowsync.train.schedule import LrSchedule
 
 
 def _adapted(**options):
@@ -69,15 +73,19 @@ def test_adapting_twice_changes_nothing_and_left_open_options_print_as_left_open
 
 
 def test_help_says_what_val_share_changes():
-    p = argparse.ArgumentParser()
+    # wide: argparse wraps lines at hyphens too (--lr-decay-floor)
+    p = argparse.ArgumentParser(
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, width=10_000))
     add_config_arguments(p)
     text = " ".join(p.format_help().split())
     assert "changes the defaults of --eval-points (4 an epoch), --early-stop" in text
     assert "(default: dot+cat with --val-share, else dot)" in text
     assert "(default: on with --val-share)" in text
     assert "with --val-share 1 - 1/(2 x trainers)" in text
-    assert ("--block-momentum (1 - 1/(2 x trainers)), --batch-size (256 / trainers) and "
-            "--sync-interval (20steps)") in text
+    assert ("--block-momentum (1 - 1/(2 x trainers)), --batch-size (256 / trainers), "
+            "--lr (0.025), --lr-decay-floor (0.1) and --sync-interval (20steps)") in text
+    assert "(default: 0.3; 0.1 with --val-share)" in text
+    assert "(default: 0.05; 0.025 with --val-share)" in text
     assert "the default, 20steps with" in text
     assert "rounded down, so that each trainer takes as many steps an epoch as one" in text
 
@@ -122,3 +130,25 @@ def test_val_share_paces_background_rounds_by_worker_steps():
     for given in ("0.1", "auto", "5steps"):  # a given pace wins
         assert str(TrainConfig(val_share=0.1, sync_interval=given).adapted().sync.interval) \
             == given
+
+
+def test_val_share_halves_the_dense_rate_and_lowers_the_decay_floor():
+    assert (LR, DECAY_FLOOR) == (0.05, 0.3)
+    assert validated_rates() == (0.025, 0.1)
+    # without --val-share: the synthetic job's rates, known before `adapted`
+    for cfg in (TrainConfig(), TrainConfig().adapted()):
+        assert (cfg.optim.lr, cfg.optim.lr_decay_floor) == (0.05, 0.3)
+    cfg = TrainConfig(val_share=0.1)
+    # left open until the job's options are resolved
+    assert cfg.optim.lr is None and cfg.optim.lr_decay_floor is None
+    adapted = cfg.adapted()
+    assert (adapted.optim.lr, adapted.optim.lr_decay_floor) == (0.025, 0.1)
+    assert adapted.adapted() == adapted
+    assert LrSchedule.of(adapted.optim).over(100).decay(100) == pytest.approx(0.1)
+    for given in (0.0, 0.3, 1.0):  # a given value wins
+        given_cfg = TrainConfig(val_share=0.1, lr_decay_floor=given, lr=given + 0.5).adapted()
+        assert (given_cfg.optim.lr, given_cfg.optim.lr_decay_floor) == (given + 0.5, given)
+    with pytest.raises(Exception, match="--lr-decay-floor"):
+        TrainConfig(val_share=0.1, lr_decay_floor=1.5)
+    with pytest.raises(Exception, match="--lr must be"):
+        TrainConfig(val_share=0.1, lr=0)

@@ -120,7 +120,8 @@ class DataConfig:
         "OUT/checkpoint/best (what eval uses) and reported in the summary (0: off). It also "
         "changes the defaults of --eval-points (4 an epoch), --early-stop (3 epochs' worth), "
         "--lr-decay-on-plateau (on), --interaction (dot+cat), --block-momentum "
-        "(1 - 1/(2 x trainers)), --batch-size (256 / trainers) and --sync-interval (20steps)")
+        "(1 - 1/(2 x trainers)), --batch-size (256 / trainers), --lr (0.025), --lr-decay-floor "
+        "(0.1) and --sync-interval (20steps)")
     early_stop: int | None = opt(
         None, "with --val-share: stop after this many validations without improvement "
         "(default: 3 epochs' worth of --eval-points under --val-share, where the --sync can "
@@ -240,7 +241,8 @@ class OptimConfig:
 
     optimizer: Literal["adagrad", "sgd"] = opt(
         "adagrad", "optimizer (row-wise Adagrad for embeddings)")
-    lr: float = opt(0.05, "learning rate of the dense parameters")
+    lr: float | None = opt(
+        None, "learning rate of the dense parameters (default: 0.05; 0.025 with --val-share)")
     embedding_lr: float = opt(0.2, "learning rate of the embeddings")
     embedding_initial_accumulator: float = opt(
         0.05, "where the Adagrad accumulator of a single-id feature's embedding rows starts "
@@ -258,7 +260,9 @@ class OptimConfig:
     lr_decay_share: float = opt(
         0.3, "last share of each worker's pass over which the dense and embedding learning "
         "rates fall linearly to --lr-decay-floor of their value (0: off)")
-    lr_decay_floor: float = opt(0.3, "where the decay ends, as a share of the learning rates")
+    lr_decay_floor: float | None = opt(
+        None, "where the decay ends, as a share of the learning rates (default: 0.3; 0.1 "
+        "with --val-share)")
     lr_decay_on_plateau: bool | None = opt(
         None, "with --val-share: the decay starts at the first validation without "
         "improvement (and runs over --lr-decay-share of the run's steps from there) instead "
@@ -278,10 +282,11 @@ class OptimConfig:
         if not 0 <= self.momentum < 1:
             raise UserError(f"--momentum must be in [0, 1), got {self.momentum}")
         for flag, v in (("lr", self.lr), ("embedding-lr", self.embedding_lr)):
-            if not v > 0:
+            if v is not None and not v > 0:  # None: TrainConfig fills it (--val-share)
                 raise UserError(f"--{flag} must be a positive number, got {v}")
         _in_unit(self.lr_decay_share, "lr-decay-share")
-        _in_unit(self.lr_decay_floor, "lr-decay-floor")
+        if self.lr_decay_floor is not None:  # None: TrainConfig fills it (--val-share)
+            _in_unit(self.lr_decay_floor, "lr-decay-floor")
         _non_negative_number(self.embedding_initial_accumulator,
                              "embedding-initial-accumulator")
         _non_negative_number(self.multi_hot_initial_accumulator,
