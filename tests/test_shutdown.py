@@ -16,6 +16,7 @@ from shadowsync.config import TrainConfig
 from shadowsync.rules import make_rule
 from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.shadow import BackgroundSync, Pace
+from shadowsync.spec.interval import SyncInterval
 from shadowsync.transport.collectives import TrainerExchange
 from tests.helpers import run_cli, run_spawned
 
@@ -26,7 +27,7 @@ def _trainer(rank: int, port: int, train_seconds: list[float], results) -> None:
     param = torch.full((1000,), float(rank))
     group = ParamGroup("dense", [param], make_rule("ma"), "overwrite")
     runner = BackgroundSync([group], TrainerExchange(None, len(train_seconds)),
-                            Pace(interval=0.0, budget=0.03))
+                            Pace(interval=SyncInterval(0.0), budget=0.03))
     runner.start()
     time.sleep(train_seconds[rank])  # this trainer's "workers" run for this long
     runner.stop()

@@ -12,6 +12,7 @@ from shadowsync.runners.groups import ParamGroup
 from shadowsync.runners.shadow import Pace
 from shadowsync.runners.switch.background import BackgroundFallback
 from shadowsync.runners.switch.detector import DetectorConfig
+from shadowsync.spec.interval import SyncInterval
 
 # two trainers, one step-time mean each per round; trainer 1 is 3x slower in rounds 5-8
 SCRIPT = [[[1.0], [1.0]]] * 5 + [[[1.0], [3.0]]] * 4 + [[[1.0], [1.0]]] * 5
@@ -84,7 +85,7 @@ def test_runner_seeds_the_centre_with_the_average_and_restarts_bmuf_from_it():
     ex = FakeExchange(other=torch.full((3,), 4.0))
     bmuf = make_rule("bmuf", trainers=2)
     group = ParamGroup("dense", [param], bmuf)
-    runner = FallbackSync([group], ex, Pace(0.0, 0.1), {"dense": make_rule("easgd", alpha=0.5)},
+    runner = FallbackSync([group], ex, Pace(SyncInterval(0.0), 0.1), {"dense": make_rule("easgd", alpha=0.5)},
                           BackgroundFallback("bmuf"), ("s-bmuf", "s-easgd"))
     bmuf.start(group.flat())
     ex.init_centre("dense", group.flat())
