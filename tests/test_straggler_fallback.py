@@ -85,7 +85,8 @@ def test_runner_seeds_the_centre_with_the_average_and_restarts_bmuf_from_it():
     ex = FakeExchange(other=torch.full((3,), 4.0))
     bmuf = make_rule("bmuf", trainers=2)
     group = ParamGroup("dense", [param], bmuf)
-    runner = FallbackSync([group], ex, Pace(SyncInterval(0.0), 0.1), {"dense": make_rule("easgd", alpha=0.5)},
+    runner = FallbackSync([group], ex, Pace(SyncInterval(0.0), 0.1),
+                          {"dense": make_rule("easgd", alpha=0.5)},
                           BackgroundFallback("bmuf"), ("s-bmuf", "s-easgd"))
     bmuf.start(group.flat())
     ex.init_centre("dense", group.flat())
