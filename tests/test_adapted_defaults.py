@@ -13,9 +13,10 @@ from shadowsync.config.train import (
     DECAY_FLOOR,
     LR,
     PATIENCE_EPOCHS,
+    VALIDATED_DECAY_FLOOR,
+    VALIDATED_LR,
     VALIDATED_SYNC_STEPS,
     VALIDATIONS_PER_EPOCH,
-    validated_rates,
 )
 from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering
 from shadowsync.runners.build import rule_for
@@ -134,7 +135,7 @@ def test_val_share_paces_background_rounds_by_worker_steps():
 
 def test_val_share_halves_the_dense_rate_and_lowers_the_decay_floor():
     assert (LR, DECAY_FLOOR) == (0.05, 0.3)
-    assert validated_rates() == (0.025, 0.1)
+    assert (VALIDATED_LR, VALIDATED_DECAY_FLOOR) == (0.025, 0.1)
     # without --val-share: the synthetic job's rates, known before `adapted`
     for cfg in (TrainConfig(), TrainConfig().adapted()):
         assert (cfg.optim.lr, cfg.optim.lr_decay_floor) == (0.05, 0.3)

@@ -55,8 +55,17 @@ BATCH_SIZE = 256
 # (docs/real-data.md).
 VALIDATED_SYNC_STEPS = 20
 # The dense learning rate and where its decay ends (a share of the rates), where --lr and
-# --lr-decay-floor are left open. With --val-share the job makes several passes over the same
-# rows, and each new pass over-fits the top MLP (`validated_rates`).
+# --lr-decay-floor are left open; with --val-share, half the rate and a lower floor. A job
+# validated on makes several passes over the same rows, and at the start of each new pass the
+# validation NE rises and falls back within the pass, higher with every pass: the top MLP
+# fitting rows it has seen before (Zhang et al., "Towards Understanding the Overfitting
+# Phenomenon of Deep Click-Through Rate Prediction Models", CIKM 2022, who find a fast
+# optimizer at a large rate a cause). A smaller dense rate slows that fit, and a lower floor
+# lets the decay that starts at the first plateau take the rates further down before the run
+# stops. On MovieLens 100K (the default job, the variants run one after the other for each
+# seed) the floor at 0.1 raised eval AUC on 18 of 24 seeds (+0.0009 on average) and the rate
+# at 0.025 on 14 of 18 (+0.0015); on the census and clothing sets both were within their
+# seeds' spread (docs/real-data.md).
 LR = 0.05
 DECAY_FLOOR = 0.3
 VALIDATED_LR = 0.025
@@ -90,23 +99,6 @@ def validated_block_momentum(trainers: int) -> float:
     clothing reviews and MovieLens 100K and left the census set's where it was; 0.875 was
     no better than 0.75 (docs/real-data.md)."""
     return 1.0 - 1.0 / (2 * trainers)
-
-
-def validated_rates() -> tuple[float, float]:
-    """The dense learning rate and the decay's floor on data validated on (--val-share):
-    VALIDATED_LR, half the synthetic job's LR, and VALIDATED_DECAY_FLOOR.
-
-    A job validated on makes several passes over the same rows, and at the start of each new
-    pass the validation NE rises and falls back within the pass, higher with every pass: the
-    top MLP fitting rows it has seen before (Zhang et al., "Towards Understanding the
-    Overfitting Phenomenon of Deep Click-Through Rate Prediction Models", CIKM 2022, who
-    find a fast optimizer at a large rate a cause). A smaller dense rate slows that fit, and
-    a lower floor lets the decay that starts at the first plateau take the rates further
-    down before the run stops. On MovieLens 100K (the default job, the variants run one after
-    the other for each seed) the floor at 0.1 raised eval AUC on 18 of 24 seeds (+0.0009 on
-    average) and the rate at 0.025 on 14 of 18 (+0.0015); on the census and clothing sets
-    both were within their seeds' spread (docs/real-data.md)."""
-    return VALIDATED_LR, VALIDATED_DECAY_FLOOR
 
 
 def flag_name(f: dataclasses.Field) -> str:
@@ -169,19 +161,12 @@ class TrainConfig:
         for key, value in options.items():
             if key not in FLAT:
                 raise TypeError(f"TrainConfig: {unknown_option(key, set(FLAT))}")
-            section, name = FLAT[key]
-            setattr(getattr(self, section), name, value)
+            self._set_flat(key, value)
         self.model.normalise()
         if self.data.val_share == 0:
             # known now: code that reads the synthetic job's config before `adapted` sees it
-            if self.optim.batch_size is None:
-                self.optim.batch_size = BATCH_SIZE
-            if self.sync.interval is None:
-                self.sync.interval = SyncInterval(None, "auto")
-            if self.optim.lr is None:
-                self.optim.lr = LR
-            if self.optim.lr_decay_floor is None:
-                self.optim.lr_decay_floor = DECAY_FLOOR
+            for key, value in self._left_open(validating=False).items():
+                self._set_flat(key, value)
         self._parse_values()
         self.validate()
 
@@ -197,6 +182,23 @@ class TrainConfig:
             raise AttributeError(f"TrainConfig has no attribute {name!r}: it is "
                                  f"cfg.{section}.{field_name}")
         raise AttributeError(f"TrainConfig has no attribute {name!r}")
+
+    def _set_flat(self, key: str, value: object) -> None:
+        section, name = FLAT[key]
+        setattr(self if section is None else getattr(self, section), name, value)
+
+    def _left_open(self, validating: bool) -> dict[str, object]:
+        """What `adapted` fills in for the options left open (None) that the synthetic job
+        knows from the start (its batch, its pace and its rates), by flat name."""
+        lr, floor = (VALIDATED_LR, VALIDATED_DECAY_FLOOR) if validating else (LR, DECAY_FLOOR)
+        defaults = {
+            "batch_size": (validated_batch_size(self.cluster.trainers) if validating
+                           else BATCH_SIZE),
+            "sync_interval": (SyncInterval(None, steps=VALIDATED_SYNC_STEPS) if validating
+                              else SyncInterval(None, "auto")),
+            "lr": lr, "lr_decay_floor": floor}
+        given = self.flat()
+        return {key: value for key, value in defaults.items() if given[key] is None}
 
     def flat(self) -> dict[str, object]:
         """Every option by its flat name, in --help order."""
@@ -230,11 +232,11 @@ class TrainConfig:
         validation without improvement, and the DLRM's top MLP seeing the embeddings beside
         their dot products (DeepFM's deep part), and BMUF's block momentum at
         `validated_block_momentum`, each worker step's batch at `validated_batch_size`, the
-        dense rate and the decay's floor at `validated_rates`, and background rounds every
-        VALIDATED_SYNC_STEPS worker steps. Without it, the synthetic job's settings: 8
-        evaluations for the plot, no stopping, the decay at the run's end down to DECAY_FLOOR,
-        dot products only, the dense rate LR, BATCH_SIZE examples a step, rounds paced by the
-        CPU budget."""
+        dense rate at VALIDATED_LR and the decay's floor at VALIDATED_DECAY_FLOOR, and
+        background rounds every VALIDATED_SYNC_STEPS worker steps. Without it, the synthetic
+        job's settings: 8 evaluations for the plot, no stopping, the decay at the run's end
+        down to DECAY_FLOOR, dot products only, the dense rate LR, BATCH_SIZE examples a step,
+        rounds paced by the CPU budget."""
         validating = self.data.val_share > 0
         can_stop = validating and not self.sync.entry.protocols
         points = self.output.eval_points
@@ -247,23 +249,11 @@ class TrainConfig:
         block_momentum = self.sync.block_momentum
         if block_momentum is None and validating:
             block_momentum = validated_block_momentum(self.cluster.trainers)
-        interval = self.sync.interval
-        if interval is None:
-            interval = (SyncInterval(None, steps=VALIDATED_SYNC_STEPS) if validating
-                        else SyncInterval(None, "auto"))
-        batch_size = self.optim.batch_size
-        if batch_size is None:
-            batch_size = (validated_batch_size(self.cluster.trainers) if validating
-                          else BATCH_SIZE)
-        lr, floor = validated_rates() if validating else (LR, DECAY_FLOOR)
-        lr = lr if self.optim.lr is None else self.optim.lr
-        floor = floor if self.optim.lr_decay_floor is None else self.optim.lr_decay_floor
         return dataclasses.replace(
-            self, eval_points=points, early_stop=early_stop, batch_size=batch_size, lr=lr,
-            lr_decay_floor=floor,
+            self, eval_points=points, early_stop=early_stop,
             lr_decay_on_plateau=validating if on_plateau is None else on_plateau,
             interaction=self.model.interaction_for(validating), block_momentum=block_momentum,
-            sync_interval=interval)
+            **self._left_open(validating))
 
     def validate(self) -> TrainConfig:
         if self.task not in TASK_CHOICES:
