@@ -120,11 +120,12 @@ def stop_on_signals(spec: WorkerSpec) -> threading.Event:
     return local
 
 
-# Mean loss per example above which training has exploded: far beyond any loss a model that
-# learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
 # Steps between a worker's looks for --lr-decay-on-plateau's flag (a file's stat each).
 PLATEAU_LOOK_EVERY = 8
 HOLD_POLL_S = 0.005  # how often a held worker looks whether it may go on
+# Mean loss per example above which training has exploded: far beyond any loss a model that
+# learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
+EXPLODED_LOSS = 100.0
 
 
 def wait_while(held: Callable[[], bool], stopping: Callable[[], bool]) -> float:
@@ -134,7 +135,6 @@ def wait_while(held: Callable[[], bool], stopping: Callable[[], bool]) -> float:
     while held() and not stopping():
         time.sleep(HOLD_POLL_S)
     return time.perf_counter() - t0
-EXPLODED_LOSS = 100.0
 
 
 def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int,
