@@ -135,6 +135,106 @@ def test_isolate_takes_the_stragglers_workers_out_of_bsp_steps():
     assert m.isolated == () and m.bsp_workers == 6
 
 
+class IsolateJob:
+    """A job of `trainers` trainers of one worker under `isolate`, with the real detector
+    (k 2, m 3, windows of 5), driven in rounds the way the dense server drives its machine:
+    each round every trainer due pushes once, in trainer order. A member's gradient is held
+    until its BSP step is complete (and hears the decision then); an isolated trainer's is
+    applied on arrival. Trainer 2 takes `slowdown` x the others' time on its own steps
+    `slow` (1-based), and while it is isolated and slow it pushes every `slowdown`-th round
+    (under BSP the members wait for it)."""
+
+    def __init__(self, plan, budget, slow, slowdown=3, trainers=3):
+        self.cfg = DetectorConfig(k=2.0, m=3, window=5)
+        sched = Schedule(SwitchPlan.parse(plan), budget, "isolate", self.cfg, trainers=trainers)
+        self.m = SwitchMachine(trainers, budget, sched)
+        self.m.start()
+        self.trainers, self.slow, self.slowdown = range(trainers), slow, slowdown
+        self.steps = [0] * trainers  # each trainer's pushes
+        self.heard = [()] * trainers  # the isolated trainers, as each last heard
+        self.held = []  # the BSP step being collected: its members' ids
+        self.step_of_2 = []  # trainer 2's pushes at each switch decided
+
+    def push(self, t):
+        m = self.m
+        self.steps[t] += 1
+        pace = self.slowdown if t == 2 and self.steps[t] in self.slow else 1.0
+        m.observe(t, pace, 0.0)
+        switches = len(m.switches)
+        if t in self.heard[t] or m.mode is ASP:
+            m.asp_applied(m.decided_phase, pace)
+            m.decide(len(self.held))
+            self.heard[t] = m.isolated
+        else:
+            self.held.append(t)
+            m.bsp_gradient(pace)
+            if len(self.held) == self.trainers.stop - len(self.heard[self.held[0]]):
+                m.bsp_step_applied(len(self.held), m.decided_phase)
+                m.decide(0)
+                for member in self.held:
+                    self.heard[member] = m.isolated
+                self.held = []
+        self.step_of_2 += [self.steps[2]] * (len(m.switches) - switches)
+
+    def run(self):
+        for r in range(10**6):
+            for t in self.trainers:
+                if self.m.done:
+                    return self
+                slowed = 2 in self.heard[2] and self.steps[2] + 1 in self.slow
+                if t != 2 or not slowed or r % self.slowdown == 0:
+                    self.push(t)
+        return self
+
+    def phases(self):
+        return [(sw["to"], sw["isolated"]) for sw in self.m.switches]
+
+
+def cleared_at(e, m, w):
+    """The step at which the detector clears a trainer whose last slow step is `e` (see
+    `isolate`: the window holding step e + 1 closes at c0, slow if it holds more slow steps
+    than normal ones, then m normal windows)."""
+    c0 = w * -(-(e + 1) // w)
+    return c0 + m * w if e - (c0 - w) > w / 2 else c0 + (m - 1) * w
+
+
+@pytest.mark.parametrize("end", range(50, 55))  # every alignment of the end in a window
+def test_isolate_releases_a_recovered_trainer_within_its_stated_bound(end):
+    """Trainer 2 3x slower over its steps 21..end: isolated when its third slow window closes
+    (step 35), cleared at `cleared_at` and released by the members' next BSP step, within
+    (m + 1) w + 1 of its steps after the end; its isolated pushes count toward the plan's
+    phases, which keep their switch point."""
+    from shadowsync.runners.switch.isolate import release_bound
+
+    job = IsolateJob("bsp:0.9,asp", budget=900, slow=range(21, end + 1)).run()
+    cfg, m = job.cfg, job.m
+    assert job.phases() == [("bsp", [2]), ("bsp", []), ("asp", [])]
+    assert job.step_of_2[0] == 35  # windows 21-25, 26-30, 31-35 slow: m of them
+    cleared = cleared_at(end, cfg.m, cfg.window)
+    # decided by the members' step under way as its next one is: that one is still ASP
+    assert job.step_of_2[1] == cleared
+    assert cleared + 1 - end <= release_bound(cfg.m, cfg.window) == 21
+    assert 810 <= m.switches[2]["applied"] < 810 + 3  # round(0.9 x 900), within a step
+    assert m.applied == 900
+
+
+@pytest.mark.parametrize("end", [30, 60, 100, 10**6])  # too short to flag, early, late, never
+def test_isolate_keeps_the_plans_asp_phase_however_late_the_release(end):
+    """The plan's switch to ASP comes at round(s Q) gradients applied, within one BSP step,
+    whether the straggler is released early, late or never. Counted under BSP only, a quota
+    of 810 is out of reach of a straggler isolated to the end at a third of the pace."""
+    job = IsolateJob("bsp:0.9,asp", budget=900, slow=range(21, end + 1)).run()
+    m = job.m
+    released = [("bsp", [2]), ("bsp", []), ("asp", [])]
+    expected = {30: [("asp", [])], 60: released, 100: released,
+                10**6: [("bsp", [2]), ("asp", [])]}[end]
+    assert job.phases() == expected
+    assert 810 <= m.switches[-1]["applied"] < 810 + 3 and m.mode is ASP
+    assert m.applied == 900 and m.isolated == ()
+    if end == 10**6:
+        assert m.bsp_applied < 810  # the straggler's isolated pushes took part of the phase
+
+
 def test_switch_time_is_decision_to_first_new_step_less_its_pace():
     """switch_s = max(0, t_applied - t_decided - pace), pace = compute + link (a BSP step's:
     its longest)."""

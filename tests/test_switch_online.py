@@ -196,12 +196,15 @@ def test_at_exactly_k_times_the_others_a_trainer_is_not_a_straggler():
     assert at_k.stragglers == [] and over.stragglers == [1]
 
 
-def test_isolate_names_the_stragglers_while_the_bsp_quota_lasts():
+def test_isolate_names_the_stragglers_during_the_plans_bsp_phases():
+    """mode = the plan's phase at A (every gradient applied); isolated = the stragglers while
+    that is BSP. `bsp:0.25,asp:0.5,bsp` over 400 gradients: BSP below 100, ASP below 300."""
     from shadowsync.runners.switch.isolate import Isolate
 
-    p = Isolate(quota=100, trainers=4)
-    assert p.isolated([2], 10) == (2,) and p.mode(True, 10, 0.0) == "bsp"
-    assert p.isolated([2], 100) == () and p.mode(True, 100, 0.0) == "asp"  # quota done
+    p = Isolate(SwitchPlan.parse("bsp:0.25,asp:0.5,bsp"), budget=400, trainers=4)
+    assert p.isolated([2], 10) == (2,) and p.mode(10) == "bsp"
+    assert p.isolated([2], 100) == () and p.mode(100) == "asp"  # the plan's switch point
+    assert p.isolated([3, 1], 300) == (1, 3) and p.mode(300) == "bsp"  # its next BSP phase
     assert p.isolated([0, 1, 2, 3], 10) == ()  # nobody left to run BSP with
 
 

@@ -75,6 +75,10 @@ class SwitchPlan:
         """Index of the phase that step `step` (0-based) of `total_steps` belongs to."""
         return bisect_right(self.boundaries(total_steps), step)
 
+    def mode_at(self, step: int, total_steps: int) -> Protocol:
+        """The protocol of step `step` (0-based) of `total_steps`."""
+        return self.phases[self.phase_at(step, total_steps)].mode
+
     def share_of(self, mode: Protocol) -> float:
         return sum(p.share for p in self.phases if p.mode == mode)
 

@@ -5,8 +5,8 @@ each trainer's runner sees only its own workers).
 - `plan` (offline): the phases of `--switch-plan`, from the gradients applied so far;
 - `greedy` / `elastic` (online): the straggler detector (`detector`) and the policy
   (`greedy`, `elastic`), with the plan's BSP share as the job's BSP quota;
-- `isolate` (online, beyond the paper): BSP for the quota, with the detected stragglers'
-  pushes asynchronous meanwhile (`isolated`, `isolate`).
+- `isolate` (online, beyond the paper): the plan's phases from the gradients applied so far,
+  with the detected stragglers' pushes asynchronous during BSP (`isolated`, `isolate`).
 
 The state machine (`machine`) asks `decide` only between steps (never while a BSP step is
 half collected), and replies carry the decision, so every worker changes protocol on the same
@@ -42,7 +42,7 @@ class Schedule:
         quota = round(plan.share_of(Protocol.BSP) * budget)
         self.online: Any = (Greedy(quota) if policy == "greedy"
                             else Elastic(quota, patience_s, self.detector) if policy == "elastic"
-                            else Isolate(quota, trainers) if policy == "isolate" else None)
+                            else Isolate(plan, budget, trainers) if policy == "isolate" else None)
         self.isolated: tuple[int, ...] = ()  # `isolate`: trainers asynchronous for now
 
     def first_mode(self) -> Protocol:
@@ -72,8 +72,9 @@ class Schedule:
     def decide(self, applied: int, bsp_applied: int, now: float | None = None) -> Protocol:
         """The protocol from now on, after `applied` gradients (`bsp_applied` under BSP)."""
         if self.online is None:
-            return self.plan.phases[self.plan.phase_at(applied, self.budget)].mode
+            return self.plan.mode_at(applied, self.budget)
         if isinstance(self.online, Isolate):
-            self.isolated = self.online.isolated(self.stragglers, bsp_applied)
+            self.isolated = self.online.isolated(self.stragglers, applied)
+            return self.online.mode(applied)
         return self.online.mode(bool(self.stragglers), bsp_applied,
                                 time.monotonic() if now is None else now)
