@@ -20,8 +20,10 @@ from shadowsync.bench.switch import (
     digits_job,
     goal_met,
     greedy_bound,
+    isolate_phases,
     overhead_by_variant,
     paired,
+    phases_text,
     pooled,
     ratios_of,
     run_job,
@@ -260,6 +262,31 @@ def test_variants_compare_with_bsp_under_the_same_slowdown_and_asp_first_keeps_t
     assert VARIANTS["switch/compensate"].settings == (("switch_compensate_momentum", True),)
     assert not digits_job(4, 1000, 0.5).switch.compensate_momentum  # the paper's, by default
     assert all(compared_with(v) in VARIANTS for v in VARIANTS)
+
+
+def test_an_isolate_runs_phases_and_releases_come_from_its_switches():
+    """Each switch opens a phase; a trainer leaving the isolated set is released when the
+    phase is BSP, and only ends its isolation when it is the plan's ASP phase."""
+    def sw(frm, to, isolated, applied):
+        return {"from": frm, "to": to, "isolated": isolated, "applied": applied,
+                "cost_s": 0.0, "params_identical": True}
+
+    released = switch_fields({"switches": [sw("bsp", "bsp", [2], 270),
+                                           sw("bsp", "bsp", [], 611),
+                                           sw("bsp", "asp", [], 1014)]})
+    assert phases_text(released["phases"]) == (
+        "bsp, bsp isolating [2] at 270, bsp at 611 (released [2]), asp at 1014")
+    assert released["isolations"] == [
+        {"trainer": 2, "isolated_at": 270, "released_at": 611, "ended_at": 611}]
+    never = isolate_phases([sw("bsp", "bsp", [1, 2], 90), sw("bsp", "bsp", [2], 120),
+                            sw("bsp", "asp", [], 1013)])
+    assert phases_text(never["phases"]) == ("bsp, bsp isolating [1, 2] at 90, "
+                                            "bsp isolating [2] at 120 (released [1]), "
+                                            "asp at 1013")
+    assert never["isolations"] == [
+        {"trainer": 1, "isolated_at": 90, "released_at": 120, "ended_at": 120},
+        {"trainer": 2, "isolated_at": 90, "released_at": None, "ended_at": 1013}]
+    assert isolate_phases([]) == {"phases": [], "isolations": []}
 
 
 def test_the_overhead_goal_sees_the_variant_that_spent_most_time_switching():

@@ -280,7 +280,48 @@ def switch_fields(summary: dict[str, Any]) -> dict[str, Any]:
             "params_identical": all(w["params_identical"] for w in switches),
             "stragglers_seen": sorted({t for w in switches for t in w.get("stragglers", [])}),
             "straggler_switches": sum(1 for w in switches
-                                      if w.get("to") == "asp" and w.get("stragglers"))}
+                                      if w.get("to") == "asp" and w.get("stragglers")),
+            **isolate_phases(switches)}
+
+
+def isolate_phases(switches: list[dict[str, Any]]) -> dict[str, Any]:
+    """The phases a run went through, from its summary's switches (`phases`: each one's
+    protocol, who was isolated, and the gradients applied when it was decided; the first
+    from 0), and each isolation (`isolations`: the trainer, the gradients applied when it
+    was isolated, when it was released back into BSP, None if never, and when its isolation
+    ended, by a release or by the plan's ASP phase)."""
+    if not switches:
+        return {"phases": [], "isolations": []}
+    phases = [{"to": switches[0].get("from"), "isolated": [], "applied": 0}]
+    isolations: list[dict[str, Any]] = []
+    ongoing: dict[int, dict[str, Any]] = {}
+    for w in switches:
+        now = set(w.get("isolated", []))
+        phases.append({"to": w.get("to"), "isolated": sorted(now), "applied": w.get("applied")})
+        for t in sorted(now - ongoing.keys()):
+            ongoing[t] = {"trainer": t, "isolated_at": w.get("applied"), "released_at": None,
+                          "ended_at": None}
+            isolations.append(ongoing[t])
+        for t in sorted(ongoing.keys() - now):
+            done = ongoing.pop(t)
+            done["ended_at"] = w.get("applied")
+            if w.get("to") == "bsp":
+                done["released_at"] = w.get("applied")
+    return {"phases": phases, "isolations": isolations}
+
+
+def phases_text(phases: list[dict[str, Any]]) -> str:
+    """'bsp, bsp isolating [2] at 270, bsp at 611 (released [2]), asp at 1014'."""
+    out, before = [], set()
+    for i, p in enumerate(phases):
+        now = set(p["isolated"])
+        text = p["to"] + (f" isolating {sorted(now)}" if now else "")
+        if i:
+            text += f" at {p['applied']}"
+        released = sorted(before - now) if p["to"] == "bsp" else []
+        out.append(text + (f" (released {released})" if released else ""))
+        before = now
+    return ", ".join(out)
 
 
 def time_to(curve: list[tuple[float, float]], target: float, higher: bool) -> float | None:
@@ -837,6 +878,11 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
         if any(res["diverged"].values()):
             print(f"a diverged run scores chance ({res['metric']} {CHANCE[res['metric']]:g}) "
                   "and has no time; its variant's time is the median of the others")
+        isolating = [r for r in res["runs"] if r["variant"].startswith("isolate")]
+        if isolating:
+            print("isolate's phases, run by run (gradients applied when each was decided):")
+            for r in isolating:
+                print(f"  {r['variant']} seed {r['seed']}: {phases_text(r['phases'])}")
         print("paired, repeat by repeat (same seed): median [min, max]")
         unit = "points" if res["metric"] == "accuracy" else "ratio"
         pairs = [*res["paired"].items(), *res["paired_with_greedy"].items()]
