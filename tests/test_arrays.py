@@ -33,7 +33,6 @@ def _spoil(path, name, arr):
     ("dense.npy", np.zeros((7, 5), np.float32), "dense.npy: 7 rows, but labels.npy has 40000"),
     ("cats.npy", np.zeros((40_000, 3), np.float64), "cats.npy: dtype float64, expected an integer"),
     ("dense.npy", np.zeros((40_000, 5), np.float64), "dense.npy: dtype float64, expected float32"),
-    ("cats.npy", np.full((40_000, 3), -2, np.int64), "cats.npy: row 0: negative id -2"),
     ("dense.npy", np.where(np.arange(40_000)[:, None] == 9, np.nan, 0).repeat(5, 1)
      .astype(np.float32), "dense.npy: row 9: NaN or infinite value"),
     ("labels.npy", np.full(40_000, 2.0, np.float32), "labels.npy: row 0: label 2.0 is not in"),
@@ -60,8 +59,9 @@ def test_bad_arrays_exit_2_before_the_output_directory_exists(tmp_path):
     res = run_cli(["train", "--data", str(data), "--trainers", "1", "--embedding-servers", "0",
                    "--sync", "none", "--out", str(out)], timeout=50)
     assert res.returncode == 2, res.stderr
-    assert res.stderr.strip() == (f"shadowsync: error: {data / 'cats.npy'}: row 0: negative id "
-                                  "-1 (ids must be >= 0)")
+    assert res.stderr.strip() == (f"shadowsync: error: {data / 'cats.npy'}: row 0, column 0: "
+                                  "negative id -1 (ids must be >= 0; --tables dynamic takes "
+                                  "raw 64-bit ids)")
     assert not out.exists()
 
 

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shadowsync.data import arrays, tabular
+from shadowsync.data.ids import raw_ids
 from shadowsync.errors import UserError
 from tests.helpers import run_cli
 
@@ -218,23 +219,38 @@ def test_parquet_trains_and_a_bad_file_exits_2_in_one_line(tmp_path):
     assert res.returncode == 2 and "needs --schema" in res.stderr
 
 
-def test_raw_ids_stay_unfolded_and_strings_hash_to_63_bits(tmp_path):
-    """ids = "raw" (for --tables dynamic): integers past table_size kept, strings hashed
-    stably to ids >= 0, multi-hot values too; the array directory says so."""
+def test_raw_ids_keep_all_64_bits(tmp_path):
+    """ids = "raw" (for --tables dynamic): integers kept as their 64-bit pattern (uint64
+    hashes past 2^63 and negative int64 ones alike), strings hashed by `raw_ids`, multi-hot
+    values too, table_size optional; the array directory says so."""
     path = tmp_path / "raw.toml"
-    path.write_text(SCHEMA.replace('table_size = 7\nhash = true', 'table_size = 7\nids = "raw"')
+    path.write_text(SCHEMA.replace('table_size = 7\nhash = true', 'ids = "raw"')
                     .replace('table_size = 5\n', 'table_size = 5\nids = "raw"\n')
                     .replace('table_size = 10\n', 'table_size = 10\nids = "raw"\n'))
-    table = _table(user=pa.array([3, 10**15, 0, 3], pa.int64()),
-                   genres=pa.array([[1, 2], [], None, [4, 10**12, 4]], pa.list_(pa.int64())))
+    top = 2**64 - 5
+    table = _table(user=pa.array([3, 10**15, top, 3], pa.uint64()),
+                   genres=pa.array([[1, -2], [], None, [4, -10**12, 4]], pa.list_(pa.int64())))
     out = tabular.convert(_parquet(tmp_path, table), str(path))
     cats = np.load(out / "cats.npy")
-    assert (cats[:, 0] == [3, 10**15, 0, 3]).all()
-    assert (cats[:, 1] >= 2**31).all() and cats[0, 1] == cats[2, 1] != cats[1, 1]
-    assert (np.load(out / "genres.values.npy") == [1, 2, 4, 10**12, 4]).all()
+    assert cats[:, 0].tolist() == [3, 10**15, top - 2**64, 3]
+    assert (cats[:, 1] == raw_ids(["a", "b", "a", "zz"])).all()
+    assert cats[0, 1] == cats[2, 1] != cats[1, 1]
+    assert (np.load(out / "genres.values.npy") == [1, -2, 4, -10**12, 4]).all()
     features = json.loads((out / "features.json").read_text())
     assert features["multi_hot"][0]["ids"] == "raw" and features["categorical"][1]["ids"] == "raw"
+    assert "table_size" not in features["categorical"][1]
+    assert arrays.declared_table_rows(str(out)) is None  # the run's options set the budget
     assert len(arrays.load_multi_hot(str(out), 4)[0].values) == 5  # no table-size check
+    labels, _, loaded = arrays.load(str(out))  # negative words are ids, not errors
+    assert (loaded == cats).all()
+    # CSV: the same ids, uint64 text past 2^63 included
+    csv = tmp_path / "raw.csv"
+    csv.write_text("click,age,price,user,item,genres,genre_weights\n"
+                   f"1,0.5,1,3,a,1|-2,0.5|0.5\n0,1.5,2,{10**15},b,,\n"
+                   f"1,-2,3,{top},a,,\n0,3,4,3,zz,4|-{10**12}|4,1|2|3\n")
+    from_csv = tabular.convert(str(csv), str(path))
+    assert (np.load(from_csv / "cats.npy") == cats).all()
+    assert (np.load(from_csv / "genres.values.npy") == [1, -2, 4, -10**12, 4]).all()
     path.write_text(SCHEMA.replace("hash = true", 'hash = true\nids = "raw"'))
     with pytest.raises(UserError, match="choose one"):
         tabular.convert(_parquet(tmp_path, _table(), name="e.parquet"), str(path))

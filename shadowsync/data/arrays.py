@@ -2,7 +2,9 @@
 
     DIR/labels.npy   (N,)    clicks: 0/1 (bool, integer or float in [0, 1])
     DIR/dense.npy    (N, D)  float32 dense features, already normalised as the model wants
-    DIR/cats.npy     (N, T)  integer ids, >= 0 and below their table's size (``check_ids``)
+    DIR/cats.npy     (N, T)  integer ids: below their table's size (``check_ids``) for
+                             fixed tables; any 64-bit words for --tables dynamic (raw ids:
+                             uint64 or int64, the bit pattern is the id)
 
 Multi-hot features (several ids per row, see ``shadowsync.data.jagged``) are declared in
 ``DIR/features.json`` as ``{"multi_hot": [{"name": NAME, "table_size": ..., "pooling": "sum"
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shadowsync.data.ids import integer_ids
 from shadowsync.data.jagged import Jagged
 from shadowsync.errors import UserError
 
@@ -106,12 +109,13 @@ def multi_hot_specs(path: str) -> list[dict[str, object]]:
         weighted = entry.get("weighted", (Path(path) / f"{name}.weights.npy").exists())
         if not isinstance(weighted, bool):
             raise UserError(f"{where}: multi_hot[{i}] ({name}): weighted must be true or false")
-        size = entry.get("table_size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        size, raw = entry.get("table_size"), entry.get("ids") == "raw"
+        if (size is not None or not raw) and (
+                not isinstance(size, int) or isinstance(size, bool) or size < 1):
             raise UserError(f"{where}: multi_hot[{i}] ({name}): table_size must be a positive "
-                            "integer")
+                            "integer (or \"ids\": \"raw\" for a dynamic table)")
         specs.append({"name": name, "pooling": pooling, "weighted": weighted,
-                      "table_size": size, "raw": entry.get("ids") == "raw"})
+                      "table_size": size, "raw": raw})
     return specs
 
 
@@ -120,8 +124,8 @@ def load_multi_hot(path: str, rows: int) -> list[Jagged]:
     UserError naming the file and row."""
     features = []
     for spec in multi_hot_specs(path):
-        # "ids": "raw" (dynamic tables): any id >= 0, the table size is a row budget.
-        size = np.iinfo(np.int64).max if spec["raw"] else spec["table_size"]
+        # "ids": "raw" (dynamic tables): any 64-bit word, the table size (if any) a budget.
+        size = None if spec["raw"] else spec["table_size"]
         values, offsets, weights = check_multi_hot(path, spec["name"], size, rows)
         features.append(Jagged(spec["name"], values, offsets,
                                weights if spec["weighted"] else None, spec["pooling"]))
@@ -165,11 +169,6 @@ def load(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not finite.all():
             row = lo + int(np.argmin(finite))
             raise UserError(f"{where['dense.npy']}: row {row}: NaN or infinite value")
-        negative = (cats[lo:hi] < 0).any(axis=1)
-        if negative.any():
-            row = lo + int(np.argmax(negative))
-            raise UserError(f"{where['cats.npy']}: row {row}: negative id "
-                            f"{int(cats[row].min())} (ids must be >= 0)")
     return labels, dense, cats
 
 
@@ -178,13 +177,15 @@ def check_ids(path: str, cats: np.ndarray, table_rows: tuple[int, ...] | list[in
     """Every id below its table's size, or one line naming the file, column and row, and
     the --table-size that would hold them all. (Criteo text instead takes its hashes modulo
     the size: that is its format; an array's id past its table is a mistake.)"""
-    sizes = np.asarray(table_rows, dtype=np.int64)[:cats.shape[1]]  # then multi-hot tables
+    sizes = np.asarray(table_rows, dtype=np.uint64)[:cats.shape[1]]  # then multi-hot tables
     if cats.shape[1] == 0:
         return
-    top = np.full(cats.shape[1], -1, dtype=np.int64)
+    top = np.zeros(cats.shape[1], dtype=np.uint64)
     first: tuple[int, int] | None = None
     for lo in range(0, len(cats), _CHECK_ROWS):
-        chunk = np.asarray(cats[lo:lo + _CHECK_ROWS], dtype=np.int64)
+        # as unsigned words: a negative id is past every table too
+        chunk = integer_ids(np.asarray(cats[lo:lo + _CHECK_ROWS]).reshape(-1)).view(
+            np.uint64).reshape(-1, cats.shape[1])
         top = np.maximum(top, chunk.max(axis=0))
         past = chunk >= sizes
         if first is None and past.any():
@@ -194,6 +195,10 @@ def check_ids(path: str, cats: np.ndarray, table_rows: tuple[int, ...] | list[in
         return
     row, col = first
     column = names[col] if names else f"column {col}"
+    if int(cats[row, col]) < 0:
+        raise UserError(f"{Path(path) / 'cats.npy'}: row {row}, {column}: negative id "
+                        f"{int(cats[row, col])} (ids must be >= 0; --tables dynamic takes raw "
+                        "64-bit ids)")
     need = np.maximum(sizes, top + 1)
     size_text = (str(int(need.max())) if len(set(sizes.tolist())) == 1
                  else ",".join(str(int(v)) for v in need))
@@ -208,7 +213,8 @@ def check_bag_ids(path: str, multi_hot: list[Jagged] | tuple[Jagged, ...],
     line naming the file and row."""
     for feature, size in zip(multi_hot, table_rows):
         for lo in range(0, len(feature.values), _CHECK_ROWS):
-            past = np.asarray(feature.values[lo:lo + _CHECK_ROWS]) >= size
+            chunk = integer_ids(np.asarray(feature.values[lo:lo + _CHECK_ROWS]))
+            past = chunk.view(np.uint64) >= np.uint64(size)  # a negative id: past it too
             if past.any():
                 at = lo + int(np.argmax(past))
                 row = int(np.searchsorted(feature.offsets, at, side="right")) - 1
@@ -218,10 +224,11 @@ def check_bag_ids(path: str, multi_hot: list[Jagged] | tuple[Jagged, ...],
                                 f"its table needs {top + 1} (--table-size or features.json)")
 
 
-def check_multi_hot(path: str, name: str, table_size: int,
+def check_multi_hot(path: str, name: str, table_size: int | None,
                     rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(values, offsets, weights or None) of multi-hot feature `name`, checked: row i's ids
-    are ``values[offsets[i]:offsets[i + 1]]`` (TorchRec's KeyedJaggedTensor layout)."""
+    are ``values[offsets[i]:offsets[i + 1]]`` (TorchRec's KeyedJaggedTensor layout); with no
+    `table_size` (raw ids), any 64-bit words."""
     p = Path(path)
     vf, of, wf = (p / f"{name}.{part}.npy" for part in ("values", "offsets", "weights"))
     values, offsets = _load(vf), _load(of)
@@ -243,7 +250,7 @@ def check_multi_hot(path: str, name: str, table_size: int,
         row = int(np.argmax(step < 0))
         raise UserError(f"{of}: row {row}: offsets go down ({int(offsets[row])} then "
                         f"{int(offsets[row + 1])})")
-    for lo in range(0, len(values), _CHECK_ROWS):
+    for lo in range(0, len(values) if table_size is not None else 0, _CHECK_ROWS):
         chunk = np.asarray(values[lo:lo + _CHECK_ROWS])
         bad = np.flatnonzero((chunk < 0) | (chunk >= table_size))
         if len(bad):

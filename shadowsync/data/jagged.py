@@ -57,6 +57,8 @@ class Jagged:
         """The rows' (values modulo the table's rows, offsets, weights, pooling) as tensors,
         what `Bags.build` takes."""
         values, offsets, weights = self.rows(index)
-        folded = values % modulus if modulus else values.copy()  # 0: raw (dynamic tables)
+        # ids as unsigned 64-bit words, as `dataset.fold_ids` folds them; 0: raw (dynamic)
+        folded = ((values.view(np.uint64) % np.uint64(modulus)).view(np.int64) if modulus
+                  else values.copy())
         return (torch.from_numpy(folded), torch.from_numpy(offsets),
                 None if weights is None else torch.from_numpy(weights), self.pooling)

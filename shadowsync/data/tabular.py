@@ -11,9 +11,10 @@ of them (read in name order). The schema says which column is what::
     table_size = 1000                     # ids must be in [0, table_size) ...
     hash = false                          # ... unless hash = true: id % table_size, and
                                           # strings hashed (stable across runs) first
-    # ids = "raw"                         # or: ids kept as they are (strings hashed to
-                                          # 63 bits) for --tables dynamic; table_size is
-                                          # then the table's row budget
+    # ids = "raw"                         # or: raw 64-bit ids (`shadowsync.data.ids.
+                                          # raw_ids`: an integer's bits, a string's hash)
+                                          # for --tables dynamic; table_size is optional,
+                                          # the table's row budget
 
     [[categorical]]                       # ids from a numeric column: the number of
     name = "age_quantile"                 # `edges` at or below its value, 0..len(edges)
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shadowsync.data.cache import NpyWriter, built_once, cache_root
+from shadowsync.data.ids import raw_ids
 from shadowsync.errors import UserError
 from shadowsync.toml_file import read_toml
 
@@ -68,7 +70,7 @@ def arrow() -> ModuleType:
     return pyarrow
 
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a raw column's strings keep all 64 bits of their hash
 SUFFIXES = (".parquet", ".pq", ".csv")
 BATCH_ROWS = 65_536  # rows per record batch: what the conversion holds in memory at a time
 POOLINGS = ("sum", "mean")
@@ -79,7 +81,7 @@ class Sparse:
     """A categorical (one id) or multi-hot (a list of ids) column."""
 
     name: str
-    table_size: int
+    table_size: int | None  # None: a raw column whose budget the run's options set
     hash: bool = False
     raw: bool = False  # ids = "raw": not folded (dynamic tables map them)
     pooling: str = "sum"
@@ -163,15 +165,19 @@ class TableSchema:
     def features(self) -> dict[str, object]:
         """features.json of the converted directory (the shared array-directory format)."""
         return {"dense": list(self.dense),
-                "categorical": [{"name": c.name, "table_size": c.table_size,
+                "categorical": [{"name": c.name, **_size(c),
                                  **({"ids": "raw"} if c.raw else {}),
                                  **({"bucketize": c.bucketize, "edges": list(c.edges)}
                                     if c.bucketize else {})}
                                 for c in self.categorical],
-                "multi_hot": [{"name": m.name, "table_size": m.table_size,
+                "multi_hot": [{"name": m.name, **_size(m),
                                "pooling": m.pooling, "weighted": m.weights is not None,
                                **({"ids": "raw"} if m.raw else {})}
                               for m in self.multi_hot]}
+
+
+def _size(column: Sparse) -> dict[str, int]:
+    return {} if column.table_size is None else {"table_size": column.table_size}
 
 
 def _tables(path: str, doc: dict, key: str) -> list[dict]:
@@ -192,16 +198,18 @@ def _sparse(path: str, kind: str, i: int, t: dict) -> Sparse:
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise UserError(f"{where}: 'name' must name a column")
+    raw = t.get("ids", "table") == "raw"
     size = t.get("table_size")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise UserError(f"{where} ({name}): 'table_size' must be a positive integer")
+    if (size is not None or not raw) and (
+            not isinstance(size, int) or isinstance(size, bool) or size < 1):
+        raise UserError(f"{where} ({name}): 'table_size' must be a positive integer"
+                        + ("" if raw else " (or ids = \"raw\" for a dynamic table)"))
     pooling = t.get("pooling", "sum")
     if pooling not in POOLINGS:
         raise UserError(f"{where} ({name}): 'pooling' must be one of {', '.join(POOLINGS)}")
     hashed = t.get("hash", False)
     if not isinstance(hashed, bool):
         raise UserError(f"{where} ({name}): 'hash' must be true or false")
-    raw = t.get("ids", "table") == "raw"
     if t.get("ids", "table") not in ("table", "raw"):
         raise UserError(f"{where} ({name}): 'ids' must be \"raw\" (or left out)")
     if raw and hashed:
@@ -217,7 +225,7 @@ def _sparse(path: str, kind: str, i: int, t: dict) -> Sparse:
     return Sparse(name, size, hashed, raw, pooling, weights, sep, bucketize, edges)
 
 
-def _buckets(where: str, name: str, t: dict, size: int, hashed_or_raw: bool
+def _buckets(where: str, name: str, t: dict, size: int | None, hashed_or_raw: bool
              ) -> tuple[str | None, tuple[float, ...]]:
     """A bucketized categorical's numeric column and edges, checked (None, () if not one)."""
     column, edges = t.get("bucketize"), t.get("edges")
@@ -313,10 +321,12 @@ class _Writer:
         self.past: tuple[str, str, int, int] | None = None  # (where, column, id, size)
 
     def note_ids(self, column: Sparse, ids: np.ndarray, where_of: Where) -> None:
-        if not len(ids):
+        """Ids of a column kept in a table of its own size (neither hashed nor raw): the
+        largest, and the first past the table."""
+        if not len(ids) or column.hash or column.raw or column.table_size is None:
             return
         self.top[column.name] = max(self.top.get(column.name, -1), int(ids.max()))
-        if self.past is None and not column.hash and not column.raw:
+        if self.past is None:
             over = np.flatnonzero(ids >= column.table_size)
             if len(over):
                 self.past = (where_of(int(over[0])), column.name, int(ids[over[0]]),
@@ -365,36 +375,28 @@ def _first_null(values: pyarrow.Array) -> int:
 
 
 def _ids(values: pyarrow.Array, column: Sparse, where: Where) -> np.ndarray:
-    """An integer or (hashed) string arrow array of ids -> int64, checked."""
+    """An integer or string arrow array of ids -> int64, checked: raw 64-bit ids
+    (`raw_ids`) as they are (ids = "raw") or modulo the table (hash = true); else integers
+    that must fit their table."""
     pa = arrow()
 
     t = values.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        if column.raw:  # 63 bits: ids stay >= 0 as int64
-            return (_hash_strings(values) >> np.uint64(1)).astype(np.int64)
-        if not column.hash:
-            raise UserError(f"{where(0)}: column '{column.name}' holds strings; set hash = true "
-                            "(or ids = \"raw\") for it in the schema (or give integer ids)")
-        return _hash_strings(values) % np.uint64(column.table_size)
-    ids = values.to_numpy(zero_copy_only=False).astype(np.int64)
+    if not column.hash and not column.raw and not pa.types.is_integer(t):
+        raise UserError(f"{where(0)}: column '{column.name}' holds strings; set hash = true "
+                        "(or ids = \"raw\") for it in the schema (or give integer ids)")
+    ids = raw_ids(values)
     if column.hash:
-        return (ids.view(np.uint64) % np.uint64(column.table_size)).astype(np.int64)
-    neg = np.flatnonzero(ids < 0)
-    if len(neg):
-        raise UserError(f"{where(int(neg[0]))}: column '{column.name}': negative id "
-                        f"{int(ids[neg[0]])} (ids must be >= 0)")
+        return (ids.view(np.uint64) % np.uint64(column.table_size)).view(np.int64)
+    if column.raw:
+        return ids
+    bad = np.flatnonzero(ids < 0)  # negative, or an unsigned id past 2^63: past any table
+    if len(bad):
+        value = values[int(bad[0])].as_py()
+        raise UserError(f"{where(int(bad[0]))}: column '{column.name}': "
+                        + (f"negative id {value} (ids must be >= 0)" if value < 0 else
+                           f"id {value} is past its table of {column.table_size:,} rows "
+                           "(ids = \"raw\" takes raw 64-bit ids)"))
     return ids
-
-
-def _hash_strings(values: pyarrow.Array) -> np.ndarray:
-    """Stable 64-bit hashes of strings (blake2b), each distinct string hashed once."""
-    pc = arrow().compute
-
-    enc = pc.dictionary_encode(values)
-    uniq = enc.dictionary.to_pylist()
-    table = np.array([int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(),
-                                     "little") for s in uniq], dtype=np.uint64)
-    return table[enc.indices.to_numpy(zero_copy_only=False)].astype(np.uint64)
 
 
 def _type_ok(t: pyarrow.DataType, role: str, column: Sparse | None) -> bool:
@@ -518,7 +520,7 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
 
     types: dict[str, object] = {schema.label: pa.float64()}
     types.update({d: pa.float64() for d in schema.dense})
-    types.update({c.name: pa.string() if c.hash else pa.int64() for c in schema.categorical
+    types.update({c.name: pa.string() if c.hash or c.raw else pa.int64() for c in schema.categorical
                   if not c.bucketize})
     types.update({c.bucketize: pa.float64() for c in schema.categorical if c.bucketize})
     types.update({m.name: pa.string() for m in schema.multi_hot})
@@ -541,6 +543,7 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
     except pa.ArrowInvalid as e:  # the first block is read on opening
         raise _csv_error(f, schema, types, str(e)) from None
     row = 1
+    integers: dict[str, bool] = {}  # a raw column's kind, from its first batch
     while True:
         try:
             batch = reader.read_next_batch()
@@ -552,7 +555,18 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
         for name in batch.schema.names:
             col = batch.column(name)
             m = next((m for m in schema.multi_hot if name in (m.name, m.weights)), None)
-            if m is not None:
+            if any(c.raw and c.name == name for c in schema.categorical):
+                col = _raw_text(col, name, integers, lambda i, r=row: f"{f}:{r + i + 1}")
+            elif m is not None and m.raw and name == m.name:
+                parts = pc.split_pattern(col, m.separator)
+                parts = pc.if_else(pc.equal(col, ""), pa.scalar([], pa.list_(pa.string())),
+                                   parts)
+                row_of = np.repeat(np.arange(len(parts)), parts.value_lengths().to_numpy(
+                    zero_copy_only=False))
+                col = pa.ListArray.from_arrays(parts.offsets, _raw_text(
+                    parts.flatten(), name, integers,
+                    lambda i, r=row, at=row_of: f"{f}:{r + at[i] + 1}"))
+            elif m is not None:
                 sep = m.separator
                 parts = pc.split_pattern(col, sep)
                 empty = pc.equal(col, "")
@@ -572,6 +586,39 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
         _add_batch(pa.RecordBatch.from_arrays(arrays, names=names), schema, w, f, row,
                    line_offset=1)
         row += batch.num_rows
+
+
+def _raw_text(col: pyarrow.Array, name: str, integers: dict[str, bool], where: Where
+              ) -> pyarrow.Array:
+    """A raw column's CSV text: integer ids when its first batch holds integers alone (then
+    every batch must), else strings (hashed by `raw_ids` as they are)."""
+    pa = arrow()
+
+    try:
+        as_ints = col.cast(pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        as_ints = None
+    if as_ints is not None:
+        integers.setdefault(name, True)
+        return as_ints if integers[name] else col
+    texts = col.to_pylist()
+    words: list[int] = []
+    for i, text in enumerate(texts):  # past int64 (uint64 hashes), or not integers
+        try:
+            value = int(text)
+        except ValueError:
+            break
+        if not -(1 << 63) <= value < 1 << 64:
+            raise UserError(f"{where(i)}: column '{name}': id {text} does not fit 64 bits")
+        words.append(value)
+    whole = len(words) == len(texts)
+    integers.setdefault(name, whole)
+    if not integers[name]:
+        return col
+    if not whole:
+        raise UserError(f"{where(len(words))}: column '{name}': {texts[len(words)]!r} is not "
+                        "an integer id (the column's first rows are integers)")
+    return pa.array(raw_ids(words), pa.int64())
 
 
 def _first_bad(parts: pyarrow.Array, value_type: pyarrow.DataType | str) -> int:

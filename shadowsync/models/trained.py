@@ -57,6 +57,15 @@ class SparseFeature:
                              f"got {self.pooling!r}")
 
 
+def unsigned_remainder(ids: torch.Tensor, rows: int | torch.Tensor) -> torch.Tensor:
+    """``u mod rows`` of int64 words read as unsigned 64-bit numbers u (a negative word x is
+    u = x + 2^64), in torch operations an exported program keeps:
+    ``(x mod rows + [x < 0] * (2^64 mod rows)) mod rows``, where
+    ``2^64 mod rows = 2 * ((2^63 - 1) mod rows + 1) mod rows`` (every term below rows)."""
+    rest = ((2 * (((1 << 63) - 1) % rows + 1)) % rows)  # 2^64 mod rows
+    return (ids.remainder(rows) + (ids < 0).long() * rest).remainder(rows)
+
+
 def _module_key(name: str) -> str:
     """A feature name as an `nn.ModuleDict` key, which cannot hold a dot nor be one of its
     attributes (``items``, ``values``...): those get a trailing underscore."""
@@ -116,12 +125,13 @@ class TrainedModel(nn.Module):
         self.eval()
 
     def _rows(self, table: int, ids: torch.Tensor, rows: int | torch.Tensor) -> torch.Tensor:
-        """The rows of table `table` that ids read. Fixed tables: ``id mod rows``. Dynamic
+        """The rows of table `table` that ids read. Fixed tables: ``id mod rows``, the id
+        taken as an unsigned 64-bit word (as training folds it). Dynamic
         tables (raw ids): row j holds the id whose key (`raw_keys_torch`) is the table's
         j-th sorted key; key 0 is below every key and belongs to the default row (zeros),
         which every id the map did not hold reads."""
         if not self.raw_ids:
-            return ids.remainder(rows)
+            return unsigned_remainder(ids, rows)
         sorted_keys = getattr(self, f"id_keys_{table}")
         keys = raw_keys_torch(table, ids)
         at = torch.searchsorted(sorted_keys, keys, right=True) - 1
@@ -237,8 +247,6 @@ class TrainedModel(nn.Module):
                     or int(offsets[-1]) != len(values) or bool((offsets.diff() < 0).any())):
                 raise ValueError(f"multi_hot[{f.name!r}] offsets must be {n + 1} non-decreasing"
                                  f" entries from 0 to len(values) = {len(values)}")
-            if bool((values < 0).any()):
-                raise ValueError(f"multi_hot[{f.name!r}]: ids must be >= 0")
             weights = None
             if f.weighted:
                 weights = _as_tensor(parts[2], np.float32, f"multi_hot[{f.name!r}] weights")
