@@ -12,12 +12,7 @@ from shadowsync.config import TrainConfig
 from shadowsync.data.dataset import CtrData, EpochOrder, batches
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
-from shadowsync.train.selection import (
-    ModelSelection,
-    ValidatedMark,
-    gate_step,
-    validation_points,
-)
+from shadowsync.train.selection import ModelSelection, gate_step, validation_points
 from tests.conftest import write_array_dir
 from tests.helpers import run_cli, summary
 
@@ -69,36 +64,6 @@ def test_a_point_gates_the_first_step_at_which_the_workers_have_read_it():
     # ceil(point / (workers x batch)): 2 workers of 16 read 32 rows a step together
     assert [gate_step(v, 2, 16) for v in (1, 32, 33, 64, 65)] == [1, 1, 2, 2, 3]
     assert gate_step(100, 1, 100) == 1 and gate_step(101, 1, 100) == 2
-
-
-@pytest.mark.timeout(30)
-def test_a_worker_at_a_gate_waits_for_its_points_validation(tmp_path):
-    import threading
-    import time
-    from types import SimpleNamespace
-
-    from shadowsync.train.worker import WorkerRun
-
-    mark = ValidatedMark(tmp_path / ".validated")
-    assert mark.get() is None  # no mark: nothing to wait for (a host with its own OUT)
-    mark.reset()
-    assert mark.get() == -1.0  # nothing validated yet
-    t0 = time.perf_counter()
-    worker = SimpleNamespace(gates=[(3, 96), (3, 100), (5, 160)], steps=3, validated=mark,
-                             stopping=lambda: False, t_step=t0)
-    threading.Timer(0.2, mark.set, args=(50,)).start()  # an earlier point: still waits
-    threading.Timer(0.4, mark.set, args=(100,)).start()
-    WorkerRun.wait_at_gate(worker)
-    waited = time.perf_counter() - t0
-    assert waited >= 0.4 and worker.gates == [(5, 160)]  # both points of step 3 passed
-    assert 0.35 < worker.t_step - t0 <= waited  # the wait is no step's time
-    worker.steps = 4
-    WorkerRun.wait_at_gate(worker)  # no gate at this step: no wait
-    assert time.perf_counter() - t0 < waited + 0.1
-    mark.set(ValidatedMark.DONE)  # trainer 0 validates no more: every gate is open
-    worker.steps = 5
-    WorkerRun.wait_at_gate(worker)
-    assert worker.gates == [] and mark.get() == float("inf")
 
 
 @pytest.mark.parametrize("options, message", [
@@ -229,45 +194,34 @@ def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_pat
 
 @pytest.mark.timeout(300)
 def test_the_best_model_kept_is_the_model_validated(tmp_path):
-    """Every worker of the job waits, and no sync round runs, while trainer 0 validates and
-    saves a new best model: the best checkpoint scores on the validation rows exactly what
-    its validation said (workers training on through the save moved it away)."""
+    """Every worker of the job is parked at the validation point's step, its embedding pushes
+    answered, and no sync round runs, while trainer 0 validates and saves a new best model:
+    the best checkpoint holds every worker of both trainers at that one step, and scores on
+    the validation rows exactly what its validation said (workers training on through the
+    save moved it away)."""
     from shadowsync.inference import load
     from shadowsync.metrics import evaluate_predictions
 
     # the best model comes early, while the workers still train
     data, out = _overfitting_job(tmp_path, 12_000, "--epochs", "10", "--eval-points", "2",
                                  "--early-stop", "0", "--batch-size", "32")
-    assert not (out / ".validating").exists()
     s = summary(out)
     best = s["best"]
     assert best["examples"] < s["examples"]  # kept while the workers trained on
+    manifest = json.loads((out / "checkpoint" / "best" / "manifest.json").read_text())
+    parked = manifest["best"]["parked_steps"]
+    assert sorted(parked) == ["trainer0", "trainer1"]
+    # 8,640 rows an epoch, 4,320 a trainer; 2 points an epoch: a gate every 67.5 steps of 32
+    gate = parked["trainer0"][0]
+    assert parked == {"trainer0": [gate], "trainer1": [gate]}
+    assert gate == -(-best["examples"] // 2 // 32)
+    assert manifest["positions"] == parked  # every push answered: no step counted short
     dense, cats = np.load(data / "dense.npy"), np.load(data / "cats.npy")
     labels = np.load(data / "labels.npy")
     val = slice(8640, 10_800)  # the last 20% of the 10,800 training rows
     pred = load(find_checkpoint(out)).predict(dense[val], cats[val]).numpy()
     assert evaluate_predictions(pred, labels[val])["ne"] == pytest.approx(best["val_ne"],
                                                                           rel=1e-5)
-
-
-@pytest.mark.timeout(30)
-def test_a_held_worker_waits_for_the_flag_and_leaves_the_wait_out_of_its_step_time(tmp_path):
-    import threading
-    import time
-    from types import SimpleNamespace
-
-    from shadowsync.train.worker import WorkerRun
-
-    flag = tmp_path / ".validating"
-    flag.touch()
-    t0 = time.perf_counter()
-    worker = SimpleNamespace(hold_flag=flag, stopping=lambda: False, t_step=t0)
-    threading.Timer(0.3, flag.unlink).start()
-    WorkerRun.wait_while_held(worker)
-    waited = time.perf_counter() - t0
-    assert waited >= 0.3
-    # the next step's time is measured from the end of the wait (which began after t0)
-    assert 0.25 < worker.t_step - t0 <= waited
 
 
 @pytest.mark.timeout(300)

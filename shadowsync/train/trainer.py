@@ -14,8 +14,8 @@ import logging
 import queue as queue_mod
 import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
@@ -34,10 +34,12 @@ from shadowsync.lifecycle.exits import TrainingDiverged
 from shadowsync.lifecycle.stop import STOP
 from shadowsync.runners.base import Runner
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
+from shadowsync.train import quiesce
 from shadowsync.train.evaluate import evaluate
+from shadowsync.train.quiesce import Parking, Quiescence
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.selection import ModelSelection, ValidatedMark, gate_step, validation_points
+from shadowsync.train.selection import ModelSelection, gate_step, validation_points
 from shadowsync.train.state import WorkerSlots, examples_in
 from shadowsync.train.tasks import DataPlan, build_dense_model, task_of
 from shadowsync.train.worker import DataSlice, WorkerSpec, worker_main
@@ -52,20 +54,9 @@ EARLY_STOP_FLAG = ".early-stop"
 # Written under OUT by trainer 0, with --lr-decay-on-plateau, at the first validation without
 # improvement; every trainer's workers start the learning-rate decay when they see it.
 DECAY_FLAG = ".lr-decay"
-# Written under OUT by trainer 0 while it validates (--val-share) and saves a new best model;
-# no worker of the job starts a step while it exists (see `Trainer.job_held`).
-HOLD_FLAG = ".validating"
-# Written under OUT by trainer 0 (--val-share): the last validation point it has validated.
-# Every worker of the job waits at each point's step until it is (see `ValidatedMark`).
-VALIDATED_MARK = ".validated"
-# How often trainer 0 looks whether its workers wait at a validation point (they do nothing
-# until it validates).
+# How often trainer 0 looks whether the job is parked at a validation point (its workers do
+# nothing until it validates).
 GATE_POLL_S = 0.01
-# Trainer 0's workers have finished the steps they were in when no step count moved for
-# SETTLE_QUIET_S (many steps' time; a worker waiting on a sync round it holds back never
-# moves), or after SETTLE_MAX_S at most.
-SETTLE_QUIET_S = 0.05
-SETTLE_MAX_S = 2.0
 # How often a trainer looks at its processes and peers, notes its progress and (trainer 0)
 # decides on a checkpoint, whatever its workers report: a dead peer is seen, and a checkpoint
 # is taken, within about this long.
@@ -115,10 +106,9 @@ class Trainer:
         self.index = index
         on_plateau = cfg.optim.lr_decay_on_plateau and plan.val_start is not None
         self.decay_flag = Path(cfg.output.dir or ".") / DECAY_FLAG if on_plateau else None
-        self.hold_flag = (Path(cfg.output.dir or ".") / HOLD_FLAG
-                          if plan.val_start is not None else None)
-        self.validated = (ValidatedMark(Path(cfg.output.dir or ".") / VALIDATED_MARK)
-                          if plan.val_start is not None else None)
+        # --val-share: every worker of every trainer parks at each validation point until
+        # trainer 0 has validated it (`shadowsync.train.quiesce`)
+        self.parking = Parking(cfg.cluster.workers) if plan.val_start is not None else None
         self.task = task_of(cfg.task)
         self.model = model if model is not None else build_dense_model(cfg, plan.features)
         self.model.share_memory()
@@ -141,6 +131,10 @@ class Trainer:
         self.stats.examples = self.resumed_examples()
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         self.validating = plan.val_start is not None and index == 0
+        self.quiescence = (Quiescence(self.parking, ClusterLayout.trainer_name(0),
+                                      [ClusterLayout.trainer_name(t)
+                                       for t in range(1, cfg.cluster.trainers)])
+                           if self.validating and self.parking is not None else None)
         # Trainer 0 evaluates (and validates) for every trainer.
         self.eval_points = cfg.output.eval_points if index == 0 else 0
         self.selection = ModelSelection(self.task.higher_is_better, cfg.data.early_stop or None)
@@ -229,9 +223,7 @@ class Trainer:
                 start_step=start, slots=self.slots, stop=self.stop_event,
                 poison_at_step=self.poison_step(w),
                 decay_flag=str(self.decay_flag) if self.decay_flag is not None else None,
-                hold_flag=str(self.hold_flag) if self.hold_flag is not None else None,
-                gates=self._gates(),
-                validated_mark=str(self.validated.path) if self.validated is not None else None,
+                gates=self._gates(), parking=self.parking,
             )
             for w, start in zip(range(cfg.cluster.workers), self.slots.start_steps(), strict=True)
         ]
@@ -243,9 +235,7 @@ class Trainer:
         hook = self.sync.worker_hook(ctx, self.cfg.cluster.workers) if self.sync else None
         ready = ctx.Barrier(self.cfg.cluster.workers)
         specs = self.worker_specs()
-        if self.validating:  # before any worker starts, and so before the job meets
-            assert self.validated is not None
-            self.validated.reset()
+        quiesce.serve(self.parking)  # before the job meets, where trainer 0 may ask
         self._procs = []
         # The count this attempt starts from (where it resumed), noted before any step: a
         # watcher then sees it move even when what is left of the job fits in one report.
@@ -268,8 +258,6 @@ class Trainer:
         if self.early_stop_flag is not None and self.index == 0:
             # Before the job meets (below): no trainer looks for it until then.
             self.early_stop_flag.unlink(missing_ok=True)
-        if self.hold_flag is not None and self.index == 0:
-            self.hold_flag.unlink(missing_ok=True)  # left by a run that ended validating
         if self.decay_flag is not None and self.index == 0 and not self.cfg.checkpoint.resume:
             self.decay_flag.unlink(missing_ok=True)
         try:
@@ -350,7 +338,7 @@ class Trainer:
                     self._tick(procs, done)
                 except PeerLost as lost:
                     raise self._reported_failure(messages) or lost from None
-            self._validate_if_due(done)
+            self._validate_if_due()
             try:
                 msg = messages.get(timeout=GATE_POLL_S if self._val_at else TICK_S)
             except queue_mod.Empty:
@@ -408,44 +396,49 @@ class Trainer:
         if self.checkpointer is not None and self.stop_signal is None:
             self.checkpointer.maybe_save(self.trained_now())
 
-    def _validate_if_due(self, done: set[int]) -> None:
-        """Trainer 0: validate once its workers have read the next validation point, by their
-        shared step counts (their reports trail), then let every worker of the job go on.
-        Each worker waits at the point's step until then: without, a small data set's job
-        trained past several points between two looks, and validated few of them."""
+    def _validate_if_due(self) -> None:
+        """Trainer 0: validate the next validation point once every worker of the job is
+        parked at it (or has ended), then let them all go on. Without the wait, a small data
+        set's job trained past several points between two looks, and validated few of them;
+        and workers training on through a validation and the save of a new best model moved
+        the model kept by a quarter to most of an epoch past the one scored (MovieLens 100K,
+        the default job), out of its best point (the validation NE rises after it at every
+        new epoch)."""
         if not self._val_at or self.early_stopped or self.stop_signal is not None:
             return
+        assert self.quiescence is not None
         gate, point = self._val_at[0]
-        waiting = all(int(k) >= gate or w in done for w, k in enumerate(self.slots.steps))
-        now = self.trained_now()
-        if now < point and not waiting:
+        parked = self.quiescence.parked(gate)
+        if parked is None:
             return
         # Points passed all the same (a worker whose shard ended short) are one validation.
+        now = self.trained_now()
         passed = [p for _, p in self._val_at if p <= now] or [point]
         del self._val_at[:len(passed)]
-        self._validate(time.perf_counter() - self._t0)
+        self._validate(time.perf_counter() - self._t0, parked=parked)
         if not self.early_stopped:
-            assert self.validated is not None
-            self.validated.set(passed[-1])
+            self.quiescence.release(passed[-1])
 
     def _release_gates(self) -> None:
         """Trainer 0 validates no more (it stops, or its workers are done): no worker of the
-        job waits for a validation point."""
-        if self.validating and self.validated is not None:
-            # Also on the way out of a failure: an unwritable OUT must not hide what failed.
-            with suppress(OSError):
-                self.validated.set(ValidatedMark.DONE)
+        job waits at a validation point."""
+        if self.quiescence is not None:
+            self.quiescence.release(quiesce.DONE)
 
-    def _validate(self, wall: float, final: bool = False) -> None:
+    def _validate(self, wall: float, final: bool = False,
+                  parked: dict[str, list[int | None]] | None = None) -> None:
         """Trainer 0, --val-share: score the validation rows, keep the best model as
         OUT/checkpoint/best, and stop the job after --early-stop evaluations without
-        improvement. `final`: after training, unless the last validation was just now."""
+        improvement. `final`: after training, unless the last validation was just now.
+        `parked`: where every worker of the job is parked meanwhile (none has moved since;
+        `Quiescence`), noted in the best model's manifest. No sync round of this trainer
+        runs meanwhile either (nor, waiting for it, another's)."""
         cfg, plan = self.cfg, self.plan
         trained = self.trained_now()
         if final and self.sync is None and (self._last_val_examples == trained
                                             or self.early_stopped):
             return  # the model it ends with is the one last validated (give or take a step)
-        with self.job_held():
+        with self.sync.held() if self.sync is not None else nullcontext():
             trained = self.trained_now()
             self._last_val_examples = trained
             m = evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
@@ -456,7 +449,8 @@ class Trainer:
                                               examples=trained * cfg.cluster.trainers,
                                               val_ne=m["ne"], val_auc=m["auc"])
             if improved and self.checkpointer is not None:
-                self.best_checkpoint = self.checkpointer.save_best(self.selection.best_at)
+                self.best_checkpoint = self.checkpointer.save_best(
+                    {**self.selection.best_at, **({"parked_steps": parked} if parked else {})})
         log.info("epoch %.2f: validation NE %.4f, AUC %.4f%s", epoch, m["ne"], m["auc"],
                  " (best so far)" if improved else
                  f" ({self.selection.since_best} without improvement)")
@@ -471,35 +465,6 @@ class Trainer:
             self.decay_flag.touch()
         if self.selection.should_stop and not final and not self.early_stopped:
             self.stop_early()
-
-    @contextmanager
-    def job_held(self) -> Iterator[None]:
-        """Trainer 0: every worker of the job between two steps and no sync round, so that
-        the best model kept is the model validated. Workers training on through a validation
-        and the save of a new best model moved the model kept by a quarter to most of an
-        epoch past the one scored (MovieLens 100K, the default job), out of its best point
-        (the validation NE rises after it at every new epoch)."""
-        if self.hold_flag is None:
-            yield
-            return
-        self.hold_flag.touch()
-        try:
-            with self.sync.held() if self.sync is not None else nullcontext():
-                self._settle()
-                yield
-        finally:
-            self.hold_flag.unlink(missing_ok=True)
-
-    def _settle(self) -> None:
-        """Wait for this trainer's workers to finish the steps they were in (the other
-        trainers' workers stop within a step of seeing the flag)."""
-        steps, end = self.slots.steps.tolist(), time.perf_counter() + SETTLE_MAX_S
-        while time.perf_counter() < end and any(p.is_alive() for p in self._procs):
-            time.sleep(SETTLE_QUIET_S)
-            now = self.slots.steps.tolist()
-            if now == steps:
-                return
-            steps = now
 
     def _resume_selection(self) -> None:
         """A resumed run goes on from the best model its run kept (a later one must beat it)."""

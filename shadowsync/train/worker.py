@@ -35,8 +35,8 @@ from shadowsync.lifecycle.stop import (
 from shadowsync.runners.base import HookDefaults, WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
 from shadowsync.spec.straggler import Straggler
+from shadowsync.train.quiesce import Parking
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.selection import ValidatedMark
 from shadowsync.train.state import WorkerSlots
 from shadowsync.train.straggler import pace_of
 from shadowsync.train.tasks import task_of
@@ -76,11 +76,10 @@ class WorkerSpec:
     stop: Event | None = None  # stop after the current step (None: this mode cannot stop early)
     poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
     decay_flag: str | None = None  # --lr-decay-on-plateau: the decay starts when this exists
-    hold_flag: str | None = None  # --val-share: no step starts while this exists
-    # --val-share: (step, validation point) pairs: after that step, wait for the point's
-    # validation (`ValidatedMark` at this path)
+    # --val-share: (step, validation point) pairs: after that step, park in `parking` until
+    # trainer 0 has validated the point (see `shadowsync.train.quiesce`)
     gates: tuple[tuple[int, int], ...] = ()
-    validated_mark: str | None = None
+    parking: Parking | None = None
 
 
 def make_dense_optimizer(name: str, params: Iterable[torch.nn.Parameter],
@@ -122,19 +121,9 @@ def stop_on_signals(spec: WorkerSpec) -> threading.Event:
 
 # Steps between a worker's looks for --lr-decay-on-plateau's flag (a file's stat each).
 PLATEAU_LOOK_EVERY = 8
-HOLD_POLL_S = 0.005  # how often a held worker looks whether it may go on
 # Mean loss per example above which training has exploded: far beyond any loss a model that
 # learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
 EXPLODED_LOSS = 100.0
-
-
-def wait_while(held: Callable[[], bool], stopping: Callable[[], bool]) -> float:
-    """Look every HOLD_POLL_S until `held()` is false or the worker is stopping; the
-    seconds waited."""
-    t0 = time.perf_counter()
-    while held() and not stopping():
-        time.sleep(HOLD_POLL_S)
-    return time.perf_counter() - t0
 
 
 def check_loss(loss_sum: float, examples: int, spec: WorkerSpec, seen: int,
@@ -221,9 +210,7 @@ class WorkerRun:
         self.schedule = spec.schedule.over(self.planned)
         self.lr_steps = self.schedule.attach(opt, spec.start_step)
         self.decay_flag = Path(spec.decay_flag) if spec.decay_flag else None
-        self.hold_flag = Path(spec.hold_flag) if spec.hold_flag else None
         self.gates = [g for g in spec.gates if g[0] > spec.start_step]
-        self.validated = ValidatedMark(spec.validated_mark) if spec.validated_mark else None
         self.opt = hook.wrap_optimizer(opt)
         self.steps = spec.start_step
         self._clear_counts()
@@ -283,32 +270,28 @@ class WorkerRun:
             if not hook.step_taken():  # released unapplied by a stop: not trained
                 continue
             self.count_step(len(labels), lv, float(labels.sum()), queue)
-            self.wait_while_held()
-            self.wait_at_gate()
+            self.park_at_gate()
         queue.put(self.report(time.perf_counter()))
 
-    def wait_while_held(self) -> None:
-        """--val-share: trainer 0 validates, and keeps a new best model, with every worker of
-        the job between two steps (see `Trainer.job_held`). The time held is no step's: the
-        next step's time (`step_s`, what straggler detectors and pacing read) starts after."""
-        if self.hold_flag is not None:
-            self.t_step += wait_while(self.hold_flag.exists, self.stopping)
-
-    def wait_at_gate(self) -> None:
-        """--val-share: after a validation point's step, wait until trainer 0 has validated it
-        (or validates no more), the time waited left out of the next step's as when held."""
+    def park_at_gate(self) -> None:
+        """--val-share: after a validation point's step, park until trainer 0 has validated
+        it (or validates no more), with every embedding push answered and the position exact
+        (see `shadowsync.train.quiesce`). The time parked is no step's: the next step's time
+        (`step_s`, what straggler detectors and pacing read) starts after it."""
         point = None
         while self.gates and self.steps >= self.gates[0][0]:
             point = self.gates.pop(0)[1]
-        if point is None or self.validated is None:
-            return
-        mark = self.validated
+        if point is not None and self.spec.parking is not None:
+            self.t_step += self.spec.parking.park(self.spec.worker, self.steps, point,
+                                                  self.settle, self.stopping)
 
-        def unvalidated() -> bool:
-            at = mark.get()
-            return at is not None and at < point
-
-        self.t_step += wait_while(unvalidated, self.stopping)
+    def settle(self) -> None:
+        """Every push of this worker applied by the servers, its position counting every
+        step taken (where the shared model holds them: no private replica ahead of it)."""
+        self.tables.flush()
+        slots = self.spec.slots
+        if slots is not None and int(slots.held[0]) < 0:
+            slots.advance(self.spec.worker, self.steps, settled=True)
 
     def forward_backward(self, dense: torch.Tensor, vectors: torch.Tensor,
                          labels: torch.Tensor) -> float:
@@ -361,6 +344,8 @@ class WorkerRun:
         self.tables.flush()  # every push applied: the position below is exact
         if spec.slots is not None:
             spec.slots.advance(spec.worker, self.steps, settled=True)
+        if spec.parking is not None:
+            spec.parking.finish(spec.worker)
         queue.put(WorkerDone(spec.trainer, spec.worker, self.t_start, time.time()))
         if self.stopping():  # the job ends on a signal: processes vanish without goodbye
             silence_stderr()
