@@ -23,6 +23,7 @@ from shadowsync.checkpoint.store import (
 )
 from shadowsync.cluster.launch import choose_port, launch_local
 from shadowsync.cluster.parts import resolve
+from shadowsync.cluster.shm_room import check_here
 from shadowsync.config import TrainConfig, config_to_dict, config_to_toml, default_out_dir
 from shadowsync.errors import UserError
 from shadowsync.train.local import train_local
@@ -48,6 +49,7 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, obj
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     if cfg.distributed:
         choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
+    check_here(cfg)  # /dev/shm can hold what the processes will share (or a SIGBUS later)
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
     log.info("data %s: %d training and %d held-out examples, %d dense features, %d "

@@ -65,11 +65,16 @@ def rpc_ranks(layout: ClusterLayout) -> dict[str, int]:
     return ranks
 
 
+def local_ranks() -> range:
+    """The ranks the launcher started on this host (torchrun gives each host's agent
+    consecutive ranks)."""
+    first = int(os.environ["RANK"]) - int(os.environ.get("LOCAL_RANK", 0))
+    return range(first, first + int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+
+
 def trainers_here(layout: ClusterLayout) -> int:
     """Trainers launched on this host (they share its cores)."""
-    first = int(os.environ["RANK"]) - int(os.environ.get("LOCAL_RANK", 0))
-    local = range(first, first + int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
-    return max(1, sum(1 for r in local if layout.role(r)[0] == "trainer"))
+    return max(1, sum(1 for r in local_ranks() if layout.role(r)[0] == "trainer"))
 
 
 def embedding_plan(cfg: TrainConfig, features: Features) -> ShardingPlan:

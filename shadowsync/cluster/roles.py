@@ -31,6 +31,7 @@ from shadowsync.cluster.parts import (
     worker_names,
 )
 from shadowsync.cluster.resume import after_restart, own_shard, pushes_to_rewind
+from shadowsync.cluster.shm_room import check_hosts
 from shadowsync.config import TrainConfig
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.lifecycle import attempts
@@ -106,6 +107,7 @@ def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
         # start, or the workers train past the points due meanwhile and those are skipped.
         task_of(cfg.task).prepare_evaluation()
     rank, trainer_group = join_process_group(layout)
+    check_hosts(cfg, layout)  # before anything is mapped: a full /dev/shm is a SIGBUS
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg.cluster.rpc_port)
     if cfg.output.dir and (role, index) != ("trainer", 0):

@@ -434,8 +434,8 @@ class SwitchConfig:
         flag="switch_compensate_momentum")
     policy: Literal["plan", "greedy", "elastic", "isolate"] = opt(
         "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
-        "one lasts; elastic: only once it lasted --switch-patience s; isolate: only the "
-        "stragglers' pushes ASP, the rest BSP)", flag="switch_policy")
+        "one lasts; elastic: only once it lasted --switch-patience s; isolate: the plan's "
+        "phases, with only the stragglers' pushes ASP during BSP)", flag="switch_policy")
     detector: DetectorConfig = opt(
         "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
         "windows of `window` steps", flag="switch_detector", spec=DetectorConfig)
@@ -469,6 +469,10 @@ class CheckpointConfig:
         flag="checkpoint_every", spec=CheckpointEvery)
     keep: int = opt(2, "checkpoints kept under OUT/checkpoint (older ones pruned)",
                     flag="keep_checkpoints")
+    dir: str | None = opt(
+        None, "where checkpoints are kept: a directory or an fsspec URL (file://, s3://, gs://: "
+        "pip install 'shadowsync[cloud]'); on many hosts it must be one storage for all "
+        "(default: OUT/checkpoint)", flag="checkpoint_dir")
     max_restarts: int = opt(
         3, "when a process of the job dies, restart the job from its newest checkpoint up to "
         "this many times (through the elastic agent; modes that resume)")
@@ -507,6 +511,9 @@ class OutputConfig:
 
     def check(self) -> None:
         _positive(self.log_every, "log-every")
+        if self.dir and "://" in self.dir:
+            raise UserError(f"--out {self.dir}: the run's files (metrics, plots) are written to "
+                            "a local directory; keep checkpoints at a URL with --checkpoint-dir")
 
 
 @dataclass

@@ -34,6 +34,11 @@ class HostSum:
         self.index = index
         self.rounds = 0
 
+    @staticmethod
+    def file_bytes(numel: int) -> int:
+        """The size of each trainer's file: two float32 slots of `numel`."""
+        return 2 * numel * 4
+
     @classmethod
     def open(cls, group: dist.ProcessGroup | None, trainers: int, index: int,
              numel: int) -> HostSum | None:

@@ -10,6 +10,7 @@ different hosts, so they keep talking over the network as real hosts would).
 from __future__ import annotations
 
 import glob
+import math
 import os
 import socket
 import uuid
@@ -32,6 +33,32 @@ def host_id() -> str:
 
 def available() -> bool:
     return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+
+
+def free_bytes() -> int:
+    """Bytes that can still be placed in /dev/shm (what `df` shows as available)."""
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize
+
+
+def shortfall(needed: int, host: str) -> str | None:
+    """None when /dev/shm has room for `needed` more bytes; else the one line that says how
+    much is needed and free on `host`, and how to give /dev/shm more room.
+
+    A mapping larger than the tmpfs behind /dev/shm does not fail when it is made: it ends
+    the process with SIGBUS at the first page that does not fit, so room is checked first.
+    The size suggested is the tmpfs's size as it would have to be, rounded up to a power of
+    two MiB (Docker's and Kubernetes' default is 64 MiB)."""
+    free = free_bytes()
+    if needed <= free:
+        return None
+    st = os.statvfs(SHM_DIR)
+    used = (st.f_blocks - st.f_bavail) * st.f_frsize
+    size = f"{1 << max(6, math.ceil(math.log2((used + needed) / 2**20)))}m"
+    return (f"{SHM_DIR} on {host} is too small for this job: its processes there need "
+            f"{needed:,} bytes of shared memory and {free:,} are free; give it at least {size} "
+            f"(docker run --shm-size={size}, or on Kubernetes an emptyDir with medium: Memory "
+            f"mounted on {SHM_DIR})")
 
 
 def _prefix(pid: int) -> str:

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from shadowsync.embeddings import EmbeddingTables
-from shadowsync.embeddings.dynamic_tables import DynamicSpec, DynamicTables
+from shadowsync.embeddings import EmbeddingTables, SparseOptimizer
+from shadowsync.embeddings.dynamic_tables import DynamicSpec, DynamicTables, holder_bytes
 from shadowsync.transport import shm
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
@@ -66,6 +66,17 @@ def serve(plan: ShardingPlan, server: int, dim: int, table_optimizer: dict[str, 
         atexit.register(release)
     _LOCAL_TABLES = tables
     return tables
+
+
+def shared_bytes(plan: ShardingPlan, server: int, dim: int,
+                 table_optimizer: dict[str, Any]) -> int:
+    """The bytes `serve(plan, server, dim, table_optimizer, share=True)` puts in /dev/shm,
+    without making them: float32 rows of `dim` and, under Adagrad, one accumulator a row;
+    dynamic tables, their pool and id map (`holder_bytes`)."""
+    if plan.dynamic is not None:
+        return holder_bytes(plan.dynamic.capacity, dim, plan.dynamic.admit_after)
+    adagrad = SparseOptimizer(table_optimizer["optimizer"]) is SparseOptimizer.ADAGRAD
+    return sum(plan.server_pieces(server)) * 4 * (dim + int(adagrad))
 
 
 def _serve_dynamic(spec: DynamicSpec, server: int, dim: int, table_optimizer: dict[str, Any],
