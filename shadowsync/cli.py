@@ -67,7 +67,7 @@ def _eval(args: argparse.Namespace) -> int:
     from shadowsync.evaluation import evaluate_checkpoint  # start-up cost: torch
 
     result = evaluate_checkpoint(args.checkpoint, args.data, args.predictions,
-                                 args.skip_bad_lines)
+                                 args.skip_bad_lines, model=args.model)
     keys = ["examples", "ne", "auc", "logloss", "calibration", "accuracy", "checkpoint",
             "predictions"]
     print(format_table(result, keys))
@@ -75,8 +75,15 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    result = export(args.checkpoint, args.out)
+    result = export(args.checkpoint, args.out, model=args.model)
     print(format_table(result, ["out", "schema", "bytes", "load_s", "export_s", "checkpoint"]))
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from shadowsync.data.infer import infer_schema  # start-up cost: pyarrow
+
+    sys.stdout.write(infer_schema(args.file, args.label))
     return 0
 
 
@@ -260,6 +267,9 @@ def _add_eval_export(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--skip-bad-lines", action="store_true",
                     help="skip malformed data lines and count them instead of stopping")
     ev.set_defaults(func=_eval)
+    model_help = ("MODULE:FUNCTION: the dense model's factory, for a run whose --model was "
+                  "defined in a script or notebook (or cannot be imported from here)")
+    ev.add_argument("--model", metavar="MODULE:FUNCTION", help=model_help)
 
     exp = sub.add_parser(
         "export", help="write a checkpoint's model as a torch.export program (.pt2) that "
@@ -270,6 +280,7 @@ def _add_eval_export(sub: argparse._SubParsersAction) -> None:
                      help="a run directory or one of its checkpoint/step-N directories")
     exp.add_argument("--out", required=True, metavar="FILE.pt2",
                      help="the program to write (.pt2); its schema goes to FILE.pt2.schema.json")
+    exp.add_argument("--model", metavar="MODULE:FUNCTION", help=model_help)
     exp.set_defaults(func=_export)
 
 
@@ -292,6 +303,15 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     synth.add_argument("--drift", type=float, default=0.2,
                        help="zipf: share of each day's ids that are new that day")
     synth.set_defaults(func=_synth)
+    schema = data.add_parser(
+        "schema", help="print a schema for a Parquet or CSV file, read off its columns: "
+        "floats dense, integers and strings raw ids for --tables dynamic",
+        description="shadowsync data schema FILE > schema.toml; then train --data FILE "
+        "--schema schema.toml --tables dynamic (or --schema auto, the same schema).")
+    schema.add_argument("file", help="a .parquet or .csv file, or a directory of them")
+    schema.add_argument("--label", help="the label column (default: the first of label, "
+                        "click, clicked, target, y)")
+    schema.set_defaults(func=_schema)
     prep = data.add_parser("prepare", help="a real public data set as Parquet + schema.toml, "
                            "or arrays, with a fixed train/eval split")
     prep.add_argument("name", help="the data set: movielens100k (ratings as clicks), adult "

@@ -38,7 +38,7 @@ def _model_layout(trained: TrainedModel) -> str:
 
 def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                         skip_bad_lines: bool = False,
-                        model: Callable[..., object] | None = None) -> dict[str, object]:
+                        model: Callable[..., object] | str | None = None) -> dict[str, object]:
     """Metrics of the checkpoint at `path` (a run directory: its newest) on `data`: every
     row of a file or directory, or the held-out rows of the built-in data."""
     if predictions is not None:

@@ -32,10 +32,15 @@ if TYPE_CHECKING:  # `import shadowsync` stays light: torch comes with the first
 EXPORT_SUFFIX = ".pt2"
 
 
-def load(path: str | Path, model: Callable[..., object] | None = None) -> TrainedModel:
+def load(path: str | Path, model: Callable[..., object] | str | None = None) -> TrainedModel:
     """The model of a run directory (its newest checkpoint) or of one checkpoint, as a plain
-    `torch.nn.Module` on CPU in eval mode. `model`: the factory the run was trained with,
-    needed only when it cannot be imported by name (defined in a notebook or `__main__`)."""
+    `torch.nn.Module` on CPU in eval mode. `model`: the factory the run was trained with (or
+    its "MODULE:FUNCTION"), needed only when it cannot be imported by name (defined in a
+    notebook or a script's `__main__`).
+
+    The model scores raw rows as the training data has them: ``model.predict(table)`` with a
+    pyarrow Table, a dict of columns or a pandas DataFrame (strings and 64-bit ids included;
+    see `TrainedModel.inputs`)."""
     from shadowsync.train.saved_model import load_model  # start-up cost: torch, on first use
 
     return load_model(path, model, option="path")[1]
@@ -46,7 +51,7 @@ def schema_path(out: str | Path) -> Path:
 
 
 def export(checkpoint: str | Path, out: str | Path,
-           model: Callable[..., object] | None = None) -> dict[str, object]:
+           model: Callable[..., object] | str | None = None) -> dict[str, object]:
     """Write the checkpoint's model as a `torch.export` program to `out` (``.pt2``) and its
     feature schema to ``out.schema.json``; returns what was written, with sizes and times."""
     import torch  # start-up cost: `import shadowsync` has no torch until it is used

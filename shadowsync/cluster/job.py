@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,11 +26,13 @@ from shadowsync.cluster.launch import choose_port, launch_local
 from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.shm_room import check_here
 from shadowsync.config import TrainConfig, config_to_dict, config_to_toml, default_out_dir
+from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
 from shadowsync.train.local import train_local
 from shadowsync.train.tasks import plan_data
 
 CONFIG_FILE = "config.toml"
+SCHEMA_FILE = "schema.toml"  # the run's --schema, as it trained on it
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
 def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, object]]:
     """Resolve, open the data, make `out`, write config.toml, then train or launch."""
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
+    if cfg.data.schema == AUTO:  # read off --data's columns once, for --eval-data too
+        cfg = replace(cfg, schema=auto_schema(cfg.data.path))
     if cfg.distributed:
         choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
     check_here(cfg)  # /dev/shm can hold what the processes will share (or a SIGBUS later)
@@ -59,7 +64,7 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, obj
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
-    cfg = replace(cfg, out=str(out))
+    cfg = replace(cfg, out=str(out), schema=kept_schema(cfg.data.schema, out))
     (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     if cfg.distributed:
         summary = launch_local(choose_port(cfg))
@@ -124,6 +129,17 @@ def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
         raise UserError(f"--warm-start {step}: a model of another shape "
                         f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
     return replace(cfg, warm_start=str(step))
+
+
+def kept_schema(schema: str | None, out: Path) -> str | None:
+    """The run's --schema copied into OUT (the run then names its copy: an inferred schema
+    lives in a cache, and a file may change before the next day's run reads it)."""
+    if schema is None:
+        return None
+    kept = out / SCHEMA_FILE
+    if Path(schema).resolve() != kept.resolve():
+        shutil.copyfile(schema, kept)
+    return str(kept)
 
 
 def check_writable(out: Path) -> None:

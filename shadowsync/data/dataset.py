@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from shadowsync.data.arrays import declared, is_array_dir
 from shadowsync.data.bags import Bags
 from shadowsync.data.ctr_data import CtrData, layout
 from shadowsync.data.sources import SYNTHETIC, source_of
@@ -23,7 +24,7 @@ from shadowsync.errors import UserError
 DEFAULT_TABLE_SIZE = 100_000
 
 __all__ = ["SYNTHETIC", "Batch", "CtrData", "EpochOrder", "batch_of", "batches",
-           "check_ids", "feature_counts", "layout", "num_batches", "open_data",
+           "check_ids", "dense_features", "feature_counts", "layout", "num_batches", "open_data",
            "predict_rows", "resolve", "sparse_features", "sparse_layout", "table_rows_of"]
 
 
@@ -86,6 +87,17 @@ def sparse_features(path: str, num_tables: int) -> list[dict[str, object]]:
     array directory's features.json names, else C1..CT as Criteo names its fields), whether it
     is multi-hot, and then its pooling and weighting. What a checkpoint's manifest records."""
     return source_of(path).sparse_features(path, num_tables)
+
+
+def dense_features(path: str, num_dense: int) -> list[str]:
+    """The dense columns' names: an array directory's features.json (as a schema's
+    conversion writes it), else I1..ID as Criteo names its integer fields. What a checkpoint's
+    manifest records, so that a loaded model reads raw rows by name."""
+    named = (declared(path) or {}).get("dense") if is_array_dir(path) else None
+    if (isinstance(named, list) and len(named) == num_dense
+            and all(isinstance(n, str) for n in named)):
+        return list(named)
+    return [f"I{i + 1}" for i in range(num_dense)]
 
 
 def sparse_layout(path: str) -> str:

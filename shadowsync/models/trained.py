@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from shadowsync.data.bags import POOLINGS, Bags
+from shadowsync.data.ids import STRING_RULE, raw_ids
 from shadowsync.embeddings.dynamic import raw_keys_torch
 
 OUTPUTS = ("sigmoid", "softmax")  # a click probability per example, or class probabilities
@@ -73,6 +74,40 @@ def _module_key(name: str) -> str:
     return f"{key}_" if not key or hasattr(nn.ModuleDict, key) else key
 
 
+def _is_rows(value: Any) -> bool:
+    """Whether `predict`'s first argument is raw rows (a table of named columns)."""
+    return isinstance(value, Mapping) or hasattr(value, "column_names") or (
+        type(value).__module__.startswith("pandas") and hasattr(value, "columns"))
+
+
+def _numbers(column: Any, name: str) -> np.ndarray:
+    values = np.asarray(column, dtype=np.float64)  # a null (pyarrow, pandas) reads as NaN
+    if not np.isfinite(values).all():
+        raise ValueError(f"rows: column {name!r}: {values[~np.isfinite(values)][0]} is not a "
+                         "finite number")
+    return values
+
+
+def _lists(column: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A column of lists of ids -> (values by `raw_ids`, offsets [n + 1])."""
+    if hasattr(column, "combine_chunks"):  # pyarrow
+        column = column.combine_chunks()
+    if hasattr(column, "offsets"):
+        offsets = column.offsets.to_numpy().astype(np.int64)
+        return _ids(column.flatten(), name), offsets - offsets[0]
+    lists = [list(v) if v is not None else [] for v in column]
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum([len(v) for v in lists], out=offsets[1:])
+    return _ids([x for v in lists for x in v], name), offsets
+
+
+def _ids(column: Any, name: str) -> np.ndarray:
+    try:
+        return raw_ids(column)
+    except ValueError as e:
+        raise ValueError(f"rows: column {name!r}: {e}") from None
+
+
 def _as_tensor(value: Any, dtype: np.dtype, what: str) -> torch.Tensor:
     t = torch.as_tensor(np.asarray(value, dtype=dtype))
     if t.dim() != 1:
@@ -90,7 +125,8 @@ class TrainedModel(nn.Module):
     def __init__(self, dense_model: nn.Module, tables: Mapping[str, torch.Tensor],
                  num_dense: int, output: str = "sigmoid",
                  features: Sequence[SparseFeature] | None = None,
-                 id_keys: Sequence[torch.Tensor] | None = None) -> None:
+                 id_keys: Sequence[torch.Tensor] | None = None,
+                 dense_names: Sequence[str] | None = None) -> None:
         super().__init__()
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -114,6 +150,11 @@ class TrainedModel(nn.Module):
         self.register_buffer("table_rows", torch.tensor([len(w) for w in tables.values()],
                                                         dtype=torch.long))
         self.num_dense = num_dense
+        # The training data's dense columns, what `predict` reads from raw rows.
+        self.dense_names = (tuple(dense_names) if dense_names is not None
+                            else tuple(f"I{i + 1}" for i in range(num_dense)))
+        if len(self.dense_names) != num_dense:
+            raise ValueError(f"{len(self.dense_names)} dense names for {num_dense} dense inputs")
         self.output = output
         # Dynamic tables: raw ids, mapped to rows by each table's sorted keys (see `_rows`).
         self.raw_ids = id_keys is not None
@@ -256,13 +297,56 @@ class TrainedModel(nn.Module):
             out.append((values, offsets, weights))
         return out
 
+    def columns(self) -> list[str]:
+        """The columns `predict` reads from raw rows: the training data's dense columns, then
+        each categorical feature's (a bucketized feature's numeric column)."""
+        return list(dict.fromkeys([*self.dense_names,
+                                   *(f.bucketize or f.name for f in self.features)]))
+
+    def inputs(self, rows: Any) -> tuple[np.ndarray, np.ndarray, dict[str, tuple]]:
+        """Raw rows as the training data has them (a pyarrow Table, a dict of columns, a
+        pandas DataFrame) -> `predict`'s (dense, sparse, multi_hot): numbers as float32,
+        categorical values by `raw_ids` (integers their 64-bit pattern, strings hashed) as
+        training read them, a bucketized feature's bucket of its column, list columns as
+        multi-hot values and offsets. Other columns (the label) are ignored."""
+        columns = (dict(zip(rows.column_names, rows.columns)) if hasattr(rows, "column_names")
+                   else {str(k): v for k, v in rows.items()})  # a dict, a pandas DataFrame
+        missing = [c for c in self.columns() if c not in columns]
+        if missing:
+            raise ValueError(f"rows: no column {missing[0]!r} (the model reads "
+                             f"{', '.join(self.columns())})")
+        n = len(columns[self.columns()[0]]) if self.columns() else 0
+        dense = np.zeros((n, self.num_dense), dtype=np.float32)
+        for j, name in enumerate(self.dense_names):
+            dense[:, j] = _numbers(columns[name], name)
+        sparse = np.zeros((n, self.num_single), dtype=np.int64)
+        multi_hot: dict[str, tuple] = {}
+        for j, f in enumerate(self.features):
+            if f.bucketize:
+                values = _numbers(columns[f.bucketize], f.bucketize)
+                sparse[:, j] = np.searchsorted(np.asarray(f.edges), values, side="right")
+            elif not f.multi_hot:
+                sparse[:, j] = _ids(columns[f.name], f.name)
+            elif f.weighted:
+                raise ValueError(f"rows: feature {f.name!r} is weighted: pass its values, "
+                                 "offsets and weights with multi_hot=")
+            else:
+                multi_hot[f.name] = _lists(columns[f.name], f.name)
+        return dense, sparse, multi_hot
+
     @torch.no_grad()
     def predict(self, dense: Any, sparse: Any = None, batch_size: int = 65_536, *,
                 multi_hot: Mapping[str, Any] | None = None) -> torch.Tensor:
         """Probabilities for rows of `dense` [n, num_dense], `sparse` [n, S] (the single-id
         features; tensors or arrays) and `multi_hot` {name: (values, offsets[, weights])},
         offsets [n + 1] as in an array directory, `batch_size` rows at a time: [n] clicks, or
-        [n, classes]. `sparse` may instead be a `Bags` of every feature (scored whole)."""
+        [n, classes]. `sparse` may instead be a `Bags` of every feature (scored whole).
+
+        Or raw rows alone, as the training data has them (`model.predict(table)`: a pyarrow
+        Table, a dict of columns or a pandas DataFrame with the columns of `columns()`,
+        strings included; see `inputs`)."""
+        if sparse is None and multi_hot is None and _is_rows(dense):
+            dense, sparse, multi_hot = self.inputs(dense)
         x = torch.as_tensor(np.asarray(dense, dtype=np.float32))
         n = len(x)
         if isinstance(sparse, Bags):  # a batch of multi-hot features, scored whole
@@ -309,5 +393,10 @@ class TrainedModel(nn.Module):
             if f.bucketize:
                 entry.update({"bucketize": f.bucketize, "edges": list(f.edges)})
             features.append(entry)
-        return {"dense_width": self.num_dense, "features": features,
-                "table_width": self.table_width, "output": self.output}
+        return {"dense_width": self.num_dense, "dense": list(self.dense_names),
+                "features": features, "table_width": self.table_width, "output": self.output,
+                # how a column's values become the ids the program takes (`raw_ids`)
+                "ids": {"integers": "the value's 64-bit two's-complement bit pattern, as int64",
+                        "strings": f"{STRING_RULE}: the first 8 bytes of blake2b(UTF-8 text), "
+                                   "a little-endian 64-bit word, as int64",
+                        "function": "shadowsync.data.ids.raw_ids"}}

@@ -30,7 +30,7 @@ from shadowsync.runners.base import Runner
 from shadowsync.runners.switch.overhead import switch_overhead
 from shadowsync.state_dicts import Checkpointable
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
-from shadowsync.train.saved_model import load_model, score
+from shadowsync.train.saved_model import feature_record, load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
 from shadowsync.train.tasks import DataPlan
 from shadowsync.train.trainer import Trainer, TrainerStats
@@ -98,7 +98,9 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
                         cfg.sync.entry.resumable, {"sync": cfg.sync.mode, "task": cfg.task,
                                           # the model's input shape, known without the data
                                           "num_dense": plan.features.num_dense,
-                                          "table_rows": list(plan.features.table_rows)},
+                                          "table_rows": list(plan.features.table_rows),
+                                          # the columns a loaded model reads raw rows by
+                                          **feature_record(cfg, plan)},
                         aligned=cfg.sync.entry.lockstep)
 
 

@@ -34,14 +34,21 @@ from shadowsync.checkpoint.store import (
     read_manifest,
     saved_config,
 )
-from shadowsync.config import TrainConfig
-from shadowsync.data.dataset import CtrData, predict_rows, resolve, sparse_features
+from shadowsync.config import DLRM, TrainConfig
+from shadowsync.data.dataset import (
+    CtrData,
+    dense_features,
+    predict_rows,
+    resolve,
+    sparse_features,
+)
 from shadowsync.embeddings.dynamic import FREE, table_of
 from shadowsync.errors import UserError
+from shadowsync.models.build import load_factory
 from shadowsync.models.trained import SparseFeature, TrainedModel
 from shadowsync.runners.protocol import KEY, load_flat
 from shadowsync.train.dynamic_tables import dynamic_spec
-from shadowsync.train.tasks import Features, build_dense_model, features_of
+from shadowsync.train.tasks import DataPlan, Features, build_dense_model, features_of
 from shadowsync.transport.servers.dense import TRAINED
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
@@ -68,6 +75,22 @@ def _sparse_features(manifest: dict[str, object], cfg: TrainConfig, num_tables: 
                           str(s.get("pooling", "sum")), bool(s.get("weighted", False)),
                           s.get("bucketize"), tuple(s.get("edges", ())))
             for s in specs]
+
+
+def feature_record(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
+    """What a checkpoint's manifest records of the training data's columns: the dense
+    columns' names and each table's feature (`_sparse_features` and `_dense_names` read them
+    back), so that a loaded model reads raw rows by name without the data at hand."""
+    if cfg.task != "ctr":
+        return {}
+    path, f = plan.train.source, plan.features
+    return {"dense_features": dense_features(path, f.num_dense),
+            "sparse_features": sparse_features(path, f.num_tables)}
+
+
+def _dense_names(manifest: dict[str, object], num_dense: int) -> list[str] | None:
+    names = manifest.get("dense_features")
+    return list(names) if isinstance(names, list) and len(names) == num_dense else None
 
 
 def _dynamic_tables(step: Path, cfg: TrainConfig, features: Features
@@ -145,21 +168,36 @@ def _features(manifest: dict[str, object], cfg: TrainConfig) -> Features:
     return features_of(cfg)
 
 
-def load_model(path: str | Path, model: Callable[..., object] | None = None,
+def _importable(name: str) -> bool:
+    """Whether the --model a run was saved with can be built here: the built-in model, or a
+    MODULE:FUNCTION importable from this process (not a script's __main__ or a closure)."""
+    if name == DLRM:
+        return True
+    if name.startswith("__main__:") or "<locals>" in name:
+        return False
+    try:
+        load_factory(name)
+    except UserError:
+        return False
+    return True
+
+
+def load_model(path: str | Path, model: Callable[..., object] | str | None = None,
                option: str = "--checkpoint") -> tuple[TrainConfig, TrainedModel, Path]:
     """The configuration, the whole model and the step directory of the checkpoint at `path`
-    (a run directory: its newest). `model`: the factory the run's --model named, for one that
-    cannot be imported here (defined in a notebook or a script's __main__)."""
+    (a run directory: its newest). `model`: the factory the run's --model named (or its
+    MODULE:FUNCTION), for one that cannot be imported here (defined in a notebook or a
+    script's __main__)."""
     step = find_checkpoint(path, option)
     manifest = read_manifest(step, option)
     cfg = saved_config(step)
     if model is not None:
         cfg = replace(cfg, model=model)
-    elif cfg.model.name.startswith("__main__:") or "<locals>" in cfg.model.name:
-        raise UserError(f"checkpoint {step}: its --model {cfg.model.name} was defined in a "
-                        "notebook or script; pass the same function: "
-                        "shadowsync.load(path, model=...) or "
-                        "shadowsync.export(path, out, model=...)")
+    elif not _importable(cfg.model.name):
+        raise UserError(f"checkpoint {step}: its model {cfg.model.name} was defined in a script "
+                        "or notebook, or cannot be imported from here; pass the same factory: "
+                        "--model MODULE:FUNCTION (eval, export) or "
+                        "shadowsync.load(path, model=FUNCTION)")
     features = _features(manifest, cfg)
     dense = build_dense_model(cfg, features)
     state = {f"model/{k}": v for k, v in dense.state_dict().items()}
@@ -185,7 +223,8 @@ def load_model(path: str | Path, model: Callable[..., object] | None = None,
     output = "softmax" if cfg.task == "digits" else "sigmoid"
     sparse = _sparse_features(manifest, cfg, len(tables))
     return cfg, TrainedModel(dense, {f.name: t for f, t in zip(sparse, tables, strict=True)},
-                             features.num_dense, output, sparse, id_keys), step
+                             features.num_dense, output, sparse, id_keys,
+                             _dense_names(manifest, features.num_dense)), step
 
 
 def score(trained: TrainedModel, rows: CtrData, start: int, stop: int,

@@ -1,19 +1,20 @@
-"""Parquet or CSV files with a --schema naming their columns (`shadowsync.data.tabular`):
-converted once into an array directory (cached), which `ArraySource` then reads."""
+"""Parquet or CSV files with a --schema naming their columns (`shadowsync.data.tabular`), or
+``--schema auto`` (the schema read off the columns, `shadowsync.data.infer`): converted once
+into an array directory (cached), which `ArraySource` then reads."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from shadowsync.data import tabular
+from shadowsync.data import infer, tabular
 from shadowsync.data.ctr_data import CtrData
 from shadowsync.data.sources.base import CriteoColumns
 from shadowsync.errors import UserError
 
 
 def _needs_schema(path: str) -> UserError:
-    return UserError(f"{path}: Parquet and CSV data needs --schema naming its columns "
-                     "(see docs/real-data.md)")
+    return UserError(f"{path}: Parquet and CSV data needs --schema: auto (read off the "
+                     "columns), or a file naming them (see docs/real-data.md)")
 
 
 class ParquetCsvSource(CriteoColumns):
@@ -25,8 +26,13 @@ class ParquetCsvSource(CriteoColumns):
     def resolve(self, path: str, schema: str | None) -> str:
         if schema is None:
             raise _needs_schema(path)
-        return str(tabular.convert(path, schema))
+        return str(tabular.convert(path, schema_file(path, schema)))
 
     def open(self, path: str, *, examples: int | None, seed: int,
              skip_bad_lines: bool) -> CtrData:
         raise _needs_schema(path)  # only reached unresolved: converted data is arrays
+
+
+def schema_file(path: str, schema: str) -> str:
+    """The schema file of --schema: itself, or for ``auto`` the one inferred from `path`."""
+    return infer.auto_schema(path) if schema == infer.AUTO else schema
