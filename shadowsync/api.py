@@ -60,6 +60,10 @@ def train(config: TrainConfig | None = None, /, **options: object) -> RunResult:
         from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
 
         config = job.resume_base(options["resume"])
+    elif config is None and options.get("warm_start"):  # the run's options, unless given
+        from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
+
+        options = {**job.warm_start_options(str(options["warm_start"])), **options}
     cfg = config_from_options(config, **options)
     setup_logging(cfg.output.log_level, "launcher", respect_existing=True)
     cfg, summary = run(cfg)

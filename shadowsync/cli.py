@@ -40,7 +40,13 @@ def _train(args: argparse.Namespace) -> int:
         from shadowsync.checkpoint.store import CONFIG, find_checkpoint  # start-up: torch
 
         args.config = str(find_checkpoint(args.resume, "--resume") / CONFIG)
-    cfg = load_config(args)
+        cfg = load_config(args)
+    elif args.warm_start:  # the run's options, where these do not say
+        from shadowsync.cluster.job import warm_start_options  # start-up cost: torch
+
+        cfg = load_config(args, absent=warm_start_options(args.warm_start))
+    else:
+        cfg = load_config(args)
     if args.print_config:
         sys.stdout.write(config_to_toml(cfg))
         return 0

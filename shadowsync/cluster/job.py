@@ -26,6 +26,8 @@ from shadowsync.cluster.launch import choose_port, launch_local
 from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.shm_room import check_here
 from shadowsync.config import TrainConfig, config_to_dict, config_to_toml, default_out_dir
+from shadowsync.data.dataset import dense_features, feature_counts, sparse_features
+from shadowsync.data.dataset import resolve as resolve_data
 from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
 from shadowsync.train.local import train_local
@@ -80,8 +82,21 @@ SHAPE_OPTIONS = ("task", "data", "eval_data", "examples", "seed", "model", "embe
                  "admit_after", "bottom_mlp", "top_mlp", "optimizer",
                  "batch_size", "workers", "trainers", "embedding_servers", "dense_servers",
                  "row_split_limit", "sync", "sync_groups")
-# What a warm start (the next day's data) may change; the rest must agree.
+# What a warm start (the next day's data) may change; the rest must agree. With dynamic tables
+# the budget may change too (the saved pool is laid into the new one as it loads).
 NEXT_DAY_OPTIONS = ("data", "eval_data", "examples")
+NEW_BUDGET_OPTIONS = ("table_size", "table_memory")
+# What a warm start takes from the run it starts from, where this run does not say.
+WARM_START_KEEPS = tuple(k for k in (*SHAPE_OPTIONS, "evict", "schema")
+                         if k not in NEXT_DAY_OPTIONS)
+
+
+def warm_start_options(path: str) -> dict[str, object]:
+    """The options a warm start from `path` takes unless given: the run's model, table and
+    job options (its budget and eviction rule included; either may be given anew) and its
+    schema (the copy in its OUT)."""
+    saved = config_to_dict(saved_config(find_checkpoint(path, "--warm-start")))
+    return {k: saved[k] for k in WARM_START_KEEPS if saved.get(k) is not None}
 
 
 def resume_base(path: str | Path) -> TrainConfig:
@@ -123,12 +138,44 @@ def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
                         "use none, s-* or fr-*")
     saved = config_to_dict(resume_base(step))
     here = config_to_dict(resolve(cfg))
-    diff = [k for k in SHAPE_OPTIONS if k not in NEXT_DAY_OPTIONS and saved.get(k) != here.get(k)]
+    free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if here.get("tables") == "dynamic" else ())
+    diff = [k for k in SHAPE_OPTIONS if k not in free and saved.get(k) != here.get(k)]
     if diff:
         k = diff[0]
         raise UserError(f"--warm-start {step}: a model of another shape "
                         f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
+    check_same_features(step, cfg)
     return replace(cfg, warm_start=str(step))
+
+
+def check_same_features(step: Path, cfg: TrainConfig) -> None:
+    """--data has the columns the warm start's run trained on (from its manifest, else from
+    its shape), in the same order: else one line naming the columns that differ."""
+    manifest = read_manifest(step, "--warm-start")
+    path = resolve_data(cfg.data.path, cfg.data.schema)
+    num_dense, num_tables = feature_counts(path)
+    here = [*dense_features(path, num_dense),
+            *(str(f["name"]) for f in sparse_features(path, num_tables))]
+    if "dense_features" in manifest and "sparse_features" in manifest:
+        there = [*manifest["dense_features"], *(str(f["name"]) for f in
+                                                 manifest["sparse_features"])]
+    elif (num_dense, num_tables) == (manifest.get("num_dense", num_dense),
+                                     len(manifest.get("table_rows", [None] * num_tables))):
+        return
+    else:
+        there = [f"{manifest.get('num_dense')} dense and {len(manifest['table_rows'])} "
+                 "categorical"]
+        here = [f"{num_dense} dense and {num_tables} categorical"]
+    if here == there:
+        return
+    only_here = [n for n in here if n not in there]
+    only_there = [n for n in there if n not in here]
+    what = "; ".join(part for part in (
+        f"here only: {', '.join(only_here)}" if only_here else "",
+        f"there only: {', '.join(only_there)}" if only_there else "") if part) or (
+        f"the same columns in another order ({', '.join(here)} here)")
+    raise UserError(f"--warm-start {step}: --data {cfg.data.path} has other features than the "
+                    f"run it starts from ({what})")
 
 
 def kept_schema(schema: str | None, out: Path) -> str | None:

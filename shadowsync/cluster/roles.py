@@ -158,7 +158,10 @@ def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: 
                                      cfg.optim.table_optimizer(multi_hot), cfg.seed,
                                      share=cfg.cluster.embedding_transport == "auto",
                                      clients=layout.trainers * (layout.workers + 1))
-    own_shard(cfg.checkpoint, layout.embedding_name(index), tables, f"embedding server {index}")
+    # A warm start reads dynamic tables as saved: the new budget may give another pool size.
+    own_shard(cfg.checkpoint, layout.embedding_name(index), tables, f"embedding server {index}",
+              known=not (plan.dynamic is not None and cfg.checkpoint.warm_start
+                         and not cfg.checkpoint.resume))
     log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
     try:
         endpoint.join(layout.embedding_name(index), rank, layout.rpc_world_size, threads=16)

@@ -37,6 +37,7 @@ from shadowsync.embeddings.dynamic import (
     map_bytes,
     raw_keys,
 )
+from shadowsync.embeddings.resize import resized_state
 from shadowsync.embeddings.tables import INIT_MIN_ROWS, EmbeddingTables
 from shadowsync.embeddings.unique import unique_with_inverse
 
@@ -177,6 +178,8 @@ class DynamicTables:
                 **{f"map/{k}": v for k, v in self.map.state_dict().items()}}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if state["weight"].shape != self.pool.weight.shape:  # a warm start, a new budget
+            state = resized_state(state, self.state_dict())
         with torch.no_grad():
             for name, t in self.pool.state_dict().items():
                 if state[name].shape != t.shape:

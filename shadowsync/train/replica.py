@@ -20,7 +20,7 @@ from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
 
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.coordinator import Checkpointer
-from shadowsync.checkpoint.store import read_manifest
+from shadowsync.checkpoint.store import load_all, read_manifest
 from shadowsync.config import CheckpointConfig, OutputConfig, TrainConfig, config_to_toml
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.lifecycle import attempts
@@ -149,6 +149,11 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
         # What the model learned, not where its workers were (positions, the dense
         # optimizer's state: a new day's data starts at its first row).
         learned = {k: v for k, v in parts.items() if k in ("model", "sync", "tables")}
+        if cfg.model.tables == "dynamic":  # read as saved: the new budget may resize the pool
+            saved = load_all(Path(cfg.checkpoint.warm_start) / shard, f"trainer {index}")
+            learned.pop("tables").load_state_dict(
+                {k.removeprefix("tables/"): v for k, v in saved.items()
+                 if k.startswith("tables/")})
         shards.load_here(Path(cfg.checkpoint.warm_start), shard, learned, f"trainer {index}",
                          strict=False)
     lead = index == 0
