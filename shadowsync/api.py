@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import shadowsync.forkserver as forkserver
+from shadowsync.checkpoint.storage import Location, location
 from shadowsync.config import TrainConfig, config_from_options, default_out_dir
 from shadowsync.errors import UserError
 from shadowsync.inference import load
@@ -39,10 +40,11 @@ class RunResult:
     config: TrainConfig
 
     @property
-    def checkpoint(self) -> Path | None:
-        """The final checkpoint (`shadowsync eval --checkpoint` and `--resume` read it)."""
+    def checkpoint(self) -> Location | None:
+        """The final checkpoint (`shadowsync eval --checkpoint` and `--resume` read it): a
+        `Path`, or a `Url` where --checkpoint-dir named one."""
         path = self.summary.get("checkpoint")
-        return Path(path) if path else None
+        return location(str(path)) if path else None
 
     def model(self) -> TrainedModel:
         """The trained model as a plain `torch.nn.Module` on CPU (`shadowsync.load`)."""
@@ -116,7 +118,7 @@ def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, 
         except TrainingDiverged as e:  # the typed signal, never the words of a message
             if cfg.checkpoint.on_divergence != "rollback":
                 raise
-            good = job.last_good(Path(cfg.output.dir) if cfg.output.dir else None)
+            good = job.last_good(cfg)
             if len(rollbacks) >= MAX_ROLLBACKS or good is None:
                 why = "no good checkpoint to go back to" if good is None else \
                     f"still diverging after {MAX_ROLLBACKS} rollbacks"

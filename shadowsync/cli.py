@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import NoReturn
@@ -18,6 +19,7 @@ import shadowsync.forkserver as forkserver
 from shadowsync import __version__
 from shadowsync.api import run
 from shadowsync.bench.commands import add_bench_commands
+from shadowsync.checkpoint.storage import local_copy, location
 from shadowsync.config import add_config_arguments, config_to_toml, load_config
 from shadowsync.errors import UserError
 from shadowsync.inference import export
@@ -39,8 +41,10 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume and not args.config:  # the checkpoint's options are the base
         from shadowsync.checkpoint.store import CONFIG, find_checkpoint  # start-up: torch
 
-        args.config = str(find_checkpoint(args.resume, "--resume") / CONFIG)
-        cfg = load_config(args)
+        step_config = find_checkpoint(args.resume, "--resume") / CONFIG
+        with tempfile.TemporaryDirectory(prefix="shadowsync-") as tmp:  # a URL's: a copy
+            args.config = str(local_copy(step_config, Path(tmp)))
+            cfg = load_config(args)
     elif args.warm_start:  # the run's options, where these do not say
         from shadowsync.cluster.job import warm_start_options  # start-up cost: torch
 
@@ -168,7 +172,8 @@ def _switch_search(args: argparse.Namespace) -> int:
 def interrupted_line(e: Interrupted) -> str:
     if e.checkpoint is None:
         return f"stopped by {e}; no checkpoint was saved, nothing to resume"
-    run = Path(e.checkpoint).parent.parent
+    root = location(e.checkpoint).parent
+    run = root.parent if isinstance(root, Path) and root.name == "checkpoint" else root
     return (f"stopped by {e}; checkpoint saved in {e.checkpoint}; resume with: "
             f"shadowsync train --resume {run}")
 
@@ -264,7 +269,8 @@ def _add_eval_export(sub: argparse._SubParsersAction) -> None:
         "eval", help="score a checkpoint on data: NE, AUC, calibration (accuracy for digits)",
         description="Load a checkpoint (a run directory means its newest) and score it.")
     ev.add_argument("--checkpoint", required=True, metavar="DIR",
-                    help="a run directory or one of its checkpoint/step-N directories")
+                    help="a run directory or one of its checkpoint/step-N directories (a path "
+                    "or an fsspec URL)")
     ev.add_argument("--data", required=True, metavar="DATA",
                     help="what train --data takes: every row is scored ('synthetic': the "
                     "held-out rows of the run's built-in data)")

@@ -34,9 +34,10 @@ def _state() -> dict[str, torch.Tensor]:
 
 
 def _publish(run, step: int) -> None:
-    staging = staging_dir(run, step)
+    root = run / CHECKPOINT_DIR
+    staging = staging_dir(root, f"{step}")
     save_shard(staging / "trainer0", _state())
-    publish(staging, step_dir(run, step), {"step": step}, "seed = 0\n")
+    publish(staging, step_dir(root, step), {"step": step, "shards": ["trainer0"]}, "seed = 0\n")
 
 
 def test_shard_round_trip_in_place(tmp_path):
@@ -75,18 +76,36 @@ def test_metadata_may_not_name_arbitrary_callables(tmp_path):
 
 def test_publish_prune_and_find_newest(tmp_path):
     run = tmp_path / "run"
+    root = run / CHECKPOINT_DIR
     for step in (100, 300, 200):
         _publish(run, step)
-    staging_dir(run, 400).mkdir()  # a save that crashed half-way: never "latest"
-    assert [p.name for p in published(run)] == ["step-100", "step-200", "step-300"]
-    assert find_checkpoint(run) == step_dir(run, 300)
-    assert find_checkpoint(run / CHECKPOINT_DIR) == step_dir(run, 300)
-    assert find_checkpoint(step_dir(run, 100)) == step_dir(run, 100)
-    prune(run, keep=2)
-    assert [p.name for p in published(run)] == ["step-200", "step-300"]
-    assert not staging_dir(run, 400).exists()
-    manifest = json.loads((step_dir(run, 300) / "manifest.json").read_text())
+    # What killed saves leave, whatever the staging's name, and a step moved in place whose
+    # manifest was never written: never "latest", and removed by the next prune.
+    for left in (staging_dir(root, "step-400"), staging_dir(root, "4242-7"), root / "step-500"):
+        save_shard(left / "trainer0", _state())
+    (root / "notes.txt").write_text("a file of the user's")  # not the store's: kept
+    assert [p.name for p in published(root)] == ["step-100", "step-200", "step-300"]
+    assert find_checkpoint(run) == step_dir(root, 300)
+    assert find_checkpoint(root) == step_dir(root, 300)
+    assert find_checkpoint(step_dir(root, 100)) == step_dir(root, 100)
+    prune(root, keep=2)
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt", "step-200", "step-300"]
+    manifest = json.loads((step_dir(root, 300) / "manifest.json").read_text())
     assert manifest["step"] == 300 and manifest["format"] == 1
+
+
+def test_a_step_is_published_only_with_every_shard_it_lists(tmp_path):
+    """A shard written elsewhere (its host's own disk) is missing where trainer 0 publishes:
+    the step is refused in one line, and nothing of it is left."""
+    from shadowsync.checkpoint.store import ShardsMissing
+
+    root = tmp_path / CHECKPOINT_DIR
+    staging = staging_dir(root, "1-1")
+    save_shard(staging / "trainer0", _state())
+    save_shard(tmp_path / "elsewhere" / "emb0", _state())
+    with pytest.raises(ShardsMissing, match=r"shard emb0 is not there .*--checkpoint-dir"):
+        publish(staging, step_dir(root, 8), {"step": 8, "shards": ["emb0", "trainer0"]}, "")
+    assert published(root) == [] and list(root.iterdir()) == []
 
 
 def test_missing_incomplete_and_corrupt_checkpoints(tmp_path):
@@ -97,12 +116,13 @@ def test_missing_incomplete_and_corrupt_checkpoints(tmp_path):
         find_checkpoint(tmp_path / "empty")
     run = tmp_path / "run"
     _publish(run, 5)
-    (step_dir(run, 5) / "manifest.json").write_text("{not json")
+    step = step_dir(run / CHECKPOINT_DIR, 5)
+    (step / "manifest.json").write_text("{not json")
     with pytest.raises(UserError, match="corrupt checkpoint"):
-        find_checkpoint(step_dir(run, 5))
-    (step_dir(run, 5) / "manifest.json").unlink()
+        find_checkpoint(step)
+    (step / "manifest.json").unlink()
     with pytest.raises(UserError, match="incomplete checkpoint"):
-        find_checkpoint(step_dir(run, 5))
+        find_checkpoint(step)
 
 
 def test_checkpoint_every():
@@ -187,10 +207,11 @@ def test_a_save_that_would_not_fit_on_the_disk_is_refused_in_one_line(tmp_path, 
             self.w = torch.nn.Parameter(torch.ones(1000))  # 4,000 bytes
 
     shards.register("trainer0", "model", Model())
-    ck = coordinator.Checkpointer(tmp_path, CheckpointEvery.parse("1s"), 2, "", 1, [], [],
+    root = tmp_path / CHECKPOINT_DIR
+    ck = coordinator.Checkpointer(root, CheckpointEvery.parse("1s"), 2, "", 1, [], [],
                                   lambda t, p: 0, True)
     first = ck.save(final=False)
-    assert first is not None and published(tmp_path) == [first]
+    assert first is not None and published(root) == [first]
 
     usage = real_shutil.disk_usage(tmp_path)
     monkeypatch.setattr(store.shutil, "disk_usage",
@@ -201,8 +222,8 @@ def test_a_save_that_would_not_fit_on_the_disk_is_refused_in_one_line(tmp_path, 
                             "trainer0 needs 3.9 KiB and its disk has 3.1 KiB free")
     ck._last_t -= 2  # the interval is over
     assert ck.maybe_save(0) is None
-    assert published(tmp_path) == [first]
-    assert sorted(p.name for p in (tmp_path / CHECKPOINT_DIR).iterdir()) == [first.name]
+    assert published(root) == [first]
+    assert sorted(p.name for p in root.iterdir()) == [first.name]
 
 
 def test_a_shard_that_cannot_be_written_says_where_and_why_in_one_line(tmp_path):

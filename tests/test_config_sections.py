@@ -36,8 +36,8 @@ FLAT_OPTIONS = [
     "switch_momentum", "switch_scale_lr", "switch_compensate_momentum", "switch_policy",
     "switch_detector", "switch_patience", "switch_at", "job_name", "straggler_fallback",
     "straggler", "addr", "port", "rpc_port", "out", "log_every", "eval_points", "progress",
-    "log_level", "checkpoint_every", "keep_checkpoints", "max_restarts", "resume", "warm_start",
-    "on_divergence", "inject_nan_at", "tensorboard",
+    "log_level", "checkpoint_every", "keep_checkpoints", "checkpoint_dir", "max_restarts",
+    "resume", "warm_start", "on_divergence", "inject_nan_at", "tensorboard",
 ]
 
 # What the version before sections wrote as a checkpoint's config.toml (before id_bias

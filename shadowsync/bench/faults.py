@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.bench.common import print_table, write_bench
-from shadowsync.checkpoint.store import published
+from shadowsync.checkpoint.store import CHECKPOINT_DIR, published
 from shadowsync.lifecycle import attempts
 
 SIGNALS = {"sigint-resume": signal.SIGINT, "sigterm-resume": signal.SIGTERM}
@@ -221,7 +221,7 @@ def kill_scenario(run: Path, examples: int, seed: int, victim: str, at: int,
 
     def ready() -> bool:
         done = progress(run, 0)
-        return bool(published(run)) and done is not None and done >= at
+        return bool(published(run / CHECKPOINT_DIR)) and done is not None and done >= at
 
     wait_until(ready, job, timeout)
     pids = [pid for a, name, pid in attempts.processes(run) if a == 0 and name == victim]

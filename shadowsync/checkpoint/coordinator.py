@@ -2,25 +2,26 @@
 
 A save is two rounds over the processes that own state: first every trainer notes its
 workers' positions (`mark_here`), then every process writes its shard (`save_here`) into one
-staging directory, in parallel. Positions noted before any state is read mean that a resumed
-run skips no example; the steps workers take between the two rounds are in the saved state
-and will be trained again (the manifest counts them). The step is published by a rename only
-when every shard is written and finite: a NaN is never saved as a good checkpoint.
+staging directory under the checkpoint root, in parallel (on the storage trainer 0 publishes
+from, whichever host the process runs on). Positions noted before any state is read mean
+that a resumed run skips no example; the steps workers take between the two rounds are in
+the saved state and will be trained again (the manifest counts them). The step is published
+(its manifest written last, `store.publish`) only when every shard is written, there and
+finite: a NaN is never saved as a good checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch.distributed.rpc as rpc
 
 from shadowsync.checkpoint import shards
-from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, prune, publish, step_dir
+from shadowsync.checkpoint.storage import Location, remove_tree
+from shadowsync.checkpoint.store import BEST, prune, publish, staging_dir, step_dir
 from shadowsync.errors import UserError
 from shadowsync.spec.interval import CheckpointEvery
 
@@ -41,17 +42,18 @@ class NoSpace(UserError):
 
 
 class Checkpointer:
-    """Saves the job from trainer 0. `remote`: RPC names of the other processes that own a
-    shard (trainers, embedding and dense servers); trainer 0's own shard is saved in-process.
+    """Saves the job from trainer 0 under `root` (`store.checkpoint_root`). `remote`: RPC
+    names of the other processes that own a shard (trainers, embedding and dense servers);
+    trainer 0's own shard is saved in-process.
     `examples(trainer, positions)`: rows the given per-worker step counts have read.
     `aligned`: the workers run in lockstep and must all resume at one step, the smallest
     position of the job (the manifest's `aligned_at`; what is past it is trained again)."""
 
-    def __init__(self, run: Path, every: CheckpointEvery, keep: int, config_toml: str,
+    def __init__(self, root: Location, every: CheckpointEvery, keep: int, config_toml: str,
                  trainers: int, remote: list[str], remote_trainers: list[str],
                  examples: Callable[[int, list[int]], int], resumable: bool,
                  manifest_extra: dict[str, object] | None = None, aligned: bool = False) -> None:
-        self.run = Path(run)
+        self.root = root
         self.kind, self.every = every.kind, every.value
         self.keep = keep
         self.config_toml = config_toml
@@ -70,14 +72,14 @@ class Checkpointer:
         # else trainer 0's times the trainers (trainers do not keep pace exactly).
         self.job_examples: Callable[[int], int] = lambda mine: mine * trainers
         self._count = 0
-        self.latest: Path | None = None
+        self.latest: Location | None = None
         self.refused = 0  # saves refused because some state was not finite
 
     def resumed_at(self, examples: int) -> None:
         """The run resumed from a checkpoint of `examples`: the next one is an interval on."""
         self._last_examples = examples
 
-    def maybe_save(self, examples_trainer0: int) -> Path | None:
+    def maybe_save(self, examples_trainer0: int) -> Location | None:
         """Save if the interval is (about to be) over (examples: the job's, see
         `job_examples`; called often, every tick of trainer 0)."""
         if not self.resumable or self.kind in ("off", "never"):
@@ -115,8 +117,8 @@ class Checkpointer:
             except Exception:  # noqa: BLE001 - a process already gone
                 pass
 
-    def save_best(self, best: dict[str, object]) -> Path | None:
-        """Save the job as it is now as OUT/checkpoint/best (replacing the one before),
+    def save_best(self, best: dict[str, object]) -> Location | None:
+        """Save the job as it is now as `root`/best (replacing the one before),
         `best` (where and how well it validated) in its manifest. Not a step: it is never
         pruned and never resumed from unless named."""
         try:
@@ -126,11 +128,11 @@ class Checkpointer:
             return None
 
     def save(self, final: bool, reason: str = "",
-             best: dict[str, object] | None = None) -> Path | None:
+             best: dict[str, object] | None = None) -> Location | None:
         t0 = time.perf_counter()
         self._last_t = time.monotonic()
         self._count += 1
-        staging = self.run / CHECKPOINT_DIR / f".tmp-{os.getpid()}-{self._count}"
+        staging = staging_dir(self.root, f"{os.getpid()}-{self._count}")
         staging.mkdir(parents=True, exist_ok=True)
         try:
             for fut in [rpc.rpc_async(n, shards.mark_here, timeout=SAVE_TIMEOUT_S)
@@ -141,15 +143,15 @@ class Checkpointer:
                                   timeout=SAVE_TIMEOUT_S) for n in self.remote]
             infos = [shards.save_here(str(staging))] + [f.wait() for f in futs]
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
             raise
         short = [i["no_space"] for i in infos if i.get("no_space")]
         if short:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise NoSpace(f"checkpoint not saved in {self.run / CHECKPOINT_DIR}: {short[0]}")
+            remove_tree(staging)
+            raise NoSpace(f"checkpoint not saved in {self.root}: {short[0]}")
         bad = {i["shard"]: i["not_finite"] for i in infos if i["not_finite"]}
         if bad:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
             self.refused += 1
             # Not a warning: the divergence that follows says it in its one line.
             log.info("checkpoint not saved: not finite in %s", bad)
@@ -175,10 +177,9 @@ class Checkpointer:
         }
         if best is not None:
             manifest["best"] = best
-            return publish(staging, self.run / CHECKPOINT_DIR / BEST, manifest,
-                           self.config_toml)
-        path = publish(staging, step_dir(self.run, trained), manifest, self.config_toml)
-        prune(self.run, self.keep)
+            return publish(staging, self.root / BEST, manifest, self.config_toml)
+        path = publish(staging, step_dir(self.root, trained), manifest, self.config_toml)
+        prune(self.root, self.keep)
         self.latest = path
         self._last_examples = trained
         self._save_s = time.perf_counter() - t0

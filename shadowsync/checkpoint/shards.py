@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
 import torch
 import torch.distributed.rpc as rpc
 
-from shadowsync.checkpoint.store import load_shard, save_shard, space_short
+from shadowsync.checkpoint.storage import Location, location
+from shadowsync.checkpoint.store import checkpoint_library, load_shard, save_shard, space_short
 from shadowsync.lifecycle.stop import STOP, silence_stderr
 from shadowsync.state_dicts import Checkpointable, nest, part
 
@@ -46,7 +46,7 @@ def register_positions(shard: str, name: str, positions: Positions) -> None:
 def register(shard: str, name: str, component: Checkpointable) -> None:
     """Make `component` part of this process's shard `shard`."""
     global _SHARD
-    import torch.distributed.checkpoint  # noqa: F401  (now, not in the first save: seconds)
+    checkpoint_library()  # imported now, not in the first save: seconds
 
     if _SHARD is not None and _SHARD != shard:
         _COMPONENTS.clear()
@@ -94,25 +94,26 @@ def save_here(staging: str) -> dict[str, object]:
     info: dict[str, object] = {"shard": _SHARD, "not_finite": bad[:5]}
     for name, positions in _POSITIONS.items():
         info[name] = positions.info()
-    short = space_short(Path(staging) / _SHARD, state) if not bad else None
+    here = location(staging) / _SHARD
+    short = space_short(here, state) if not bad else None
     if short:
         info["no_space"] = short
     elif not bad:
-        save_shard(Path(staging) / _SHARD, state)
+        save_shard(here, state)
         # The tensors are live (Hogwild workers train on while they are written): a NaN that
         # came during the write may be in the files, and stays in the tensors. Look again.
         info["not_finite"] = not_finite()[:5]
     return info
 
 
-def load_here(step: Path, shard: str, components: dict[str, Checkpointable], what: str,
+def load_here(step: Location | str, shard: str, components: dict[str, Checkpointable], what: str,
               strict: bool = True) -> None:
     """Load `components` (this process's, registered under `shard`) from checkpoint `step`;
     not `strict`: the shard may hold other components too."""
     targets: dict[str, object] = {}
     for name, comp in components.items():
         targets.update(nest(f"{name}/", comp.state_dict()))
-    load_shard(Path(step) / shard, targets, what, strict=strict)
+    load_shard(location(step) / shard, targets, what, strict=strict)
     for name, comp in components.items():
         comp.load_state_dict(part(targets, f"{name}/"))
 

@@ -1,7 +1,9 @@
-"""Where checkpoints live on disk and how they are written, published, found and read.
+"""Where checkpoints live and how they are written, published, found and read.
 
-A run directory holds ``checkpoint/step-N/`` (N: training examples the checkpoint accounts
-for, all trainers together). One step directory holds:
+A run keeps its checkpoints under one root: ``OUT/checkpoint/`` unless ``--checkpoint-dir``
+names another directory or an fsspec URL (`storage`). The root holds ``step-N/`` (N: training
+examples the checkpoint accounts for, all trainers together), and with --val-share ``best/``.
+One step directory holds:
 
 - one torch.distributed.checkpoint (DCP) directory per process that owns state
   (``trainer0/``, ``emb0/``, ``dense0/``...), each written by that process with DCP's
@@ -13,9 +15,12 @@ Why one no-dist DCP save per process rather than one collective save: the proces
 are not one process group that could take part in a collective save at any moment. Embedding
 and dense servers only answer RPCs, trainers run a background sync thread of their own on the
 trainers' group, and a save is wanted while all of them keep serving. So trainer 0 asks each
-process by RPC to save its own shard under a staging directory ``checkpoint/.tmp-step-N``,
-writes the manifest last, and publishes the whole step by one rename. A crash at any moment
-leaves either a complete ``step-N`` or a staging directory that is ignored and removed later.
+process by RPC to save its own shard into one staging directory under the root (on the same
+storage, whichever host the process runs on), checks that every shard is there, moves the
+directory to ``step-N`` and writes the manifest last: a step is published by its manifest,
+and a reader never sees a half step. Staging directories are named ``.tmp-*``; a crash at any
+moment leaves either a published step or one that is not (a ``.tmp-*``, or a ``step-N``
+without a manifest), which readers ignore and `prune` removes.
 
 Loading never unpickles arbitrary objects: shards hold tensors only (counts are 0-d tensors),
 DCP reads tensor data with ``torch.load(weights_only=True)``, and the DCP metadata file is
@@ -29,6 +34,7 @@ import os
 import pickle
 import re
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -36,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from shadowsync.checkpoint.storage import Location, Url, local_copy, location, move, remove_tree
 from shadowsync.config import TrainConfig, load_config
 from shadowsync.errors import UserError
 
@@ -47,21 +54,30 @@ CHECKPOINT_DIR = "checkpoint"
 BEST = "best"  # --val-share: the model that validated best (the run's model for eval / load)
 MANIFEST = "manifest.json"
 CONFIG = "config.toml"
+SHARD_DONE = ".metadata"  # DCP writes a shard's metadata file last
+STAGING = ".tmp-"  # every directory of the root whose name starts so is unfinished
 FORMAT = 1
 _STEP = re.compile(r"^step-(\d+)$")
 
 
-def step_dir(run: Path, step: int) -> Path:
-    return Path(run) / CHECKPOINT_DIR / f"step-{step}"
+def checkpoint_root(cfg: TrainConfig) -> Location:
+    """Where the run of `cfg` keeps its checkpoints: --checkpoint-dir, else OUT/checkpoint."""
+    if cfg.checkpoint.dir:
+        return location(cfg.checkpoint.dir, "--checkpoint-dir")
+    return Path(cfg.output.dir or ".") / CHECKPOINT_DIR
 
 
-def staging_dir(run: Path, step: int) -> Path:
-    return Path(run) / CHECKPOINT_DIR / f".tmp-step-{step}"
+def step_dir(root: Location, step: int) -> Location:
+    return root / f"step-{step}"
 
 
-def published(run: Path) -> list[Path]:
-    """The run's published checkpoints, oldest first."""
-    root = Path(run) / CHECKPOINT_DIR
+def staging_dir(root: Location, tag: str) -> Location:
+    """A directory being filled (a save, a storage probe), never read as a checkpoint."""
+    return root / f"{STAGING}{tag}"
+
+
+def published(root: Location) -> list[Location]:
+    """The published checkpoints under `root`, oldest first."""
     if not root.is_dir():
         return []
     steps = [(int(m.group(1)), p) for p in root.iterdir()
@@ -69,26 +85,52 @@ def published(run: Path) -> list[Path]:
     return [p for _, p in sorted(steps)]
 
 
-def publish(staging: Path, final: Path, manifest: dict[str, object], config_toml: str) -> Path:
-    """Write the manifest and config into `staging`, then rename it to `final`."""
+class ShardsMissing(UserError):
+    """A save found shards missing from its staging directory: the storage is not one for
+    every process of the job (each host wrote into its own)."""
+
+
+def publish(staging: Location, final: Location, manifest: dict[str, object],
+            config_toml: str) -> Location:
+    """Check that every shard `manifest` lists is complete in `staging`, write the config,
+    move `staging` to `final`, and write the manifest there last (that publishes it)."""
+    missing = [s for s in manifest.get("shards", []) if not (staging / s / SHARD_DONE).exists()]
+    if missing:
+        remove_tree(staging)
+        raise ShardsMissing(
+            f"checkpoint not published in {final.parent}: shard {', '.join(missing)} is not "
+            "there (its process wrote to a storage of its own host): keep checkpoints where "
+            "every host reaches them (--out on a shared file system, or --checkpoint-dir URL)")
     (staging / CONFIG).write_text(config_toml, encoding="utf-8")
-    tmp = staging / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps({"format": FORMAT, **manifest}, indent=1), encoding="utf-8")
-    os.replace(tmp, staging / MANIFEST)
     if final.exists():  # the same step saved again (e.g. a stop right after a periodic save)
-        shutil.rmtree(final)
-    os.replace(staging, final)
-    _fsync_dir(final.parent)
+        (final / MANIFEST).unlink(missing_ok=True)  # unpublished first, then removed
+        remove_tree(final)
+    move(staging, final)
+    tmp = final / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, **manifest}, indent=1), encoding="utf-8")
+    move(tmp, final / MANIFEST)  # atomic: a reader sees all of the manifest or none
+    if isinstance(final, Path):
+        _fsync_dir(final)
+        _fsync_dir(final.parent)
     return final
 
 
-def prune(run: Path, keep: int) -> None:
-    """Keep the newest `keep` published checkpoints; drop stale staging directories."""
-    root = Path(run) / CHECKPOINT_DIR
-    for old in published(run)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-    for tmp in root.glob(".tmp-step-*") if root.is_dir() else []:
-        shutil.rmtree(tmp, ignore_errors=True)
+def unfinished(root: Location) -> list[Location]:
+    """What killed saves (and probes) left under `root`: ``.tmp-*`` directories, whatever
+    follows the prefix, and step or best directories without a manifest."""
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if p.name.startswith(STAGING)
+            or ((_STEP.match(p.name) or p.name == BEST) and not (p / MANIFEST).is_file())]
+
+
+def prune(root: Location, keep: int) -> None:
+    """Keep the newest `keep` published checkpoints; remove what unfinished saves left.
+    Called by the one process that saves, between its saves."""
+    for old in published(root)[:-keep] if keep > 0 else []:
+        remove_tree(old)
+    for left in unfinished(root):
+        remove_tree(left)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -104,30 +146,33 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def find_checkpoint(path: str | Path, option: str = "--checkpoint",
-                    latest: bool | None = None) -> Path:
-    """A run directory or its checkpoint/ directory (its best model if it kept one, else its
-    newest step; `latest`, default for --resume: always the newest step), or one step."""
-    p = Path(path)
+def find_checkpoint(path: str | Location, option: str = "--checkpoint",
+                    latest: bool | None = None) -> Location:
+    """A run directory or its checkpoint/ directory, or any checkpoint root (its best model
+    if it kept one, else its newest step; `latest`, default for --resume: always the newest
+    step), or one step. A local path or an fsspec URL."""
+    p = location(path, option)
     latest = option == "--resume" if latest is None else latest
     if not p.exists():
         raise UserError(f"{option} {p}: no such file or directory")
     if (p / MANIFEST).exists() or _STEP.match(p.name):
         read_manifest(p, option)
         return p
-    run = p.parent if p.name == CHECKPOINT_DIR else p
-    best = run / CHECKPOINT_DIR / BEST
-    if not latest and (best / MANIFEST).is_file():
-        read_manifest(best, option)
-        return best
-    found = published(run)
-    if not found:
-        raise UserError(f"{option} {p}: no checkpoint there (expected {CHECKPOINT_DIR}/step-N/ "
-                        "with a manifest.json)")
-    return found[-1]
+    roots = [p / CHECKPOINT_DIR, p] if (p / CHECKPOINT_DIR).is_dir() else [p]
+    for root in roots:
+        best = root / BEST
+        if not latest and (best / MANIFEST).is_file():
+            read_manifest(best, option)
+            return best
+        found = published(root)
+        if found:
+            return found[-1]
+    raise UserError(f"{option} {p}: no checkpoint there (expected {CHECKPOINT_DIR}/step-N/ "
+                    "with a manifest.json)")
 
 
-def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, object]:
+def read_manifest(step: Location, option: str = "--checkpoint") -> dict[str, object]:
+    step = location(step, option)
     try:
         manifest = json.loads((step / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -147,22 +192,21 @@ def read_manifest(step: Path, option: str = "--checkpoint") -> dict[str, object]
 PREDATED = {"id_bias": False, "interaction": "dot", "early_stop": 0}
 
 
-def saved_config(step: Path) -> TrainConfig:
+def saved_config(step: Location) -> TrainConfig:
     """The resolved options (`TrainConfig`) checkpoint `step` was saved with."""
-    return load_config(SimpleNamespace(config=str(Path(step) / CONFIG)), absent=PREDATED)
-
-
-def run_of(step: Path) -> Path:
-    """The run directory a step directory belongs to."""
-    return step.parent.parent
+    with tempfile.TemporaryDirectory(prefix="shadowsync-config-") as tmp:
+        path = local_copy(location(step) / CONFIG, Path(tmp))
+        return load_config(SimpleNamespace(config=str(path)), absent=PREDATED)
 
 
 # -- one process's shard --
 
-def space_short(directory: Path, state: dict[str, torch.Tensor]) -> str | None:
-    """Why `state` will not fit in `directory`'s file system (None: it fits). Checked before
-    writing: a full disk otherwise shows as a zip writer's "unexpected pos" from deep inside
-    torch.save, and leaves half a shard behind."""
+def space_short(directory: Location, state: dict[str, torch.Tensor]) -> str | None:
+    """Why `state` will not fit in `directory`'s file system (None: it fits; a URL's store
+    does not say). Checked before writing: a full disk otherwise shows as a zip writer's
+    "unexpected pos" from deep inside torch.save, and leaves half a shard behind."""
+    if isinstance(directory, Url):
+        return None
     need = sum(v.numel() * v.element_size() for v in state.values())
     where = Path(directory)
     while not where.exists() and where != where.parent:
@@ -186,13 +230,20 @@ class ShardNotWritten(RuntimeError):
 def checkpoint_library() -> ModuleType:
     """torch.distributed.checkpoint (DCP), imported on first use: start-up cost (it takes
     seconds to import, and only a process that saves or loads a checkpoint needs it)."""
-    import torch.distributed.checkpoint  # noqa: F401 - with its api and metadata modules
+    # with its api and metadata modules, and its fsspec storage (`_fsspec`)
+    import torch.distributed.checkpoint._fsspec_filesystem  # noqa: F401
 
     return torch.distributed.checkpoint
 
 
-def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
-    """Write tensors with DCP, no process group involved."""
+def _fsspec() -> ModuleType:
+    """DCP's fsspec storage (FsspecWriter / FsspecReader: any URL fsspec knows)."""
+    return checkpoint_library()._fsspec_filesystem
+
+
+def save_shard(directory: Location, state: dict[str, torch.Tensor]) -> None:
+    """Write tensors with DCP, no process group involved (a URL through DCP's fsspec
+    writer)."""
     dcp = checkpoint_library()
     CheckpointException = dcp.api.CheckpointException  # noqa: N806 - the library's class
 
@@ -204,14 +255,16 @@ def save_shard(directory: Path, state: dict[str, torch.Tensor]) -> None:
     with warnings.catch_warnings():  # "assuming the intent is to save in a single process": yes
         warnings.simplefilter("ignore", UserWarning)
         try:
-            dcp.save(plain, checkpoint_id=str(directory), no_dist=True)
+            writer = (_fsspec().FsspecWriter(str(directory)) if isinstance(directory, Url)
+                      else dcp.FileSystemWriter(str(directory)))
+            dcp.save(plain, checkpoint_id=str(directory), storage_writer=writer, no_dist=True)
         except CheckpointException as e:  # a BaseException, whose text is a traceback
             cause = next(iter(e.failures.values()))[0] if e.failures else e
             raise ShardNotWritten(f"checkpoint shard {directory}: {type(cause).__name__}: "
                                   f"{cause}") from None
 
 
-def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
+def load_shard(directory: Location, state: dict[str, torch.Tensor], what: str,
                strict: bool = True) -> None:
     """Read `directory` into the tensors of `state` (in place, same shapes), or UserError.
     `strict`: the shard must hold exactly these entries (else: at least these)."""
@@ -221,7 +274,7 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
 
     if not directory.is_dir():
         raise UserError(f"checkpoint {directory.parent}: incomplete, no shard {directory.name}")
-    reader = SafeFileSystemReader(str(directory))
+    reader = SafeFileSystemReader(directory)
     try:
         meta = reader.read_metadata()
     except Exception as e:  # noqa: BLE001 - a truncated or foreign file: one line
@@ -254,12 +307,12 @@ def load_shard(directory: Path, state: dict[str, torch.Tensor], what: str,
             v.copy_(fresh[k])
 
 
-def load_all(directory: Path, what: str) -> dict[str, torch.Tensor]:
+def load_all(directory: Location, what: str) -> dict[str, torch.Tensor]:
     """Every tensor of a shard, for holders whose contents are only known from the file."""
     TensorStorageMetadata = checkpoint_library().metadata.TensorStorageMetadata  # noqa: N806
 
     try:
-        meta = SafeFileSystemReader(str(directory)).read_metadata()
+        meta = SafeFileSystemReader(directory).read_metadata()
     except FileNotFoundError:
         raise UserError(f"checkpoint {directory.parent}: incomplete, no shard "
                         f"{directory.name}") from None
@@ -301,11 +354,12 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing {module}.{name} in checkpoint metadata")
 
 
-def _safe_reader_class() -> type:
+def _safe_reader_class(url: bool) -> type:
     dcp = checkpoint_library()
-    FileSystemReader, StorageMeta = dcp.FileSystemReader, dcp.metadata.StorageMeta  # noqa: N806
+    Reader = _fsspec().FsspecReader if url else dcp.FileSystemReader  # noqa: N806
+    StorageMeta = dcp.metadata.StorageMeta  # noqa: N806
 
-    class _Safe(FileSystemReader):
+    class _Safe(Reader):
         def read_metadata(self, *args: object, **kwargs: object) -> Metadata:
             path = self._get_metadata_path(kwargs.get("rank"))
             with self.fs.create_stream(path, "rb") as fh:
@@ -318,5 +372,5 @@ def _safe_reader_class() -> type:
     return _Safe
 
 
-def SafeFileSystemReader(path: str) -> FileSystemReader:  # noqa: N802 - reads like the class it makes
-    return _safe_reader_class()(path)
+def SafeFileSystemReader(path: Location) -> FileSystemReader:  # noqa: N802 - reads like a class
+    return _safe_reader_class(isinstance(path, Url))(str(path))

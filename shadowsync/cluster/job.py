@@ -15,11 +15,13 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from shadowsync.checkpoint.storage import Location
 from shadowsync.checkpoint.store import (
+    CHECKPOINT_DIR,
+    checkpoint_root,
     find_checkpoint,
     published,
     read_manifest,
-    run_of,
     saved_config,
 )
 from shadowsync.cluster.launch import choose_port, launch_local
@@ -113,7 +115,8 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
         raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync.mode)} saves only "
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")
-    saved = config_to_dict(resume_base(step))
+    base = resume_base(step)
+    saved = config_to_dict(base)
     here = config_to_dict(resolve(cfg))  # as the checkpoint's was (dense servers filled in)
     diff = [k for k in SHAPE_OPTIONS if saved.get(k) != here.get(k)]
     if diff:
@@ -122,10 +125,20 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
                         f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
     if manifest.get("final") and manifest.get("reason") == "end":
         raise UserError(f"--resume {step}: that run finished; nothing left to train")
-    run = run_of(step)
+    # The run goes on in its own directory and checkpoint root, unless options name others
+    # (options left as the checkpoint's config.toml has them name the same).
+    root = step.parent
+    run = root.parent if isinstance(root, Path) and root.name == CHECKPOINT_DIR else None
     out = Path(cfg.output.dir) if cfg.output.dir else run
-    if out.resolve() != run.resolve():
-        out = free_out_dir(replace(cfg, out=str(out)))
+    same_out = out is not None and (cfg.output.dir == base.output.dir or (
+        run is not None and out.resolve() == run.resolve()))
+    same_root = cfg.checkpoint.dir == base.checkpoint.dir
+    if not same_out:
+        out = free_out_dir(replace(cfg, out=str(out) if out else None))
+        if same_root:  # a new run directory keeps its own checkpoints
+            cfg = replace(cfg, checkpoint_dir=None)
+    elif same_root and run is None:
+        cfg = replace(cfg, checkpoint_dir=str(root))
     return replace(cfg, resume=str(step), out=str(out)), out
 
 
@@ -210,8 +223,8 @@ def free_out_dir(cfg: TrainConfig) -> Path:
     return out
 
 
-def last_good(out: Path | None) -> Path | None:
-    """The newest published checkpoint of the run in `out` (never one holding a NaN: those
+def last_good(cfg: TrainConfig) -> Location | None:
+    """The newest published checkpoint of the run of `cfg` (never one holding a NaN: those
     are refused when saved), or None."""
-    good = published(out) if out is not None else []
+    good = published(checkpoint_root(cfg)) if cfg.output.dir or cfg.checkpoint.dir else []
     return good[-1] if good else None

@@ -18,7 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import shadowsync.forkserver as forkserver
-from shadowsync.checkpoint.store import published
+from shadowsync.checkpoint.store import checkpoint_root, published
 from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main
 from shadowsync.cluster.failures import first_error, job_error
 from shadowsync.cluster.parts import layout_of
@@ -54,9 +54,9 @@ def choose_port(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, port=port)
 
 
-def stop_checkpoint(out: Path) -> str | None:
-    """The newest checkpoint of the run in `out`, if any."""
-    found = published(out)
+def stop_checkpoint(cfg: TrainConfig) -> str | None:
+    """The newest checkpoint of the run of `cfg`, if any."""
+    found = published(checkpoint_root(cfg))
     return str(found[-1]) if found else None
 
 
@@ -98,7 +98,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, object]:
     try:
         elastic_launch(launch, process_main)(cfg, forkserver.job_environment())
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
-        raise Interrupted(int(e.sigval), stop_checkpoint(out)) from None
+        raise Interrupted(int(e.sigval), stop_checkpoint(cfg)) from None
     except ChildFailedError as e:  # say which role failed and why, as the type it was
         statuses = [f.exitcode for f in e.failures.values()]
         line = first_error(out, restarts) or f"the job failed: {_first_words(str(e))}"

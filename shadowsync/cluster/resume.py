@@ -1,24 +1,129 @@
-"""What a process of a resumed (or restarted) job loads from the checkpoint."""
+"""What a process of a resumed (or restarted) job loads from the checkpoint, agreed by all.
+
+Before any process trains, the job agrees on two things over its process group
+(`agree_on_start`, called once every process has joined):
+
+- that its checkpoint storage is one storage for every host (`check_one_storage`): each
+  rank writes a token under the checkpoint root and looks for every other rank's. On hosts
+  that each keep their own ``--out`` a save could never gather its shards in one place;
+- where it starts (`agreed_checkpoint`): rank 0 finds the checkpoint (the newest published
+  step in a restarted attempt, the step --resume names otherwise) and every rank takes its
+  answer, so no host resumes from a listing of its own while another starts afresh.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from shadowsync.checkpoint import shards
-from shadowsync.checkpoint.store import load_all, published, read_manifest
+from shadowsync.checkpoint.storage import Location, location, remove_tree
+from shadowsync.checkpoint.store import (
+    checkpoint_root,
+    find_checkpoint,
+    load_all,
+    published,
+    read_manifest,
+    staging_dir,
+)
 from shadowsync.config import CheckpointConfig, TrainConfig
+from shadowsync.errors import UserError
 from shadowsync.lifecycle.attempts import attempt
 from shadowsync.state_dicts import Checkpointable
 
+# all_gather of one picklable value: every rank's, in rank order
+Exchange = Callable[[object], list[object]]
 
-def after_restart(cfg: TrainConfig) -> TrainConfig:
-    """In a restarted attempt, `cfg` resuming from the run's newest published checkpoint (or
-    from the start if it has none yet)."""
-    if attempt() == 0 or not cfg.output.dir:
+
+def agree_on_start(cfg: TrainConfig, rank: int, exchange: Exchange,
+                   hosts_apart: bool) -> TrainConfig:
+    """`cfg` as every rank will run it: its checkpoint storage checked to be one for all
+    (where the job spans hosts: `hosts_apart`), and the checkpoint it starts from agreed."""
+    if hosts_apart and not cfg.checkpoint.every.never:
+        check_one_storage(cfg, rank, exchange)
+    return agreed_checkpoint(cfg, rank, exchange)
+
+
+def check_one_storage(cfg: TrainConfig, rank: int, exchange: Exchange) -> None:
+    """Refuse, on every rank, a checkpoint root that some rank does not share: each writes
+    a token there, and after all have, each looks for all the others'."""
+    root = checkpoint_root(cfg)
+    probe = staging_dir(root, f"hosts-{exchange(uuid.uuid4().hex)[0]}")
+    mine = (socket.gethostname(), str(root))
+    error = ""
+    try:
+        probe.mkdir(parents=True, exist_ok=True)
+        (probe / f"rank-{rank}").write_text(mine[0], encoding="utf-8")
+    except Exception as e:  # noqa: BLE001 - any store's refusal, said in the one line
+        error = f"{type(e).__name__}: {e}"
+    everyone = exchange(mine)  # every rank has written (or failed to) before any looks
+    unseen = [r for r in range(len(everyone)) if not _exists(probe / f"rank-{r}")]
+    verdicts = exchange((unseen, error))
+    exchange(None)  # every rank has looked: the probe can go
+    try:
+        remove_tree(probe)  # on each host that has one of its own, too
+    except OSError:
+        pass
+    for r, (missing, failed) in enumerate(verdicts):
+        if failed or missing:
+            raise UserError(not_one_storage(cfg, r, everyone, missing, failed))
+
+
+def _exists(path: Location) -> bool:
+    try:
+        return path.exists()
+    except Exception:  # noqa: BLE001 - a store that cannot say: not seen
+        return False
+
+
+def not_one_storage(cfg: TrainConfig, rank: int, everyone: list[object], missing: list[int],
+                    failed: str) -> str:
+    """The one line that refuses a checkpoint storage some rank does not share."""
+    option, value = (("--checkpoint-dir", cfg.checkpoint.dir) if cfg.checkpoint.dir
+                     else ("--out", cfg.output.dir))
+    host, root = everyone[rank]
+    what = (f"rank {rank} (host {host}) cannot write {root}: {failed}" if failed else
+            f"rank {rank} (host {host}) does not see what rank {missing[0]} (host "
+            f"{everyone[missing[0]][0]}) wrote in {root}")
+    return (f"{option} {value}: checkpoints must be one storage for every host, but {what}; "
+            "put --out on a file system every host mounts, or keep checkpoints at an fsspec "
+            "URL every host reaches (--checkpoint-dir s3://..., gs://...)")
+
+
+def agreed_checkpoint(cfg: TrainConfig, rank: int, exchange: Exchange) -> TrainConfig:
+    """`cfg` resuming from rank 0's answer: in a restarted attempt the newest published
+    checkpoint (or none yet: from the start), else the step --resume names."""
+    found, error = None, None
+    if rank == 0:
+        try:
+            found = start_checkpoint(cfg)
+        except UserError as e:  # said by every rank, not only by rank 0 while the others wait
+            error = str(e)
+    found, error = exchange((found, error))[0]
+    if error:
+        raise UserError(error)
+    if attempt() == 0 and not cfg.checkpoint.resume:
         return cfg
-    found = published(Path(cfg.output.dir))
-    return replace(cfg, resume=str(found[-1]) if found else None)
+    return replace(cfg, resume=found)
+
+
+def start_checkpoint(cfg: TrainConfig) -> str | None:
+    """The checkpoint this process would start from, by its own listing."""
+    if attempt() > 0:
+        found = published(checkpoint_root(cfg)) if cfg.output.dir or cfg.checkpoint.dir else []
+        return str(found[-1]) if found else None
+    if cfg.checkpoint.resume:
+        return str(find_checkpoint(cfg.checkpoint.resume, "--resume"))
+    return None
+
+
+def hosts_apart() -> bool:
+    """The job's processes were started by more than one agent (torchrun on many hosts)."""
+    world = os.environ.get("WORLD_SIZE")
+    return world is not None and os.environ.get("LOCAL_WORLD_SIZE", world) != world
 
 
 def own_shard(checkpoint: CheckpointConfig, shard: str, part: Checkpointable, what: str,
@@ -30,9 +135,9 @@ def own_shard(checkpoint: CheckpointConfig, shard: str, part: Checkpointable, wh
     if not source:
         return
     if known:
-        shards.load_here(Path(source), shard, {"state": part}, what)
+        shards.load_here(source, shard, {"state": part}, what)
     else:
-        saved = load_all(Path(source) / shard, what)
+        saved = load_all(location(source) / shard, what)
         part.load_state_dict({k.removeprefix("state/"): v for k, v in saved.items()})
 
 
@@ -41,5 +146,6 @@ def pushes_to_rewind(checkpoint: CheckpointConfig) -> int:
     resumed workers push again: the dense servers count them once (0: not resuming)."""
     if not checkpoint.resume:
         return 0
-    positions = read_manifest(Path(checkpoint.resume), "--resume").get("positions") or {}
+    positions = read_manifest(checkpoint.resume, "--resume").get("positions") or {}
     return sum(sum(p) for p in positions.values())
+

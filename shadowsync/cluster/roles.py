@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import traceback
 import warnings
 from datetime import timedelta
@@ -30,13 +31,13 @@ from shadowsync.cluster.parts import (
     trainers_here,
     worker_names,
 )
-from shadowsync.cluster.resume import after_restart, own_shard, pushes_to_rewind
+from shadowsync.cluster.resume import agree_on_start, hosts_apart, own_shard, pushes_to_rewind
 from shadowsync.cluster.shm_room import check_hosts
 from shadowsync.config import TrainConfig
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.exits import EXIT_FAILED, exit_status
-from shadowsync.lifecycle.stop import STOP, STOP_GRACE_S, Interrupted
+from shadowsync.lifecycle.stop import JOB_PROCESS_ENV, STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
@@ -61,7 +62,6 @@ def role_main(cfg: TrainConfig) -> None:
     peer, 3 (`EXIT_DIVERGED`) for a diverged training, 1 for anything unexpected."""
     if attempts.attempt() > 0 and cfg.output.dir and attempts.restart_refused(Path(cfg.output.dir)):
         return
-    cfg = after_restart(cfg)
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", 0))
@@ -83,6 +83,8 @@ def role_main(cfg: TrainConfig) -> None:
         os._exit(e.exit_code)
     except UserError as e:
         report_error(cfg.output.dir, str(e))
+        if not os.environ.get(JOB_PROCESS_ENV):  # torchrun: no launcher of ours to say it
+            print(f"shadowsync: error: {e}", file=sys.stderr, flush=True)
         # PeerLost: another process died, which a restart can cure; anything else would fail
         # the same way again.
         if cfg.output.dir and not isinstance(e, PeerLost):
@@ -107,6 +109,8 @@ def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
         # start, or the workers train past the points due meanwhile and those are skipped.
         task_of(cfg.task).prepare_evaluation()
     rank, trainer_group = join_process_group(layout)
+    # Before anything is trained or saved: one checkpoint storage, one starting checkpoint.
+    cfg = agree_on_start(cfg, rank, gather_all, hosts_apart())
     check_hosts(cfg, layout)  # before anything is mapped: a full /dev/shm is a SIGBUS
     role, index = layout.role(rank)
     endpoint = rpc_endpoint(cfg.cluster.rpc_port)
@@ -144,6 +148,13 @@ def join_process_group(layout: ClusterLayout) -> tuple[int, dist.ProcessGroup]:
         rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     # Every rank must take part in creating a group, servers included.
     return rank, dist.new_group(layout.trainer_ranks, timeout=COLLECTIVE_TIMEOUT)
+
+
+def gather_all(item: object) -> list[object]:
+    """Every rank's `item`, in rank order (a collective: every rank calls it)."""
+    everyone: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, item)
+    return everyone
 
 
 def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,

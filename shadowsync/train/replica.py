@@ -20,7 +20,8 @@ from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
 
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.coordinator import Checkpointer
-from shadowsync.checkpoint.store import load_all, read_manifest
+from shadowsync.checkpoint.storage import location
+from shadowsync.checkpoint.store import checkpoint_root, load_all, read_manifest
 from shadowsync.config import CheckpointConfig, OutputConfig, TrainConfig, config_to_toml
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.lifecycle import attempts
@@ -91,7 +92,7 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
         return sum(examples_in(k, trainer * cfg.cluster.workers + w, shards_per, 0, stop,
                                cfg.optim.batch_size) for w, k in enumerate(positions))
 
-    return Checkpointer(Path(cfg.output.dir or "."), cfg.checkpoint.every, cfg.checkpoint.keep,
+    return Checkpointer(checkpoint_root(cfg), cfg.checkpoint.every, cfg.checkpoint.keep,
                         config_to_toml(cfg, leave_out=("port", "resume")), cfg.cluster.trainers,
                         remote,
                         [r for r in remote if r.startswith("trainer")], examples,
@@ -142,7 +143,7 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
         parts["workers"] = slots
     resumed = resume_summary(cfg.checkpoint)  # now: the checkpoint may be pruned by the end
     if cfg.checkpoint.resume:
-        shards.load_here(Path(cfg.checkpoint.resume), shard, parts, f"trainer {index}")
+        shards.load_here(cfg.checkpoint.resume, shard, parts, f"trainer {index}")
         if cfg.sync.entry.lockstep and resumed.get("aligned_at") is not None:
             slots.align(resumed["aligned_at"])
     elif cfg.checkpoint.warm_start:
@@ -150,11 +151,11 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
         # optimizer's state: a new day's data starts at its first row).
         learned = {k: v for k, v in parts.items() if k in ("model", "sync", "tables")}
         if cfg.model.tables == "dynamic":  # read as saved: the new budget may resize the pool
-            saved = load_all(Path(cfg.checkpoint.warm_start) / shard, f"trainer {index}")
+            saved = load_all(location(cfg.checkpoint.warm_start) / shard, f"trainer {index}")
             learned.pop("tables").load_state_dict(
                 {k.removeprefix("tables/"): v for k, v in saved.items()
                  if k.startswith("tables/")})
-        shards.load_here(Path(cfg.checkpoint.warm_start), shard, learned, f"trainer {index}",
+        shards.load_here(cfg.checkpoint.warm_start, shard, learned, f"trainer {index}",
                          strict=False)
     lead = index == 0
     metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and lead)
@@ -336,7 +337,7 @@ def resume_summary(checkpoint: CheckpointConfig) -> dict[str, object]:
     """Where a resumed run came from and what it trained twice."""
     if not checkpoint.resume:
         return {}
-    manifest = read_manifest(Path(checkpoint.resume), "--resume")
+    manifest = read_manifest(checkpoint.resume, "--resume")
     out = {"resumed_from": checkpoint.resume, "resumed_examples": manifest["examples"],
            "examples_trained_twice": manifest["examples_trained_twice_on_resume"]}
     if manifest.get("aligned_at") is not None:  # where every worker resumes (lockstep modes)

@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from shadowsync.checkpoint.coordinator import Checkpointer
-from shadowsync.checkpoint.store import BEST, CHECKPOINT_DIR, MANIFEST
+from shadowsync.checkpoint.store import BEST, MANIFEST, checkpoint_root
 from shadowsync.config import TrainConfig
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import PeerLost
@@ -468,7 +468,7 @@ class Trainer:
 
     def _resume_selection(self) -> None:
         """A resumed run goes on from the best model its run kept (a later one must beat it)."""
-        best = Path(self.cfg.output.dir or ".") / CHECKPOINT_DIR / BEST
+        best = checkpoint_root(self.cfg) / BEST
         try:
             at = json.loads((best / MANIFEST).read_text())["best"]
             value = float(at[f"val_{self.task.metric}"])
