@@ -86,7 +86,7 @@ def test_help_says_what_val_share_changes():
     assert ("--block-momentum (1 - 1/(2 x trainers)), --batch-size (256 / trainers), "
             "--lr (0.025), --lr-decay-floor (0.1) and --sync-interval (20steps)") in text
     assert "(default: 0.3; 0.1 with --val-share)" in text
-    assert "(default: 0.05; 0.025 with --val-share)" in text
+    assert "(default: 0.05; 0.025 with --val-share; either x sqrt(trainers)" in text
     assert "the default, 20steps with" in text
     assert "rounded down, so that each trainer takes as many steps an epoch as one" in text
 
@@ -153,3 +153,19 @@ def test_val_share_halves_the_dense_rate_and_lowers_the_decay_floor():
         TrainConfig(val_share=0.1, lr_decay_floor=1.5)
     with pytest.raises(Exception, match="--lr must be"):
         TrainConfig(val_share=0.1, lr=0)
+
+
+def test_averaging_without_block_momentum_raises_the_open_dense_rate_by_root_trainers():
+    """s-ma, s-easgd, fr-ma and fr-easgd on Adagrad: LR x sqrt(N) (with --val-share,
+    VALIDATED_LR x sqrt(N)); BMUF, DDP, none, SGD, --sync-groups and a given --lr: as they
+    were."""
+    for sync in ("s-ma", "s-easgd", "fr-ma", "fr-easgd"):
+        for n in (2, 4):
+            assert TrainConfig(sync=sync, trainers=n).optim.lr == pytest.approx(LR * n ** 0.5)
+            validated = TrainConfig(sync=sync, trainers=n, val_share=0.1).adapted()
+            assert validated.optim.lr == pytest.approx(VALIDATED_LR * n ** 0.5)
+        assert TrainConfig(sync=sync, lr=0.05).optim.lr == 0.05
+        assert TrainConfig(sync=sync, optimizer="sgd").optim.lr == LR
+    for sync in ("s-bmuf", "fr-bmuf", "ddp", "none", "torch-fr-ma"):
+        assert TrainConfig(sync=sync).optim.lr == LR
+    assert TrainConfig(sync="s-ma", sync_groups=["top=s-bmuf"]).optim.lr == LR

@@ -66,6 +66,41 @@ def test_step_pace_waits_for_each_workers_steps_since_the_last_round_began():
     assert time.perf_counter() - t0 < 0.05
 
 
+def test_auto_pace_runs_a_round_at_least_every_share_of_the_pass():
+    """MIN_ROUNDS = 40 and a pass of 400 steps a worker: a round at the latest 10 steps each
+    after the last began, however long the CPU budget would rest; sooner if it rests less."""
+    ctx = mp.get_context("spawn")
+    pace = Pace(SyncInterval(None), budget=0.01, cores=1, min_rounds=40)
+    counter = pace.worker_hook(ctx, workers=2)
+    assert pace.describe()["sync_min_rounds"] == 40
+    done = threading.Event()
+    pace.rest(0.0, 0.0, done)  # before the workers say how long their pass is: budget alone
+    for w in (0, 1):
+        counter.prepare(None, 0, w, steps=400)
+
+    def steps(worker, n):
+        for _ in range(n):
+            time.sleep(0.005)
+            counter.counts[worker] += 1
+
+    threads = [threading.Thread(target=steps, args=(w, 12)) for w in (0, 1)]
+    for t in threads:
+        t.start()
+    t0 = time.perf_counter()
+    pace.rest(cpu_s=1.0, wall_s=0.0, done=done)  # the budget alone: 100 s
+    seen, waited = counter.total(), time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    assert 20 <= seen <= 24 and waited < 5, (seen, waited)
+    # no step at all: the budget's rest (a 0.1 s round on the whole core: 0.1 s) ends it
+    pace = Pace(SyncInterval(None), budget=1.0, cores=1, min_rounds=40)
+    counter = pace.worker_hook(ctx, workers=1)
+    counter.prepare(None, 0, 0, steps=400)
+    t0 = time.perf_counter()
+    pace.rest(cpu_s=0.1, wall_s=0.0, done=done)
+    assert 0.09 <= time.perf_counter() - t0 < 1.0
+
+
 def test_sync_interval_reads_seconds_steps_and_auto():
     assert SyncInterval.parse("20steps").steps == 20
     assert SyncInterval.parse("0.25").seconds == 0.25

@@ -242,7 +242,8 @@ class OptimConfig:
     optimizer: Literal["adagrad", "sgd"] = opt(
         "adagrad", "optimizer (row-wise Adagrad for embeddings)")
     lr: float | None = opt(
-        None, "learning rate of the dense parameters (default: 0.05; 0.025 with --val-share)")
+        None, "learning rate of the dense parameters (default: 0.05; 0.025 with --val-share; "
+        "either x sqrt(trainers) under s-ma, s-easgd, fr-ma and fr-easgd with adagrad)")
     embedding_lr: float = opt(0.2, "learning rate of the embeddings")
     embedding_initial_accumulator: float = opt(
         0.05, "where the Adagrad accumulator of a single-id feature's embedding rows starts "
@@ -365,7 +366,8 @@ class SyncConfig:
     interval: SyncInterval | None = opt(
         None, "when background rounds run: seconds between them (0: back to back), Nsteps "
         "(once each worker has taken N steps since the last one began), or auto (as often as "
-        "--sync-budget allows; the default, 20steps with --val-share)",
+        "--sync-budget allows, and at least 40 rounds a job; the default, 20steps with "
+        "--val-share)",
         flag="sync_interval", spec=SyncInterval)
     budget: float = opt(0.03, "share of the trainer's cores the auto pace may spend",
                         flag="sync_budget")
@@ -387,8 +389,8 @@ class SyncConfig:
     elastic_alpha: float = opt(0.5, "EASGD elastic rate alpha")
     warmup_rounds: int = opt(
         20, "first rounds of a job over which BMUF's block momentum grows to its full value "
-        "and EASGD's centre follows the replicas without pulling them (0: the rules in full "
-        "from the first round)", flag="sync_warmup_rounds")
+        "and EASGD averages the replicas, its centre at their average, before it pulls (0: "
+        "the rules in full from the first round)", flag="sync_warmup_rounds")
     straggler_fallback: Literal["s-easgd"] | None = opt(
         None, "with --sync s-ma or s-bmuf: s-easgd rounds while the straggler detector "
         "(--switch-detector's k and m, over worker reports) sees a slow trainer, back when it "

@@ -46,7 +46,8 @@ def rule_for(sync: SyncConfig, trainers: int, rule: str) -> SyncRule:
                          block_lr=sync.block_lr, nesterov=sync.nesterov,
                          warmup_rounds=sync.warmup_rounds)
     if rule == "easgd":
-        return make_rule("easgd", alpha=sync.elastic_alpha, warmup_rounds=sync.warmup_rounds)
+        return make_rule("easgd", alpha=sync.elastic_alpha, warmup_rounds=sync.warmup_rounds,
+                         trainers=trainers)
     return make_rule(rule)
 
 

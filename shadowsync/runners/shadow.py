@@ -9,6 +9,12 @@ the trainer's cores), so the job syncs as often as the hardware can afford witho
 a number of worker steps: a round begins once the trainer's workers have taken that many steps
 each since the last one began, so the rounds fall at the same points of training on a busy or
 a slow machine as on an idle one (a time-paced round comes every fewer steps there).
+
+`auto` also gives every job at least MIN_ROUNDS rounds: a round begins, at the latest, once
+each worker has taken 1/MIN_ROUNDS of its pass since the last one began. A long job's budget
+pace comes far sooner than that (the default job of 1.5M examples runs hundreds of rounds), so
+only a short job is paced by its steps: a few hundred steps a worker, which the budget alone
+gave 3 to 9 rounds, fewer on an idle machine than on a busy one.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ POLL_S = (0.0005, 0.02)  # bounds on the rest between two looks at the workers' 
 # No step for this long after the workers' first: they are held (a validation, a gate) and a
 # peer trainer's round may be waiting on this one, so a step-paced loop starts its round anyway.
 STALL_S = 0.1
+# The fewest rounds an auto-paced job runs (counted in each worker's planned steps): enough
+# for the rules' warm-up (`--sync-warmup-rounds`, 20) to end within the first half of the job.
+MIN_ROUNDS = 40
 
 
 class StepCounter(HookDefaults):
@@ -39,13 +48,21 @@ class StepCounter(HookDefaults):
     def __init__(self, ctx: BaseContext, workers: int) -> None:
         self.workers = workers
         self.counts = ctx.Array("q", workers, lock=False)
+        self.planned = ctx.Array("q", workers, lock=False)  # each worker's pass, in steps
         self._worker = 0
         self._begun = 0  # the trainer's: its workers' steps when the last round began
 
     def prepare(self, model: nn.Module, trainer: int, worker: int,
                 steps: int = 0) -> nn.Module:
         self._worker = worker
+        self.planned[worker] = steps
         return model
+
+    def share_of_pass(self, parts: int) -> int | None:
+        """1/`parts` of the shortest worker's pass, in steps (at least 1); None until every
+        worker has said how long its pass is."""
+        shortest = min(self.planned)
+        return max(1, shortest // parts) if shortest > 0 else None
 
     def step(self) -> float:
         self.counts[self._worker] += 1
@@ -54,19 +71,22 @@ class StepCounter(HookDefaults):
     def total(self) -> int:
         return sum(self.counts)
 
-    def wait(self, steps: int, done: threading.Event) -> None:
-        """Until the workers have taken `steps` each since the last round began, `done`, or
-        (once they have started) no step for STALL_S. Looks again after about half the time
-        the steps left should take at the pace seen."""
+    def wait(self, steps: int, done: threading.Event, timeout: float | None = None) -> None:
+        """Until the workers have taken `steps` each since the last round began, `done`, and
+        either `timeout` seconds or, without one, (once they have started) no step for
+        STALL_S. Looks again after about half the time the steps left should take at the
+        pace seen."""
         target = self._begun + steps * self.workers
         t0 = moved = time.perf_counter()
         n0 = n = self.total()
         while n < target and not done.is_set():
             now = time.perf_counter()
-            if n and now - moved > STALL_S:
+            if (now - t0 >= timeout) if timeout is not None else (n and now - moved > STALL_S):
                 break
             rate = (n - n0) / (now - t0) if n > n0 else 0.0
             rest = 0.5 * (target - n) / rate if rate else POLL_S[0] * 4
+            if timeout is not None:
+                rest = min(rest, t0 + timeout - now)
             done.wait(min(POLL_S[1], max(POLL_S[0], rest)))
             seen, n = n, self.total()
             if n != seen:
@@ -78,15 +98,17 @@ class Pace:
     """How long to rest between rounds."""
 
     def __init__(self, interval: SyncInterval, budget: float,
-                 cores: float | None = None) -> None:
+                 cores: float | None = None, min_rounds: int = MIN_ROUNDS) -> None:
         self.interval = interval.seconds  # None (and steps None): auto
         self.steps = interval.steps
+        self.auto = self.interval is None and self.steps is None
         self.budget_cores = budget * (cores or len(os.sched_getaffinity(0)))
+        self.min_rounds = min_rounds
         self._cost: float | None = None
         self.counter: StepCounter | None = None
 
     def worker_hook(self, ctx: BaseContext, workers: int) -> StepCounter | None:
-        if self.steps is not None:
+        if self.steps is not None or self.auto:
             self.counter = StepCounter(ctx, workers)
         return self.counter
 
@@ -95,8 +117,13 @@ class Pace:
         if self.steps is not None:
             assert self.counter is not None, "worker_hook makes the counter before training"
             self.counter.wait(self.steps, done)
+            return
+        rest = self.rest_after(cpu_s, wall_s)
+        most = self.counter.share_of_pass(self.min_rounds) if self.counter else None
+        if self.auto and most is not None:
+            self.counter.wait(most, done, timeout=rest)
         else:
-            done.wait(self.rest_after(cpu_s, wall_s))
+            done.wait(rest)
 
     def rest_after(self, cpu_s: float, wall_s: float) -> float:
         if self.interval is not None:
@@ -109,7 +136,8 @@ class Pace:
         if self.steps is not None:
             return {"sync_interval": f"{self.steps}steps"}
         if self.interval is None:
-            return {"sync_interval": "auto", "sync_budget_cores": self.budget_cores}
+            return {"sync_interval": "auto", "sync_budget_cores": self.budget_cores,
+                    "sync_min_rounds": self.min_rounds}
         return {"sync_interval": self.interval}
 
 
