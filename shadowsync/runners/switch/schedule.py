@@ -58,8 +58,9 @@ class Schedule:
     def stragglers(self) -> list[int]:
         return self.detector.stragglers if self.detector is not None else []
 
-    # -- checkpoints: the detector's windows (the BSP quota used is the server's bsp_applied;
-    # an elastic policy's patience restarts with the run, its clock being this process's) --
+    # -- checkpoints: the detector's windows (the progress the policies count is the server's
+    # applied and bsp_applied; an elastic policy's patience restarts with the run, its clock
+    # being this process's) --
     def state_dict(self) -> dict[str, Any]:
         if self.detector is None:
             return {}
