@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "NetnsHosts",
     "cleanup_stale",
+    "kill_group",
     "netem_available",
     "netns_unavailable_reason",
     "shaping_unavailable_reason",
@@ -412,7 +413,7 @@ class NetnsHosts:
         try:
             out, err = proc.communicate(input=input, timeout=timeout)
         except subprocess.TimeoutExpired:
-            _killpg(proc, signal.SIGKILL)
+            kill_group(proc, signal.SIGKILL)
             proc.communicate()
             raise
         res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -428,12 +429,12 @@ class NetnsHosts:
         # leaders are covered by the namespace sweep below instead.
         live = [p for p in procs if p.returncode is None]
         for p in live:
-            _killpg(p, signal.SIGTERM)
+            kill_group(p, signal.SIGTERM)
         deadline = time.monotonic() + _KILL_GRACE_S
         for p in live:
             while p.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
-            _killpg(p, signal.SIGKILL)
+            kill_group(p, signal.SIGKILL)
         _kill_netns_pids(self._created)
         for p in live:
             try:
@@ -479,7 +480,9 @@ class NetnsHosts:
         )
 
 
-def _killpg(proc: subprocess.Popen, sig: int) -> None:
+def kill_group(proc: subprocess.Popen, sig: int) -> None:
+    """Send `sig` to the process group `proc` leads, unless `proc` has been reaped (its
+    group id may then be another's)."""
     if proc.returncode is not None:
         return
     try:

@@ -84,7 +84,8 @@ def role_main(cfg: TrainConfig) -> None:
     except UserError as e:
         report_error(cfg.output.dir, str(e))
         if not os.environ.get(JOB_PROCESS_ENV):  # torchrun: no launcher of ours to say it
-            print(f"shadowsync: error: {e}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"shadowsync: error: {e}\n")  # one write: ranks share stderr
+            sys.stderr.flush()
         # PeerLost: another process died, which a restart can cure; anything else would fail
         # the same way again.
         if cfg.output.dir and not isinstance(e, PeerLost):

@@ -88,17 +88,19 @@ def local_bytes(cfg: TrainConfig) -> int:
     return PER_PROCESS + tables_bytes(cfg, features, plan, 0) + trainer_bytes(cfg, features)
 
 
-def check_here(cfg: TrainConfig) -> None:
-    """Before a run on this machine starts a process: refuse it in one line if /dev/shm
-    cannot hold what all of it will share (the local launch's ranks, or the one process)."""
-    if not shm.available():
-        return
+def needed_here(cfg: TrainConfig) -> int:
+    """The bytes a run on this machine shares: every rank of a local launch, or the one
+    process of a run without any."""
     if cfg.distributed:
         layout = layout_of(cfg.cluster)
-        needed = host_bytes(cfg, layout, range(layout.world_size))
-    else:
-        needed = local_bytes(cfg)
-    line = shm.shortfall(needed, socket.gethostname())
+        return host_bytes(cfg, layout, range(layout.world_size))
+    return local_bytes(cfg)
+
+
+def check_here(cfg: TrainConfig) -> None:
+    """Before a run on this machine starts a process: refuse it in one line if /dev/shm
+    cannot hold what all of it will share."""
+    line = shm.shortfall(needed_here(cfg), socket.gethostname()) if shm.available() else None
     if line:
         raise UserError(line)
 
