@@ -10,8 +10,9 @@ the job's budget of gradients, b examples each: the plan's switch point in examp
 trained), then ASP, whoever was isolated and whenever they were released. The phases are
 counted in gradients applied, not in gradients applied under BSP as greedy's quota is: an
 isolated trainer's ASP pushes spend the job's budget too, so a quota counted under BSP
-could outlast the budget (a straggler isolated to the end, at half pace among 3 trainers,
-left BSP 20% of the budget short of a 90% quota, and the plan's ASP phase never came).
+could outlast the budget: one of 3 trainers isolated from 24% of the job to its end at
+half pace pushes a fifth of what is left asynchronously, so BSP reaches about 85% of the
+budget, short of a 90% quota, and the plan's ASP phase never comes.
 What the BSP phase holds instead: its members' steps plus the isolated trainers' pushes.
 
 An isolated trainer's gradients are applied on arrival at ASP's learning rate, with their
