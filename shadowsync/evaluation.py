@@ -7,6 +7,7 @@ where each part of it is in a checkpoint).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 from shadowsync.checkpoint.store import read_manifest
 from shadowsync.data.dataset import check_ids, layout, open_data, resolve, sparse_layout
 from shadowsync.errors import UserError
-from shadowsync.metrics import evaluate_predictions
+from shadowsync.metrics import evaluate_predictions, worse_than_constant
 from shadowsync.models.trained import TrainedModel
 from shadowsync.train.saved_model import load_model, score
 from shadowsync.train.tasks import plan_data
@@ -71,6 +72,9 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
                                                     .mean())}
     else:
         result = evaluate_predictions(pred, y)
+        warning = worse_than_constant(result["ne"], f"--data {data}:")
+        if warning:
+            logging.getLogger(__name__).warning("%s", warning)
     result.update({"examples": stop - start, "checkpoint": str(step)})
     if predictions is not None:
         np.save(predictions, pred)

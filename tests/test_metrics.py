@@ -12,6 +12,7 @@ from shadowsync.metrics import (
     evaluate_predictions,
     log_loss,
     normalized_entropy,
+    worse_than_constant,
 )
 
 
@@ -28,6 +29,15 @@ def test_ne_matches_hand_computation():
 def test_predicting_the_mean_ctr_scores_exactly_one():
     labels = np.array([1, 0, 0, 1, 0, 0, 0, 0])
     assert normalized_entropy(np.full(8, labels.mean()), labels) == pytest.approx(1.0)
+
+
+def test_an_ne_above_one_is_worse_than_the_constant_rate_and_says_so():
+    labels = np.array([1.0, 0.0, 0.0, 0.0])
+    ne = normalized_entropy(np.array([0.1, 0.9, 0.9, 0.9]), labels)  # backwards
+    assert ne > 1 and "above 1: worse than predicting the mean click rate" in \
+        worse_than_constant(ne, "eval")
+    assert worse_than_constant(normalized_entropy(np.full(4, 0.25), labels), "eval") is None
+    assert worse_than_constant(None, "eval") is None
 
 
 def test_predictions_are_clamped_so_a_confident_mistake_is_finite():

@@ -161,6 +161,18 @@ def test_a_bad_csv_value_names_its_line(tmp_path, schema):
         tabular.convert(str(csv), schema)
 
 
+def test_a_ragged_csv_row_names_its_line(tmp_path, schema):
+    csv = tmp_path / "d.csv"
+    pacsv.write_csv(_table(genres=pa.array(["1", "", "", "2"]),
+                           genre_weights=pa.array(["1", "", "", "1"])), csv)
+    lines = csv.read_text().splitlines()
+    lines[3] = lines[3].rsplit(",", 1)[0]  # the third row loses its last field
+    csv.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError) as e:
+        tabular.convert(str(csv), schema)
+    assert str(e.value) == f"{csv}:4: 7 fields, but the header has 8"
+
+
 @pytest.mark.parametrize("text, message", [
     ("dense = []\n", "'label' must name the label column"),
     ('label = "click"\n', "no [[categorical]] or [[multi_hot]] column"),

@@ -32,6 +32,7 @@ from shadowsync.data.dataset import dense_features, feature_counts, sparse_featu
 from shadowsync.data.dataset import resolve as resolve_data
 from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
+from shadowsync.metrics import worse_than_constant
 from shadowsync.train.local import train_local
 from shadowsync.train.tasks import plan_data
 
@@ -48,7 +49,11 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     if cfg.checkpoint.warm_start and not cfg.checkpoint.resume:
         cfg = checked_warm_start(cfg)
     check_writable(out)
-    return checked_run(cfg, out)
+    cfg, summary = checked_run(cfg, out)
+    warning = worse_than_constant(summary.get("eval_ne"), "eval")
+    if warning:
+        log.warning("%s", warning)
+    return cfg, summary
 
 
 def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, object]]:

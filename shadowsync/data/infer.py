@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shadowsync.data.cache import cache_root
-from shadowsync.data.tabular import arrow, list_files
+from shadowsync.data.tabular import arrow, list_files, unreadable_csv
 from shadowsync.errors import UserError
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def _csv_types(f: Path) -> dict[str, pyarrow.DataType]:
         block = pcsv.open_csv(f, convert_options=pcsv.ConvertOptions(
             column_types={n: pa.string() for n in names})).read_next_batch()
     except (pa.ArrowInvalid, OSError, StopIteration) as e:
-        raise UserError(f"{f}: not a readable CSV file ({str(e).splitlines()[0]})") from None
+        raise unreadable_csv(f, str(e)) from None
     types = {}
     for name in names:
         col = block.column(name)

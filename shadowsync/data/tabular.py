@@ -37,9 +37,11 @@ line: ``FILE:ROW: column 'x' ...`` (ROW counts data rows from 1; a CSV's line is
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -528,7 +530,7 @@ def _read_csv(f: Path, schema: TableSchema, w: _Writer) -> None:
     try:
         header = pcsv.open_csv(f, read_options=pcsv.ReadOptions(block_size=1 << 20))
     except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"{f}: not a readable CSV file ({str(e).splitlines()[0]})") from None
+        raise unreadable_csv(f, str(e)) from None
     present = set(header.schema.names)
     for name in schema.columns():
         if name not in present:
@@ -631,10 +633,26 @@ def _first_bad(parts: pyarrow.Array, value_type: pyarrow.DataType | str) -> int:
     return 0
 
 
+def unreadable_csv(f: Path, message: str) -> UserError:
+    """A CSV file pyarrow cannot parse, in one line; a row of another number of fields than
+    the header named by its line (pyarrow names the row's text, not where it is)."""
+    ragged = re.search(r"Expected (\d+) columns, got (\d+)", message)
+    if ragged:
+        with open(f, newline="", encoding="utf-8", errors="replace") as lines:
+            for line, row in enumerate(csv.reader(lines), start=1):
+                if row and len(row) != int(ragged[1]):
+                    return UserError(f"{f}:{line}: {len(row)} fields, but the header has "
+                                     f"{ragged[1]}")
+    return UserError(f"{f}: not a readable CSV file ({message.splitlines()[0]})")
+
+
 def _csv_error(f: Path, schema: TableSchema, types: dict[str, object], message: str) -> UserError:
     """pyarrow names the column but not the row of a value it cannot convert: find it."""
     pa = arrow()
     pcsv = pa.csv
+
+    if "CSV parse error" in message:
+        return unreadable_csv(f, message)
 
     names = [n for n in schema.columns() if f"'{n}'" in message] or \
         [n for n in schema.columns() if types.get(n) != pa.string()]

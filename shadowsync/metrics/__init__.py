@@ -7,6 +7,7 @@ from shadowsync.metrics.ctr import (
     evaluate_predictions,
     log_loss,
     normalized_entropy,
+    worse_than_constant,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "evaluate_predictions",
     "log_loss",
     "normalized_entropy",
+    "worse_than_constant",
 ]

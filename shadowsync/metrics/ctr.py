@@ -39,6 +39,17 @@ def normalized_entropy(pred: np.ndarray, labels: np.ndarray) -> float:
     return log_loss(pred, labels) / h if h > 0 else float("nan")
 
 
+def worse_than_constant(ne: object, what: str) -> str | None:
+    """The warning for an NE above 1 (`what`: whose), else None. NE 1 is what the constant
+    prediction of the mean label scores: above it the model's predictions cost more log loss
+    than knowing the click rate alone."""
+    if not isinstance(ne, float) or not ne > 1:
+        return None
+    return (f"{what} NE {ne:.4f} is above 1: worse than predicting the mean click rate for "
+            "every row (too few examples or passes, a learning rate too high, or eval data "
+            "unlike the training data)")
+
+
 def calibration(pred: np.ndarray, labels: np.ndarray) -> float:
     """Mean prediction over mean label: 1.0 is perfectly calibrated."""
     mean_label = float(np.mean(labels))
