@@ -101,3 +101,34 @@ def test_two_hosts_recipe_runs_a_job_as_two_hosts_on_this_machine(tmp_path: Path
     assert leftover == []
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["examples"] == 20000 and summary["trainers"] == 3
+
+
+def test_pytorchjob_gives_every_pod_a_dev_shm_and_one_storage_for_out():
+    """The Kubernetes example: a memory-backed /dev/shm and a ReadWriteMany volume holding
+    --out in every pod, torchrun's processes adding up to the job's, options that parse."""
+    import argparse
+
+    from shadowsync.cluster.parts import layout_of
+    from shadowsync.config import add_config_arguments, load_config
+
+    yaml = pytest.importorskip("yaml")
+    job, claim = yaml.safe_load_all((EXAMPLES / "pytorchjob.yaml").read_text())
+    assert job["kind"] == "PyTorchJob" and job["spec"]["elasticPolicy"]["rdzvBackend"] == "c10d"
+    workers = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    pod = workers["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    assert mounts["/dev/shm"]["emptyDir"]["medium"] == "Memory"
+    command = container["command"]
+    assert command[0] == "torchrun" and command[command.index("-m") + 1] == "shadowsync.run"
+    launcher = dict(a.split("=", 1) for a in command[1:command.index("-m")])
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    cfg = load_config(parser.parse_args(command[command.index("-m") + 2:]))
+    shared = next(path for path in mounts if cfg.output.dir.startswith(path + "/"))
+    assert mounts[shared]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    nodes = int(launcher["--nnodes"])
+    assert nodes == workers["replicas"]
+    assert nodes * int(launcher["--nproc-per-node"]) == layout_of(cfg.cluster).world_size
