@@ -117,6 +117,21 @@ def test_each_host_has_its_name_shm_and_disk_and_close_ends_everything(apart_ok,
     assert not hosts.root.exists()
 
 
+@pytest.mark.timeout(60)
+def test_hosts_apart_in_network_namespaces_resolve_each_other_there(apart_ok, tmp_path):
+    from shadowsync.cluster.netns import NetnsHosts, netns_unavailable_reason
+
+    if netns_unavailable_reason() is not None:
+        pytest.skip(netns_unavailable_reason())
+    with NetnsHosts(2) as net, ApartHosts(2, net=net) as hosts:
+        assert hosts.addrs == net.ips
+        res = hosts.run(1, ["sh", "-c", "hostname; getent hosts ssync-h0; ip -4 -o addr show eth0"],
+                        timeout=20)
+    name, resolved, addr = res.stdout.splitlines()
+    assert name == "ssync-h1" and resolved.split() == [net.ips[0], "ssync-h0"]
+    assert f"{net.ips[1]}/" in addr
+
+
 @pytest.mark.timeout(240)
 def test_a_dev_shm_too_small_for_a_local_job_is_refused_before_it_starts(apart_ok, tmp_path):
     """On one host, `shadowsync train` says so before it starts any process; with a /dev/shm
