@@ -58,14 +58,13 @@ def train(config: TrainConfig | None = None, /, **options: object) -> RunResult:
     a function (num_dense, num_tables, embedding_dim) -> nn.Module, defined anywhere (one from
     a notebook or `__main__` is sent to the job's processes by value). `result.model()` gives
     the trained model. Raises `shadowsync.errors.UserError` for bad options or data."""
-    if config is None and options.get("resume"):
+    if config is None and (options.get("resume") or options.get("warm_start")):
         from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
 
-        config = job.resume_base(options["resume"])
-    elif config is None and options.get("warm_start"):  # the run's options, unless given
-        from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
-
-        options = {**job.warm_start_options(str(options["warm_start"])), **options}
+        if options.get("resume"):
+            config = job.resume_base(options["resume"])
+        else:  # a warm start: the run's options, unless given
+            options = {**job.warm_start_options(str(options["warm_start"])), **options}
     cfg = config_from_options(config, **options)
     setup_logging(cfg.output.log_level, "launcher", respect_existing=True)
     cfg, summary = run(cfg)

@@ -21,6 +21,7 @@ from shadowsync.api import run
 from shadowsync.bench.commands import add_bench_commands
 from shadowsync.checkpoint.storage import local_copy, location
 from shadowsync.config import add_config_arguments, config_to_toml, load_config
+from shadowsync.data.infer import infer_schema
 from shadowsync.errors import UserError
 from shadowsync.inference import export
 from shadowsync.lifecycle.stop import Interrupted
@@ -91,8 +92,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from shadowsync.data.infer import infer_schema  # start-up cost: pyarrow
-
     sys.stdout.write(infer_schema(args.file, args.label))
     return 0
 

@@ -123,5 +123,6 @@ def test_a_model_defined_in_main_trains_over_two_trainers_with_s_bmuf(tmp_path):
 
     config = read_toml(str(tmp_path / "run" / "config.toml"), "config")
     assert config["model"]["name"] == "__main__:build"
-    with pytest.raises(Error, match=r"pass the same function: shadowsync.load\(path, model="):
+    with pytest.raises(Error, match=r"pass the same factory: --model MODULE:FUNCTION \(eval, "
+                       r"export\) or shadowsync.load\(path, model=FUNCTION\)"):
         load(tmp_path / "run")

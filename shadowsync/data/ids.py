@@ -116,21 +116,18 @@ def _signed(word: int) -> int:
 
 
 def _arrow_ids(values: object) -> np.ndarray:
-    """`raw_ids` of a pyarrow Array or ChunkedArray: strings hashed once each."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """`raw_ids` of a pyarrow Array or ChunkedArray (read through its own methods: pyarrow is
+    not imported here), strings hashed once each."""
     if values.null_count:
         raise ValueError("a null is not an id")
-    t = values.type
-    if pa.types.is_dictionary(t):
-        values, t = values.cast(t.value_type), t.value_type
-    if pa.types.is_integer(t):
-        return integer_ids(values.to_numpy())
-    if (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t)):
-        enc = pc.dictionary_encode(values)
-        if isinstance(enc, pa.ChunkedArray):
+    if str(values.type).startswith("dictionary"):
+        values = values.cast(values.type.value_type)
+    kind = str(values.type)
+    if kind.startswith(("int", "uint")):
+        return integer_ids(np.asarray(values))
+    if kind in ("string", "large_string", "binary", "large_binary"):
+        enc = values.dictionary_encode()
+        if hasattr(enc, "combine_chunks"):  # a ChunkedArray
             enc = enc.combine_chunks()
-        return string_ids(enc.dictionary.to_pylist())[enc.indices.to_numpy(zero_copy_only=False)]
-    raise ValueError(f"{t} values are not ids (ids are integers or strings)")
+        return string_ids(enc.dictionary.to_pylist())[np.asarray(enc.indices)]
+    raise ValueError(f"{kind} values are not ids (ids are integers or strings)")

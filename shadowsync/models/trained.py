@@ -74,13 +74,13 @@ def _module_key(name: str) -> str:
     return f"{key}_" if not key or hasattr(nn.ModuleDict, key) else key
 
 
-def _is_rows(value: Any) -> bool:
+def _is_rows(value: object) -> bool:
     """Whether `predict`'s first argument is raw rows (a table of named columns)."""
     return isinstance(value, Mapping) or hasattr(value, "column_names") or (
         type(value).__module__.startswith("pandas") and hasattr(value, "columns"))
 
 
-def _numbers(column: Any, name: str) -> np.ndarray:
+def _numbers(column: object, name: str) -> np.ndarray:
     values = np.asarray(column, dtype=np.float64)  # a null (pyarrow, pandas) reads as NaN
     if not np.isfinite(values).all():
         raise ValueError(f"rows: column {name!r}: {values[~np.isfinite(values)][0]} is not a "
@@ -88,7 +88,7 @@ def _numbers(column: Any, name: str) -> np.ndarray:
     return values
 
 
-def _lists(column: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _lists(column: object, name: str) -> tuple[np.ndarray, np.ndarray]:
     """A column of lists of ids -> (values by `raw_ids`, offsets [n + 1])."""
     if hasattr(column, "combine_chunks"):  # pyarrow
         column = column.combine_chunks()
@@ -101,7 +101,7 @@ def _lists(column: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     return _ids([x for v in lists for x in v], name), offsets
 
 
-def _ids(column: Any, name: str) -> np.ndarray:
+def _ids(column: object, name: str) -> np.ndarray:
     try:
         return raw_ids(column)
     except ValueError as e:
@@ -303,7 +303,7 @@ class TrainedModel(nn.Module):
         return list(dict.fromkeys([*self.dense_names,
                                    *(f.bucketize or f.name for f in self.features)]))
 
-    def inputs(self, rows: Any) -> tuple[np.ndarray, np.ndarray, dict[str, tuple]]:
+    def inputs(self, rows: object) -> tuple[np.ndarray, np.ndarray, dict[str, tuple]]:
         """Raw rows as the training data has them (a pyarrow Table, a dict of columns, a
         pandas DataFrame) -> `predict`'s (dense, sparse, multi_hot): numbers as float32,
         categorical values by `raw_ids` (integers their 64-bit pattern, strings hashed) as
