@@ -178,8 +178,9 @@ def _add_throughput(bench: Any) -> None:
     emb.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     emb.set_defaults(func=_bench_embedding)
     short = bench.add_parser("short", help="short jobs: a user's model on 120k rows of arrays "
-                             "under s-ma, s-bmuf, s-easgd and none, and the README's "
-                             "checkpoint-and-eval pair, eval NE over repeated identical runs")
+                             "under s-ma, s-bmuf and s-easgd beside ddp, none and one local "
+                             "trainer, and the README's checkpoint-and-eval pair, eval NE "
+                             "over repeated identical runs")
     short.add_argument("--out", default="runs/bench-short", help=OUT_HELP)
     short.add_argument("--repeats", type=int, default=10, help=REPEATS_HELP)
     short.add_argument("--no-checkpoint-pair", action="store_true",
