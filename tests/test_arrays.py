@@ -90,6 +90,28 @@ def test_an_id_past_its_table_names_file_column_row_and_the_size_to_pass(array_d
         plan_data(TrainConfig(data=str(array_dir), table_size=[30]))
 
 
+def test_64_bit_words_are_raw_ids_and_past_every_fixed_table(array_dir):
+    """uint64 hashes (and negative int64 ones) open as ids, batches keep their bits for
+    dynamic tables (size 0) and fold them as unsigned words for fixed ones; a fixed table
+    refuses them in one line."""
+    from shadowsync.config import TrainConfig
+    from shadowsync.data.dataset import batch_of
+    from shadowsync.train.tasks import plan_data
+
+    cats = np.load(array_dir / "cats.npy").astype(np.uint64)
+    cats[0] = [2**64 - 1, 2**63, 5]
+    np.save(array_dir / "cats.npy", cats)
+    data = open_data(str(array_dir))
+    raw = batch_of(data, slice(0, 1), np.zeros(3, np.uint64)).ids
+    assert raw.tolist() == [[-1, -(2**63), 5]]
+    folded = batch_of(data, slice(0, 1), np.array([7, 7, 7], np.uint64)).ids
+    assert folded.tolist() == [[(2**64 - 1) % 7, 2**63 % 7, 5]]
+    with pytest.raises(UserError) as e:
+        plan_data(TrainConfig(data=str(array_dir), table_size=[100]))
+    assert str(e.value) == (f"{array_dir / 'cats.npy'}: row 0, column 0: id {2**64 - 1} (a "
+                            "hash; --tables dynamic takes raw 64-bit ids)")
+
+
 @pytest.mark.timeout(60)
 def test_an_id_past_its_table_exits_2_in_one_line(tmp_path):
     data = write_array_dir(tmp_path / "a", rows=1000)

@@ -160,3 +160,35 @@ def test_the_exported_program_takes_multi_hot_tensors_for_any_batch_and_bag_size
         got = program(torch.ones(3, 2), torch.zeros(3, 1, dtype=torch.long), *empty, *empty,
                       torch.zeros(0))
     assert got.tolist() == [3.0, 3.0, 3.0]  # dense 1 + 1, C1 row 0 (0, 1), empty bags 0
+
+
+def test_raw_rows_read_by_name_as_the_id_rule_and_the_fold_say():
+    """predict(rows): dense columns by name, ids by `raw_ids` (a uint64 past 2^63, its int64
+    twin and a string alike), folded as unsigned words; a list column is a multi-hot bag."""
+    from shadowsync.data.ids import raw_ids
+    from shadowsync.models.trained import SparseFeature
+
+    tables = {"user": torch.arange(6.0).view(3, 2), "site": 10 * torch.arange(10.0).view(5, 2),
+              "items": 100 * torch.arange(8.0).view(4, 2)}
+    features = [SparseFeature("user"), SparseFeature("site"),
+                SparseFeature("items", multi_hot=True)]
+    m = TrainedModel(SumOfRows(), tables, num_dense=2, features=features,
+                     dense_names=["age", "price"])
+    rows = {"click": [1, 0], "price": [0.5, 0.25], "age": [1.0, 2.0],
+            "user": [2**64 - 1, -1], "site": ["a.com", "b.org"], "items": [[1, 2**63], []]}
+    dense, sparse, bags = m.inputs(rows)
+    assert dense.tolist() == [[1.0, 0.5], [2.0, 0.25]] and sparse[:, 0].tolist() == [-1, -1]
+    assert (sparse[:, 1] == raw_ids(rows["site"])).all()
+    assert bags["items"][0].tolist() == [1, -(2**63)] and bags["items"][1].tolist() == [0, 2, 2]
+    site = [int(s) % 5 for s in raw_ids(rows["site"]).view("uint64")]
+    # a row r of user / site / items sums to (4r + 1) x 1 / 10 / 100; (2^64 - 1) mod 3 = 0,
+    # 1 mod 4 = 1 and 2^63 mod 4 = 0
+    expected = torch.tensor([1.5 + 1 + 10 * (4 * site[0] + 1) + 100 * (5 + 1),
+                             2.25 + 1 + 10 * (4 * site[1] + 1)])
+    logits = m(torch.from_numpy(dense), torch.from_numpy(sparse),
+               torch.from_numpy(bags["items"][0]), torch.tensor([2, 0]))
+    assert torch.allclose(logits, expected)
+    assert torch.equal(m.predict(rows), torch.sigmoid(logits))
+    assert m.columns() == ["age", "price", "user", "site", "items"]
+    with pytest.raises(ValueError, match="rows: no column 'site'"):
+        m.predict({k: v for k, v in rows.items() if k != "site"})

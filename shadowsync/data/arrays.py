@@ -195,10 +195,11 @@ def check_ids(path: str, cats: np.ndarray, table_rows: tuple[int, ...] | list[in
         return
     row, col = first
     column = names[col] if names else f"column {col}"
-    if int(cats[row, col]) < 0:
-        raise UserError(f"{Path(path) / 'cats.npy'}: row {row}, {column}: negative id "
-                        f"{int(cats[row, col])} (ids must be >= 0; --tables dynamic takes raw "
-                        "64-bit ids)")
+    value = int(cats[row, col])
+    if value < 0 or value >= 1 << 63:  # a 64-bit word: a hash rather than a row
+        what = f"negative id {value} (ids must be >= 0" if value < 0 else f"id {value} (a hash"
+        raise UserError(f"{Path(path) / 'cats.npy'}: row {row}, {column}: {what}; --tables "
+                        "dynamic takes raw 64-bit ids)")
     need = np.maximum(sizes, top + 1)
     size_text = (str(int(need.max())) if len(set(sizes.tolist())) == 1
                  else ",".join(str(int(v)) for v in need))
