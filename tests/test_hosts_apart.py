@@ -1,6 +1,7 @@
 """Hosts that share no /dev/shm and no disk (`cluster.hosts_apart`): each its own mount and UTS
-namespace, torchrun with c10d rendezvous on each, as `docs/multi-host.md` says. Select them
-with `-m hosts_apart`; skipped where namespaces cannot be made."""
+namespace, torchrun with c10d rendezvous on each, as `docs/multi-host.md` says. The jobs take
+minutes, so they run only when selected (`pytest -m hosts_apart`); all is skipped where
+namespaces cannot be made."""
 
 from __future__ import annotations
 
@@ -20,8 +21,6 @@ from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.shm_room import needed_here
 from shadowsync.config import add_config_arguments, load_config
 from tests.helpers import run_cli, summary
-
-pytestmark = pytest.mark.hosts_apart
 
 # One embedding server and three trainers on two hosts of two processes each: the embedding
 # server and trainer 0 on the first (torchrun ranks hosts by name), trainers 1 and 2 on the
@@ -132,11 +131,12 @@ def test_hosts_apart_in_network_namespaces_resolve_each_other_there(apart_ok, tm
     assert f"{net.ips[1]}/" in addr
 
 
+@pytest.mark.hosts_apart
 @pytest.mark.timeout(240)
 def test_a_dev_shm_too_small_for_a_local_job_is_refused_before_it_starts(apart_ok, tmp_path):
     """On one host, `shadowsync train` says so before it starts any process; with a /dev/shm
     of what the check asks for, the same job runs (the estimate is not short: no SIGBUS)."""
-    job = [*JOB, "--examples", "20000", "--trainers", "2"]
+    job = [*JOB, "--examples", "5000", "--trainers", "2"]
     needed = needed_here(resolve(load_config(config_parser().parse_args(job))))
     train = [sys.executable, "-m", "shadowsync.cli", "train", *job, "--out"]
     with ApartHosts(2, shm_bytes=[needed // 2, needed + 2**19], prefix="ssync-one") as hosts:
@@ -148,9 +148,10 @@ def test_a_dev_shm_too_small_for_a_local_job_is_refused_before_it_starts(apart_o
     assert f"need {needed:,} bytes" in line and "--shm-size=" in line and "medium: Memory" in line
     assert not (tmp_path / "small" / "summary.json").exists()
     assert fits.returncode == 0, fits.stderr[-2000:]
-    assert summary(tmp_path / "fits")["examples"] == 20000
+    assert summary(tmp_path / "fits")["examples"] == 5000
 
 
+@pytest.mark.hosts_apart
 @pytest.mark.timeout(200)
 def test_a_small_dev_shm_on_the_embedding_servers_host_ends_every_agent(apart_ok, tmp_path):
     """8 MB of /dev/shm where the embedding server's tables (8.8 MB) go: every rank of both
@@ -171,6 +172,7 @@ def test_a_small_dev_shm_on_the_embedding_servers_host_ends_every_agent(apart_ok
     assert SHM_LINE in (out / "error.txt").read_text()
 
 
+@pytest.mark.hosts_apart
 @pytest.mark.timeout(420)
 def test_shared_out_survives_kill_9_of_a_rank_on_the_second_host(apart_ok, tmp_path):
     """A shared --out, torchrun --max-restarts 2, kill -9 of trainer 2 (second host) after the
@@ -202,6 +204,7 @@ def test_shared_out_survives_kill_9_of_a_rank_on_the_second_host(apart_ok, tmp_p
     assert not [p.name for p in steps.iterdir() if p.name.startswith(".tmp-")]
 
 
+@pytest.mark.hosts_apart
 @pytest.mark.timeout(200)
 def test_an_out_on_each_hosts_own_disk_is_refused_before_training(apart_ok, tmp_path):
     """--out on each host's own disk (Kubernetes without a shared volume, SLURM node-local
