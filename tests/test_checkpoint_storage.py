@@ -82,8 +82,9 @@ def test_an_unknown_url_scheme_is_one_line(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_a_job_writes_to_and_resumes_from_a_file_url_as_from_a_path(tmp_path):
-    """One job keeps its checkpoints at a file:// URL; a resume from its mid-run step at the
-    URL and one from a plain copy of that step end in the same model (1e-6)."""
+    """One job keeps its checkpoints at a file:// URL (through fsspec and DCP's fsspec
+    storage); a resume from its mid-run step at the URL and one from a plain copy of that
+    step end in the same model (1e-6)."""
     import shadowsync
 
     url = f"file://{tmp_path}/store"
@@ -92,6 +93,7 @@ def test_a_job_writes_to_and_resumes_from_a_file_url_as_from_a_path(tmp_path):
     assert first.returncode == 0, first.stderr
     steps = published(location(url))
     assert len(steps) == 2 and summary(tmp_path / "a")["checkpoint"] == str(steps[-1])
+    assert find_checkpoint(tmp_path / "a") == steps[-1]  # the run directory points there
     assert not list((tmp_path / "store").glob(".tmp-*"))
     mid = steps[0]
     shutil.copytree(tmp_path / "store" / mid.name, tmp_path / "copy" / mid.name)

@@ -159,6 +159,9 @@ def find_checkpoint(path: str | Location, option: str = "--checkpoint",
         read_manifest(p, option)
         return p
     roots = [p / CHECKPOINT_DIR, p] if (p / CHECKPOINT_DIR).is_dir() else [p]
+    elsewhere = _checkpoint_dir_of(p)
+    if elsewhere is not None:  # a run directory whose checkpoints went to --checkpoint-dir
+        roots.insert(0, location(elsewhere, option))
     for root in roots:
         best = root / BEST
         if not latest and (best / MANIFEST).is_file():
@@ -169,6 +172,17 @@ def find_checkpoint(path: str | Location, option: str = "--checkpoint",
             return found[-1]
     raise UserError(f"{option} {p}: no checkpoint there (expected {CHECKPOINT_DIR}/step-N/ "
                     "with a manifest.json)")
+
+
+def _checkpoint_dir_of(run: Location) -> str | None:
+    """The --checkpoint-dir of the run whose directory is `run`, if it named one."""
+    if not isinstance(run, Path) or not (run / CONFIG).is_file():
+        return None
+    try:
+        cfg = load_config(SimpleNamespace(config=str(run / CONFIG)), absent=PREDATED)
+        return cfg.checkpoint.dir
+    except (UserError, OSError, ValueError, TypeError):
+        return None
 
 
 def read_manifest(step: Location, option: str = "--checkpoint") -> dict[str, object]:
