@@ -235,3 +235,48 @@ def test_few_and_many_new_keys_are_counted_alike():
         assert (new[inverse] == values).all() and len(set(new.tolist())) == len(new)
         assert dict(zip(new.tolist(), counts.tolist())) == {
             v: int((values == v).sum()) for v in set(values.tolist())}
+
+
+def test_rows_another_process_holds_are_neither_evicted_nor_expired_until_it_lets_go():
+    for eviction in (Eviction(), Eviction.parse("ttl:4")):
+        m = DynamicRowMap(capacity=4, eviction=eviction)
+        old, _ = m.resolve(keys_of([10, 11]), examples=2)
+        held = np.zeros(2, dtype=np.int64)
+        clock, _ = m.touch(held, 2)
+        m.admit(keys_of([1, 2]), held, clock)
+        m.hold(user=7, clock=clock)  # another worker's next batch: ids 1 and 2, at clock 4
+        new, _ = m.resolve(keys_of([3, 4]), examples=2)  # full: 10 and 11, used before, go
+        assert sorted(new) == sorted(old)
+        # Every other row is held or used since the pin: a new id waits on the default row.
+        assert m.resolve(keys_of([5]), examples=2)[0][0] == DEFAULT_ROW
+        assert (m.find(keys_of([1, 2])) == held).all()  # still its ids' rows
+        m.release(7)
+        got, _ = m.resolve(keys_of([5, 6]), examples=2)  # let go: the oldest go first
+        assert sorted(got) == sorted(held) and (m.find(keys_of([1, 2])) == DEFAULT_ROW).all()
+
+
+def test_a_client_holds_its_batch_before_too_until_its_next_resolve():
+    m = DynamicRowMap(capacity=2)
+    first = np.zeros(1, dtype=np.int64)
+    clock, _ = m.touch(first, 1)
+    m.admit(keys_of([1]), first, clock)
+    m.hold(user=-1, clock=clock, keep_previous=True)
+    second = np.zeros(1, dtype=np.int64)
+    clock, _ = m.touch(second, 1)
+    m.admit(keys_of([2]), second, clock)
+    m.hold(user=-1, clock=clock, keep_previous=True)  # the push of id 1 still to come
+    assert m.resolve(keys_of([3]), examples=1)[0][0] == DEFAULT_ROW  # both held: it waits
+    third = m.find(keys_of([4]))
+    clock, _ = m.touch(third, 1)
+    m.hold(user=-1, clock=clock, keep_previous=True)  # id 1's push is done
+    assert m.resolve(keys_of([3]), examples=1)[0][0] == first[0]
+
+
+def test_rows_freed_between_the_find_and_the_lock_are_found_again():
+    m = DynamicRowMap(capacity=1)
+    key = keys_of([1])
+    m.resolve(key, examples=1)
+    evicted, rows = m.evictions(), m.find(key)
+    m.resolve(keys_of([2]), examples=1)  # another process: id 1's row goes to id 2
+    m.refind(key, rows, evicted)
+    assert rows[0] == DEFAULT_ROW

@@ -10,7 +10,14 @@ import torch
 from shadowsync.config import TrainConfig
 from shadowsync.data.bags import Bags
 from shadowsync.embeddings.dynamic import Eviction
-from shadowsync.embeddings.dynamic_tables import DynamicTables, holder_bytes, keys_of, pool_rows
+from shadowsync.embeddings.dynamic_tables import (
+    READ,
+    TRAIN,
+    DynamicTables,
+    holder_bytes,
+    keys_of,
+    pool_rows,
+)
 from shadowsync.errors import UserError
 from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.tasks.base import Features
@@ -50,7 +57,7 @@ def test_an_sgd_step_lands_on_the_ids_rows_and_lookup_only_reads():
 
 def test_the_same_raw_id_in_two_tables_gets_two_rows():
     t = tables()
-    rows = t.rows_of(torch.tensor([[5, 5]]), admit=True)
+    rows = t.rows_of(torch.tensor([[5, 5]]), TRAIN)
     assert rows[0] != rows[1] and (rows > 0).all()
 
 
@@ -62,7 +69,7 @@ def test_a_reused_row_starts_afresh_with_its_adagrad_accumulator_reset():
     assert (t.pool.state[1:] > 0.05).all()
     newcomer = torch.tensor([[1000]])
     t.update_and_lookup(first, torch.zeros(64, 1, 2), newcomer)  # the pool is full: one evicted
-    row = int(t.rows_of(newcomer, admit=False)[0])
+    row = int(t.rows_of(newcomer, READ)[0])
     assert t.counters()["evicted"] == 1 and float(t.pool.state[row]) == pytest.approx(0.05)
     assert t.pool.weight[row].abs().max() <= t.init_bound
 
@@ -74,19 +81,19 @@ def test_bags_are_keyed_as_single_ids_are():
     t = tables(capacity=16)
     multi = Bags.build(single, [(torch.tensor([BIG, BIG, 9]), torch.tensor([0, 2, 3]), None,
                                  "sum")])
-    rows = t.rows_of(multi, admit=True)
+    rows = t.rows_of(multi, TRAIN)
     vectors = t._vectors(multi, rows)
     by_id = t.lookup_rows(t.rows_of(Bags.build(torch.tensor([[0, 0]]), [
-        (torch.tensor([BIG]), torch.tensor([0, 1]), None, "sum")]), admit=False))
+        (torch.tensor([BIG]), torch.tensor([0, 1]), None, "sum")]), READ))
     assert torch.allclose(vectors[0, 2], 2 * by_id[-1])  # the bag {BIG, BIG} sums one row twice
 
 
 def test_the_tables_pickle_with_their_map_in_shared_memory():
     t = tables().share_memory_()
-    t.rows_of(torch.tensor([[BIG, 2]]), admit=True)
+    t.rows_of(torch.tensor([[BIG, 2]]), TRAIN)
     copy = pickle.loads(pickle.dumps(t))
-    assert (copy.rows_of(torch.tensor([[BIG, 2]]), admit=False) ==
-            t.rows_of(torch.tensor([[BIG, 2]]), admit=False)).all()
+    assert (copy.rows_of(torch.tensor([[BIG, 2]]), READ) ==
+            t.rows_of(torch.tensor([[BIG, 2]]), READ)).all()
 
 
 def test_state_dict_round_trip():
@@ -106,9 +113,10 @@ def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
     # 1,000 rows of 17 floats, no admission: rows and Adagrad sums (1,001 with the default
     # row), 2,048 int32 slots, row keys (and the tombstones' key), ages, the free stack, one
     # sketch counter a row of the sketch, the scalars (the slots in use and the highest row
-    # given the last).
+    # given the last), and the holds (a token, a pin and a last hold for each of up to 1,024
+    # processes).
     assert holder_bytes(1000, 17, 1) == 1001 * 72 + 2048 * 4 + 1002 * 8 + 1001 * 8 + 1000 * 4 \
-        + 4 * 4 + 13 * 8
+        + 4 * 4 + 13 * 8 + 1024 * 3 * 8
     for admit in (1, 2):
         held = DynamicTables(1, 1000, 17, admit).tensors().values()
         allocated = sum(t.numel() * t.element_size() for t in held)

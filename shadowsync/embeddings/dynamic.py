@@ -25,8 +25,17 @@ DeepRec (EmbeddingVariable), PERSIA and XDL do, and TorchRec's managed-collision
   default row (kept at zeros), and its gradient is dropped.
 - **eviction**: when the pool is full, the rows used longest ago (least recently used, by a
   clock that counts examples) are freed for new ids; with ``ttl:N`` rows not used in the last
-  N examples are also freed as they expire. A row used in the current call is never evicted,
-  so an id resolved in a call keeps its row through it.
+  N examples are also freed as they expire. Neither frees a row that a process still holds.
+- **holds**: a process that resolves ids for a training step uses their rows until it has
+  applied the step's gradients, while others go on admitting. Each such process (a `user`:
+  a pid, or a client's token on a server) keeps a pin in `holds`: the clock of the oldest
+  resolve whose rows it still uses (its last one; with ``keep_previous``, the one before,
+  for clients that resolve the next batch before pushing the current one). Resolves that
+  hold run under the lock, so the clock and the rows' ages only grow, and a row resolved at
+  clock c has ``last_used >= c``. Hence no row with ``last_used >= min(pins)`` is freed:
+  every held row is among them (and a few others, used since by anyone). A find runs
+  without the lock first; if any row was freed meanwhile (the `evicted` counter moved), the
+  rows whose key changed are found again under it.
 
 The map is an open-addressing hash table (linear probing) of at least twice `capacity`
 slots, searched for a whole batch at once: each round probes every id still looking, and the
@@ -42,9 +51,9 @@ batch's probe took 0.13 ms of CPU against 0.16 in all 32 MB, on a loaded machine
 tombstones are kept within a quarter of `used` (most ids end on their home slot): past it,
 the table is rebuilt in at least 8 times as many slots as keys; once `used` is every slot,
 within three quarters of it. Freed keys leave a tombstone, which a rebuild drops.
-Checkpoints hold the rows' keys, not the slots: loading rebuilds the table.
+Checkpoints hold the rows' keys, not the slots (loading rebuilds the table), nor the holds.
 Everything is a numpy array over the `tensors` (torch, so that a holder can put them in shared
-memory): the caller serialises calls (one lock per map).
+memory): the caller serialises calls (one lock per map), and copies `state_dict` under it.
 """
 
 from __future__ import annotations
@@ -75,6 +84,10 @@ _FIRST_COUNTER = 6
 _SLOTS_USED = _FIRST_COUNTER + len(COUNTERS)
 _HIGHEST_GIVEN = _SLOTS_USED + 1
 _UNSAVED = 2
+# holds: a row per process that holds rows (user token, its pin, the clock of its last hold);
+# a token of 0 marks a free row.
+MAX_USERS = 1024
+_USER, _PIN, _LAST = range(3)
 _MIN_SLOTS = 1 << 12
 _FEW_KEYS = 16  # inserted one at a time (see `_insert`)
 
@@ -214,13 +227,14 @@ def map_tensors(capacity: int, sketch_width: int, sketch_depth: int) -> dict[str
         "sketch": torch.zeros(sketch_depth, sketch_width, dtype=torch.int32),
         "meta": torch.tensor([0, 0, 0, capacity, 0, 0] + [0] * len(COUNTERS)
                              + [min(_MIN_SLOTS, slot_count(capacity)), 0], dtype=torch.int64),
+        "holds": torch.zeros(MAX_USERS, 3, dtype=torch.int64),
     }
 
 
 def map_bytes(capacity: int, sketch_width: int, sketch_depth: int) -> int:
     """The bytes of `map_tensors(capacity, ...)`, without allocating them."""
     return (4 * slot_count(capacity) + 8 * (capacity + 2) + 8 * (capacity + 1) + 4 * capacity
-            + 4 * sketch_depth * sketch_width + 8 * (_SLOTS_USED + _UNSAVED))
+            + 4 * sketch_depth * sketch_width + 8 * (_SLOTS_USED + _UNSAVED) + 24 * MAX_USERS)
 
 
 class DynamicRowMap:
@@ -246,7 +260,8 @@ class DynamicRowMap:
         self._slots, self._key_of_row = a["slots"], a["row_key"]
         self._row_key = self._key_of_row[:-1]  # rows 0..capacity (row -1: the tombstones')
         self._last_used, self._free = a["last_used"], a["free"]
-        self._sketch, self._meta = a["sketch"], a["meta"]
+        self._sketch, self._meta, self._holds = a["sketch"], a["meta"], a["holds"]
+        self._slot_of: dict[int, int] = {}  # user token -> its row of `holds` (a guess)
         depth = self._sketch.shape[0]
         self._sketch_salt = mix64(np.arange(1, depth + 1, dtype=np.uint64) * GOLDEN) | np.uint64(1)
 
@@ -263,8 +278,9 @@ class DynamicRowMap:
         """Rows of `keys` (int64, repeats allowed) and the rows newly given to an id in this
         call. `examples` advance the clock first. With `admit` false (evaluation, serving)
         nothing is counted, touched or admitted: ids not in the map read the default row.
-        (`admissions`, `find`, `touch`, then `admit` when `needs_admit` says so: the same in
-        steps, for holders shared by processes.)"""
+        Only the rows of this call are held. (`admissions`, `evictions`, `find`, then under
+        the lock `refind`, `touch`, `hold` and `admit` when `needs_admit` says so: the same
+        in steps, for holders shared by processes.)"""
         seen = self.admissions()
         rows = self.find(keys)
         if not admit:
@@ -277,6 +293,60 @@ class DynamicRowMap:
         whether any key can have entered the map since."""
         return int(self._meta[_FIRST_COUNTER + COUNTERS.index("admitted")])
 
+    def evictions(self) -> int:
+        """How many rows have been freed so far: read before a `find`, it tells `refind`
+        whether any row found can have left its key since."""
+        return int(self._meta[_FIRST_COUNTER + COUNTERS.index("evicted")])
+
+    def refind(self, keys: np.ndarray, rows: np.ndarray, evicted: int) -> None:
+        """Under the lock: find again (into `rows`) the keys whose row was freed since
+        `evictions` read `evicted`, before `rows` were found without the lock."""
+        if evicted == self.evictions():
+            return
+        stale = np.flatnonzero((rows != DEFAULT_ROW) & (self._row_key[rows] != keys))
+        if len(stale):
+            rows[stale] = self.find(keys[stale])
+
+    def hold(self, user: int, clock: int, keep_previous: bool = False) -> None:
+        """Under the lock, after `touch`ing a batch's rows at `clock`: `user` (a nonzero
+        token) holds them, and, with `keep_previous`, still the rows of its hold before
+        (whose gradients it has yet to push); its older rows it holds no more."""
+        slot = self._slot(user, clock)
+        row = self._holds[slot]
+        row[_PIN] = row[_LAST] if keep_previous else clock
+        row[_LAST] = clock
+
+    def release(self, user: int) -> None:
+        """Under the lock: `user` holds no rows any more (it has left)."""
+        for slot in np.flatnonzero(self._holds[:, _USER] == user):
+            self._holds[slot] = 0
+        self._slot_of.pop(user, None)
+
+    def _slot(self, user: int, clock: int) -> int:
+        """`user`'s row of `holds`, taken (pinned at `clock`) if it has none."""
+        holds, slot = self._holds, self._slot_of.get(user)
+        if slot is not None and holds[slot, _USER] == user:
+            return slot
+        mine = np.flatnonzero(holds[:, _USER] == user)
+        if len(mine):
+            slot = int(mine[0])
+        else:
+            free = np.flatnonzero(holds[:, _USER] == 0)
+            if not len(free):
+                raise RuntimeError(f"dynamic tables: more than {MAX_USERS} processes hold "
+                                   f"rows of one pool")
+            slot = int(free[0])
+            holds[slot] = (user, clock, clock)
+        self._slot_of[user] = slot
+        return slot
+
+    def _held_from(self, clock: int) -> int:
+        """The clock from which rows may be held: no row used at or after it is freed (the
+        oldest pin, or `clock`, that of the call freeing rows)."""
+        holds = self._holds
+        pins = holds[holds[:, _USER] != 0, _PIN]
+        return min(clock, int(pins.min())) if len(pins) else clock
+
     def find(self, keys: np.ndarray) -> np.ndarray:
         """The rows of `keys`, the default row for keys not in the map. Safe without the
         lock: a key being inserted meanwhile reads as missing or as its row (the row's key
@@ -284,18 +354,18 @@ class DynamicRowMap:
         its old row, as Hogwild updates race."""
         return self._probe(keys)[1]  # an empty slot: row 0
 
-    def touch(self, rows: np.ndarray, examples: int) -> tuple[int, int]:
-        """A training step's use of `rows`: the clock advances by `examples`, the rows found
-        are marked used now, the lookups counted. Safe without the lock (a race between
-        processes can lose a count or a tick, never a row). The clock, and the lookups that
-        found no row."""
+    def touch(self, rows: np.ndarray, examples: int, counted: bool = True) -> tuple[int, int]:
+        """A training step's use of `rows`, under the lock (so that ages only grow): the
+        clock advances by `examples`, the rows found are marked used now, the lookups
+        counted if `counted`. The clock, and the lookups that found no row."""
         meta = self._meta
         meta[_CLOCK] += examples
         clock = int(meta[_CLOCK])
         self._last_used[rows] = clock  # the default row's too: nothing reads its age
         hits = int(np.count_nonzero(rows))
-        meta[_FIRST_COUNTER + COUNTERS.index("lookups")] += len(rows)
-        meta[_FIRST_COUNTER + COUNTERS.index("hits")] += hits
+        if counted:
+            meta[_FIRST_COUNTER + COUNTERS.index("lookups")] += len(rows)
+            meta[_FIRST_COUNTER + COUNTERS.index("hits")] += hits
         return clock, len(rows) - hits
 
     def needs_admit(self, misses: int, clock: int) -> bool:
@@ -319,6 +389,7 @@ class DynamicRowMap:
         miss = np.flatnonzero(rows == DEFAULT_ROW)
         if len(miss) and seen != self.admissions():
             rows[miss] = self.find(keys[miss])
+            self._last_used[rows[miss]] = clock  # used now, as the rows found first were
             miss = miss[rows[miss] == DEFAULT_ROW]
         if not len(miss):
             return empty, empty
@@ -366,9 +437,10 @@ class DynamicRowMap:
         return self._row_key[rows], rows
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The map's tensors but the hash table, which `load_state_dict` rebuilds from the
-        rows' keys (`row_key`: rows 0..capacity)."""
-        state = {k: t for k, t in self.tensors.items() if k != "slots"}
+        """The map's tensors (live: copy them under the lock) but the hash table, which
+        `load_state_dict` rebuilds from the rows' keys (`row_key`: rows 0..capacity), and
+        the holds, which belong to the processes of a run."""
+        state = {k: t for k, t in self.tensors.items() if k not in ("slots", "holds")}
         state["row_key"] = state["row_key"][:-1]
         state["meta"] = state["meta"][:_SLOTS_USED]
         return state
@@ -503,14 +575,14 @@ class DynamicRowMap:
 
     def _make_room(self, wanted: int, clock: int) -> int:
         """Free rows until `wanted` are free, the least recently used first (at least a
-        64th of the pool at a time, so that eviction's full scan is paid rarely); rows used
-        at `clock` stay. The rows free now."""
+        64th of the pool at a time, so that eviction's full scan is paid rarely); rows that
+        may be held (`_held_from`) stay. The rows free now."""
         free = int(self._meta[_FREE_TOP])
         if wanted <= free:
             return wanted
         used = np.flatnonzero(self._row_key != FREE)
         age = self._last_used[used]
-        idle = np.flatnonzero(age < clock)
+        idle = np.flatnonzero(age < self._held_from(clock))
         n = min(len(idle), max(wanted - free, self.capacity // 64))
         if n:
             oldest = idle[np.argpartition(age[idle], n - 1)[:n]] if n < len(idle) else idle
@@ -518,10 +590,11 @@ class DynamicRowMap:
         return min(wanted, int(self._meta[_FREE_TOP]))
 
     def _expire(self, clock: int) -> None:
-        """ttl:N: free the rows idle for N examples, checked every N/8 examples."""
+        """ttl:N: free the rows idle for N examples and held by no process, checked every
+        N/8 examples."""
         ttl = self.eviction.ttl
         if ttl is None or clock - self._meta[_SWEPT] < max(1, ttl // 8):
             return
         self._meta[_SWEPT] = clock
         used = np.flatnonzero(self._row_key != FREE)
-        self._release(used[self._last_used[used] < clock - ttl])
+        self._release(used[self._last_used[used] < min(clock - ttl, self._held_from(clock))])

@@ -11,10 +11,16 @@ touched; `lookup` alone (evaluation, serving, a worker's first batch) only reads
 data never takes rows. A row given to a new id starts afresh: weights drawn as a fixed table
 of `init_rows` rows draws its rows, Adagrad accumulator back at its initial value.
 
-Every process that maps the pool reads the map without a lock and admits ids under one lock
-per holder (`HostLock`): the map is small work next to the lookups (about half a millisecond
-for 6,600 ids on one core), and the rows themselves are read and updated without locks,
-Hogwild, as fixed tables are.
+Every process that maps the pool finds ids in the map without a lock, then stamps, holds and
+admits them under one lock per holder (`HostLock`): a training step's rows are held by its
+process until it has applied the step's gradients, so no other process evicts them meanwhile
+(see `shadowsync.embeddings.dynamic`). The map is small work next to the lookups (about half
+a millisecond for 6,600 ids on one core), and the rows themselves are read and updated
+without locks, Hogwild, as fixed tables are. A checkpoint copies the map under the lock.
+
+Rows are resolved at three levels: `READ` (evaluation, serving, a worker's first batch: a
+find, nothing held), `HOLD` (a batch read that way whose gradients are coming: stamped and
+held, nothing counted) and `TRAIN` (a training step's next batch: counted, admitted, held).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from shadowsync.embeddings.tables import INIT_MIN_ROWS, EmbeddingTables
 from shadowsync.embeddings.unique import unique_with_inverse
 
 SKETCH_DEPTH = 4
+READ, HOLD, TRAIN = range(3)  # how a batch's rows are resolved (see the module)
 
 
 def sketch_width(capacity: int, admit_after: int) -> int:
@@ -156,7 +163,7 @@ class DynamicTables:
         self.pool = pool
         self.lock = HostLock(lock_path)
         self._gen = torch.Generator().manual_seed(seed * 7919 + os.getpid())
-        self._last: tuple[Any, torch.Tensor, bool] | None = None
+        self._last: tuple[Any, torch.Tensor, int] | None = None
 
     @property
     def capacity(self) -> int:
@@ -173,9 +180,13 @@ class DynamicTables:
         return self
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Rows, optimizer state and the map's state (its hash table is rebuilt on load)."""
-        return {**self.pool.state_dict(),
-                **{f"map/{k}": v for k, v in self.map.state_dict().items()}}
+        """Rows, optimizer state and the map's state (its hash table is rebuilt on load). The
+        map is a copy taken under the lock, so its rows' keys, free rows and counts agree
+        while other processes admit ids; the rows are live, Hogwild, as fixed tables' are (a
+        row given to another id after the copy resumes as a fresh row of its old id)."""
+        with self.lock:
+            mapped = {f"map/{k}": v.clone() for k, v in self.map.state_dict().items()}
+        return {**self.pool.state_dict(), **mapped}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         if state["weight"].shape != self.pool.weight.shape:  # a warm start, a new budget
@@ -186,7 +197,9 @@ class DynamicTables:
                     raise ValueError(f"dynamic tables {name}: saved shape "
                                      f"{tuple(state[name].shape)}, these {tuple(t.shape)}")
                 t.copy_(state[name])
-        self.map.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("map/")})
+        with self.lock:
+            self.map.load_state_dict({k[4:]: v for k, v in state.items()
+                                      if k.startswith("map/")})
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -198,21 +211,38 @@ class DynamicTables:
         self._gen = torch.Generator().manual_seed(self.seed * 7919 + os.getpid())
 
     # -- the map -----------------------------------------------------------------------------
-    def resolve(self, keys: torch.Tensor, examples: int, admit: bool) -> torch.Tensor:
-        """Rows of keys (`raw_keys`), admitting and resetting new rows when `admit`. Only
-        admission takes the lock: a step whose ids all have rows runs without it (a process
-        preempted while holding the lock would stall every other one)."""
+    def resolve(self, keys: torch.Tensor, examples: int, level: int, user: int | None = None,
+                keep_previous: bool = False) -> torch.Tensor:
+        """Rows of keys (`raw_keys`) at `level` (READ, HOLD, TRAIN: see the module): TRAIN
+        admits ids and resets the rows given to them. Above READ the rows are held by
+        `user` (this process by default; a server passes its client's token) until its next
+        resolve above READ, or the one after with `keep_previous`. The probe runs without
+        the lock; the stamps, the hold and admission under it."""
         k = keys.numpy()
-        seen = self.map.admissions()
+        seen, evicted = self.map.admissions(), self.map.evictions()
         rows = self.map.find(k)
-        if admit:
-            clock, misses = self.map.touch(rows, examples)
-            if self.map.needs_admit(misses, clock):
-                with self.lock:
-                    _, reused = self.map.admit(k, rows, clock, seen)
-                    if len(reused):
-                        self._reset(torch.from_numpy(reused))
+        if level == READ:
+            return torch.from_numpy(rows)
+        train = level == TRAIN
+        with self.lock:
+            self.map.refind(k, rows, evicted)
+            clock, misses = self.map.touch(rows, examples if train else 0, counted=train)
+            self.map.hold(self.user if user is None else user, clock, keep_previous)
+            if train and self.map.needs_admit(misses, clock):
+                _, reused = self.map.admit(k, rows, clock, seen)
+                if len(reused):
+                    self._reset(torch.from_numpy(reused))
         return torch.from_numpy(rows)
+
+    @property
+    def user(self) -> int:
+        """This process's token as a holder of rows."""
+        return os.getpid()
+
+    def release(self, user: int | None = None) -> None:
+        """`user` (this process by default) holds no rows any more."""
+        with self.lock:
+            self.map.release(self.user if user is None else user)
 
     def _reset(self, rows: torch.Tensor) -> None:
         init = torch.empty(rows.shape[0], self.dim).uniform_(-self.init_bound, self.init_bound,
@@ -255,20 +285,21 @@ class DynamicTables:
         pass
 
     def detach(self) -> None:
-        pass
+        self.release()
 
-    def rows_of(self, ids: torch.Tensor | Bags, admit: bool) -> torch.Tensor:
-        """The pool rows of a batch's lookups (ids [B, T] flattened, or a `Bags`' pairs)."""
+    def rows_of(self, ids: torch.Tensor | Bags, level: int) -> torch.Tensor:
+        """The pool rows of a batch's lookups (ids [B, T] flattened, or a `Bags`' pairs),
+        resolved at `level` or above."""
         # A step reads its rows (admitting) and then updates them: one resolve serves both.
-        if self._last is not None and self._last[0] is ids and (self._last[2] or not admit):
+        if self._last is not None and self._last[0] is ids and self._last[2] >= level:
             return self._last[1]
-        rows = self.resolve(keys_of(ids), ids.shape[0], admit)
-        self._last = (ids, rows, admit)
+        rows = self.resolve(keys_of(ids), ids.shape[0], level)
+        self._last = (ids, rows, level)
         return rows
 
     def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:
         """Vectors of a batch, reading only: ids not in the map read the default row."""
-        return self._vectors(ids, self.rows_of(ids, admit=False))
+        return self._vectors(ids, self.rows_of(ids, READ))
 
     def _vectors(self, ids: torch.Tensor | Bags, rows: torch.Tensor) -> torch.Tensor:
         if isinstance(ids, Bags):
@@ -277,17 +308,21 @@ class DynamicTables:
 
     def apply_gradients(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
                         lr_scale: float = 1.0) -> None:
+        """Apply a batch's gradients to its rows, held since they were resolved (a batch
+        only read, such as a worker's first, is held now: an id whose row went meanwhile
+        lands on its row now, or nowhere)."""
         per_row = ids.unpool(grads) if isinstance(ids, Bags) else grads.reshape(-1, self.dim)
-        self.apply_rows(self.rows_of(ids, admit=False), per_row, lr_scale=lr_scale)
+        self.apply_rows(self.rows_of(ids, HOLD), per_row, lr_scale=lr_scale)
 
     def update_and_lookup(self, ids: torch.Tensor | Bags, grads: torch.Tensor,
                           next_ids: torch.Tensor | Bags | None,
                           lr_scale: float = 1.0) -> torch.Tensor | None:
-        """A training step: apply `ids`' gradients, then admit and read `next_ids`."""
+        """A training step: apply `ids`' gradients, then admit and read `next_ids` (whose
+        rows this process then holds instead)."""
         self.apply_gradients(ids, grads, lr_scale)
         if next_ids is None:
             return None
-        return self._vectors(next_ids, self.rows_of(next_ids, admit=True))
+        return self._vectors(next_ids, self.rows_of(next_ids, TRAIN))
 
 
 def keys_of(ids: torch.Tensor | Bags) -> torch.Tensor:

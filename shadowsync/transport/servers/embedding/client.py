@@ -15,6 +15,9 @@ from shadowsync.data.bags import Bags
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic import server_of
 from shadowsync.embeddings.dynamic_tables import (
+    HOLD,
+    READ,
+    TRAIN,
     DynamicSpec,
     DynamicTables,
     keys_of,
@@ -66,6 +69,7 @@ class RemoteEmbeddings:
         self._last: _Requests | None = None
         self._shared: dict[int, EmbeddingTables | DynamicTables] = {}
         self._private = private or {}
+        self._user = 0  # dynamic tables: this client's token as a holder of rows (attach)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -75,6 +79,7 @@ class RemoteEmbeddings:
     def attach(self, name: str) -> None:
         self.endpoint.join(name, self.ranks[name], self.layout.rpc_world_size)
         self._keys = self.plan.keys()
+        self._user = -(self.ranks[name] + 1)  # unique in the job, and no pid (those are > 0)
         self._shared = dict(self._private)
         for s in range(self.plan.servers):
             server = ClusterLayout.embedding_name(s)
@@ -84,6 +89,15 @@ class RemoteEmbeddings:
                     self._shared[s] = mapped
             rpc.rpc_sync(server, attached)
 
+    def _release_holds(self) -> None:
+        """Dynamic tables: this client holds no rows any more, on any server (one already
+        gone, as when a stopped job ends, took them along)."""
+        for s in range(self.plan.servers):
+            try:
+                self._call(s, "release", self._user).wait()
+            except Exception:  # noqa: BLE001 - a server that has left holds nothing
+                pass
+
     @property
     def shared_servers(self) -> list[int]:
         """Servers this client reaches through shared memory rather than RPC."""
@@ -91,19 +105,24 @@ class RemoteEmbeddings:
 
     def detach(self) -> None:
         self.flush()
+        if self.plan.dynamic is not None and self._user:
+            self._release_holds()
         self._shared.clear()
         RpcEndpoint.leave()
 
-    def _requests(self, ids: torch.Tensor | Bags, admit: bool = False) -> _Requests:
+    def _requests(self, ids: torch.Tensor | Bags, level: int = READ) -> _Requests:
         """Which distinct rows each server is asked for. Ads ids are heavily skewed, so a batch
         repeats many of them (about 3 in 4 here): each distinct row travels once. With
-        dynamic tables the servers' maps say the rows first (new ids admitted if `admit`)."""
-        if self._last is not None and self._last.ids is ids and (self._last.admitted or not admit):
-            return self._last
+        dynamic tables the servers' maps say the rows first, resolved at `level` (see
+        `DynamicTables`: read, held, or a training step's)."""
+        last = self._last
+        if (last is not None and last.ids is ids
+                and (last.level >= level or self.plan.dynamic is None)):
+            return last
         assert self._keys is not None, "attach() first"
         if self.plan.dynamic is not None:
             with self._timed("resolve"):
-                row_keys = self._resolve(ids, admit)
+                row_keys = self._resolve(ids, level)
         else:
             row_keys = self._keys.keys(ids)
         with self._timed("route_unique"):
@@ -116,24 +135,29 @@ class RemoteEmbeddings:
                 if hi > lo:
                     span = None if hi - lo == len(keys) else slice(lo, hi)
                     per_server.append((s, span, keys[lo:hi] - start[s]))
-        self._last = _Requests(ids, len(keys), inverse, per_server, admit)
+        self._last = _Requests(ids, len(keys), inverse, per_server, level)
         return self._last
 
-    def _resolve(self, ids: torch.Tensor | Bags, admit: bool) -> torch.Tensor:
+    def _resolve(self, ids: torch.Tensor | Bags, level: int) -> torch.Tensor:
         """Dynamic tables: each lookup's row, as a key of the servers' rows end to end. An
-        id goes to the server its key names; that server's map gives its row."""
+        id goes to the server its key names; that server's map gives its row. A held batch
+        keeps the one before held too (its gradients are pushed after this resolve); pushes
+        older still are waited for first, as their rows are held no more."""
         raw = keys_of(ids)
         servers = self.plan.servers
+        args = (ids.shape[0], level, self._user, True)
+        if level > READ:
+            self.flush()
         if servers == 1:  # its rows are the keys already (the first server's start at 0)
-            return self._call(0, "resolve", raw, ids.shape[0], admit).wait()
+            return self._call(0, "resolve", raw, *args).wait()
         owner = torch.from_numpy(server_of(raw.numpy(), servers))
         out = torch.empty_like(raw)
         assert self._keys is not None
         calls = []
         for s in range(servers):
             at = (owner == s).nonzero().squeeze(1)
-            calls.append((at, self._call(s, "resolve", raw.index_select(0, at), ids.shape[0],
-                                         admit), int(self._keys.starts[s])))
+            calls.append((at, self._call(s, "resolve", raw.index_select(0, at), *args),
+                          int(self._keys.starts[s])))
         for at, fut, start in calls:
             out[at] = fut.wait() + start
         return out
@@ -193,7 +217,7 @@ class RemoteEmbeddings:
         and fetch the next step's rows in one call per server, halving the round trips of a
         training step. The server applies the update before reading, so the next step sees
         it."""
-        done = self._requests(ids)
+        done = self._requests(ids, HOLD)
         summed = self._summed(done, grads)
         # A slice of `summed` is cloned: RPC would send the whole tensor a view lives in.
         pushes = {s: (rows, summed if span is None else summed[span].clone(), lr_scale)
@@ -201,7 +225,7 @@ class RemoteEmbeddings:
         if next_ids is None:
             self._push_async(pushes)
             return None
-        nxt = self._requests(next_ids, admit=True)
+        nxt = self._requests(next_ids, TRAIN)
         calls = {}
         with self._timed("send"):
             for s, _, rows in nxt.per_server:
@@ -281,4 +305,4 @@ class _Requests:
     inverse: torch.Tensor  # position of every (example, table) among the distinct rows
     # server, its distinct rows' span among all of them (None: all), its rows
     per_server: list[tuple[int, slice | None, torch.Tensor]]
-    admitted: bool = False  # dynamic tables: resolved by a training step (ids counted)
+    level: int = READ  # dynamic tables: how the rows were resolved (read, held, trained)

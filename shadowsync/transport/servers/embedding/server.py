@@ -115,12 +115,19 @@ def _server_tables() -> Any:
     return _LOCAL_TABLES
 
 
-def _resolve(keys: torch.Tensor, examples: int, admit: bool) -> torch.Tensor:
-    """Dynamic tables: the rows of raw-id keys this server owns (see `DynamicTables`)."""
+def _resolve(keys: torch.Tensor, examples: int, level: int, user: int,
+             keep_previous: bool) -> torch.Tensor:
+    """Dynamic tables: the rows of raw-id keys this server owns, held for client `user`
+    (see `DynamicTables.resolve`)."""
     t0 = time.perf_counter()
-    rows = _server_tables().resolve(keys, examples, admit)
+    rows = _server_tables().resolve(keys, examples, level, user, keep_previous)
     PROFILE["lookup_s"] += time.perf_counter() - t0
     return rows
+
+
+def _release(user: int) -> None:
+    """Dynamic tables: client `user` holds no rows of this server any more."""
+    _server_tables().release(user)
 
 
 def counters() -> dict[str, int] | None:
@@ -207,7 +214,8 @@ def attached() -> None:
 
 LOCAL_CALLS: dict[str, Callable[..., Any]] = {
     "lookup": _lookup_in, "apply": _apply_in, "update_and_lookup": _update_and_lookup_in,
-    "resolve": lambda tables, *args: tables.resolve(*args)}
+    "resolve": lambda tables, *args: tables.resolve(*args),
+    "release": lambda tables, user: tables.release(user)}
 REMOTE_CALLS: dict[str, Callable[..., Any]] = {
     "lookup": _lookup, "apply": _apply, "update_and_lookup": _update_and_lookup,
-    "resolve": _resolve}
+    "resolve": _resolve, "release": _release}
