@@ -48,6 +48,7 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
     if cfg.checkpoint.warm_start and not cfg.checkpoint.resume:
         cfg = checked_warm_start(cfg)
+    checkpoint_root(cfg)  # a --checkpoint-dir URL no file system serves: said now
     check_writable(out)
     cfg, summary = checked_run(cfg, out)
     warning = worse_than_constant(summary.get("eval_ne"), "eval")
