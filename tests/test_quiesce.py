@@ -83,7 +83,7 @@ def test_nothing_lands_between_the_validation_and_the_save():
         assert job.parked(STEPS + 1) == {"trainer0": [None, None]}  # both ended
         assert table.tolist() == [STEPS, STEPS]
     finally:
-        job.release(DONE)
+        job.release_all()
         for p in procs:
             if p.is_alive():
                 p.kill()
@@ -120,7 +120,7 @@ def test_a_worker_parks_at_its_gate_flushed_and_the_wait_is_no_steps_time():
 @pytest.mark.timeout(30)
 def test_a_trainer_asked_answers_once_every_worker_is_parked_or_finished():
     parking = Parking(3)
-    quiesce.serve(parking)
+    quiesce.serve_parking(parking)
     try:
         t0 = time.monotonic()
         assert quiesce.parked_here(4, wait_s=0.1) is None  # nobody there yet: "not yet"
@@ -135,7 +135,7 @@ def test_a_trainer_asked_answers_once_every_worker_is_parked_or_finished():
         quiesce.release_here(100)
         assert float(parking.released[0]) == 100
     finally:
-        quiesce.serve(None)
+        quiesce.serve_parking(None)
 
 
 @pytest.mark.timeout(30)

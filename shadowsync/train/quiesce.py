@@ -38,7 +38,9 @@ FINISHED = 2**62  # a worker's parked step once it has ended: parked at every la
 DONE = math.inf  # released past every point: trainer 0 validates no more
 POLL_S = 0.005  # how often a parked worker (or a trainer asked) looks again
 ASK_WAIT_S = 0.5  # a trainer asked whether it is parked answers "not yet" after this long
-RELEASE_TIMEOUT_S = 10.0
+# A trainer that has not answered trainer 0 in this long (a question takes ASK_WAIT_S at most,
+# a release none) is taken for lost, however busy the machine.
+ANSWER_TIMEOUT_S = 60.0
 
 
 def wait_while(held: Callable[[], bool], stopping: Callable[[], bool]) -> float:
@@ -86,7 +88,7 @@ class Parking:
 _HERE: Parking | None = None  # this process's trainer's, answering trainer 0 over RPC
 
 
-def serve(parking: Parking | None) -> None:
+def serve_parking(parking: Parking | None) -> None:
     """Make `parking` the one trainer 0 asks about over RPC (before the job meets)."""
     global _HERE
     _HERE = parking
@@ -138,7 +140,7 @@ class Quiescence:
         fut = self._asked.get(peer)
         if fut is None:
             self._asked[peer] = rpc.rpc_async(peer, parked_here, args=(gate, ASK_WAIT_S),
-                                              timeout=ASK_WAIT_S + RELEASE_TIMEOUT_S)
+                                              timeout=ANSWER_TIMEOUT_S)
             return
         if not fut.done():
             return
@@ -151,13 +153,26 @@ class Quiescence:
             self._answers[peer] = steps
 
     def release(self, point: float) -> None:
-        """Every worker of the job goes on past `point` (DONE: past every point). A trainer
-        that cannot be told is gone, and the job stops on it anyway."""
+        """Every worker of the job goes on past `point`; a trainer that cannot be told is
+        lost (its workers would wait for ever)."""
         self.own.release(point)
         try:
-            futs = [rpc.rpc_async(p, release_here, args=(point,), timeout=RELEASE_TIMEOUT_S)
-                    for p in self.peers]
-            for fut in futs:
-                fut.wait()
-        except RuntimeError as e:  # RPC not joined (a failure before the job met) or a peer gone
-            log.debug("release of %s not delivered: %s", point, e)
+            self._tell(point)
+        except RuntimeError as e:
+            raise PeerLost(f"a trainer was not told to go on: {e}") from None
+
+    def release_all(self) -> None:
+        """Every worker of the job goes on past every point: trainer 0 validates no more
+        (its workers done, an early stop, a signal, a failure). A trainer that cannot be told
+        is gone, and the job stops on it anyway."""
+        self.own.release(DONE)
+        try:
+            self._tell(DONE)
+        except RuntimeError as e:  # RPC not joined (a failure before the job met), a peer gone
+            log.debug("release of every point not delivered: %s", e)
+
+    def _tell(self, point: float) -> None:
+        futs = [rpc.rpc_async(p, release_here, args=(point,), timeout=ANSWER_TIMEOUT_S)
+                for p in self.peers]
+        for fut in futs:
+            fut.wait()

@@ -34,9 +34,8 @@ from shadowsync.lifecycle.exits import TrainingDiverged
 from shadowsync.lifecycle.stop import STOP
 from shadowsync.runners.base import Runner
 from shadowsync.runners.reports import WorkerDone, WorkerFailed
-from shadowsync.train import quiesce
 from shadowsync.train.evaluate import evaluate
-from shadowsync.train.quiesce import Parking, Quiescence
+from shadowsync.train.quiesce import Parking, Quiescence, serve_parking
 from shadowsync.train.report import MetricsLog
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.selection import ModelSelection, gate_step, validation_points
@@ -235,7 +234,7 @@ class Trainer:
         hook = self.sync.worker_hook(ctx, self.cfg.cluster.workers) if self.sync else None
         ready = ctx.Barrier(self.cfg.cluster.workers)
         specs = self.worker_specs()
-        quiesce.serve(self.parking)  # before the job meets, where trainer 0 may ask
+        serve_parking(self.parking)  # before the job meets, where trainer 0 may ask
         self._procs = []
         # The count this attempt starts from (where it resumed), noted before any step: a
         # watcher then sees it move even when what is left of the job fits in one report.
@@ -423,7 +422,7 @@ class Trainer:
         """Trainer 0 validates no more (it stops, or its workers are done): no worker of the
         job waits at a validation point."""
         if self.quiescence is not None:
-            self.quiescence.release(quiesce.DONE)
+            self.quiescence.release_all()
 
     def _validate(self, wall: float, final: bool = False,
                   parked: dict[str, list[int | None]] | None = None) -> None:
