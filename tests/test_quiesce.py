@@ -133,6 +133,7 @@ def test_a_trainer_asked_answers_once_every_worker_is_parked_or_finished():
         assert job.parked(4) == {"trainer0": [4, None, 4]}
         assert job.parked(5) is None  # the next gate: not there yet
         quiesce.release_here(100)
+        parking.release(50)  # a late release of an earlier point: the workers stay released
         assert float(parking.released[0]) == 100
     finally:
         quiesce.serve_parking(None)

@@ -82,7 +82,9 @@ class Parking:
         return steps if all(s >= gate for s in steps) else None
 
     def release(self, point: float) -> None:
-        self.released[0] = point
+        """The workers go on past `point` (never back: a late release of a point does not
+        undo `DONE`)."""
+        self.released[0] = max(float(self.released[0]), point)
 
 
 _HERE: Parking | None = None  # this process's trainer's, answering trainer 0 over RPC
