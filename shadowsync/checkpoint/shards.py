@@ -2,10 +2,13 @@
 
 Each process registers its stateful components under one shard name (``trainer0``,
 ``emb0``, ``dense0``); a component is `Checkpointable` (``state_dict() -> {name: tensor}`` and
-``load_state_dict(state)``). A trainer also registers its workers' positions (`Positions`:
-``mark()`` remembers where the readers are, called on every trainer before any process
-saves; ``info()`` is plain data for the manifest). `save_here` runs in that process, called
-directly or by RPC from trainer 0.
+``load_state_dict(state)``). The shard is written while training goes on: tensors updated
+Hogwild are saved live, and a component whose parts must agree (a dynamic table's id map,
+which other processes change under its lock) returns a copy taken under that lock.
+
+A trainer also registers its workers' positions (`Positions`: ``mark()`` remembers where the
+readers are, called on every trainer before any process saves; ``info()`` is plain data for
+the manifest). `save_here` runs in that process, called directly or by RPC from trainer 0.
 """
 
 from __future__ import annotations
