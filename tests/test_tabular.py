@@ -220,7 +220,8 @@ def test_parquet_trains_and_a_bad_file_exits_2_in_one_line(tmp_path):
                    "--batch-size", "64", "--out", str(out)], timeout=100)
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
-    assert s["eval_auc"] > 0.7 and s["config"]["schema"] == str(schema)
+    assert s["eval_auc"] > 0.7 and s["config"]["schema"] == str((out / "schema.toml").resolve())
+    assert (out / "schema.toml").read_text() == schema.read_text()  # the run keeps its schema
     bad = _parquet(tmp_path, table.set_column(2, "user", pa.array(user + 1)), "bad.parquet")
     res = run_cli(["train", "--data", bad, "--schema", str(schema), *local, "--out",
                    str(tmp_path / "r2")], timeout=60)

@@ -103,7 +103,11 @@ def warm_start_options(path: str) -> dict[str, object]:
     """The options a warm start from `path` takes unless given: the run's model, table and
     job options (its budget and eviction rule included; either may be given anew) and its
     schema (the copy in its OUT)."""
-    saved = config_to_dict(saved_config(find_checkpoint(path, "--warm-start")))
+    step = find_checkpoint(path, "--warm-start")
+    saved = config_to_dict(saved_config(step))
+    kept = step.parent.parent / SCHEMA_FILE  # the run's copy, wherever the run is now
+    if saved.get("schema") and isinstance(kept, Path) and kept.is_file():
+        saved["schema"] = str(kept)
     return {k: saved[k] for k in WARM_START_KEEPS if saved.get(k) is not None}
 
 
@@ -202,8 +206,8 @@ def kept_schema(schema: str | None, out: Path) -> str | None:
     lives in a cache, and a file may change before the next day's run reads it)."""
     if schema is None:
         return None
-    kept = out / SCHEMA_FILE
-    if Path(schema).resolve() != kept.resolve():
+    kept = (out / SCHEMA_FILE).resolve()  # found again from any directory
+    if Path(schema).resolve() != kept:
         shutil.copyfile(schema, kept)
     return str(kept)
 
