@@ -7,14 +7,14 @@ worker. Two cases, each repeated and interleaved:
 - **arrays**: a user's own model on their own arrays. 120,000 rows (108,000 trained), 5 dense
   features, 7 tables of 500 ids, clicks drawn from a logistic model of the dense part and
   per-id effects; a two-layer MLP over the dense features and the flattened embeddings; 2
-  trainers and 1 embedding server, 211 steps a worker. `s-ma`, `s-bmuf`, `s-easgd` (each at
-  least 40 background rounds, `runners.shadow.MIN_ROUNDS`), and beside them `ddp` with the
-  same 2 trainers (gradients AllReduced every step), `none` (independent dense replicas over
-  the shared tables, no final average) and `local` (one trainer over all the rows, twice the
-  steps); and `s-bmuf` and `s-easgd` without the rules' warm-up (`--sync-warmup-rounds 0`:
-  BMUF's block momentum and EASGD's pull at full strength from the first round). Every
-  variant runs with the options it would get left open (the dense rate of `s-ma` and
-  `s-easgd` is the default's x sqrt(2), `config.train.averaged_rate_factor`).
+  trainers and 1 embedding server, 211 steps a worker. `s-ma`, `s-bmuf`, `s-easgd` (a round
+  at the latest every 5 steps of each worker, `runners.shadow.MIN_ROUNDS`), and beside them
+  `ddp` with the same 2 trainers (gradients AllReduced every step), `none` (independent
+  dense replicas over the shared tables, no final average) and `local` (one trainer over all
+  the rows, twice the steps); and `s-bmuf` and `s-easgd` without the rules' warm-up
+  (`--sync-warmup-rounds 0`: BMUF's block momentum and EASGD's pull at full strength from the
+  first round). Every variant runs with the options it would get left open (the dense rate
+  of `s-ma` and `s-easgd` is the default's x sqrt(2), `config.train.averaged_rate_factor`).
 - **checkpoint**: the README's checkpoint-and-eval pair, the default job on 100,000
   synthetic examples with a checkpoint every 40,000, then `shadowsync eval` of its newest
   checkpoint on the held-out examples.

@@ -366,8 +366,8 @@ class SyncConfig:
     interval: SyncInterval | None = opt(
         None, "when background rounds run: seconds between them (0: back to back), Nsteps "
         "(once each worker has taken N steps since the last one began), or auto (as often as "
-        "--sync-budget allows, and at least 40 rounds a job; the default, 20steps with "
-        "--val-share)",
+        "--sync-budget allows, and a round at least every 1/40 of a worker's pass; the default, "
+        "20steps with --val-share)",
         flag="sync_interval", spec=SyncInterval)
     budget: float = opt(0.03, "share of the trainer's cores the auto pace may spend",
                         flag="sync_budget")

@@ -1,5 +1,5 @@
 """Warm-up of a rule's steady-state settings over its first rounds (BMUF's block momentum;
-EASGD holds its pull for those rounds instead, `rules.easgd`).
+EASGD's first rounds are model averaging instead, `rules.easgd`).
 
 BMUF's block momentum eta and EASGD's elastic pull alpha are tuned for a run of many rounds,
 where one round's update looks like the last. The first rounds are not like that: the replicas

@@ -10,11 +10,12 @@ a number of worker steps: a round begins once the trainer's workers have taken t
 each since the last one began, so the rounds fall at the same points of training on a busy or
 a slow machine as on an idle one (a time-paced round comes every fewer steps there).
 
-`auto` also gives every job at least MIN_ROUNDS rounds: a round begins, at the latest, once
-each worker has taken 1/MIN_ROUNDS of its pass since the last one began. A long job's budget
-pace comes far sooner than that (the default job of 1.5M examples runs hundreds of rounds), so
-only a short job is paced by its steps: a few hundred steps a worker, which the budget alone
-gave 3 to 9 rounds, fewer on an idle machine than on a busy one.
+`auto` also begins a round, at the latest, once each worker has taken 1/MIN_ROUNDS of its
+pass since the last one began: about MIN_ROUNDS rounds a job or more (fewer only where a
+round takes longer than that many steps, and then they run back to back). A long job's budget
+pace comes far sooner (the default job of 1.5M examples runs 750 to 2,400 rounds a trainer),
+so only a short job is paced by its steps: a few hundred steps a worker, which the budget
+alone gave 3 to 9 rounds, fewer on an idle machine than on a busy one.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ POLL_S = (0.0005, 0.02)  # bounds on the rest between two looks at the workers' 
 # No step for this long after the workers' first: they are held (a validation, a gate) and a
 # peer trainer's round may be waiting on this one, so a step-paced loop starts its round anyway.
 STALL_S = 0.1
-# The fewest rounds an auto-paced job runs (counted in each worker's planned steps): enough
-# for the rules' warm-up (`--sync-warmup-rounds`, 20) to end within the first half of the job.
+# An auto-paced round begins at the latest once each worker has taken 1/MIN_ROUNDS of its
+# planned steps since the last began: rounds enough for the rules' warm-up
+# (`--sync-warmup-rounds`, 20) to end within the first half of a job.
 MIN_ROUNDS = 40
 
 
