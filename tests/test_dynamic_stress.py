@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from shadowsync.embeddings.dynamic import _FREE_TOP, FREE, Eviction
@@ -94,6 +95,7 @@ def foreign_rows(tables: DynamicTables) -> int:
     return foreign(ids, tables.pool.weight[torch.from_numpy(rows)], signatures())
 
 
+@pytest.mark.timeout(240)
 def test_no_id_reads_or_writes_another_ids_row_while_workers_evict_every_step(tmp_path):
     """LRU and TTL, each with workers that apply a step's gradients before resolving the
     next batch (a trainer's own tables) and with workers that resolve it first (a server's
@@ -144,6 +146,7 @@ def assert_whole(tables: DynamicTables) -> None:
     assert (m._row_key[free] == FREE).all() and (m.find(keys) == rows).all()
 
 
+@pytest.mark.timeout(240)
 def test_a_checkpoint_taken_during_admission_resumes_with_every_mapping(tmp_path):
     """Saved by the checkpoint path itself (`save_here`) while another process is halfway
     through admitting ids into a full pool: the save waits for the admission, and loaded,
