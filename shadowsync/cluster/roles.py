@@ -60,7 +60,11 @@ def role_main(cfg: TrainConfig) -> None:
 
     The process ends with the exit status of `lifecycle.exits`: 2 for bad input or a lost
     peer, 3 (`EXIT_DIVERGED`) for a diverged training, 1 for anything unexpected."""
+    if cfg.output.dir and not os.environ.get(JOB_PROCESS_ENV):  # torchrun
+        attempts.forget_refusal(Path(cfg.output.dir))
     if attempts.attempt() > 0 and cfg.output.dir and attempts.restart_refused(Path(cfg.output.dir)):
+        if not os.environ.get(JOB_PROCESS_ENV):  # torchrun's agent restarts until one fails
+            leave_now(attempts.refused_status(Path(cfg.output.dir)) or EXIT_FAILED)
         return
     warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
     torch.set_num_threads(1)

@@ -13,7 +13,7 @@ resumed: exact to the step, except for what a killed trainer trained in its last
 The same directory lists the job's processes (`pids`: attempt, name, PID; what the faults
 bench kills, and what each trainer watches: `PeerWatch`) and holds `no-restart` once a
 process failed in a way a restart would repeat. The local launcher makes the directory;
-without it (torchrun) nothing is noted.
+without it (torchrun) only that refusal is noted, as ``OUT/.no-restart`` on each host.
 """
 
 from __future__ import annotations
@@ -92,22 +92,39 @@ class PeerWatch:
                      if a == mine and pid != self.me and not alive(pid)), None)
 
 
+def _refusal(out: Path) -> Path | None:
+    """Where a refusal of restarts is noted: in the launch's directory, or under torchrun
+    (which has none) beside it, in each host's --out (None: nowhere to note it)."""
+    if attempts_dir(out).is_dir():
+        return attempts_dir(out) / REFUSED
+    return Path(out) / f".{REFUSED}" if Path(out).is_dir() else None
+
+
 def refuse_restart(out: Path, status: int = EXIT_USER) -> None:
     """A process failed in a way a restart would repeat (bad input, divergence): the
     processes of a restarted attempt end at once, and the launcher reports the error.
     `status`: the process's exit status (`exits`), which says what kind of failure it was."""
-    if attempts_dir(out).is_dir():
-        (attempts_dir(out) / REFUSED).write_text(str(status), encoding="ascii")
+    where = _refusal(out)
+    if where is not None:
+        where.write_text(str(status), encoding="ascii")
+
+
+def forget_refusal(out: Path) -> None:
+    """A new launch under torchrun (attempt 0): a refusal left by an earlier one is void."""
+    if attempt() == 0 and not attempts_dir(out).is_dir():
+        (Path(out) / f".{REFUSED}").unlink(missing_ok=True)
 
 
 def restart_refused(out: Path) -> bool:
-    return (attempts_dir(out) / REFUSED).exists()
+    where = _refusal(out)
+    return where is not None and where.exists()
 
 
 def refused_status(out: Path) -> int | None:
     """The exit status of the failure that refused restarts (None: none did)."""
+    where = _refusal(out)
     try:
-        return int((attempts_dir(out) / REFUSED).read_text(encoding="ascii") or EXIT_USER)
+        return int(where.read_text(encoding="ascii") or EXIT_USER) if where else None
     except FileNotFoundError:
         return None
 
