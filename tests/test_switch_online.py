@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
+from shadowsync.runners.switch.policy import Progress
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.spec.plan import SwitchPlan
 
@@ -81,7 +82,7 @@ def test_at_their_defaults_elastic_ignores_a_false_alarm_shorter_than_its_patien
 
     elastic = default("elastic")
     modes = modes_under("elastic", range(20, 400), 400, tick_s=tick, schedule=elastic)
-    patience = elastic.online.patience_s
+    patience = elastic.policy.patience_s
     normal = elastic.detector.tracks[0]  # trainer 1 is flagged
     assert elastic.detector.stragglers == [1]
     assert patience == pytest.approx(derived_patience_s(
@@ -102,7 +103,7 @@ def test_elastics_step_time_is_the_bsp_steps_not_the_trainers_pace():
     elastic = Schedule(SwitchPlan.parse("bsp:0.9,asp"), budget=10**6, policy="elastic")
     modes_under("elastic", range(20, 400), 60, tick_s=0.04, schedule=elastic)
     normal = elastic.detector.tracks[0]
-    assert elastic.online.patience_s == pytest.approx(derived_patience_s(
+    assert elastic.policy.patience_s == pytest.approx(derived_patience_s(
         0.04, normal.slow_windows / normal.windows, 1.5, 3, 5))
 
 
@@ -120,11 +121,11 @@ def test_an_alarm_keeps_the_patience_it_was_raised_with():
             return self.now_patience
 
     e = Moving(quota=10**6)
-    assert e.mode(True, 0, now=0.0) == "bsp"
+    assert e.mode(Progress(0, 0, (1,), 0.0)) == "bsp"
     e.now_patience = 5.0
-    assert [e.mode(True, 0, now=t) for t in (0.5, 1.0, 2.0, 3.0)] == ["bsp"] + ["asp"] * 3
-    assert e.mode(False, 0, now=4.0) == "bsp"
-    assert [e.mode(True, 0, now=t) for t in (5.0, 8.0, 10.0)] == ["bsp", "bsp", "asp"]
+    assert [e.mode(Progress(0, 0, (1,), t)) for t in (0.5, 1.0, 2.0, 3.0)] == ["bsp"] + ["asp"] * 3
+    assert e.mode(Progress(0, 0, (), 4.0)) == "bsp"
+    assert [e.mode(Progress(0, 0, (1,), t)) for t in (5.0, 8.0, 10.0)] == ["bsp", "bsp", "asp"]
 
 
 def test_the_derived_patience_is_its_rule():
@@ -202,10 +203,15 @@ def test_isolate_names_the_stragglers_during_the_plans_bsp_phases():
     from shadowsync.runners.switch.isolate import Isolate
 
     p = Isolate(SwitchPlan.parse("bsp:0.25,asp:0.5,bsp"), budget=400, trainers=4)
-    assert p.isolated([2], 10) == (2,) and p.mode(10) == "bsp"
-    assert p.isolated([2], 100) == () and p.mode(100) == "asp"  # the plan's switch point
-    assert p.isolated([3, 1], 300) == (1, 3) and p.mode(300) == "bsp"  # its next BSP phase
-    assert p.isolated([0, 1, 2, 3], 10) == ()  # nobody left to run BSP with
+
+    def at(applied, stragglers=()):
+        return Progress(applied, 0, stragglers, 0.0)
+
+    assert p.isolated(at(10, (2,))) == (2,) and p.mode(at(10)) == "bsp"
+    assert p.isolated(at(100, (2,))) == () and p.mode(at(100)) == "asp"  # the plan's switch
+    assert p.isolated(at(300, (3, 1))) == (1, 3) and p.mode(at(300)) == "bsp"  # next BSP
+    assert p.isolated(at(10, (0, 1, 2, 3))) == ()  # nobody left to run BSP with
+    assert p.release(DetectorConfig(m=3, window=5)) == 21  # (m + 1) w + 1
 
 
 def test_an_isolated_trainer_pushes_asp_while_the_others_keep_bsp_among_themselves():

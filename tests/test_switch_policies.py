@@ -17,9 +17,11 @@ from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
 from shadowsync.runners.switch.elastic import Elastic
 from shadowsync.runners.switch.greedy import Greedy
 from shadowsync.runners.switch.machine import SwitchMachine
+from shadowsync.runners.switch.policy import Progress, SwitchPolicy
 from shadowsync.runners.switch.schedule import Schedule
 from shadowsync.spec.plan import SwitchPlan
 from shadowsync.spec.share import BspShare
+from shadowsync.spec.switch_policies import POLICIES
 from shadowsync.transport.servers.dense import DenseServer, Push
 
 
@@ -74,23 +76,40 @@ def test_detector_options_parse_and_bad_ones_name_the_option():
         DetectorConfig.parse("speed=3")
 
 
+def test_every_policy_entry_builds_a_switch_policy_of_its_name():
+    """The registry is the only list of policies: each entry's class has its name, is a
+    SwitchPolicy, and a Schedule made with it decides the first step (BSP under this plan)."""
+    for name, kind in POLICIES.items():
+        cls = kind.build()
+        assert cls.name == name
+        schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=100, policy=name)
+        assert isinstance(schedule.policy, SwitchPolicy)
+        assert schedule.first_mode() is Protocol.BSP and schedule.isolated == ()
+        assert (schedule.detector is not None) == cls.detects
+
+
+def at(applied, bsp_applied, straggling, now):
+    """The progress a policy decides on; `straggling`: trainer 1 is flagged."""
+    return Progress(applied, bsp_applied, (1,) if straggling else (), now)
+
+
 def test_greedy_runs_asp_while_a_straggler_lasts_then_bsp_until_the_quota():
     g = Greedy(quota=100)
     script = [(False, 0, "bsp"), (False, 40, "bsp"), (True, 40, "asp"), (True, 40, "asp"),
               (False, 40, "bsp"), (False, 99, "bsp"), (False, 100, "asp"), (True, 100, "asp")]
-    assert [g.mode(s, b, 0.0) for s, b, _ in script] == [m for _, _, m in script]
+    assert [g.mode(at(0, b, s, 0.0)) for s, b, _ in script] == [m for _, _, m in script]
 
 
 def test_elastic_rides_out_short_slowdowns_and_switches_on_a_lasting_one():
     e = Elastic(quota=100, patience_s=1.0)
     # a straggler seen at t=10 for 0.5 s: no switch
-    assert [e.mode(s, 10, t) for s, t in [(True, 10.0), (True, 10.5), (False, 10.6)]] == \
+    assert [e.mode(at(0, 10, s, t)) for s, t in [(True, 10.0), (True, 10.5), (False, 10.6)]] == \
         ["bsp", "bsp", "bsp"]
     # one that lasts past the patience: ASP from t=21, back to BSP when it clears
-    modes = [e.mode(s, 10, t) for s, t in [(True, 20.0), (True, 20.9), (True, 21.0),
+    modes = [e.mode(at(0, 10, s, t)) for s, t in [(True, 20.0), (True, 20.9), (True, 21.0),
                                            (True, 25.0), (False, 26.0)]]
     assert modes == ["bsp", "bsp", "asp", "asp", "bsp"]
-    assert e.mode(False, 100, 30.0) == "asp"  # quota done
+    assert e.mode(Progress(0, 100, (), 30.0)) == "asp"  # quota done
 
 
 def scripted_schedule(policy):
@@ -394,6 +413,7 @@ def test_a_switch_back_to_bsp_holds_until_its_first_step():
 
     class Flipping:  # wants BSP, then ASP again at once, as a flickering detector might
         stragglers: list = []
+        isolated = ()
 
         def __init__(self):
             self.wants = iter(["asp", "bsp", "asp", "asp", "asp"])

@@ -31,6 +31,7 @@ from shadowsync.spec.modes import SYNC_CHOICES, ModeName, SyncMode, mode_of
 from shadowsync.spec.plan import SwitchPlan
 from shadowsync.spec.share import BspShare
 from shadowsync.spec.straggler import Straggler
+from shadowsync.spec.switch_policies import DEFAULT_POLICY, POLICY_CHOICES, POLICY_HELP
 
 TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
 DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
@@ -434,10 +435,7 @@ class SwitchConfig:
     compensate_momentum: bool = opt(
         False, "ASP steps run at momentum max(0, m - (1 - 1/n)): asynchrony adds about 1 - 1/n",
         flag="switch_compensate_momentum")
-    policy: Literal["plan", "greedy", "elastic", "isolate"] = opt(
-        "plan", "when to switch: the plan's shares, or online on stragglers (greedy: ASP while "
-        "one lasts; elastic: only once it lasted --switch-patience s; isolate: the plan's "
-        "phases, with only the stragglers' pushes ASP during BSP)", flag="switch_policy")
+    policy: str = opt(DEFAULT_POLICY, POLICY_HELP, flag="switch_policy", choices=POLICY_CHOICES)
     detector: DetectorConfig = opt(
         "k=1.5,m=3,window=5", "straggler: window median step time > k x the others' median for m "
         "windows of `window` steps", flag="switch_detector", spec=DetectorConfig)

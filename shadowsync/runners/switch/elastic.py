@@ -50,6 +50,7 @@ from collections import deque
 
 from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.detector import StragglerDetector
+from shadowsync.runners.switch.policy import PolicySetup, Progress, Whole
 
 SWITCH_COST_S = 0.009  # C: bench switch's default runs here measured switch_s 4.2-8.6 ms
 FALSE_ALARM_FLOOR = 0.01  # a: never assumed lower than this
@@ -69,8 +70,9 @@ def derived_patience_s(step_s: float, false_alarm_rate: float, k: float, m: int,
     return max(repay, m * window * step_s * runs)
 
 
-class Elastic:
+class Elastic(Whole):
     name = "elastic"
+    detects = True
 
     def __init__(self, quota: int, patience_s: float | None = None,
                  detector: StragglerDetector | None = None) -> None:
@@ -82,6 +84,10 @@ class Elastic:
         self._alarm_patience_s = 0.0  # the patience when it was
         self._bsp_since: float | None = None  # the last decision, while it was BSP
         self._bsp_steps: deque[float] = deque(maxlen=TIMED_STEPS)  # seconds a BSP step
+
+    @classmethod
+    def build(cls, setup: PolicySetup) -> Elastic:
+        return cls(setup.quota, setup.patience_s, setup.detector)
 
     @property
     def patience_s(self) -> float:
@@ -95,8 +101,9 @@ class Elastic:
         rate = statistics.median(shares) if shares else 0.0
         return derived_patience_s(step_s, rate, cfg.k, cfg.m, cfg.window)
 
-    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> Protocol:
+    def mode(self, at: Progress) -> Protocol:
         """Asked after every BSP step while the job is in BSP (after every push under ASP)."""
+        stragglers, bsp_applied, now = bool(at.stragglers), at.bsp_applied, at.now
         if self._bsp_since is not None:  # one BSP step since the last decision
             self._bsp_steps.append(now - self._bsp_since)
         if not stragglers:

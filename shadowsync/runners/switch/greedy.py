@@ -16,16 +16,22 @@ waits for the slowest worker.
 from __future__ import annotations
 
 from shadowsync.protocols import Protocol
+from shadowsync.runners.switch.policy import PolicySetup, Progress, Whole
 
 
-class Greedy:
+class Greedy(Whole):
     name = "greedy"
+    detects = True
 
     def __init__(self, quota: int) -> None:
         self.quota = quota  # gradients to apply under BSP over the whole job
 
-    def mode(self, stragglers: bool, bsp_applied: int, now: float) -> Protocol:
-        """The protocol to run from now on. `stragglers`: the detector sees one now."""
-        if stragglers or bsp_applied >= self.quota:
+    @classmethod
+    def build(cls, setup: PolicySetup) -> Greedy:
+        return cls(setup.quota)
+
+    def mode(self, at: Progress) -> Protocol:
+        """The protocol to run from now on."""
+        if at.stragglers or at.bsp_applied >= self.quota:
             return Protocol.ASP
         return Protocol.BSP

@@ -42,9 +42,9 @@ It joins the BSP step after the reply that tells it so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from shadowsync.protocols import Protocol
+from shadowsync.runners.switch.policy import PolicySetup, Progress
+from shadowsync.spec.detector import DetectorConfig
 from shadowsync.spec.plan import SwitchPlan
 
 
@@ -56,18 +56,26 @@ def release_bound(m: int, window: int) -> int:
 
 class Isolate:
     name = "isolate"
+    detects = True
 
     def __init__(self, plan: SwitchPlan, budget: int, trainers: int) -> None:
         self.plan = plan
         self.budget = budget  # gradients the job applies in all
         self.trainers = trainers
 
-    def mode(self, applied: int) -> Protocol:
-        """The plan's phase after `applied` gradients, whoever is isolated."""
-        return self.plan.mode_at(applied, self.budget)
+    @classmethod
+    def build(cls, setup: PolicySetup) -> Isolate:
+        return cls(setup.plan, setup.budget, setup.trainers)
 
-    def isolated(self, stragglers: Sequence[int], applied: int) -> tuple[int, ...]:
+    def mode(self, at: Progress) -> Protocol:
+        """The plan's phase after A gradients, whoever is isolated."""
+        return self.plan.mode_at(at.applied, self.budget)
+
+    def isolated(self, at: Progress) -> tuple[int, ...]:
         """Trainers whose pushes are asynchronous while the rest run BSP."""
-        if self.mode(applied) is not Protocol.BSP or len(stragglers) >= self.trainers:
+        if self.mode(at) is not Protocol.BSP or len(at.stragglers) >= self.trainers:
             return ()
-        return tuple(sorted(stragglers))
+        return tuple(sorted(at.stragglers))
+
+    def release(self, cfg: DetectorConfig) -> int:
+        return release_bound(cfg.m, cfg.window)

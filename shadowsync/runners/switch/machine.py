@@ -150,7 +150,7 @@ class SwitchMachine:
         if self.mode is Protocol.BSP and not self.after_bsp_step:
             return
         mode = Protocol(self.schedule.decide(self.applied, self.bsp_applied))
-        isolated = tuple(getattr(self.schedule, "isolated", ()))
+        isolated = self.schedule.isolated
         if mode is self.mode and isolated == self.isolated:
             return
         self.bsp_at_switch = self.bsp_applied

@@ -20,17 +20,14 @@ from typing import Any
 
 from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.detector import DetectorConfig, StragglerDetector
-from shadowsync.runners.switch.elastic import Elastic
-from shadowsync.runners.switch.greedy import Greedy
-from shadowsync.runners.switch.isolate import Isolate
+from shadowsync.runners.switch.policy import PolicySetup, Progress, SwitchPolicy
 from shadowsync.spec.plan import SwitchPlan
+from shadowsync.spec.switch_policies import DEFAULT_POLICY, POLICIES
 from shadowsync.state_dicts import nest, part
-
-POLICIES = ("plan", "greedy", "elastic", "isolate")
 
 
 class Schedule:
-    def __init__(self, plan: SwitchPlan, budget: int, policy: str = "plan",
+    def __init__(self, plan: SwitchPlan, budget: int, policy: str = DEFAULT_POLICY,
                  detector: DetectorConfig | None = None,
                  patience_s: float | None = None, trainers: int = 1) -> None:
         if policy not in POLICIES:
@@ -38,12 +35,11 @@ class Schedule:
         self.plan = plan
         self.budget = budget
         self.policy_name = policy
-        self.detector = StragglerDetector(detector) if policy != "plan" else None
-        quota = round(plan.share_of(Protocol.BSP) * budget)
-        self.online: Any = (Greedy(quota) if policy == "greedy"
-                            else Elastic(quota, patience_s, self.detector) if policy == "elastic"
-                            else Isolate(plan, budget, trainers) if policy == "isolate" else None)
-        self.isolated: tuple[int, ...] = ()  # `isolate`: trainers asynchronous for now
+        kind = POLICIES[policy].build()
+        self.detector = StragglerDetector(detector) if kind.detects else None
+        self.policy: SwitchPolicy = kind.build(
+            PolicySetup(plan, budget, trainers, self.detector, patience_s))
+        self.isolated: tuple[int, ...] = ()  # trainers asynchronous for now
 
     def first_mode(self) -> Protocol:
         return self.decide(0, 0)
@@ -72,10 +68,7 @@ class Schedule:
 
     def decide(self, applied: int, bsp_applied: int, now: float | None = None) -> Protocol:
         """The protocol from now on, after `applied` gradients (`bsp_applied` under BSP)."""
-        if self.online is None:
-            return self.plan.mode_at(applied, self.budget)
-        if isinstance(self.online, Isolate):
-            self.isolated = self.online.isolated(self.stragglers, applied)
-            return self.online.mode(applied)
-        return self.online.mode(bool(self.stragglers), bsp_applied,
-                                time.monotonic() if now is None else now)
+        at = Progress(applied, bsp_applied, tuple(self.stragglers),
+                      time.monotonic() if now is None else now)
+        self.isolated = self.policy.isolated(at)
+        return self.policy.mode(at)
