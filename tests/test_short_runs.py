@@ -112,15 +112,16 @@ def short_job(tmp_path_factory):
 @pytest.mark.timeout(420)
 def test_short_job_ends_near_ddp_under_every_background_rule(short_job):
     """DDP ends this job at eval NE 0.7125-0.7128 run after run; the rules' medians over 10
-    repeats are within 0.01 of it (`bench short`), one run within 0.03. Rounds through
-    shared memory (MA, BMUF) take less than the 5 steps the pace allows them, so the job
-    runs its warm-up's 20 and more; EASGD's also reach the dense servers, and on a busy
-    machine one can take longer than 5 steps (then they run back to back). The rounds are
-    the trainers' together, paced by the slower one's steps: a trainer that the machine's
-    load lets run ahead finishes its pass within fewer of them (12 of 42, once)."""
+    repeats are within 0.01 of it (`bench short`), one run within 0.03. The pace allows a
+    round every 5 steps (about 40 a job); the budget alone gave 3 to 9. On a busy machine
+    a round can take longer than 5 steps (then they run back to back): 17 to 103 rounds
+    under MA and BMUF in 20 runs of `bench short`, and EASGD's, which also reach the dense
+    servers, fewer. The rounds are the trainers' together: a trainer that the load lets run
+    ahead finishes its pass within fewer of them (12 of 42, once), so the count is the
+    longest-training trainer's."""
     ddp = short_job("ddp")["eval_ne"]
     for sync in ("s-ma", "s-bmuf", "s-easgd"):
         s = short_job(sync)
         assert s["eval_ne"] < ddp + 0.03, (sync, s["eval_ne"], ddp)
         if sync != "s-easgd":
-            assert max(s["syncs"]) >= MIN_ROUNDS // 2, (sync, s["syncs"])
+            assert max(s["syncs"]) >= MIN_ROUNDS // 4, (sync, s["syncs"])

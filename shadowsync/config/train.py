@@ -117,9 +117,9 @@ def averaged_rate_factor(mode: SyncMode, optimizer: str, trainers: int) -> float
     their average's progress. BMUF's block momentum (eta = 1 - 1/N) carries each block's
     update on N times in all, which more than makes that up; model and elastic averaging have
     nothing that does. On `bench short`'s 2-trainer job (211 steps a worker) s-ma ended at eval
-    NE 0.739-0.740 with a round every 1 to 20 steps where DDP ended at 0.7125, and at 0.710-0.719
-    with the rate x sqrt(2); with plain SGD, which has no such sum, s-ma and DDP ended level
-    (0.9343 and 0.9345 at --optimizer sgd --lr 1)."""
+    NE 0.739-0.744 with a round every 1 to 20 steps where DDP ended at 0.7125, and with the rate
+    x sqrt(2) within 0.001-0.004 of DDP (medians of 10); with plain SGD, which has no such sum,
+    s-ma and DDP ended level (0.9343 and 0.9345 at --optimizer sgd --lr 1)."""
     return trainers ** 0.5 if optimizer == "adagrad" and mode.rule in UNFILTERED_RULES else 1.0
 
 
