@@ -4,10 +4,16 @@ synthetic default job's settings stay as they were."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
-from shadowsync.config import TrainConfig, add_config_arguments, config_to_toml
+from shadowsync.config import (
+    TrainConfig,
+    add_config_arguments,
+    config_from_options,
+    config_to_toml,
+)
 from shadowsync.config.train import (
     BATCH_SIZE,
     DECAY_FLOOR,
@@ -169,3 +175,10 @@ def test_averaging_without_block_momentum_raises_the_open_dense_rate_by_root_tra
     for sync in ("s-bmuf", "fr-bmuf", "ddp", "none", "torch-fr-ma"):
         assert TrainConfig(sync=sync).optim.lr == LR
     assert TrainConfig(sync="s-ma", sync_groups=["top=s-bmuf"]).optim.lr == LR
+    # a copy made with another --sync or --trainers gets that config's open rate; a rate
+    # that was given stays
+    assert config_from_options(sync="s-ma").optim.lr == pytest.approx(LR * 2 ** 0.5)
+    assert config_from_options(sync="s-ma", lr=LR).optim.lr == LR
+    assert dataclasses.replace(TrainConfig(sync="s-ma"), trainers=4).optim.lr == 2 * LR
+    assert dataclasses.replace(TrainConfig(sync="s-ma"), sync="s-bmuf").optim.lr == LR
+    assert dataclasses.replace(TrainConfig(lr=0.3), sync="s-ma").optim.lr == 0.3

@@ -33,7 +33,7 @@ from shadowsync.config.sections import (
 )
 from shadowsync.errors import UserError
 from shadowsync.spec.interval import SyncInterval
-from shadowsync.spec.modes import SyncMode, mode_of
+from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
 from shadowsync.spec.straggler import Straggler
 
 # Options that belong to the whole job rather than to one section.
@@ -123,6 +123,16 @@ def averaged_rate_factor(mode: SyncMode, optimizer: str, trainers: int) -> float
     return trainers ** 0.5 if optimizer == "adagrad" and mode.rule in UNFILTERED_RULES else 1.0
 
 
+def open_dense_rate(validating: bool, sync: SyncConfig, optimizer: str, trainers: int) -> float:
+    """The dense rate where --lr is left open: LR (VALIDATED_LR with --val-share), times
+    `averaged_rate_factor` (not under --sync-groups, whose rules share one rate, nor for a
+    --sync that is not a mode, which validation then reports)."""
+    rate = VALIDATED_LR if validating else LR
+    if sync.groups or sync.mode not in SYNC_CHOICES:
+        return rate
+    return rate * averaged_rate_factor(sync.entry, optimizer, trainers)
+
+
 def flag_name(f: dataclasses.Field) -> str:
     """A field's long option with underscores (`sync_every` for `SyncConfig.every`)."""
     return f.metadata.get("flag") or f.name
@@ -185,12 +195,26 @@ class TrainConfig:
                 raise TypeError(f"TrainConfig: {unknown_option(key, set(FLAT))}")
             self._set_flat(key, value)
         self.model.normalise()
+        self._reopen_copied_rate(base, options)
         if self.data.val_share == 0:
             # known now: code that reads the synthetic job's config before `adapted` sees it
             for key, value in self._left_open(validating=False).items():
                 self._set_flat(key, value)
         self._parse_values()
         self.validate()
+
+    def _reopen_copied_rate(self, base: dict[str, object], options: dict[str, object]) -> None:
+        """A copy (`dataclasses.replace`) that keeps the original's dense rate where that rate
+        was the original's open default gets its own open default instead: `replace(cfg,
+        sync="s-ma")` is then the config `TrainConfig(sync="s-ma")` is."""
+        was = base.get("optim")
+        if not isinstance(was, OptimConfig) or "lr" in options or self.optim.lr != was.lr:
+            return
+        sync, cluster, data = base["sync"], base["cluster"], base["data"]
+        assert isinstance(sync, SyncConfig) and isinstance(cluster, ClusterConfig)
+        if (self.data.val_share == 0 and getattr(data, "val_share", 0) == 0
+                and was.lr == open_dense_rate(False, sync, was.optimizer, cluster.trainers)):
+            self.optim.lr = None
 
     @classmethod
     def from_flat(cls, **options: object) -> TrainConfig:
@@ -212,10 +236,8 @@ class TrainConfig:
     def _left_open(self, validating: bool) -> dict[str, object]:
         """What `adapted` fills in for the options left open (None) that the synthetic job
         knows from the start (its batch, its pace and its rates), by flat name."""
-        lr, floor = (VALIDATED_LR, VALIDATED_DECAY_FLOOR) if validating else (LR, DECAY_FLOOR)
-        if not self.sync.groups:  # groups of several rules share one rate: left as it is
-            lr *= averaged_rate_factor(self.sync.entry, self.optim.optimizer,
-                                       self.cluster.trainers)
+        lr = open_dense_rate(validating, self.sync, self.optim.optimizer, self.cluster.trainers)
+        floor = VALIDATED_DECAY_FLOOR if validating else DECAY_FLOOR
         defaults = {
             "batch_size": (validated_batch_size(self.cluster.trainers) if validating
                            else BATCH_SIZE),
