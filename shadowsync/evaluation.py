@@ -17,10 +17,10 @@ import numpy as np
 from shadowsync.checkpoint.store import read_manifest
 from shadowsync.data.dataset import check_ids, layout, open_data, resolve, sparse_layout
 from shadowsync.errors import UserError
-from shadowsync.metrics import evaluate_predictions, worse_than_constant
+from shadowsync.metrics import worse_than_constant
 from shadowsync.models.trained import TrainedModel
 from shadowsync.train.saved_model import load_model, score
-from shadowsync.train.tasks import plan_data
+from shadowsync.train.tasks import plan_data, task_of
 
 
 def _trained_layout(path: str, schema: str | None) -> str | None:
@@ -47,9 +47,10 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         if not parent.is_dir():
             raise UserError(f"--predictions {predictions}: no directory {parent}")
     cfg, trained, step = load_model(path, model)
-    if cfg.task == "digits" or data in ("synthetic", "digits"):
-        plan = plan_data(replace(cfg, eval_data=None, data=cfg.data.path if cfg.task == "digits"
-                                 else data))
+    task = task_of(cfg.task)
+    planned = task.evaluation_data(cfg.data.path, data)
+    if planned is not None:
+        plan = plan_data(replace(cfg, eval_data=None, data=planned))
         rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
     else:
         rows = open_data(resolve(data, cfg.data.schema), skip_bad_lines=skip_bad_lines)
@@ -67,14 +68,10 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         if not trained.raw_ids:
             check_ids(rows, tuple(trained.table_rows.tolist()))
     pred, y = score(trained, rows, start, stop)
-    if cfg.task == "digits":
-        result: dict[str, object] = {"accuracy": float((pred.argmax(1) == y.astype(np.int64))
-                                                    .mean())}
-    else:
-        result = evaluate_predictions(pred, y)
-        warning = worse_than_constant(result["ne"], f"--data {data}:")
-        if warning:
-            logging.getLogger(__name__).warning("%s", warning)
+    result: dict[str, object] = dict(task.metrics_of(pred, y))
+    warning = worse_than_constant(result.get("ne"), f"--data {data}:")
+    if warning:
+        logging.getLogger(__name__).warning("%s", warning)
     result.update({"examples": stop - start, "checkpoint": str(step)})
     if predictions is not None:
         np.save(predictions, pred)

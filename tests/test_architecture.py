@@ -26,6 +26,16 @@ def test_where_to_add_names_what_exists():
             assert paths, f"no path in {cell!r}"
             for path in paths:
                 assert (ROOT / path).exists(), f"{path} does not exist"
-        source = (ROOT / re.findall(r"`(shadowsync/[\w/.]+\.py)`", register)[-1]).read_text()
-        for name in re.findall(r"`([A-Z_]{4,})`", register):
-            assert re.search(rf"^{name}\b.*=", source, re.M), f"{name} is not defined in {register}"
+        # Each registry name is defined in the file named after it ("`A` in `x.py` and `B`
+        # in `y.py`").
+        names: list[str] = []
+        for token in re.findall(r"`([A-Z_]{4,}|shadowsync/[\w/.]+)`", register):
+            if not token.startswith("shadowsync/"):
+                names.append(token)
+            elif token.endswith(".py"):
+                source = (ROOT / token).read_text()
+                for name in names:
+                    assert re.search(rf"^{name}\b.*=", source, re.M), \
+                        f"{name} is not defined in {token}"
+                names = []
+        assert not names, f"{names} name no file after them in {register!r}"

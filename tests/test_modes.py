@@ -65,6 +65,26 @@ def test_task_choices_are_the_task_registry():
     from shadowsync.train.tasks import TASKS
 
     assert set(TASK_CHOICES) == set(TASKS)
+    assert all(task.name == name for name, task in TASKS.items())
+
+
+def test_a_task_says_what_eval_scores_and_how():
+    """`shadowsync eval` asks the task: ctr re-plans generated rows (their held-out tenth)
+    and scores a file whole; digits always re-plans its own rows; each scores its way."""
+    import numpy as np
+
+    from shadowsync.train.tasks import TASKS
+
+    ctr, digits = TASKS["ctr"], TASKS["digits"]
+    assert ctr.evaluation_data("synthetic", "synthetic") == "synthetic"
+    assert ctr.evaluation_data("synthetic", "rows.tsv") is None
+    assert digits.evaluation_data("digits", "anything") == "digits"
+    pred, y = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]), np.array([0.0, 0.0, 0.0])
+    assert digits.metrics_of(pred, y) == {"accuracy": 2 / 3}
+    assert ctr.metrics_of(np.array([0.5, 0.5]), np.array([0.0, 1.0]))["ne"] == \
+        pytest.approx(1.0)
+    assert (ctr.output, ctr.categorical, digits.output, digits.categorical) == \
+        ("sigmoid", True, "softmax", False)
 
 
 def test_averaging_clock_counts_only_the_calls_that_averaged():

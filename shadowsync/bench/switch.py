@@ -62,6 +62,7 @@ from shadowsync.bench.common import (
 from shadowsync.config import TrainConfig
 from shadowsync.runners.switch.elastic import derived_patience_s
 from shadowsync.spec.detector import DetectorConfig
+from shadowsync.train.tasks import task_of
 from shadowsync.transport.delay import link_kind
 
 # The slowdowns a variant may meet (`--straggler`), each over the middle half of the job:
@@ -339,8 +340,7 @@ def spread(runs: list[dict[str, Any]], variant: str, key: str) -> list[float] | 
 
 def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
                names: tuple[str, ...]) -> dict[str, Any]:
-    metric = "accuracy" if task == "digits" else "ne"
-    higher = task == "digits"
+    metric, higher = task_of(task).metric, task_of(task).higher_is_better
     target = DIGITS_TARGET if higher else CTR_TARGET_NE
     counter = iter(range(10**6))
     seeds: dict[str, int] = {}

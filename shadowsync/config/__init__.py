@@ -19,7 +19,6 @@ from shadowsync.config.sections import (
     DLRM,
     HELP_ORDER,
     SECTIONS,
-    TASK_CHOICES,
     TESTING,
     CheckpointConfig,
     ClusterConfig,
@@ -32,6 +31,7 @@ from shadowsync.config.sections import (
     TestingConfig,
 )
 from shadowsync.config.train import FLAT, TrainConfig, unknown_option
+from shadowsync.spec.tasks import TASK_CHOICES
 
 __all__ = [
     "DLRM", "FLAT", "HELP_ORDER", "OPTIONS", "SECTIONS", "TASK_CHOICES", "TESTING",

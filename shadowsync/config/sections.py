@@ -36,9 +36,6 @@ from shadowsync.spec.switch_policies import DEFAULT_POLICY, POLICY_CHOICES, POLI
 TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
 DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
 
-Task = Literal["ctr", "digits"]
-TASK_CHOICES: tuple[str, ...] = ("ctr", "digits")
-
 
 T = TypeVar("T")
 

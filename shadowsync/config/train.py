@@ -17,7 +17,6 @@ from typing import NoReturn
 from shadowsync.by_value import portable
 from shadowsync.config.sections import (
     SECTIONS,
-    TASK_CHOICES,
     CheckpointConfig,
     ClusterConfig,
     DataConfig,
@@ -26,7 +25,6 @@ from shadowsync.config.sections import (
     OutputConfig,
     SwitchConfig,
     SyncConfig,
-    Task,
     TestingConfig,
     choices_of,
     opt,
@@ -35,6 +33,7 @@ from shadowsync.errors import UserError
 from shadowsync.spec.interval import SyncInterval
 from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
 from shadowsync.spec.straggler import Straggler
+from shadowsync.spec.tasks import DEFAULT_TASK, TASK_CHOICES, TASK_HELP, TASK_KINDS
 
 # Options that belong to the whole job rather than to one section.
 TOP_LEVEL = ("task", "seed")
@@ -160,8 +159,7 @@ class TrainConfig:
     flat names win over the sections given. `dataclasses.replace(cfg, trainers=4)` copies
     with flat changes."""
 
-    task: Task = opt("ctr", "what to train: ctr (DLRM on CTR rows, NE) or digits (scikit-learn's "
-                     "8x8 digits, a small CNN, accuracy)")
+    task: str = opt(DEFAULT_TASK, TASK_HELP, choices=TASK_CHOICES)
     seed: int = opt(0, "random seed (data generation, initialisation, shuffling)", group="data")
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -349,8 +347,9 @@ class TrainConfig:
             raise UserError(f"--early-stop: --sync {self.sync.mode} cannot stop its workers "
                             "early; use epochs, or another --sync")
         if self.data.val_share > 0:
-            if self.task != "ctr":
-                raise UserError("--val-share needs --task ctr")
+            if not TASK_KINDS[self.task].validates:
+                validating = [t.name for t in TASK_KINDS.values() if t.validates]
+                raise UserError(f"--val-share needs --task {' or '.join(validating)}")
             if self.checkpoint.every.never:
                 raise UserError("--val-share keeps the best model as a checkpoint: not with "
                                 "--checkpoint-every never")

@@ -53,6 +53,11 @@ def open_data(
                                 skip_bad_lines=skip_bad_lines)
 
 
+def is_generated(path: str, schema: str | None = None) -> bool:
+    """Whether the rows of `path` are generated from a count and a seed (`DataSource`)."""
+    return source_of(path, schema).generated
+
+
 def resolve(path: str, schema: str | None) -> str:
     """Where rows of `path` are read from: with a schema, the array directory its Parquet or
     CSV files convert into (once, cached; see ``shadowsync.data.tabular``)."""

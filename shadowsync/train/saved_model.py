@@ -48,7 +48,7 @@ from shadowsync.models.build import load_factory
 from shadowsync.models.trained import SparseFeature, TrainedModel
 from shadowsync.runners.protocol import KEY, load_flat
 from shadowsync.train.dynamic_tables import dynamic_spec
-from shadowsync.train.tasks import DataPlan, Features, build_dense_model, features_of
+from shadowsync.train.tasks import DataPlan, Features, build_dense_model, features_of, task_of
 from shadowsync.transport.servers.dense import TRAINED
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
@@ -81,7 +81,7 @@ def feature_record(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
     """What a checkpoint's manifest records of the training data's columns: the dense
     columns' names and each table's feature (`_sparse_features` and `_dense_names` read them
     back), so that a loaded model reads raw rows by name without the data at hand."""
-    if cfg.task != "ctr":
+    if not task_of(cfg.task).categorical:
         return {}
     path, f = plan.train.source, plan.features
     return {"dense_features": dense_features(path, f.num_dense),
@@ -214,13 +214,13 @@ def load_model(path: str | Path, model: Callable[..., object] | str | None = Non
         load_flat(flat, dense.parameters())
     # The digits task has no categorical features (and one placeholder table, never read).
     id_keys = None
-    if cfg.task != "ctr":
+    if not task_of(cfg.task).categorical:
         tables = []
     elif cfg.model.tables == "dynamic":
         tables, id_keys = _dynamic_tables(step, cfg, features)
     else:
         tables = _tables(step, cfg, manifest, features.table_rows)
-    output = "softmax" if cfg.task == "digits" else "sigmoid"
+    output = task_of(cfg.task).output
     sparse = _sparse_features(manifest, cfg, len(tables))
     return cfg, TrainedModel(dense, {f.name: t for f, t in zip(sparse, tables, strict=True)},
                              features.num_dense, output, sparse, id_keys,

@@ -21,6 +21,9 @@ class DataSource(Protocol):
     `claims` decides which source reads a path (the first that claims it)."""
 
     name: str
+    # Rows made from --examples and --seed rather than read: --examples sizes them whole (all
+    # of them train but the tenth held out), and every worker opens that many again.
+    generated: bool
 
     def claims(self, path: str, schema: str | None) -> bool:
         """Whether this source reads `path` (`schema`: the --schema file, if any)."""
@@ -59,6 +62,8 @@ class CriteoColumns:
     """Defaults of a source with Criteo's columns (13 dense, 26 single-id categorical
     features named C1..C26, hashes taken modulo --table-size): nothing to convert, declare
     or check."""
+
+    generated = False
 
     def resolve(self, path: str, schema: str | None) -> str:
         return path

@@ -11,6 +11,7 @@ from shadowsync.data.sources.base import first_rows
 
 class ArraySource:
     name = "arrays"
+    generated = False
 
     def claims(self, path: str, schema: str | None) -> bool:
         return arrays.is_array_dir(path)

@@ -23,6 +23,7 @@ def cache_dir(examples: int, seed: int) -> Path:
 
 class SyntheticSource(CriteoColumns):
     name = SYNTHETIC
+    generated = True
 
     def claims(self, path: str, schema: str | None) -> bool:
         return path == SYNTHETIC

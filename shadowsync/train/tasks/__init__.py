@@ -10,7 +10,7 @@ from shadowsync.train.tasks.base import DataPlan, Features, Task
 from shadowsync.train.tasks.ctr import CtrTask
 from shadowsync.train.tasks.digits import DigitsTask
 
-TASKS: dict[str, Task] = {"ctr": CtrTask(), "digits": DigitsTask()}
+TASKS: dict[str, Task] = {t.name: t for t in (CtrTask(), DigitsTask())}
 
 
 def task_of(name: str) -> Task:

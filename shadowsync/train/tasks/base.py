@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from shadowsync.config import TrainConfig
     from shadowsync.embeddings import EmbeddingClient
 
@@ -100,6 +102,17 @@ class Task(Protocol):
     name: str
     metric: str  # the headline held-out metric, reported as eval_<metric>
     higher_is_better: bool
+    output: str  # the saved model's last activation (`TrainedModel.output`)
+    categorical: bool  # whether it has categorical features (embedding tables) to save
+
+    def evaluation_data(self, trained_on: str, data: str) -> str | None:
+        """`shadowsync eval --data data` of a model trained on --data `trained_on`: the --data
+        whose held-out rows `plan_data` re-plans, or None to score every row of `data`."""
+        ...
+
+    def metrics_of(self, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+        """The held-out metrics of a saved model's predictions."""
+        ...
 
     def features(self, cfg: TrainConfig) -> Features:
         """The shape the model and tables are sized by, cheaply (no data conversion)."""

@@ -6,6 +6,7 @@ dense architecture on CTR rows.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -15,6 +16,7 @@ from shadowsync.data.dataset import (
     DEFAULT_TABLE_SIZE,
     check_ids,
     feature_counts,
+    is_generated,
     open_data,
     resolve,
     sparse_features,
@@ -22,7 +24,7 @@ from shadowsync.data.dataset import (
 )
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import UserError
-from shadowsync.metrics import RunningNE
+from shadowsync.metrics import RunningNE, evaluate_predictions
 from shadowsync.metrics.ctr import roc_auc
 from shadowsync.models import build_model
 from shadowsync.train.tasks.base import DataPlan, Features
@@ -52,10 +54,11 @@ def features_of(cfg: TrainConfig) -> Features:
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
-    if cfg.data.path == "synthetic":
+    generated = is_generated(cfg.data.path, cfg.data.schema)
+    if generated:
         n_train = cfg.data.examples or DEFAULT_SYNTHETIC_EXAMPLES
         total = n_train + n_train // 9  # the last 10% of the generated rows are held out
-        train = open_data("synthetic", examples=total, seed=cfg.seed)
+        train = open_data(cfg.data.path, examples=total, seed=cfg.seed)
     else:
         train = open_data(resolve(cfg.data.path, cfg.data.schema),
                           skip_bad_lines=cfg.data.skip_bad_lines)
@@ -77,7 +80,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         if eval_start == eval_stop:
             raise UserError(f"{cfg.data.path}: too few examples ({len(train)}) to hold 10% out; "
                             "pass --eval-data")
-    if cfg.data.examples and cfg.data.path != "synthetic":
+    if cfg.data.examples and not generated:
         if cfg.data.examples > train_stop:
             raise UserError(f"--examples {cfg.data.examples}: {cfg.data.path} holds {train_stop:,} "
                             "training rows; to train on them more than once, use --epochs")
@@ -100,7 +103,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         if not features.raw_ids:
             check_ids(rows, features.table_rows)
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
-                    open_examples=len(train) if cfg.data.path == "synthetic" else None,
+                    open_examples=len(train) if generated else None,
                     open_path=train.source if cfg.data.schema else None,
                     epoch_rows=epoch_rows, val_start=val_start, val_stop=val_stop)
 
@@ -118,6 +121,15 @@ class CtrTask:
     name = "ctr"
     metric = "ne"
     higher_is_better = False
+    output = "sigmoid"
+    categorical = True
+
+    def evaluation_data(self, trained_on: str, data: str) -> str | None:
+        """Generated rows are scored on their held-out tenth; a file on every row."""
+        return data if is_generated(data) else None
+
+    def metrics_of(self, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+        return evaluate_predictions(pred, labels)
 
     def features(self, cfg: TrainConfig) -> Features:
         return features_of(cfg)

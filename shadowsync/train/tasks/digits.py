@@ -95,6 +95,15 @@ class DigitsTask:
     name = "digits"
     metric = "accuracy"
     higher_is_better = True
+    output = "softmax"
+    categorical = False
+
+    def evaluation_data(self, trained_on: str, data: str) -> str | None:
+        """Its own held-out rows, whatever --data says (the digits are the only rows)."""
+        return trained_on
+
+    def metrics_of(self, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+        return {"accuracy": float((pred.argmax(1) == labels.astype(np.int64)).mean())}
 
     def features(self, cfg: TrainConfig) -> Features:
         # No categorical features: one table of one unused row keeps the embedding path
