@@ -14,6 +14,7 @@ from shadowsync.embeddings.dynamic import (
     server_of,
     table_of,
 )
+from shadowsync.errors import UserError
 
 
 def keys_of(ids):
@@ -126,7 +127,7 @@ def test_ttl_frees_rows_idle_longer_than_n_examples():
 def test_eviction_parse():
     assert str(Eviction.parse("lru")) == "lru" and Eviction.parse("ttl:5").ttl == 5
     for bad in ("ttl", "ttl:0", "lfu", "ttl:x"):
-        with pytest.raises(ValueError):
+        with pytest.raises(UserError, match="--evict"):
             Eviction.parse(bad)
 
 

@@ -131,6 +131,23 @@ def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
         [10, 10], 17, 1, 2**20, 2)
 
 
+def test_evict_and_table_memory_are_parsed_once_into_typed_values():
+    """The configuration holds an `Eviction` and a `TableMemory` (bytes, and the text written,
+    which a saved configuration writes back); the spec every holder builds from carries the
+    same `Eviction`."""
+    from shadowsync.config import config_to_dict
+    from shadowsync.spec.table_budget import LRU, TableMemory
+
+    cfg = TrainConfig(tables="dynamic", evict="ttl:500", table_memory="1.5MiB",
+                      batch_size=8).validate()
+    assert cfg.model.evict == Eviction(500) and cfg.model.table_memory.bytes == 1_572_864
+    assert (config_to_dict(cfg)["evict"], config_to_dict(cfg)["table_memory"]) == \
+        ("ttl:500", "1.5MiB")
+    assert dynamic_spec(cfg, Features(1, (10,)), 1).eviction == Eviction(500)
+    assert TrainConfig().validate().model.evict == LRU
+    assert TableMemory.parse("2GB").bytes == 2 * 10**9 and str(TableMemory(1000)) == "1000"
+
+
 @pytest.mark.parametrize("options, message", [
     ({"admit_after": 3}, "--admit-after applies to dynamic tables"),
     ({"tables": "dynamic", "evict": "lfu"}, "--evict"),

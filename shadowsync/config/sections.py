@@ -32,6 +32,7 @@ from shadowsync.spec.plan import SwitchPlan
 from shadowsync.spec.share import BspShare
 from shadowsync.spec.straggler import Straggler
 from shadowsync.spec.switch_policies import DEFAULT_POLICY, POLICY_CHOICES, POLICY_HELP
+from shadowsync.spec.table_budget import Eviction, TableMemory
 
 TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
 DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
@@ -158,11 +159,12 @@ class ModelConfig:
         "docs/dynamic-tables.md)")
     admit_after: int = opt(1, "dynamic tables: sightings before an id gets a row (until then "
                            "it reads zeros and its gradient is dropped)")
-    evict: str = opt("lru", "dynamic tables: when full, free the least recently used rows "
-                     "(lru), and with ttl:N also rows unused for N examples")
-    table_memory: str | None = opt(
+    evict: Eviction = opt("lru", "dynamic tables: when full, free the least recently used rows "
+                          "(lru), and with ttl:N also rows unused for N examples", spec=Eviction)
+    table_memory: TableMemory | None = opt(
         None, "dynamic tables: the job's table budget in bytes (e.g. 2GiB, 500MB), rows, "
-        "optimizer state and id maps together, in place of --table-size rows per table")
+        "optimizer state and id maps together, in place of --table-size rows per table",
+        spec=TableMemory)
     bottom_mlp: list[int] = opt([64], "hidden widths of the bottom MLP")
     top_mlp: list[int] = opt([128, 64], "hidden widths of the top MLP")
     id_bias: bool = opt(
@@ -191,28 +193,6 @@ class ModelConfig:
             raise UserError(f"--table-size: sizes must be positive, got {self.table_size}")
         if self.admit_after < 1:
             raise UserError(f"--admit-after must be >= 1, got {self.admit_after}")
-        kind, _, n = self.evict.partition(":")
-        if not (self.evict == "lru" or (kind == "ttl" and n.isdigit() and int(n) > 0)):
-            raise UserError(f"--evict: {self.evict!r} is not lru or ttl:N (N examples > 0)")
-        if self.table_memory is not None:
-            self.table_memory_bytes()
-
-    def table_memory_bytes(self) -> int | None:
-        """--table-memory in bytes (None when not set)."""
-        if self.table_memory is None:
-            return None
-        units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10,
-                 "mib": 2**20, "gib": 2**30}
-        text = str(self.table_memory).strip().lower()
-        number = text.rstrip("kmgib")
-        try:
-            value = float(number) * units[text[len(number):]]
-        except (KeyError, ValueError):
-            value = -1
-        if not value > 0:
-            raise UserError(f"--table-memory: {self.table_memory!r} is not a size such as "
-                            "2GiB or 500MB")
-        return int(value)
 
     def interaction_for(self, validating: bool) -> str:
         """--interaction as given, else what the data calls for: dot+cat on data validated on

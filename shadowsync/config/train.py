@@ -33,6 +33,7 @@ from shadowsync.errors import UserError
 from shadowsync.spec.interval import SyncInterval
 from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
 from shadowsync.spec.straggler import Straggler
+from shadowsync.spec.table_budget import LRU
 from shadowsync.spec.tasks import DEFAULT_TASK, TASK_CHOICES, TASK_HELP, TASK_KINDS
 
 # Options that belong to the whole job rather than to one section.
@@ -321,7 +322,7 @@ class TrainConfig:
         m = self.model
         if m.tables == "fixed":
             changed = [flag for flag, v, default in (
-                ("--admit-after", m.admit_after, 1), ("--evict", m.evict, "lru"),
+                ("--admit-after", m.admit_after, 1), ("--evict", m.evict, LRU),
                 ("--table-memory", m.table_memory, None)) if v != default]
             if changed:
                 raise UserError(f"{changed[0]} applies to dynamic tables: add --tables dynamic")

@@ -58,12 +58,11 @@ memory): the caller serialises calls (one lock per map), and copies `state_dict`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from shadowsync.data.ids import mix64
+from shadowsync.spec.table_budget import LRU, Eviction
 
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 EMPTY = np.iinfo(np.int64).min  # the row_key of a free row (and of the default row)
@@ -182,29 +181,6 @@ def table_of(keys: np.ndarray) -> np.ndarray:
 def server_of(keys: np.ndarray, servers: int) -> np.ndarray:
     """The server that owns each key: stable, and uniform whatever the ids look like."""
     return (keys.view(np.uint64) % np.uint64(servers)).astype(np.int64)
-
-
-@dataclass(frozen=True)
-class Eviction:
-    """How full pools make room: `lru` alone, or also expire rows idle `ttl` examples."""
-
-    ttl: int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Eviction:
-        """'lru' or 'ttl:N' (N examples); raises ValueError with the reason."""
-        if text == "lru":
-            return cls()
-        kind, _, n = text.partition(":")
-        if kind == "ttl" and n.isdigit() and int(n) > 0:
-            return cls(int(n))
-        raise ValueError(f"{text!r} is not 'lru' or 'ttl:N' with N examples > 0")
-
-    def __str__(self) -> str:
-        return "lru" if self.ttl is None else f"ttl:{self.ttl}"
-
-
-LRU = Eviction()
 
 
 def slot_count(capacity: int) -> int:

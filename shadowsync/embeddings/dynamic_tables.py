@@ -85,7 +85,7 @@ class DynamicSpec:
     num_tables: int
     capacity: int  # rows of each holder's pool
     admit_after: int = 1
-    eviction: str = "lru"
+    eviction: Eviction = LRU
     init_rows: int = 100_000  # new rows start as a fixed table of this many rows does
 
     def build(self, dim: int, seed: int, lock_path: str | None = None,
@@ -93,7 +93,7 @@ class DynamicSpec:
               **table_optimizer: Any) -> DynamicTables:
         """A holder; over existing `tensors` (another process's, mapped) when given."""
         return DynamicTables(self.num_tables, self.capacity, dim, self.admit_after,
-                             Eviction.parse(self.eviction), self.init_rows, seed, lock_path,
+                             self.eviction, self.init_rows, seed, lock_path,
                              tensors=tensors, **table_optimizer)
 
 

@@ -14,4 +14,5 @@ every layer above.
     share      --switch-at (`BspShare`)
     detector   --switch-detector (`DetectorConfig`)
     straggler  --straggler (`Straggler`) and its link delay (`delay.LinkDelay`)
+    table_budget  --evict (`Eviction`), --table-memory (`TableMemory`)
 """

@@ -19,7 +19,7 @@ def dynamic_spec(cfg: TrainConfig, features: Features, holders: int) -> DynamicS
         raise UserError(f"--tables dynamic: the data has {features.num_tables} categorical "
                         f"features; dynamic tables take at most {MAX_TABLES}")
     rows = pool_rows(features.table_rows, m.table_width(), m.admit_after,
-                     m.table_memory_bytes(), holders)
+                     m.table_memory.bytes if m.table_memory is not None else None, holders)
     lookups = cfg.optim.batch_size * features.num_tables
     if rows * holders < lookups:
         given = (f"--table-memory {m.table_memory}" if m.table_memory is not None
