@@ -37,6 +37,12 @@ import Any as Loose``); ``any_aliases`` counts those definitions (listed as ``al
 ``any_beyond_plain_data``: the annotations where ``Any`` is more than the values of plain
 data (``dict[str, Any]``: a summary, a report, JSON).
 
+``kind_comparisons``: comparisons (``==``, ``!=``, ``in``, ``not in``) of a string literal, or
+of a tuple, list or set of them, that is the name of a registered kind: a ``--sync`` mode or
+protocol, a ``--switch-policy``, a ``--task``, a ``--tables`` kind. Code asks the kind's entry
+instead (``mode_of(name).lockstep``); the registries themselves (``KIND_REGISTRIES``) are
+exempt. ``kind_comparisons_outside_bench`` leaves ``bench`` out.
+
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
 """
@@ -69,6 +75,43 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 RANK = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
 LONG_FUNCTION = 80
+# The modules that name kinds (relative to the package): comparisons there are the registry's.
+KIND_REGISTRIES = ("spec/modes.py", "spec/switch_policies.py", "spec/tasks.py", "protocols.py")
+
+
+def kind_names() -> dict[str, str]:
+    """Every registered kind's name -> what kind it is, from the registries (torch-free)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from dataclasses import fields
+
+    from shadowsync.config.sections import ModelConfig, choices_of
+    from shadowsync.protocols import Protocol
+    from shadowsync.spec.modes import MODES
+    from shadowsync.spec.switch_policies import POLICIES
+    from shadowsync.spec.tasks import TASK_KINDS
+
+    tables = next(f for f in fields(ModelConfig) if f.name == "tables")
+    names = {name: "table kind" for name in choices_of(ModelConfig, tables) or ()}
+    names.update((name, "task") for name in TASK_KINDS)
+    names.update((name, "switch policy") for name in POLICIES)
+    names.update((name, "sync mode") for name in MODES)
+    names.update((p.value, "protocol") for p in Protocol)
+    return names
+
+
+def kind_comparisons(tree: ast.AST, names: Mapping[str, str]) -> list[tuple[str, str, int]]:
+    """(name, its kind, line) of each string literal compared that names a registered kind."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) \
+                else [operand]
+            out += [(c.value, names[c.value], c.lineno) for c in items
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                    and c.value in names]
+    return sorted(out, key=lambda x: x[2])
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -237,7 +280,8 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     counts = {"upward_imports": 0, "package_cycles": 0, "long_functions": 0,
               "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0,
               "folder_pairs": 0, "any_annotations": 0, "any_beyond_plain_data": 0,
-              "any_aliases": 0}
+              "any_aliases": 0, "kind_comparisons": 0, "kind_comparisons_outside_bench": 0}
+    names = kind_names()
     unit_graph: dict[str, set[str]] = defaultdict(set)
     folder_graph: dict[str, set[str]] = defaultdict(set)
     paths = sorted(root.rglob("*.py"))
@@ -290,6 +334,11 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
             if RANK[there] > RANK[here]:
                 counts["upward_imports"] += 1
                 lines.append(f"upward: {path}:{lineno}: {module} imports {target}")
+        if path.relative_to(root).as_posix() not in KIND_REGISTRIES:
+            for name, kind, lineno in kind_comparisons(tree, names):
+                counts["kind_comparisons"] += 1
+                counts["kind_comparisons_outside_bench"] += not in_bench
+                lines.append(f"kind: {path}:{lineno}: compares the {kind} name {name!r}")
         if not in_bench:
             for name, lineno, n in long_functions(tree):
                 counts["long_functions"] += 1

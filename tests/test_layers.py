@@ -101,3 +101,26 @@ def test_an_alias_does_not_hide_any(tmp_path):
     # f: a..e and its return; h: w. Transport's own g is a boundary, not counted.
     assert got["any_annotations"] == 7
     assert got["any_beyond_plain_data"] == 5  # all but Json and dict[str, Any]
+
+
+def test_kind_names_are_compared_only_in_their_registries(counts):
+    """String comparisons against a registered kind's name (a sync mode or protocol, a switch
+    policy, a task, a table kind) outside the registries: none outside bench, and bench's
+    no more than now (the issue's goal is 0 there too)."""
+    assert counts["kind_comparisons_outside_bench"] <= 9
+    assert counts["kind_comparisons"] <= 33
+
+
+def test_the_measure_sees_a_kind_name_compared(tmp_path):
+    pkg = tmp_path / "shadowsync"
+    (pkg / "spec").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "spec" / "__init__.py").write_text("")
+    (pkg / "spec" / "tasks.py").write_text('ok = name == "digits"\n')  # a registry: exempt
+    (pkg / "cli.py").write_text('a = policy == "greedy"\nb = t in ("fixed", "x")\n'
+                                'c = mode != "s-ma"\nd = x == "greedy-ish"\n')
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
+                          "--root", str(pkg)], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    got = json.loads(out)
+    assert got["kind_comparisons"] == got["kind_comparisons_outside_bench"] == 3
