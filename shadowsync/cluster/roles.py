@@ -60,6 +60,7 @@ def role_main(cfg: TrainConfig) -> None:
 
     The process ends with the exit status of `lifecycle.exits`: 2 for bad input or a lost
     peer, 3 (`EXIT_DIVERGED`) for a diverged training, 1 for anything unexpected."""
+    rendezvous.agree_on_attempt()  # before anything reads the attempt: one for all hosts
     if cfg.output.dir and not os.environ.get(JOB_PROCESS_ENV):  # torchrun
         attempts.forget_refusal(Path(cfg.output.dir))
     if attempts.attempt() > 0 and cfg.output.dir and attempts.restart_refused(Path(cfg.output.dir)):

@@ -31,9 +31,12 @@ PIDS = "pids"  # "ATTEMPT NAME PID" a line, for whoever watches or kills the job
 PIDS_ENV = "SHADOWSYNC_PIDS_FILE"
 
 
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # the agent's, or the job's agreed round
+
+
 def attempt() -> int:
     """How many times the agent restarted this job before starting this process."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return int(os.environ.get(RESTART_COUNT, "0"))
 
 
 def attempts_dir(out: Path) -> Path:
