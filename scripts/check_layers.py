@@ -76,22 +76,20 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 RANK = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
 LONG_FUNCTION = 80
 # The modules that name kinds (relative to the package): comparisons there are the registry's.
-KIND_REGISTRIES = ("spec/modes.py", "spec/switch_policies.py", "spec/tasks.py", "protocols.py")
+KIND_REGISTRIES = ("spec/modes.py", "spec/switch_policies.py", "spec/tasks.py",
+                   "spec/table_kinds.py", "protocols.py")
 
 
 def kind_names() -> dict[str, str]:
     """Every registered kind's name -> what kind it is, from the registries (torch-free)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from dataclasses import fields
-
-    from shadowsync.config.sections import ModelConfig, choices_of
     from shadowsync.protocols import Protocol
     from shadowsync.spec.modes import MODES
     from shadowsync.spec.switch_policies import POLICIES
+    from shadowsync.spec.table_kinds import TABLE_KINDS
     from shadowsync.spec.tasks import TASK_KINDS
 
-    tables = next(f for f in fields(ModelConfig) if f.name == "tables")
-    names = {name: "table kind" for name in choices_of(ModelConfig, tables) or ()}
+    names = {name: "table kind" for name in TABLE_KINDS}
     names.update((name, "task") for name in TASK_KINDS)
     names.update((name, "switch policy") for name in POLICIES)
     names.update((name, "sync mode") for name in MODES)

@@ -161,7 +161,7 @@ def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
                         "use none, s-* or fr-*")
     saved = config_to_dict(resume_base(step))
     here = config_to_dict(resolve(cfg))
-    free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if here.get("tables") == "dynamic" else ())
+    free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if cfg.model.table_kind.maps_ids else ())
     diff = [k for k in SHAPE_OPTIONS if k not in free and saved.get(k) != here.get(k)]
     if diff:
         k = diff[0]

@@ -32,7 +32,7 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     cfg = cfg.adapted()
     features = features_of(cfg)
     need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features))
-    if cfg.model.tables == "dynamic":  # a budget below one batch: refused before any process
+    if cfg.model.table_kind.maps_ids:  # a budget below one batch: refused before any process
         dynamic_spec(cfg, features, max(1, cfg.cluster.embedding_servers))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
@@ -81,7 +81,7 @@ def embedding_plan(cfg: TrainConfig, features: Features) -> ShardingPlan:
     """Which server holds which rows of the tables (with --tables dynamic, how each server
     keeps its share of the id maps)."""
     dynamic = (dynamic_spec(cfg, features, cfg.cluster.embedding_servers)
-               if cfg.model.tables == "dynamic" else None)
+               if cfg.model.table_kind.maps_ids else None)
     return ShardingPlan(cfg.cluster.embedding_servers, features.table_rows,
                         cfg.cluster.row_split_limit, dynamic)
 

@@ -83,7 +83,7 @@ def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
 def local_bytes(cfg: TrainConfig) -> int:
     """The bytes a one-process run (`train.local`: its tables and its trainer) shares."""
     features = features_of(cfg)
-    dynamic = dynamic_spec(cfg, features, 1) if cfg.model.tables == "dynamic" else None
+    dynamic = dynamic_spec(cfg, features, 1) if cfg.model.table_kind.maps_ids else None
     plan = ShardingPlan(1, features.table_rows, cfg.cluster.row_split_limit, dynamic)
     return PER_PROCESS + tables_bytes(cfg, features, plan, 0) + trainer_bytes(cfg, features)
 

@@ -33,6 +33,13 @@ from shadowsync.spec.share import BspShare
 from shadowsync.spec.straggler import Straggler
 from shadowsync.spec.switch_policies import DEFAULT_POLICY, POLICY_CHOICES, POLICY_HELP
 from shadowsync.spec.table_budget import Eviction, TableMemory
+from shadowsync.spec.table_kinds import (
+    DEFAULT_TABLES,
+    TABLE_CHOICES,
+    TABLE_KINDS,
+    TABLES_HELP,
+    TableKind,
+)
 
 TESTING = "testing (fault injection and benchmark knobs)"  # shadowsync.train.tasks.TASKS
 DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.build)
@@ -153,10 +160,7 @@ class ModelConfig:
     table_size: list[int] = opt(
         [100_000], "rows per embedding table, one size for all or a comma list of one per table "
         "(ids are taken modulo it)", parse=parse_sizes)
-    tables: Literal["fixed", "dynamic"] = opt(
-        "fixed", "embedding tables: fixed (ids modulo --table-size) or dynamic (raw 64-bit ids "
-        "mapped to rows as they come, --table-size rows per table as the budget; see "
-        "docs/dynamic-tables.md)")
+    tables: str = opt(DEFAULT_TABLES, TABLES_HELP, choices=TABLE_CHOICES)
     admit_after: int = opt(1, "dynamic tables: sightings before an id gets a row (until then "
                            "it reads zeros and its gradient is dropped)")
     evict: Eviction = opt("lru", "dynamic tables: when full, free the least recently used rows "
@@ -193,6 +197,11 @@ class ModelConfig:
             raise UserError(f"--table-size: sizes must be positive, got {self.table_size}")
         if self.admit_after < 1:
             raise UserError(f"--admit-after must be >= 1, got {self.admit_after}")
+
+    @property
+    def table_kind(self) -> TableKind:
+        """--tables' entry (the choice is checked when the configuration is made)."""
+        return TABLE_KINDS[self.tables]
 
     def interaction_for(self, validating: bool) -> str:
         """--interaction as given, else what the data calls for: dot+cat on data validated on

@@ -320,7 +320,7 @@ class TrainConfig:
 
     def _check_dynamic_tables(self) -> None:
         m = self.model
-        if m.tables == "fixed":
+        if not m.table_kind.maps_ids:
             changed = [flag for flag, v, default in (
                 ("--admit-after", m.admit_after, 1), ("--evict", m.evict, LRU),
                 ("--table-memory", m.table_memory, None)) if v != default]

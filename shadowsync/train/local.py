@@ -14,7 +14,7 @@ from shadowsync.transport import shm
 
 
 def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables | DynamicTables:
-    if cfg.model.tables == "dynamic":
+    if cfg.model.table_kind.maps_ids:
         # The workers are processes: they take the map's lock through a file on this host.
         lock = shm.new_path("dynamic-lock") if shm.available() else None
         if lock is not None:

@@ -150,7 +150,7 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
         # What the model learned, not where its workers were (positions, the dense
         # optimizer's state: a new day's data starts at its first row).
         learned = {k: v for k, v in parts.items() if k in ("model", "sync", "tables")}
-        if cfg.model.tables == "dynamic" and "tables" in learned:  # (else on the servers)
+        if cfg.model.table_kind.maps_ids and "tables" in learned:  # (else on the servers)
             # read as saved: the new budget may resize the pool
             saved = load_all(location(cfg.checkpoint.warm_start) / shard, f"trainer {index}")
             learned.pop("tables").load_state_dict(

@@ -216,7 +216,7 @@ def load_model(path: str | Path, model: Callable[..., object] | str | None = Non
     id_keys = None
     if not task_of(cfg.task).categorical:
         tables = []
-    elif cfg.model.tables == "dynamic":
+    elif cfg.model.table_kind.maps_ids:
         tables, id_keys = _dynamic_tables(step, cfg, features)
     else:
         tables = _tables(step, cfg, manifest, features.table_rows)

@@ -42,7 +42,7 @@ def _sizes_given(cfg: TrainConfig) -> tuple[list[int] | None, str]:
 def _features(cfg: TrainConfig, path: str, num_dense: int, num_tables: int) -> Features:
     return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows,
                                              *_sizes_given(cfg)),
-                    raw_ids=cfg.model.tables == "dynamic",
+                    raw_ids=cfg.model.table_kind.maps_ids,
                     multi_hot=tuple(bool(f["multi_hot"])
                                     for f in sparse_features(path, num_tables)))
 
