@@ -60,8 +60,10 @@ from shadowsync.bench.common import (
     write_bench,
 )
 from shadowsync.config import TrainConfig
+from shadowsync.protocols import Protocol
 from shadowsync.runners.switch.elastic import derived_patience_s
 from shadowsync.spec.detector import DetectorConfig
+from shadowsync.spec.switch_policies import POLICIES
 from shadowsync.train.tasks import task_of
 from shadowsync.transport.delay import link_kind
 
@@ -114,6 +116,8 @@ DEFAULT_DELAY = LinkScenario(30.0, 1, 1).name  # the one delay scenario of the d
 # while elastic's derived patience at the floor is 30 steps (`elastic`): greedy leaves BSP for
 # it, elastic should not. Its share of the job depends on the job's steps (`scenario_text`).
 FALSE_ALARM = "false-alarm"
+# The policies that decide on the straggler detector (each one's variants wait for it).
+ONLINE_POLICIES = tuple(name for name, kind in POLICIES.items() if kind.build().detects)
 FALSE_ALARM_STEPS, FALSE_ALARM_SLOWDOWN, FALSE_ALARM_START = 16, 3.0, 0.4
 SCENARIOS = {
     "straggler": STRAGGLER,
@@ -281,7 +285,7 @@ def switch_fields(summary: dict[str, Any]) -> dict[str, Any]:
             "params_identical": all(w["params_identical"] for w in switches),
             "stragglers_seen": sorted({t for w in switches for t in w.get("stragglers", [])}),
             "straggler_switches": sum(1 for w in switches
-                                      if w.get("to") == "asp" and w.get("stragglers")),
+                                      if w.get("to") == Protocol.ASP and w.get("stragglers")),
             **isolate_phases(switches)}
 
 
@@ -306,7 +310,7 @@ def isolate_phases(switches: list[dict[str, Any]]) -> dict[str, Any]:
         for t in sorted(ongoing.keys() - now):
             done = ongoing.pop(t)
             done["ended_at"] = w.get("applied")
-            if w.get("to") == "bsp":
+            if w.get("to") == Protocol.BSP:
                 done["released_at"] = w.get("applied")
     return {"phases": phases, "isolations": isolations}
 
@@ -319,7 +323,7 @@ def phases_text(phases: list[dict[str, Any]]) -> str:
         text = p["to"] + (f" isolating {sorted(now)}" if now else "")
         if i:
             text += f" at {p['applied']}"
-        released = sorted(before - now) if p["to"] == "bsp" else []
+        released = sorted(before - now) if p["to"] == Protocol.BSP else []
         out.append(text + (f" (released {released})" if released else ""))
         before = now
     return ", ".join(out)
@@ -736,7 +740,7 @@ def bounds_of(res: dict[str, Any], suffix: str) -> dict[str, float | None]:
             out[f"step_slowdown_{scenario}{suffix}"] = slowdown
             out[f"bsp_slowdown_{scenario}{suffix}"] = m[f"bsp+{scenario}"]["train_s"] / bsp_s
         policies = [v.partition("+")[0] for v in m if v.endswith(f"+{scenario}")
-                    and v.partition("+")[0] in ("greedy", "elastic", "isolate")]
+                    and v.partition("+")[0] in ONLINE_POLICIES]
         for p in policies:  # each waits for the detector (`detection_lag_share`)
             lag = detection_lag_share(p, steps, episodes)
             bound = greedy_bound(bsp_s, asp_s, n, res["bsp_share"], slowdown, slowed, window,
