@@ -122,3 +122,34 @@ def require_movielens() -> None:
         if "could not fetch" in str(e):
             pytest.skip(f"MovieLens 100K cannot be had here: {e}")
         raise
+
+
+class LockStep:
+    """N trainers' background rounds as a real job runs them, in memory: every trainer reads
+    the centre before the round's AllReduce, and every push to the centre lands after it."""
+
+    def __init__(self, centre):
+        self.centre_value = centre.clone()
+        self.values: list = []
+        self.pushed: list = []
+
+    def round(self, rules, values):
+        self.values, self.pushed = values, []
+        out = [rule.round(v.clone(), self) for rule, v in zip(rules, values)]
+        for delta in self.pushed:
+            self.centre_value += delta
+        return out
+
+    def mean(self, local):
+        import torch
+
+        return torch.stack(self.values).mean(0)
+
+    def every_trainer_done(self):
+        return False
+
+    def centre(self):
+        return self.centre_value.clone()
+
+    def add_to_centre(self, delta):
+        self.pushed.append(delta)

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shadowsync.rules import make_rule
+from tests.helpers import LockStep
 
 
 class Replicas:
@@ -159,35 +160,6 @@ def test_bmuf_rounds_survive_a_checkpoint_and_an_older_one_resumes_warmed_up():
     assert again.block_momentum == 0.5
 
 
-class LockStep:
-    """N trainers' rounds as a real job runs them: every trainer reads the centre before the
-    round's AllReduce, every push to the centre lands after it."""
-
-    def __init__(self, centre: torch.Tensor):
-        self._centre = centre
-        self.values: list[torch.Tensor] = []
-        self._pushed: list[torch.Tensor] = []
-
-    def round(self, rules, values):
-        self.values, self._pushed = values, []
-        out = [rule.round(v, self) for rule, v in zip(rules, values)]
-        for delta in self._pushed:
-            self._centre += delta
-        return out
-
-    def mean(self, local):
-        return torch.stack(self.values).mean(0)
-
-    def every_trainer_done(self):
-        return False
-
-    def centre(self):
-        return self._centre.clone()
-
-    def add_to_centre(self, delta):
-        self._pushed.append(delta)
-
-
 def test_easgd_warmup_rounds_are_model_averaging_with_the_centre_at_the_average():
     """2 trainers, alpha = 1/2, R = 2, centre 0. Round 1: replicas 1 and 5 both become 3,
     the centre 3; round 2 (after training moved them to 4 and 6): 5 and 5; round 3 (6 and 8)
@@ -196,9 +168,9 @@ def test_easgd_warmup_rounds_are_model_averaging_with_the_centre_at_the_average(
     ex = LockStep(torch.tensor([0.0]))
     for values, agreed in (([1.0, 5.0], 3.0), ([4.0, 6.0], 5.0)):
         out = ex.round(rules, [torch.tensor([v]) for v in values])
-        assert [o.item() for o in out] == [agreed, agreed] and ex._centre.item() == agreed
+        assert [o.item() for o in out] == [agreed, agreed] and ex.centre_value.item() == agreed
     out = ex.round(rules, [torch.tensor([6.0]), torch.tensor([8.0])])
-    assert [o.item() for o in out] == [5.5, 6.5] and ex._centre.item() == 7.0
+    assert [o.item() for o in out] == [5.5, 6.5] and ex.centre_value.item() == 7.0
 
 
 def test_easgd_centre_stays_the_replicas_average_through_the_warmup_with_more_trainers():
@@ -210,7 +182,7 @@ def test_easgd_centre_stays_the_replicas_average_through_the_warmup_with_more_tr
         out = ex.round(rules, values)
         mean = torch.stack(values).mean(0)
         assert all(torch.allclose(o, mean) for o in out)
-        assert torch.allclose(ex._centre, mean, atol=1e-6)
+        assert torch.allclose(ex.centre_value, mean, atol=1e-6)
 
 
 def test_easgd_ends_the_job_at_the_replicas_average_and_leaves_the_centre():

@@ -17,38 +17,9 @@ from shadowsync.bench.short import write_arrays
 from shadowsync.config import TrainConfig
 from shadowsync.runners.build import rule_for
 from shadowsync.runners.shadow import MIN_ROUNDS
-from tests.helpers import run_cli
+from tests.helpers import LockStep, run_cli
 
 RULES = ("ma", "bmuf", "easgd")
-
-
-class TwoTrainers:
-    """The Exchange of a 2-trainer job's rounds, lock-step: both read the centre before the
-    round's AllReduce, and both pushes to it land after."""
-
-    def __init__(self, initial: torch.Tensor):
-        self.centre_value = initial.clone()
-        self.values: list[torch.Tensor] = []
-        self.pushed: list[torch.Tensor] = []
-
-    def round(self, rules, values):
-        self.values, self.pushed = values, []
-        out = [rule.round(v.clone(), self) for rule, v in zip(rules, values)]
-        for delta in self.pushed:
-            self.centre_value += delta
-        return out
-
-    def mean(self, local):
-        return torch.stack(self.values).mean(0)
-
-    def every_trainer_done(self):
-        return False
-
-    def centre(self):
-        return self.centre_value.clone()
-
-    def add_to_centre(self, delta):
-        self.pushed.append(delta)
 
 
 def short_job_rounds(rule: str, rounds: int = 8) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
@@ -61,7 +32,7 @@ def short_job_rounds(rule: str, rounds: int = 8) -> list[tuple[torch.Tensor, lis
     w = [torch.zeros(3), torch.zeros(3)]
     for r in rules:
         r.start(w[0])
-    exchange = TwoTrainers(w[0])
+    exchange = LockStep(w[0])
     out = []
     for k in range(rounds):
         common = torch.tensor([1.0, -2.0, 0.5]) / (k + 1)

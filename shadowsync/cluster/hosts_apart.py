@@ -25,12 +25,11 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shadowsync.cluster.netns import NetnsHosts, kill_group
+from shadowsync.cluster.netns import NetnsHosts, kill_group, terminate_groups
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -39,7 +38,6 @@ __all__ = ["DOCKER_SHM", "ApartHosts", "apart_unavailable_reason"]
 
 DOCKER_SHM = 64 * 2**20  # Docker's and Kubernetes' default /dev/shm
 _READY_S = 20.0
-_KILL_GRACE_S = 2.0
 
 _probe_lock = threading.Lock()
 _probe: list[str | None] = []
@@ -206,12 +204,7 @@ class ApartHosts:
         atexit.unregister(self.close)
         with self._lock:
             live = [p for p in self._procs if p.poll() is None]
-        for p in live:
-            kill_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + _KILL_GRACE_S
-        for p in live:
-            while p.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.02)
+        terminate_groups(live)
         for host in range(len(self._namespaces)):
             for pid in self.processes(host):  # workers in sessions of their own, orphans
                 try:

@@ -427,13 +427,8 @@ class NetnsHosts:
         # A leader that has not been reaped keeps its PID (and so its process
         # group id) reserved, which makes signalling the group safe; reaped
         # leaders are covered by the namespace sweep below instead.
-        live = [p for p in procs if p.returncode is None]
+        live = terminate_groups([p for p in procs if p.returncode is None])
         for p in live:
-            kill_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + _KILL_GRACE_S
-        for p in live:
-            while p.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.02)
             kill_group(p, signal.SIGKILL)
         _kill_netns_pids(self._created)
         for p in live:
@@ -489,6 +484,19 @@ def kill_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def terminate_groups(procs: list[subprocess.Popen],
+                     grace_s: float = _KILL_GRACE_S) -> list[subprocess.Popen]:
+    """SIGTERM the groups `procs` lead and give them `grace_s` together to end; returns
+    `procs` (the caller SIGKILLs what is left, after any sweep of its own)."""
+    for p in procs:
+        kill_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        while p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return procs
 
 
 # ------------------------------------------------------------------ cleanup
