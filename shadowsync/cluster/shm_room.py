@@ -67,16 +67,16 @@ def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
     features = features_of(cfg)
     plan = embedding_plan(cfg, features)
     transport = cfg.cluster.embedding_transport
-    total = 0
-    for rank in ranks:
-        total += PER_PROCESS
-        role, index = layout.role(rank)
-        if role == "embedding" and transport == "auto":
-            total += tables_bytes(cfg, features, plan, index)
-        elif role == "trainer":
-            total += trainer_bytes(cfg, features)
-            if transport == "unshared":  # a private copy of every server's tables
-                total += sum(tables_bytes(cfg, features, plan, s) for s in range(plan.servers))
+    roles = [layout.role(rank) for rank in ranks]
+    trainers = sum(role == "trainer" for role, _ in roles)
+    total = len(roles) * PER_PROCESS
+    total += sum(tables_bytes(cfg, features, plan, index) for role, index in roles
+                 if role == "embedding" and transport == "auto")
+    if trainers:  # every trainer shares the same: one model built to count it
+        per_trainer = trainer_bytes(cfg, features)
+        if transport == "unshared":  # a private copy of every server's tables
+            per_trainer += sum(tables_bytes(cfg, features, plan, s) for s in range(plan.servers))
+        total += trainers * per_trainer
     return total
 
 
