@@ -18,6 +18,7 @@ import torch
 from shadowsync.data.arrays import declared, is_array_dir
 from shadowsync.data.bags import Bags
 from shadowsync.data.ctr_data import CtrData, layout
+from shadowsync.data.ids import fold_words
 from shadowsync.data.sources import SYNTHETIC, source_of
 from shadowsync.errors import UserError
 
@@ -198,16 +199,6 @@ def batches(
         yield batch_of(data, rows, modulus)
 
 
-def fold_ids(ids: np.ndarray, modulus: np.ndarray) -> np.ndarray:
-    """uint64 ids modulo their table's size; a size of 0 leaves a table's ids raw (dynamic
-    tables map raw ids to rows themselves)."""
-    if modulus.all():
-        return ids % modulus
-    if not modulus.any():
-        return ids.copy()
-    return np.where(modulus == 0, ids, ids % np.maximum(modulus, 1))
-
-
 def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray) -> Batch:
     """``(dense, ids, labels)`` of the rows ``rows`` picks (consecutive rows, or any row
     numbers), ids reduced modulo ``modulus`` (uint64, one for all tables or one per table).
@@ -220,7 +211,7 @@ def batch_of(data: CtrData, rows: slice | np.ndarray, modulus: np.ndarray) -> Ba
     # int64 hashes are reinterpreted as unsigned; narrower ids (checked >= 0) are widened.
     cats = np.asarray(data.cats[rows], dtype=np.int64)
     single = cats.shape[1]
-    ids = torch.from_numpy(fold_ids(cats.view(np.uint64), modulus[:single or 1]).view(np.int64))
+    ids = torch.from_numpy(fold_words(cats, modulus[:single or 1]))
     labels = np.array(data.labels[rows], dtype=np.float32)
     if data.multi_hot:
         last = len(modulus) - 1

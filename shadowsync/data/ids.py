@@ -74,6 +74,20 @@ def raw_ids(values: object) -> np.ndarray:
     raise ValueError(f"{arr.dtype} values are not ids (ids are integers or strings)")
 
 
+def fold_words(words: np.ndarray, modulus: np.ndarray | int) -> np.ndarray:
+    """int64 id words read as unsigned 64-bit words, modulo `modulus` (one for every table,
+    or one per table along the last axis), as int64: a fixed table's rows. A modulus of 0
+    leaves its table's ids raw (dynamic tables map raw ids to rows themselves)."""
+    ids, m = words.view(np.uint64), np.asarray(modulus, dtype=np.uint64)
+    if m.all():
+        folded = ids % m
+    elif not m.any():
+        folded = ids.copy()
+    else:
+        folded = np.where(m == 0, ids, ids % np.maximum(m, np.uint64(1)))
+    return folded.view(np.int64)
+
+
 def integer_ids(values: np.ndarray) -> np.ndarray:
     """Integers of any width as int64 words with the same low 64 bits (uint64's top bit
     becomes the sign: the bit pattern is the id)."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from shadowsync.data.ids import fold_words
+
 
 @dataclass(frozen=True)
 class Jagged:
@@ -57,8 +59,5 @@ class Jagged:
         """The rows' (values modulo the table's rows, offsets, weights, pooling) as tensors,
         what `Bags.build` takes."""
         values, offsets, weights = self.rows(index)
-        # ids as unsigned 64-bit words, as `dataset.fold_ids` folds them; 0: raw (dynamic)
-        folded = ((values.view(np.uint64) % np.uint64(modulus)).view(np.int64) if modulus
-                  else values.copy())
-        return (torch.from_numpy(folded), torch.from_numpy(offsets),
+        return (torch.from_numpy(fold_words(values, modulus)), torch.from_numpy(offsets),
                 None if weights is None else torch.from_numpy(weights), self.pooling)

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shadowsync.data.cache import NpyWriter, built_once, cache_root
-from shadowsync.data.ids import raw_ids
+from shadowsync.data.ids import fold_words, raw_ids
 from shadowsync.errors import UserError
 from shadowsync.toml_file import read_toml
 
@@ -388,7 +388,7 @@ def _ids(values: pyarrow.Array, column: Sparse, where: Where) -> np.ndarray:
                         "(or ids = \"raw\") for it in the schema (or give integer ids)")
     ids = raw_ids(values)
     if column.hash:
-        return (ids.view(np.uint64) % np.uint64(column.table_size)).view(np.int64)
+        return fold_words(ids, column.table_size)
     if column.raw:
         return ids
     bad = np.flatnonzero(ids < 0)  # negative, or an unsigned id past 2^63: past any table
