@@ -43,15 +43,6 @@ ASK_WAIT_S = 0.5  # a trainer asked whether it is parked answers "not yet" after
 ANSWER_TIMEOUT_S = 60.0
 
 
-def wait_while(held: Callable[[], bool], stopping: Callable[[], bool]) -> float:
-    """Look every POLL_S until `held()` is false or the worker is stopping; the seconds
-    waited."""
-    t0 = time.perf_counter()
-    while held() and not stopping():
-        time.sleep(POLL_S)
-    return time.perf_counter() - t0
-
-
 class Parking:
     """One trainer's workers at the validation points, in shared memory: the step each is
     parked at (-1: none yet; FINISHED once it has ended) and the last point released."""
@@ -68,7 +59,8 @@ class Parking:
         t0 = time.perf_counter()
         flush()
         self.parked[worker] = step
-        wait_while(lambda: float(self.released[0]) < point, stopping)
+        while float(self.released[0]) < point and not stopping():
+            time.sleep(POLL_S)
         return time.perf_counter() - t0
 
     def finish(self, worker: int) -> None:
