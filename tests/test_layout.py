@@ -16,6 +16,80 @@ def test_roles_by_rank():
     assert lay.worker_rpc_rank(1, 2) == 10
 
 
+@pytest.mark.parametrize("e,d,t,hosts", [(2, 0, 2, 2), (4, 0, 4, 4), (2, 2, 6, 2), (3, 3, 3, 3),
+                                        (1, 1, 2, 1)])
+def test_per_host_placement_gives_every_host_the_same_roles(e, d, t, hosts):
+    """Host h of H (n = (E + D + T) / H ranks each, consecutive) runs embedding servers
+    h E/H .. (h + 1) E/H - 1, then dense servers h D/H .., then trainers h T/H .., in that
+    order; every role's rank is where `role` puts it."""
+    lay = ClusterLayout(e, d, t, workers=1, hosts=hosts, placement="per-host")
+    lay.check()
+    n = lay.world_size // hosts
+    expected = []
+    for h in range(hosts):
+        expected += [("embedding", h * e // hosts + i) for i in range(e // hosts)]
+        expected += [("dense", h * d // hosts + i) for i in range(d // hosts)]
+        expected += [("trainer", h * t // hosts + i) for i in range(t // hosts)]
+    assert [lay.role(r) for r in range(lay.world_size)] == expected
+    ranks = range(lay.world_size)
+    assert [lay.host_of(r) for r in ranks] == [r // n for r in ranks]
+    assert [lay.role(lay.embedding_rank(i)) for i in range(e)] == [("embedding", i)
+                                                                   for i in range(e)]
+    assert [lay.role(lay.dense_rank(i)) for i in range(d)] == [("dense", i) for i in range(d)]
+    assert [lay.role(r) for r in lay.trainer_ranks] == [("trainer", i) for i in range(t)]
+    # each trainer's host has an embedding server of its own
+    for i in range(t):
+        host = lay.host_of(lay.trainer_rank(i))
+        assert any(lay.host_of(lay.embedding_rank(s)) == host for s in range(e))
+
+
+def test_per_host_on_one_host_is_first_and_first_fills_the_first_host():
+    one = ClusterLayout(2, 1, 3, workers=2, hosts=1, placement="per-host")
+    first = ClusterLayout(2, 1, 3, workers=2, hosts=1)
+    assert [one.role(r) for r in range(6)] == [first.role(r) for r in range(6)]
+    # torchrun's 2 hosts of 2: the issue's job, its embedding server beside trainer 0 only
+    spread = ClusterLayout(1, 0, 3, workers=1, hosts=2)
+    assert spread.describe() == "host 0: emb0=0 trainer0=1; host 1: trainer1=2 trainer2=3"
+    assert ClusterLayout(2, 0, 2, 1, hosts=2, placement="per-host").describe() == (
+        "host 0: emb0=0 trainer0=1; host 1: emb1=2 trainer1=3")
+    uneven = ClusterLayout(1, 0, 2, 1, hosts=2)  # torchrun hosts of other sizes
+    assert uneven.describe() == "all hosts: emb0=0 trainer0=1 trainer1=2"
+
+
+@pytest.mark.parametrize("e,d,t,needle", [
+    (1, 0, 2, "give --embedding-servers a multiple of 2 (got 1)"),
+    (2, 0, 3, "--trainers 3 does not divide over them"),
+    (2, 1, 2, "--dense-servers 1 does not divide over them"),
+])
+def test_a_placement_the_hosts_cannot_meet_is_one_line(e, d, t, needle):
+    from shadowsync.errors import UserError
+
+    with pytest.raises(UserError, match="per-host on 2 hosts") as err:
+        ClusterLayout(e, d, t, 1, hosts=2, placement="per-host").check()
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_torchrun_hosts_decide_the_layout(monkeypatch):
+    """Under torchrun the hosts come from GROUP_WORLD_SIZE; per-host placement needs the same
+    processes on every host, said in one line naming --nproc-per-node."""
+    from shadowsync.cluster.parts import layout_of, resolve
+    from shadowsync.config import TrainConfig
+    from shadowsync.errors import UserError
+
+    cfg = resolve(TrainConfig(embedding_servers=2, trainers=2, embedding_placement="per-host"))
+    assert layout_of(cfg.cluster).hosts == 1
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert layout_of(cfg.cluster).trainer_ranks == [1, 3]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with pytest.raises(UserError, match="needs torchrun --nproc-per-node 2 on every host"):
+        layout_of(cfg.cluster)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="--trainers 3 does not divide"):
+        resolve(TrainConfig(embedding_servers=2, trainers=3, embedding_placement="per-host"))
+
+
 def test_sharding_covers_every_row_exactly_once():
     rows = (100, 50, 1000, 20, 7)
     plan = ShardingPlan(3, rows, row_split_limit=500)

@@ -14,15 +14,33 @@ from shadowsync.runners.switch.search import resolve_share
 from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.tasks import Features, build_dense_model, features_of
 from shadowsync.transport import rendezvous
-from shadowsync.transport.layout import ClusterLayout
+from shadowsync.transport.layout import PER_HOST, ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
 
 def layout_of(cluster: ClusterConfig) -> ClusterLayout:
-    return ClusterLayout(cluster.embedding_servers, cluster.dense_servers or 0,
-                         cluster.trainers, cluster.workers)
+    """The job's roles by rank on the hosts the launcher started it on (`launcher_hosts`);
+    a one-line UserError where --embedding-placement cannot be met there."""
+    layout = ClusterLayout(cluster.embedding_servers, cluster.dense_servers or 0,
+                           cluster.trainers, cluster.workers, launcher_hosts(),
+                           cluster.embedding_placement)
+    layout.check()
+    if layout.placement == PER_HOST and layout.hosts > 1:
+        world = int(os.environ.get("WORLD_SIZE", layout.world_size))
+        here = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if here * layout.hosts != world or world != layout.world_size:
+            raise UserError(f"--embedding-placement per-host on {layout.hosts} hosts needs "
+                            f"torchrun --nproc-per-node {layout.world_size // layout.hosts} on "
+                            f"every host (this one runs {here} of the {world} processes)")
+    return layout
+
+
+def launcher_hosts() -> int:
+    """Hosts (torchrun agents) the job runs on: GROUP_WORLD_SIZE, which torch's elastic agent
+    sets in every process it starts; 1 outside one (a launcher about to start a local job)."""
+    return int(os.environ.get("GROUP_WORLD_SIZE", 1))
 
 
 def resolve(cfg: TrainConfig) -> TrainConfig:
@@ -44,7 +62,9 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     at = cfg.switch.at
     if at is not None and cfg.sync.entry.can_switch:
         at = resolve_share(at, cfg.switch.job_name)
-    return replace(cfg, dense_servers=dense, switch_at=at)
+    resolved = replace(cfg, dense_servers=dense, switch_at=at)
+    layout_of(resolved.cluster)  # a placement these hosts cannot meet: refused here
+    return resolved
 
 
 def rpc_endpoint(rpc_port: int | None) -> RpcEndpoint:

@@ -115,6 +115,9 @@ def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
         # start, or the workers train past the points due meanwhile and those are skipped.
         task_of(cfg.task).prepare_evaluation()
     rank, trainer_group = join_process_group(layout)
+    if rank == 0 and not os.environ.get(JOB_PROCESS_ENV):  # torchrun: say where roles run
+        log.info("%s placement on %d host(s): %s", layout.placement, layout.hosts,
+                 layout.describe())
     # Before anything is trained or saved: one checkpoint storage, one starting checkpoint.
     cfg = agree_on_start(cfg, rank, gather_all, hosts_apart())
     check_hosts(cfg, layout)  # before anything is mapped: a full /dev/shm is a SIGBUS

@@ -326,6 +326,16 @@ class ClusterConfig:
         "auto", "how trainers reach the embedding servers: auto (shared memory on the same "
         "host, RPC otherwise), rpc (always), unshared (a private local copy per trainer: the "
         "benchmark ceiling, not shared training)")
+    prefetch: Literal["auto", "0", "1", "2"] = opt(
+        "auto", "embedding rows a worker asks for this many steps ahead, to arrive while it "
+        "computes (its gradients are sent without waiting); rows then miss the updates of at "
+        "most that many of its own steps. auto: 1 where a trainer reaches a table shard over "
+        "RPC, 0 (one blocking round trip a step) where it reads every shard through shared "
+        "memory or the tables are dynamic")
+    embedding_placement: Literal["first", "per-host"] = opt(
+        "first", "where embedding servers run: first (ranks 0..E-1, so on the first host(s)) or "
+        "per-host (every host runs the same roles, E/H embedding servers beside its T/H "
+        "trainers, which reach their host's rows through shared memory and the rest over RPC)")
     addr: str = opt("127.0.0.1", "address the local cluster binds and meets on")
     port: int | None = opt(None, "rendezvous port of the local cluster (default: a free one)")
     rpc_port: int | None = opt(
