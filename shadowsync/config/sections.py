@@ -341,6 +341,11 @@ class ClusterConfig:
     rpc_port: int | None = opt(
         None, "RPC store port where the launcher does not share its store (default: its + 1)")
 
+    def normalise(self) -> None:
+        """prefetch=1 from a Python caller means --prefetch 1."""
+        if isinstance(self.prefetch, int) and not isinstance(self.prefetch, bool):
+            self.prefetch = str(self.prefetch)
+
     def check(self) -> None:
         for flag, v in (("workers", self.workers), ("trainers", self.trainers),
                         ("row-split-limit", self.row_split_limit)):

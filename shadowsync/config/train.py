@@ -194,6 +194,7 @@ class TrainConfig:
                 raise TypeError(f"TrainConfig: {unknown_option(key, set(FLAT))}")
             self._set_flat(key, value)
         self.model.normalise()
+        self.cluster.normalise()
         self._reopen_copied_rate(base, options)
         if self.data.val_share == 0:
             # known now: code that reads the synthetic job's config before `adapted` sees it
@@ -329,6 +330,10 @@ class TrainConfig:
         elif self.cluster.embedding_transport == "unshared":
             raise UserError("--tables dynamic: --embedding-transport unshared is not supported "
                             "(each trainer's private copy would map ids apart)")
+        elif self.cluster.prefetch not in ("auto", "0"):
+            raise UserError(f"--prefetch {self.cluster.prefetch}: not with --tables dynamic (a "
+                            "batch's rows are resolved by a blocking round trip that must "
+                            "hold them until its gradients land); use --prefetch 0 or auto")
 
     def _check_choices(self) -> None:
         for section in SECTIONS:
