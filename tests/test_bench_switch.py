@@ -7,30 +7,34 @@ import time
 
 import pytest
 
-from shadowsync.bench.switch import (
-    CORE_VARIANTS,
-    DELAYS,
-    SCENARIOS,
-    VARIANTS,
-    LinkWindow,
-    accuracy_gap_se,
-    compared_with,
-    delay_slowdown,
-    detection_lag_share,
-    digits_job,
-    goal_met,
-    greedy_bound,
+import shadowsync.api
+import shadowsync.bench.switch as bench
+from shadowsync.bench.switch import runs as bench_runs
+from shadowsync.bench.switch.bounds import delay_slowdown, detection_lag_share, greedy_bound
+from shadowsync.bench.switch.goals import goal_met
+from shadowsync.bench.switch.ratios import accuracy_gap_se, paired, ratios_of
+from shadowsync.bench.switch.report import phases_text
+from shadowsync.bench.switch.runs import (
     isolate_phases,
     overhead_by_variant,
-    paired,
-    phases_text,
     pooled,
-    ratios_of,
     run_job,
-    settings_of,
     switch_fields,
     time_split,
 )
+from shadowsync.bench.switch.scenarios import (
+    CORE_VARIANTS,
+    DELAYS,
+    FALSE_ALARM,
+    FULL_VARIANTS,
+    SCENARIOS,
+    VARIANTS,
+    compared_with,
+    digits_job,
+    scenario_text,
+    settings_of,
+)
+from shadowsync.bench.switch.slow_link import LinkWindow
 from shadowsync.lifecycle.attempts import Progress, reset
 from shadowsync.lifecycle.exits import TrainingDiverged
 
@@ -57,8 +61,6 @@ def test_paired_compares_repeat_by_repeat_against_the_right_baseline():
 def test_a_diverged_run_is_a_result_at_chance_without_a_time(tmp_path, monkeypatch):
     """An ablation that diverges (ASP without the rate scaling) must not end the bench: the
     run scores chance, is marked, and its variant's time comes from the runs that ended."""
-    import shadowsync.api
-
     def diverge(cfg):
         raise TrainingDiverged("training diverged: mean loss 201 under ASP")
 
@@ -307,9 +309,6 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
     false alarm for greedy and elastic, 3 seeds each, digits only at 48k examples. Greedy left
     BSP for the false alarm on 2 of 3 seeds (median 1: met), elastic on 1 (median 0: met);
     isolate's accuracy against greedy comes with its seed-by-seed range."""
-    import shadowsync.bench.switch as bench
-    from shadowsync.bench.switch import FALSE_ALARM, FULL_VARIANTS, scenario_text
-
     seen = []
 
     def fake_run(cfg, out, metric):
@@ -324,7 +323,7 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
                 "curve": [], **switch_fields({}), "staleness_mean": None, "diverged": None,
                 "straggler_switches": left.get(variant, [0, 0, 0])[seed]}
 
-    monkeypatch.setattr(bench, "run_job", fake_run)
+    monkeypatch.setattr(bench_runs, "run_job", fake_run)
     out = bench.run_switch_bench(str(tmp_path), full=True, ctr=False)
     assert len(FULL_VARIANTS) == 2 + 4 * len(DELAYS) + 2 and len(seen) == 3 * len(FULL_VARIANTS)
     assert {s[2] for s in seen} == {48_000}
