@@ -122,7 +122,8 @@ def embedding_client(cfg: TrainConfig, features: Features, layout: ClusterLayout
                    for s in range(plan.servers)}
     transport = "rpc" if cfg.cluster.embedding_transport == "rpc" else "auto"
     return RemoteEmbeddings(plan, layout, endpoint, cfg.model.table_width(), rpc_ranks(layout),
-                            transport=transport, private=private)
+                            transport=transport, private=private,
+                            prefetch=cfg.cluster.prefetch)
 
 
 def peer_shards(layout: ClusterLayout) -> list[str]:

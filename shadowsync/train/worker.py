@@ -35,6 +35,7 @@ from shadowsync.lifecycle.stop import (
 from shadowsync.runners.base import HookDefaults, WorkerHook
 from shadowsync.runners.reports import WorkerDone, WorkerFailed, WorkerReport
 from shadowsync.spec.straggler import Straggler
+from shadowsync.train.prefetch import RowPipeline, depth_of
 from shadowsync.train.quiesce import Parking
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.state import WorkerSlots
@@ -249,24 +250,23 @@ class WorkerRun:
 
     def train(self, queue: Queue) -> None:
         """Step until the data, the runner or a stop ends it, reporting every few steps."""
-        spec, hook, tables = self.spec, self.hook, self.tables
+        spec, hook = self.spec, self.hook
         self.t_start = time.time()  # wall clock, comparable across the trainer's processes
         self.t_report = self.t_step = time.perf_counter()
         self.cpu_at_report = time.process_time()
         self.pace = pace_of(spec.straggler, spec.trainer) if spec.straggler is not None else None
-        stream = self.stream()
-        batch = next(stream, None)
-        vectors = tables.lookup(batch[1]) if batch is not None else None
-        while batch is not None:
-            dense, ids, labels = batch
+        # --prefetch: the rows of the next batches on their way while a step computes
+        self.pipeline = pipe = RowPipeline(self.tables, depth_of(self.tables), self.stream())
+        while pipe.batch is not None:
+            dense, _, labels = pipe.batch
+            vectors = pipe.rows()
             lv = self.forward_backward(dense, vectors, labels)
             stop = hook.agree_stop(self.stopping())  # every step: lockstep hooks count calls
-            batch = next(stream, None) if not (hook.finished() or stop) else None
-            # One round trip: this step's embedding gradients out, the next step's rows in.
             grad = vectors.grad if vectors.grad is not None else torch.zeros_like(vectors)
-            vectors = tables.update_and_lookup(ids, grad,
-                                               batch[1] if batch is not None else None,
-                                               lr_scale=self.schedule.embedding(self.steps))
+            # This step's embedding gradients out; the next step's rows in (at depth 0 in the
+            # same round trip, deeper asked for steps ago)
+            pipe.advance(grad, not (hook.finished() or stop),
+                         lr_scale=self.schedule.embedding(self.steps))
             if not hook.step_taken():  # released unapplied by a stop: not trained
                 continue
             self.count_step(len(labels), lv, float(labels.sum()), queue)
@@ -287,7 +287,9 @@ class WorkerRun:
 
     def settle(self) -> None:
         """Every push of this worker applied by the servers, its position counting every
-        step taken (where the shared model holds them: no private replica ahead of it)."""
+        step taken (where the shared model holds them: no private replica ahead of it), and
+        no row read ahead of the point left to train after it (`RowPipeline.drain`)."""
+        self.pipeline.drain()
         self.tables.flush()
         slots = self.spec.slots
         if slots is not None and int(slots.held[0]) < 0:

@@ -39,7 +39,10 @@ def _carries(ids: Any) -> bool:
 class DelayedTables:
     """An embedding client whose round trips cross the delayed link: each blocking exchange
     that carries ids waits `one_way()` seconds on the way out and as long on the way back.
-    Everything else is the wrapped client's."""
+    Everything else is the wrapped client's, but its rows are not asked for ahead: the delay
+    is on the blocking round trips."""
+
+    prefetch_depth = 0
 
     def __init__(self, tables: Any, one_way: Callable[[], float]) -> None:
         self.tables = tables

@@ -1,6 +1,8 @@
 """The client of the embedding servers, `RemoteEmbeddings`: an `EmbeddingClient` that reaches
 servers on its host through their shared-memory files and the others over RPC, one request
-per server for a batch's distinct rows."""
+per server for a batch's distinct rows, blocking (`update_and_lookup`) or, for a worker that
+asks for its rows ahead (`--prefetch`, `shadowsync.train.prefetch`), answered later
+(`fetch`, `update_and_fetch`)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ from shadowsync.transport.servers.embedding.server import (
     shared_info,
 )
 
+# --prefetch auto's depth where a trainer reaches some table shard over RPC.
+AUTO_PREFETCH = 1
+
 
 class RemoteEmbeddings:
     """The client a trainer and its workers use in place of local `EmbeddingTables`.
@@ -54,9 +59,12 @@ class RemoteEmbeddings:
 
     def __init__(self, plan: ShardingPlan, layout: ClusterLayout, endpoint: RpcEndpoint,
                  dim: int, ranks: dict[str, int], transport: str = "auto",
-                 private: dict[int, EmbeddingTables] | None = None) -> None:
+                 private: dict[int, EmbeddingTables] | None = None,
+                 prefetch: str = "0") -> None:
         if transport not in self.TRANSPORTS:
             raise ValueError(f"transport must be one of {self.TRANSPORTS}, got {transport!r}")
+        self.prefetch = prefetch  # --prefetch: a depth, or "auto" (`prefetch_depth`)
+        self.prefetch_depth = 0  # steps ahead its workers ask for rows: known once attached
         self.plan = plan
         self.layout = layout
         self.endpoint = endpoint
@@ -65,6 +73,7 @@ class RemoteEmbeddings:
         self.transport = transport
         self.profile: dict[str, float] | None = None  # seconds per phase, when set to a dict
         self._pending: list[torch.futures.Future] = []
+        self._last_sent: dict[int, torch.futures.Future] = {}  # per server, sent in order
         self._keys: RowKeys | None = None
         self._last: _Requests | None = None
         self._shared: dict[int, EmbeddingTables | DynamicTables] = {}
@@ -73,7 +82,7 @@ class RemoteEmbeddings:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_pending=[], _last=None, _shared={}, _keys=None)
+        state.update(_pending=[], _last_sent={}, _last=None, _shared={}, _keys=None)
         return state
 
     def attach(self, name: str) -> None:
@@ -88,6 +97,8 @@ class RemoteEmbeddings:
                 if mapped is not None:
                     self._shared[s] = mapped
             rpc.rpc_sync(server, attached)
+        self.prefetch_depth = prefetch_depth(self.prefetch, self.plan.servers - len(self._shared),
+                                             self.plan.dynamic is not None)
 
     def _release_holds(self) -> None:
         """Dynamic tables: this client holds no rows any more, on any server (one already
@@ -178,10 +189,35 @@ class RemoteEmbeddings:
         fut.set_result(LOCAL_CALLS[kind](local, *args))
         return fut
 
+    def _call_in_order(self, s: int, kind: str, *args: Any) -> torch.futures.Future:
+        """`_call`, sent over RPC only once this client's call before it to server `s` is
+        answered: the server's thread pool would run calls that arrive together at once, in
+        any order, and a pipeline's staleness bound needs them applied in the order made."""
+        before = self._last_sent.get(s)
+        if s in self._shared or before is None or before.done():
+            fut = self._call(s, kind, *args)
+        else:
+            fut = torch.futures.Future()
+
+            def send(answered: torch.futures.Future) -> None:
+                try:
+                    answered.wait()  # a failed call before it fails this one too
+                    self._call(s, kind, *args).add_done_callback(lambda f: _settle(fut, f))
+                except Exception as e:  # noqa: BLE001 - handed to whoever waits
+                    fut.set_exception(e)
+            before.add_done_callback(send)
+        self._last_sent[s] = fut
+        return fut
+
     def lookup(self, ids: torch.Tensor | Bags) -> torch.Tensor:
+        return self.fetch(ids, in_order=False).rows()
+
+    def fetch(self, ids: torch.Tensor | Bags, in_order: bool = True) -> RowFetch:
+        """`lookup`'s rows, asked for now and read by `RowFetch.rows()`, after this client's
+        earlier calls to each server (`in_order`)."""
         req = self._requests(ids)
-        calls = {s: self._call(s, "lookup", rows) for s, _, rows in req.per_server}
-        return self._gather(req, calls, ids)
+        call = self._call_in_order if in_order else self._call
+        return RowFetch(self, req, {s: call(s, "lookup", rows) for s, _, rows in req.per_server})
 
     def _gather(self, req: _Requests, calls: dict[int, torch.futures.Future],
                 ids: torch.Tensor | Bags) -> torch.Tensor:
@@ -217,28 +253,41 @@ class RemoteEmbeddings:
         and fetch the next step's rows in one call per server, halving the round trips of a
         training step. The server applies the update before reading, so the next step sees
         it."""
-        done = self._requests(ids, HOLD)
+        fetched = self._send(self._requests(ids, HOLD), grads, next_ids, lr_scale, self._call)
+        return None if fetched is None else fetched.rows()
+
+    def update_and_fetch(self, done: RowFetch, grads: torch.Tensor,
+                         next_ids: torch.Tensor | Bags | None,
+                         lr_scale: float = 1.0) -> RowFetch | None:
+        """`update_and_lookup` for the batch `done` was fetched for, waiting for nothing: the
+        next rows come in the `RowFetch`, and each server takes this client's calls in the
+        order made, so they are read after every gradient pushed before them."""
+        return self._send(done.requests, grads, next_ids, lr_scale, self._call_in_order)
+
+    def _send(self, done: _Requests, grads: torch.Tensor, next_ids: torch.Tensor | Bags | None,
+              lr_scale: float, call: Any) -> RowFetch | None:
         summed = self._summed(done, grads)
         # A slice of `summed` is cloned: RPC would send the whole tensor a view lives in.
         pushes = {s: (rows, summed if span is None else summed[span].clone(), lr_scale)
                   for s, span, rows in done.per_server}
         if next_ids is None:
-            self._push_async(pushes)
+            self._push_async(pushes, call)
             return None
         nxt = self._requests(next_ids, TRAIN)
         calls = {}
         with self._timed("send"):
             for s, _, rows in nxt.per_server:
                 if s in pushes:
-                    calls[s] = self._call(s, "update_and_lookup", *pushes.pop(s), rows)
+                    calls[s] = call(s, "update_and_lookup", *pushes.pop(s), rows)
                 else:
-                    calls[s] = self._call(s, "lookup", rows)
-            self._push_async(pushes)  # servers the next batch does not need
-        return self._gather(nxt, calls, next_ids)
+                    calls[s] = call(s, "lookup", rows)
+            self._push_async(pushes, call)  # servers the next batch does not need
+        return RowFetch(self, nxt, calls)
 
-    def _push_async(self, pushes: dict[int, tuple[torch.Tensor, torch.Tensor, float]]) -> None:
+    def _push_async(self, pushes: dict[int, tuple[torch.Tensor, torch.Tensor, float]],
+                    call: Any) -> None:
         for s, push in pushes.items():
-            self._pending.append(self._call(s, "apply", *push))
+            self._pending.append(call(s, "apply", *push))
         while len(self._pending) > self.MAX_PENDING_PUSHES * self.plan.servers:
             self._pending.pop(0).wait()
 
@@ -246,9 +295,10 @@ class RemoteEmbeddings:
         return None  # the servers save their rows
 
     def flush(self) -> None:
-        for fut in self._pending:
+        for fut in [*self._pending, *self._last_sent.values()]:
             fut.wait()
         self._pending.clear()
+        self._last_sent.clear()
 
     def _timed(self, phase: str) -> Any:
         return _PhaseTimer(self.profile, phase)
@@ -270,6 +320,24 @@ class _PhaseTimer:
         if self.profile is not None:
             self.profile[self.phase] = (self.profile.get(self.phase, 0.0)
                                         + time.perf_counter() - self.t0)
+
+
+def prefetch_depth(setting: str, servers_over_rpc: int, dynamic: bool) -> int:
+    """Steps ahead a worker asks for its rows under --prefetch `setting`: the depth given, or
+    for "auto" `AUTO_PREFETCH` where some of the servers are reached over RPC and the tables
+    are fixed (dynamic tables resolve a batch's rows in a blocking round trip that holds
+    them), else 0: rows read in place cost no round trip to hide."""
+    if setting != "auto":
+        return int(setting)
+    return AUTO_PREFETCH if servers_over_rpc and not dynamic else 0
+
+
+def _settle(out: torch.futures.Future, answered: torch.futures.Future) -> None:
+    """`out` takes `answered`'s value or error."""
+    try:
+        out.set_result(answered.wait())
+    except Exception as e:  # noqa: BLE001 - handed to whoever waits
+        out.set_exception(e)
 
 
 def _map_shared(info: dict[str, Any] | None, dynamic: DynamicSpec | None
@@ -296,6 +364,23 @@ def _map_shared(info: dict[str, Any] | None, dynamic: DynamicSpec | None
         return None
     return EmbeddingTables.from_tensors(rows, dim, info["optimizer"], info["lr"], info["eps"],
                                         weight, state, info.get("weight_decay", 0.0))
+
+
+@dataclass
+class RowFetch:
+    """A batch's rows on their way: `rows()` waits for them (`lookup`'s vectors)."""
+
+    client: RemoteEmbeddings
+    requests: _Requests
+    calls: dict[int, torch.futures.Future]
+
+    def rows(self) -> torch.Tensor:
+        return self.client._gather(self.requests, self.calls, self.requests.ids)
+
+    def wait(self) -> None:
+        """Every call answered, the rows unread (a fetch dropped)."""
+        for fut in self.calls.values():
+            fut.wait()
 
 
 @dataclass
