@@ -11,6 +11,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from shadowsync import forkserver
+
 
 def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
                 desc: str, log: Path | None = None) -> list[dict[str, Any]]:
@@ -43,8 +45,6 @@ def rotated(names: list[str], turn: int) -> list[str]:
 def job_cpu_s() -> float:
     """CPU seconds of this process and of the finished processes it started (the runs),
     those forked by the fork server included."""
-    from shadowsync import forkserver
-
     return forkserver.cpu_s() + sum(
         resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
         for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))

@@ -28,13 +28,18 @@ Four parts, each a figure the docs page (docs/dynamic-tables.md) reports:
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import torch
+from tqdm import tqdm
 
 from shadowsync.bench.common import (
     interleaved,
@@ -46,6 +51,15 @@ from shadowsync.bench.common import (
     write_bench,
 )
 from shadowsync.bench.sync import job, run_job
+from shadowsync.config import TrainConfig
+from shadowsync.data.dataset import batches, open_data
+from shadowsync.data.prepare import prepare
+from shadowsync.data.zipf import write_days
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.embeddings.dynamic_tables import DynamicSpec, pool_rows
+from shadowsync.lifecycle import attempts
+from shadowsync.models.build import build_model
+from shadowsync.train.worker import make_dense_optimizer
 
 
 def hashed_copy(src: Path, dst: Path, rows: int) -> None:
@@ -74,8 +88,6 @@ def collision_rate(cats: np.ndarray, rows: int) -> dict[str, float]:
 
 def _quality(out: Path, examples: int, budgets: tuple[int, ...], repeats: int
              ) -> dict[str, Any]:
-    from shadowsync.data.zipf import write_days
-
     data = out / "data"
     info = write_days(data, examples, days=1)
     raw = data / "day0"
@@ -117,8 +129,6 @@ def _budget_schemas(data: Path, names: tuple[str, ...], rows: int) -> list[int]:
     tables, schema-rawRows.toml makes `rows` their row budget (``ids = "raw"``) for dynamic
     tables (a schema's table sizes, not --table-size, set the budget). Returns the table
     sizes of the first."""
-    import re
-
     full = (data / "schema.toml").read_text()
     for tag, line in (("hash", "hash = true"), ("raw", 'ids = "raw"')):
         text = full
@@ -135,8 +145,6 @@ def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any
     against dynamic tables of the same rows and of the same bytes (admission at once and
     after 2 sightings, least recently used rows evicted), next to fixed tables with a row
     for every id. The other features keep a row per value in every variant."""
-    from shadowsync.data.prepare import prepare
-
     data = out / "movielens"
     if not (data / "schema.toml").exists():
         prepare("movielens100k", str(data), buckets=0)  # ids are what this part compares
@@ -175,13 +183,6 @@ def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
     admission after 2 or 5 sightings of the same rows and of the same bytes, next to fixed
     tables with a row for every word. Every variant runs `epochs` epochs (no early stopping:
     its validation split would add noise of its own) with seed r in repeat r."""
-    import re
-
-    import pyarrow.parquet as pq
-
-    from shadowsync.data.prepare import prepare
-    from shadowsync.embeddings.dynamic_tables import pool_rows
-
     data = out / "clothing"
     if not (data / "schema.toml").exists():
         prepare("clothing-reviews", str(data), min_word_count=1, buckets=0)
@@ -257,15 +258,6 @@ def _steps(examples: int, repeats: int) -> list[dict[str, Any]]:
     (what bounds the EPS ratio, without other processes in the way). The variants take
     their steps in turn, step by step (who goes first rotating), so that a burst of load
     on the machine lands on all of them alike."""
-    from tqdm import tqdm
-
-    from shadowsync.config import TrainConfig
-    from shadowsync.data.dataset import batches, open_data
-    from shadowsync.embeddings import EmbeddingTables
-    from shadowsync.embeddings.dynamic_tables import DynamicSpec
-    from shadowsync.models.build import build_model
-    from shadowsync.train.worker import make_dense_optimizer
-
     torch.set_num_threads(1)
     cfg = TrainConfig().validate()
     width, tables = cfg.model.table_width(), 26
@@ -334,11 +326,6 @@ def _server_memory(out: Path, data: Path, rows: int, examples: tuple[int, ...]
     """The embedding server's peak RSS in jobs on the first `examples` rows of the Zipf data
     (dynamic tables of `rows` rows a feature, admission after 2), sampled from /proc while
     each job runs, beside the distinct ids each job saw."""
-    import subprocess
-    import sys
-
-    from shadowsync.lifecycle import attempts
-
     cats = np.load(data / "cats.npy")
     results = []
     for n in examples:

@@ -24,14 +24,31 @@ multi-hot rate over the single-id rate.
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
 
 from shadowsync.bench.common import print_table, write_bench
+from shadowsync.cluster.launch import free_port
+from shadowsync.config import TrainConfig
+from shadowsync.data.bags import Bags
+from shadowsync.data.synth import generate
+from shadowsync.embeddings import EmbeddingTables
+from shadowsync.models.dlrm import DLRMDense, ModelConfig
+from shadowsync.train.worker import make_dense_optimizer
+from shadowsync.transport.layout import ClusterLayout
+from shadowsync.transport.rpc import RpcEndpoint
+from shadowsync.transport.servers.embedding import client as emb_client
+from shadowsync.transport.servers.embedding import server as emb
+from shadowsync.transport.servers.embedding.plan import ShardingPlan
+from shadowsync.transport.servers.embedding.server import release, serve
 
 MODES = ("rpc", "shm", "local", "echo", "ping")
 TABLES, ROWS, DIM, BATCH = 26, 100_000, 16, 256
@@ -44,8 +61,6 @@ def multi_hot_batches(cats: torch.Tensor, batches: int, seed: int = 0) -> list[A
     """`batches` batches of BATCH examples whose every table gets a bag of ids drawn from that
     table's column of `cats` (as skewed as single ids), odd tables mean-pooled, even ones
     weighted sums."""
-    from shadowsync.data.bags import Bags
-
     gen = torch.Generator().manual_seed(seed)
     column = cats.t().contiguous()  # [TABLES, rows]
     out = []
@@ -64,16 +79,10 @@ def multi_hot_batches(cats: torch.Tensor, batches: int, seed: int = 0) -> list[A
 
 def _table_optimizer() -> dict[str, Any]:
     """The default job's (row-wise Adagrad, its learning rate and starting accumulator)."""
-    from shadowsync.config import TrainConfig
-
     return TrainConfig().optim.table_optimizer()
 
 
 def _server(port: int, results: Any) -> None:
-    from shadowsync.transport.rpc import RpcEndpoint
-    from shadowsync.transport.servers.embedding.plan import ShardingPlan
-    from shadowsync.transport.servers.embedding.server import release, serve
-
     serve(ShardingPlan(1, (ROWS,) * TABLES, 10**9), 0, DIM, _table_optimizer(), seed=0)
     try:
         RpcEndpoint("127.0.0.1", port).join("emb0", 0, 2, threads=16)
@@ -87,18 +96,6 @@ def _ping() -> None:
 
 
 def _client(port: int, steps: int, repeats: int, results: Any) -> None:
-    import torch.distributed.rpc as rpc
-
-    from shadowsync.data.synth import generate
-    from shadowsync.embeddings import EmbeddingTables
-    from shadowsync.models.dlrm import DLRMDense, ModelConfig
-    from shadowsync.train.worker import make_dense_optimizer
-    from shadowsync.transport.layout import ClusterLayout
-    from shadowsync.transport.rpc import RpcEndpoint
-    from shadowsync.transport.servers.embedding import client as emb_client
-    from shadowsync.transport.servers.embedding import server as emb
-    from shadowsync.transport.servers.embedding.plan import ShardingPlan
-
     torch.set_num_threads(1)
     data = generate(BATCH * (steps + 1), seed=0)
     ids = torch.from_numpy(data.cats % ROWS).split(BATCH)
@@ -195,13 +192,6 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
 
 
 def run_embedding_bench(out: str, steps: int = 400, repeats: int = 3) -> dict[str, Any]:
-    import os
-    import signal
-
-    import torch.multiprocessing as mp
-
-    from shadowsync.cluster.launch import free_port
-
     port = free_port("127.0.0.1")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

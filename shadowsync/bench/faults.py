@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,8 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from shadowsync.bench.common import print_table, write_bench
 from shadowsync.checkpoint.store import CHECKPOINT_DIR, published
+from shadowsync.data.dataset import open_data
 from shadowsync.lifecycle import attempts
 
 SIGNALS = {"sigint-resume": signal.SIGINT, "sigterm-resume": signal.SIGTERM}
@@ -314,10 +318,6 @@ def memory_of(pid: int) -> tuple[int, int] | None:
 def soak_data(dest: Path, examples: int, seed: int, rows: int) -> Path:
     """An array directory of `rows` rows: the job's synthetic data repeated (generating as
     many fresh rows would take longer than the soak)."""
-    import numpy as np
-
-    from shadowsync.data.dataset import open_data
-
     src = open_data("synthetic", examples=examples + examples // 9, seed=seed)
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("labels", "dense", "cats"):
@@ -365,7 +365,6 @@ def soak(run: Path, examples: int, seed: int, soak_s: float, eps: float, warmup_
     if job.running():
         os.killpg(job.proc.pid, signal.SIGTERM)
     rc = job.wait(timeout)
-    import shutil
 
     shutil.rmtree(data, ignore_errors=True)
     # The end: the last sample in which every process of the warm-up still ran (a job that

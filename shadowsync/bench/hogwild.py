@@ -16,9 +16,16 @@ from typing import Any
 
 import torch
 import torch.multiprocessing as mp
+import torch.nn.functional as F
 
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
 from shadowsync.config import TrainConfig
+from shadowsync.data.dataset import batches, num_batches
+from shadowsync.train.local import local_tables
+from shadowsync.train.schedule import LrSchedule
+from shadowsync.train.tasks import build_dense_model, plan_data
+from shadowsync.train.trainer import Trainer
+from shadowsync.train.worker import make_dense_optimizer
 
 
 def _config(examples: int, workers: int) -> TrainConfig:
@@ -27,10 +34,6 @@ def _config(examples: int, workers: int) -> TrainConfig:
 
 
 def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
-    from shadowsync.train.local import local_tables
-    from shadowsync.train.tasks import plan_data
-    from shadowsync.train.trainer import Trainer
-
     plan = plan_data(cfg)
     trainer = Trainer(cfg, plan, local_tables(cfg, plan.features))
     stats = trainer.run()
@@ -39,14 +42,6 @@ def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _bare_loop(cfg: TrainConfig, results: Any) -> None:
-    import torch.nn.functional as F
-
-    from shadowsync.data.dataset import batches, num_batches
-    from shadowsync.train.local import local_tables
-    from shadowsync.train.schedule import LrSchedule
-    from shadowsync.train.tasks import build_dense_model, plan_data
-    from shadowsync.train.worker import make_dense_optimizer
-
     torch.set_num_threads(1)
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
@@ -83,8 +78,6 @@ def bare_run(cfg: TrainConfig) -> dict[str, Any]:
 
 def run_hogwild_bench(out: str, examples: int = 400_000, repeats: int = 3) -> dict[str, Any]:
     base = _config(examples, 1)
-    from shadowsync.train.tasks import plan_data
-
     plan_data(base)  # generate the data once, outside the timings
     variants = {
         "trainer_1w": lambda: trainer_run(base),

@@ -36,8 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from shadowsync.api import run
 from shadowsync.bench.common import interleaved, print_table, write_bench
 from shadowsync.config import TrainConfig
+from shadowsync.evaluation import evaluate_checkpoint
 
 RULES = ("s-ma", "s-bmuf", "s-easgd")  # each against DDP with the same trainers
 BESIDE = {"ddp": {"sync": "ddp"}, "none": {"sync": "none"},
@@ -85,8 +87,6 @@ def write_arrays(path: Path, rows: int = 120_000, num_dense: int = 5, num_tables
 
 
 def _run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    from shadowsync.api import run
-
     if out.exists():
         shutil.rmtree(out)
     _, s = run(replace(cfg, out=str(out)))
@@ -95,8 +95,6 @@ def _run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
 
 
 def _checkpoint_pair(out: Path) -> dict[str, Any]:
-    from shadowsync.evaluation import evaluate_checkpoint
-
     cfg = TrainConfig(examples=100_000, checkpoint_every="40000", progress=False,
                       log_every=10**12, log_level="warning").validate()
     got = _run(cfg, out)
