@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import torch
 
@@ -83,7 +83,7 @@ class RowPipeline:
         if self.depth == 0:
             self._rows = self.tables.lookup(self.batch[1])
             return
-        tables: Any = self.tables
+        tables = cast(Prefetching, self.tables)
         self._fetch, self._rows = tables.fetch(self.batch[1]), None
         kept = [b for b, _ in self._ahead]
         kept += [b for b in (next(self.stream, None)
@@ -111,7 +111,7 @@ class RowPipeline:
                 ids, grads, nxt[1] if nxt is not None else None, lr_scale=lr_scale)
             self.batch = nxt
             return
-        tables: Any = self.tables
+        tables = cast(Prefetching, self.tables)
         assert self._fetch is not None, "rows() first: the step trains on them"
         fetched = tables.update_and_fetch(self._fetch, grads, nxt[1] if nxt is not None else None,
                                           lr_scale=lr_scale)

@@ -30,6 +30,7 @@ from shadowsync.metrics import evaluate_predictions
 from shadowsync.runners.base import Runner
 from shadowsync.runners.switch.overhead import switch_overhead
 from shadowsync.state_dicts import Checkpointable
+from shadowsync.train.prefetch import depth_of
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.saved_model import feature_record, load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
@@ -239,7 +240,9 @@ def finish_training(replica: Replica, stats: TrainerStats,
     """After the last step: every trainer's statistics, the final checkpoint, and trainer 0's
     final evaluation (of the last model and of the best checkpoint, with --val-share)."""
     runner, trainer = replica.runner, replica.trainer
-    sync_metrics = runner.final_metrics() if runner else {}
+    # with how far ahead this trainer's workers fetched their rows (--prefetch, as resolved)
+    sync_metrics = {**(runner.final_metrics() if runner else {}),
+                    "prefetch": depth_of(trainer.tables)}
     everyone = gather((stats, sync_metrics)) if gather else [(stats, sync_metrics)]
     if runner:
         runner.after_training()  # e.g. load the servers' final parameters
@@ -266,6 +269,8 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
         summary.update(runner.summarize([m for _, m in everyone]))
     if "switches" in summary:
         summary["switch_overhead"] = switch_overhead(summary["switches"], summary["train_s"])
+    summary["prefetch"] = {"setting": cfg.cluster.prefetch,
+                           "depth_per_trainer": [m.get("prefetch", 0) for _, m in everyone]}
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
     # --max-restarts: attempts the job was restarted, examples trained again because of them
