@@ -44,6 +44,7 @@ slow-network bench's namespace hosts, and `bench embedding` for the RPC cost per
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -53,9 +54,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
+from tqdm import tqdm
 
 from shadowsync.bench.common import print_table, write_bench
+from shadowsync.bench.embedding import run_embedding_bench
+from shadowsync.bench.slow_net import run_on_hosts
+from shadowsync.bench.sync import job, run_job
+from shadowsync.cluster.netns import (
+    NetnsHosts,
+    netns_unavailable_reason,
+    shaping_unavailable_reason,
+)
+from shadowsync.config import TrainConfig
 from shadowsync.errors import UserError
+from shadowsync.spec.modes import mode_of
+from shadowsync.train.tasks import plan_data
+
+try:  # the `bench` extra; `require_scipy` says in one line where it is missing
+    from scipy.optimize import nnls
+except ImportError:  # pragma: no cover - scipy is installed wherever the bench runs
+    nnls = None
 
 MODES = ("none", "s-ma", "s-bmuf", "s-easgd", "fr-ma")
 ALLREDUCE = ("s-ma", "s-bmuf", "fr-ma")
@@ -101,7 +120,7 @@ def _link_s(x: Setting, ring: bool) -> float:
 def round_s(p: dict[str, float], x: Setting) -> float:
     """Wall seconds of one round (not counting the pace's rest)."""
     s, _ = _share(p, x)
-    if x.mode == "s-easgd":
+    if mode_of(x.mode).dense_servers:  # rounds against a centre, not between peers
         return (s * (p["a_e"] + x.trainers * p["g"] / x.dense_servers)
                 + p["gamma"] * _link_s(x, ring=False))
     return s * (p["a"] + p["c"] * (x.trainers - 1)) + p["gamma"] * _link_s(x, ring=True)
@@ -109,7 +128,7 @@ def round_s(p: dict[str, float], x: Setting) -> float:
 
 def pace_cpu_s(p: dict[str, float], x: Setting) -> float:
     """CPU seconds of one background round, as the auto pace sees it."""
-    key = "c_ea" if x.mode == "s-easgd" else "c_ma"
+    key = "c_ea" if mode_of(x.mode).dense_servers else "c_ma"
     return p[key] + p[f"{key}1"] * (x.trainers - 1)
 
 
@@ -117,7 +136,7 @@ def predict(p: dict[str, float], x: Setting) -> dict[str, float | None]:
     """EPS (all trainers) and syncs per minute (per trainer) of a job in setting x."""
     s, n_h = _share(p, x)
     t = p["t"] + (p["dt_rpc"] if x.remote_tables else 0.0)
-    if x.mode == "none":
+    if not mode_of(x.mode).synchronizes:
         return {"eps": x.trainers * x.batch / (s * t), "syncs_per_min": None}
     rnd = round_s(p, x)
     if x.mode.startswith("fr-"):
@@ -138,11 +157,7 @@ def setting_of(point: dict[str, Any]) -> Setting:
 
 def require_scipy() -> None:
     """The fit needs scipy (the `bench` extra): say so in one line before anything runs."""
-    import importlib.util
-
     if importlib.util.find_spec("scipy") is None:
-        from shadowsync.errors import UserError
-
         raise UserError("bench scale fits its cost model with scipy, which is not installed: "
                         "pip install 'shadowsync[bench]'")
 
@@ -150,8 +165,6 @@ def require_scipy() -> None:
 def _lstsq(cols: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     """Least squares with every coefficient >= 0 (each is a time or a rate's coefficient)."""
     require_scipy()
-    from scipy.optimize import nnls
-
     return nnls(np.stack(cols, axis=1), y)[0]
 
 
@@ -162,24 +175,7 @@ def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
     (`dt_rpc`: the given value where no point has remote tables)."""
     p = dict.fromkeys(PARAMS, 0.0)
     p.update(dt_rpc=dt_rpc, gamma=1.0, rho=1.0)
-    # EPS: log(n B / EPS) = log t + log s(rho) (+ -log(1 - beta) for auto-paced background
-    # rounds, whose pace keeps their CPU at the budget); rho on a grid, log t linear.
-    eps_pts = [q for q in points if q.get("eps") and not q.get("back_to_back")
-               and not q["mode"].startswith("fr-") and not q.get("remote_tables")]
-    if eps_pts:
-        best = None
-        for rho in (np.arange(0.25, 4.0, 0.005) if rho_grid is None else rho_grid):
-            p["rho"] = float(rho)
-            y = np.array([np.log(q["trainers"] * q.get("batch", 256) / q["eps"])
-                          - np.log(_share(p, setting_of(q))[0])
-                          + (np.log(1 - q.get("budget", 0.03)) if q["mode"] != "none" else 0)
-                          for q in eps_pts])
-            log_t = float(y.mean())
-            err = float(((y - log_t) ** 2).sum())
-            if best is None or err < best[0] - 1e-12:
-                best = (err, float(rho), log_t)
-        assert best is not None
-        p["rho"], p["t"] = best[1], float(np.exp(best[2]))
+    _fit_step(p, points, rho_grid)
     # Back-to-back rounds: their period is the round's wall time.
     ar = [q for q in points if q.get("back_to_back") and q["mode"] in ALLREDUCE
           and q.get("syncs_per_min")]
@@ -193,7 +189,7 @@ def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
         p["a"], p["c"] = float(sol[0]), float(sol[1])
         if link.any():
             p["gamma"] = float(sol[2])
-    ea = [q for q in points if q.get("back_to_back") and q["mode"] == "s-easgd"
+    ea = [q for q in points if q.get("back_to_back") and mode_of(q["mode"]).dense_servers
           and q.get("syncs_per_min")]
     if ea:
         s = np.array([_share(p, setting_of(q))[0] for q in ea])
@@ -223,23 +219,53 @@ def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
               / (_share(p, setting_of(q))[0] * p["t"]) - 1.0) / (1.0 - 1.0 / q["trainers"])
              for q in fr]
         p["w"] = max(0.0, float(np.mean(w)))
-    # Remote tables: the embedding RPC cost per step as the jobs on separate hosts saw it:
-    # n B / EPS = s (t + dt) / (1 - u) for none and s-* (u: the rounds' CPU share), and
-    # s (t + dt) + T / k for fr-*, so dt is the gap in n B / EPS to the same setting at
-    # dt = 0, scaled back; the mean over those points.
-    remote = [q for q in points if q.get("remote_tables") and q.get("eps")]
-    if remote:
-        implied = []
-        for q in remote:
-            x = setting_of(q)
-            s, _ = _share(p, x)
-            e0 = predict({**p, "dt_rpc": 0.0}, x)["eps"]
-            assert e0 is not None
-            keep = 1.0 if x.mode.startswith("fr-") else e0 * s * p["t"] / (x.trainers * x.batch)
-            implied.append((x.trainers * x.batch / q["eps"] - x.trainers * x.batch / e0)
-                           * keep / s)
-        p["dt_rpc"] = max(0.0, float(np.mean(implied)))
+    _fit_remote(p, points)
     return p
+
+
+def _fit_step(p: dict[str, float], points: list[dict[str, Any]],
+              rho_grid: np.ndarray | None) -> None:
+    """EPS: log(n B / EPS) = log t + log s(rho) (+ -log(1 - beta) for auto-paced background
+    rounds, whose pace keeps their CPU at the budget); rho on a grid, log t linear. Sets
+    p's rho and t where a point allows."""
+    eps_pts = [q for q in points if q.get("eps") and not q.get("back_to_back")
+               and not q["mode"].startswith("fr-") and not q.get("remote_tables")]
+    if not eps_pts:
+        return
+    best = None
+    for rho in (np.arange(0.25, 4.0, 0.005) if rho_grid is None else rho_grid):
+        p["rho"] = float(rho)
+        y = np.array([np.log(q["trainers"] * q.get("batch", 256) / q["eps"])
+                      - np.log(_share(p, setting_of(q))[0])
+                      + (np.log(1 - q.get("budget", 0.03))
+                         if mode_of(q["mode"]).synchronizes else 0)
+                      for q in eps_pts])
+        log_t = float(y.mean())
+        err = float(((y - log_t) ** 2).sum())
+        if best is None or err < best[0] - 1e-12:
+            best = (err, float(rho), log_t)
+    assert best is not None
+    p["rho"], p["t"] = best[1], float(np.exp(best[2]))
+
+
+def _fit_remote(p: dict[str, float], points: list[dict[str, Any]]) -> None:
+    """Remote tables: the embedding RPC cost per step as the jobs on separate hosts saw it:
+    n B / EPS = s (t + dt) / (1 - u) for none and s-* (u: the rounds' CPU share), and
+    s (t + dt) + T / k for fr-*, so dt is the gap in n B / EPS to the same setting at
+    dt = 0, scaled back; the mean over those points. Sets p's dt_rpc where a point allows."""
+    remote = [q for q in points if q.get("remote_tables") and q.get("eps")]
+    if not remote:
+        return
+    implied = []
+    for q in remote:
+        x = setting_of(q)
+        s, _ = _share(p, x)
+        e0 = predict({**p, "dt_rpc": 0.0}, x)["eps"]
+        assert e0 is not None
+        keep = 1.0 if x.mode.startswith("fr-") else e0 * s * p["t"] / (x.trainers * x.batch)
+        implied.append((x.trainers * x.batch / q["eps"] - x.trainers * x.batch / e0)
+                       * keep / s)
+    p["dt_rpc"] = max(0.0, float(np.mean(implied)))
 
 
 def relative_errors(p: dict[str, float], points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -290,7 +316,7 @@ def paper_checks(pred: dict[str, Any], p: dict[str, float], rate: float, budget:
         # EPS(n) / (n * EPS(1)): 1 is linear
         "linearity": {m: at(m, "eps", last) / (last * at(m, "eps", 1)) for m in MODES},
         "syncs_per_min_1_vs_last": {m: [at(m, "syncs_per_min", 1), at(m, "syncs_per_min", last)]
-                                    for m in MODES if m != "none"},
+                                    for m in MODES if mode_of(m).synchronizes},
         # rounds a second one dense server can serve (each trainer's EASGD rate is at most
         # 60 d / (n g) a minute, however fast the pace)
         "easgd_server_rounds_per_s": None if p["g"] <= 0 else 1.0 / p["g"],
@@ -361,7 +387,7 @@ def config_for(base: Any, item: Planned, per_trainer: int) -> Any:
                   dense_servers=None if item.rate_mbit is None else 0)
     if item.mode.startswith("fr-"):
         cfg = replace(cfg, sync_every=FR_EVERY)
-    if item.back_to_back and item.mode == "s-easgd":
+    if item.back_to_back and mode_of(item.mode).dense_servers:
         cfg = replace(cfg, elastic_alpha=EASGD_B2B_ALPHA)
     return cfg.validate()
 
@@ -383,8 +409,6 @@ def figures(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_local(cfg: Any, out: Path) -> dict[str, Any]:
-    from shadowsync.bench.sync import run_job
-
     run_job(cfg, out)
     return figures(json.loads((out / "summary.json").read_text()))
 
@@ -392,17 +416,12 @@ def run_local(cfg: Any, out: Path) -> dict[str, Any]:
 def run_netns(cfg: Any, out: Path, rate_mbit: float) -> dict[str, Any]:
     """Host 0 the embedding server, hosts 1..n the trainers, the link between hosts 1 and 2
     (the trainers' rounds) limited."""
-    from shadowsync.bench.slow_net import run_on_hosts
-    from shadowsync.cluster.netns import NetnsHosts
-
     with NetnsHosts(cfg.cluster.trainers + 1) as hosts:
         hosts.set_pair_rate(1, 2, rate_mbit)
         return figures(run_on_hosts(hosts, replace(cfg, embedding_servers=1), out))
 
 
 def netns_reason() -> str | None:
-    from shadowsync.cluster.netns import netns_unavailable_reason, shaping_unavailable_reason
-
     return netns_unavailable_reason() or shaping_unavailable_reason()
 
 
@@ -414,8 +433,6 @@ def measure(root: Path, base: Any, items: list[Planned], per_trainer: int, repea
     in the machine's load hits early and late points alike); each run is the model's Setting
     plus what the job's summary said, and the machine's load average when it ended. Runs are
     logged to runs.jsonl as they end; a job that fails costs its run, not the bench."""
-    from tqdm import tqdm
-
     cores = float(len(os.sched_getaffinity(0)))
     runs = []
     (root / "runs.jsonl").unlink(missing_ok=True)
@@ -437,7 +454,7 @@ def measure(root: Path, base: Any, items: list[Planned], per_trainer: int, repea
                "cores": cores, "batch": cfg.optim.batch_size, "every": cfg.sync.every,
                "budget": cfg.sync.budget, "dense_servers": cfg.cluster.dense_servers or 1,
                "sync_dtype": item.sync_dtype, "eps": r["eps"],
-               "syncs_per_min": r.get("syncs_per_min") if item.mode != "none" else None,
+               "syncs_per_min": r.get("syncs_per_min") if mode_of(item.mode).synchronizes else None,
                "wall_s": r.get("wall_s"), "load_avg_1min": os.getloadavg()[0]}
         runs.append(run)
         root.mkdir(parents=True, exist_ok=True)
@@ -465,8 +482,6 @@ def points_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def embedding_cost(root: Path, steps: int) -> dict[str, float]:
     """Run `bench embedding` (3 repeats, medians: one was seen off by 3x at a high load)
     into root/embedding."""
-    from shadowsync.bench.embedding import run_embedding_bench
-
     run_embedding_bench(str(root / "embedding"), steps=steps, repeats=3)
     return read_embedding_cost(root / "embedding" / "bench.json")
 
@@ -490,9 +505,6 @@ def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
     runs.jsonl of an earlier run (and its embedding/bench.json) instead of measuring again.
     `local`, `hosts` and `embedding` run the jobs (replaceable, so the bookkeeping can be
     tested without)."""
-    from shadowsync.bench.sync import job
-    from shadowsync.train.tasks import plan_data
-
     t0 = time.perf_counter()
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
@@ -522,8 +534,6 @@ def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
 def analyse(root: Path, runs: list[dict[str, Any]], emb: dict[str, float] | None,
             info: dict[str, Any]) -> dict[str, Any]:
     """Fit on the points marked "fit", score the held-out ones, predict, write, plot."""
-    from shadowsync.config import TrainConfig
-
     points = points_of(runs)
     dt_rpc = max(0.0, (emb["rpc_ms"] - emb["shm_ms"]) / 1e3) if emb else 0.0
     fitted = [q for q in points if q["role"] == "fit"]
@@ -571,14 +581,10 @@ def analyse(root: Path, runs: list[dict[str, Any]], emb: dict[str, float] | None
 
 def plot_scale(root: Path, p: dict[str, float], pred: dict[str, Any],
                points: list[dict[str, Any]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     colors = dict(zip(MODES, ("tab:gray", "tab:green", "tab:olive", "tab:blue", "tab:red")))
     styles = dict(zip(PREDICT_RATES_MBIT, (":", "--", "-")))
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig = Figure(figsize=(13, 9))
+    axes = fig.subplots(2, 2)
     for key, ax in zip(("eps", "syncs_per_min"), axes[0]):
         for name, row in pred.items():
             mode, rate = name.split("@")
@@ -618,4 +624,3 @@ def plot_scale(root: Path, p: dict[str, float], pred: dict[str, Any],
         ax.set_title("this machine (1 to 4 trainers on its cores): model vs measured")
     fig.tight_layout()
     fig.savefig(root / "scale.png", dpi=110)
-    plt.close(fig)
