@@ -112,7 +112,7 @@ def test_padded_tables_for_fbgemm_train_as_ours(width):
     padded. The padded tables' first `width` columns then follow ours step for step."""
     import torch
 
-    from shadowsync.bench.peers.torchrec_dmp import fbgemm_tables
+    from shadowsync.bench.peers.padded_tables import fbgemm_tables
     from shadowsync.embeddings.tables import EmbeddingTables
 
     padded, lr, accumulator = fbgemm_tables(width, 0.2, 0.05)

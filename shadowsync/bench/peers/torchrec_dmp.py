@@ -19,40 +19,44 @@ and the last rank's end; eval NE is taken on the job's held-out rows, split over
 
 from __future__ import annotations
 
+import json
+import logging
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
+from torchrec.datasets.utils import Batch
+from torchrec.distributed import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.optim.keyed import KeyedOptimizerWrapper
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from shadowsync.bench.peers.padded_tables import fbgemm_tables
+from shadowsync.bench.peers.ranks import run_ranks
 from shadowsync.config import TrainConfig
+from shadowsync.data.dataset import batches, num_batches
+from shadowsync.metrics import evaluate_predictions
+from shadowsync.train.schedule import LrSchedule
+from shadowsync.train.tasks import build_dense_model, plan_data
 
 WORLD = 2
 EVAL_BATCH = 4096
-FBGEMM_WIDTH_MULTIPLE = 4
-
-
-def fbgemm_tables(width: int, lr: float, initial_accumulator: float) -> tuple[int, float, float]:
-    """The padded width of tables `width` columns wide, and the row-wise Adagrad rate and
-    starting accumulator that make the padded rows train as ours.
-
-    Row-wise Adagrad adds the mean of a row's squared gradient over its columns to the row's
-    accumulator; the padding columns get no gradient, so the padded row's accumulator takes
-    k = width / padded times each increment ours takes. Started at k times ours and stepped at
-    sqrt(k) times our rate, its steps are ours exactly (up to eps), and the padding stays
-    zero."""
-    padded = -(-width // FBGEMM_WIDTH_MULTIPLE) * FBGEMM_WIDTH_MULTIPLE
-    k = width / padded
-    return padded, lr * k**0.5, initial_accumulator * k
 
 
 def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     """Train `cfg`'s job (data, model shape, examples, batch, learning rates) the TorchRec
     way on 2 ranks; the same result keys as one of our runs."""
-    from shadowsync.bench.peers.ranks import run_ranks
-    from shadowsync.train.tasks import plan_data
-
     plan_data(cfg)  # convert or generate the data once, before the ranks open it
     t0 = time.time()
     per_rank = run_ranks(_rank, WORLD, (replace(cfg, out=str(out)),))
@@ -62,8 +66,6 @@ def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     examples = sum(r["examples"] for r in per_rank)
     pred = np.concatenate([r["pred"] for r in per_rank])
     labels = np.concatenate([r["labels"] for r in per_rank])
-    from shadowsync.metrics import evaluate_predictions
-
     final = evaluate_predictions(pred, labels)
     res = {"eps": examples / (end - start), "eval_ne": final["ne"], "syncs_per_min": None,
            "sync_blocked_fraction": None, "wall_s": wall, "examples": examples,
@@ -71,21 +73,11 @@ def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
            "plan": per_rank[0]["plan"],
            "accumulators_started": sum(r["accumulators_started"] for r in per_rank)}
     out.mkdir(parents=True, exist_ok=True)
-    import json
-
     (out / "summary.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     return res
 
 
 def _model(cfg: TrainConfig, plan: Any, padded: int, embedding_lr: float) -> Any:
-    import torch
-    from torch import nn
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
-
-    from shadowsync.train.tasks import build_dense_model
-
     rows = plan.features.table_rows
     width = cfg.model.table_width()
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=padded,
@@ -141,12 +133,6 @@ def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, ran
     """`steps` batches of rank `rank` (global batches alternate between the ranks), as
     TorchRec Batch objects; with `pad`, short or missing batches are padded with row
     `start` (their predictions are dropped) so both ranks take the same collective steps."""
-    import torch
-    from torchrec.datasets.utils import Batch
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-    from shadowsync.data.dataset import batches
-
     num_tables = data.num_tables
     keys = [f"f{i}" for i in range(num_tables)]
     it = batches(data, start, stop, batch, shard=rank, num_shards=WORLD,
@@ -168,24 +154,9 @@ def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, ran
 
 
 def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
-    import logging
-    import warnings
-
     warnings.filterwarnings("ignore")  # TorchRec's planner and fx tracing are chatty
     for name in ("torchrec", "torch.fx", "fbgemm_gpu"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    import torch
-    import torch.distributed as dist
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
-    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-    from torchrec.optim.keyed import KeyedOptimizerWrapper
-    from torchrec.optim.optimizers import in_backward_optimizer_filter
-
-    from shadowsync.data.dataset import num_batches
-    from shadowsync.train.schedule import LrSchedule
-    from shadowsync.train.tasks import plan_data
-
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
