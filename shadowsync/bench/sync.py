@@ -16,10 +16,16 @@ the same job across network-namespace hosts, with and without a 50 Mbit/s limit 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
+import shadowsync.bench.slow_net as slow_net_bench
+from shadowsync import api
+from shadowsync.bench import peers
 from shadowsync.bench.common import (
     interleaved,
     median_of,
@@ -29,6 +35,8 @@ from shadowsync.bench.common import (
     write_bench,
 )
 from shadowsync.config import TrainConfig
+from shadowsync.errors import failure_line
+from shadowsync.train.tasks import plan_data
 
 RULES = ["none", "s-ma", "s-bmuf", "s-easgd", "fr-ma", "fr-bmuf", "fr-easgd", "ddp"]
 INTERVALS = [0.0, 0.05, 0.2, 1.0]
@@ -38,6 +46,8 @@ FOREGROUND_EVERY = [5, 20, 200]
 DEFAULT_RULES = ["none", "s-ma", "s-bmuf", "ddp"]
 # Peers from other libraries (the optional `peers` extra) in the quality part, beside s-bmuf.
 QUALITY_PEERS = ["torchrec"]
+# The background rule whose syncs per minute the periodic peers (torch-fr-ma, torchft-ma) copy.
+RATE_FROM = "s-ma"
 # Every ratio's goal (None: reported, no goal). Kept in bench.json next to the values.
 GOALS: dict[str, str | None] = {
     "s_ma_vs_none": ">= 0.97",
@@ -92,11 +102,9 @@ def job(examples: int, **kw: Any) -> TrainConfig:
 
 
 def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    from shadowsync.api import run
-
     if out.exists():
         shutil.rmtree(out)
-    _, s = run(replace(cfg, out=str(out)))
+    _, s = api.run(replace(cfg, out=str(out)))
     return {
         "eps": s["train_eps"], "eval_ne": s["eval_ne"], "eval_auc": s.get("eval_auc"),
         "syncs_per_min": s["syncs_per_min"],
@@ -117,9 +125,6 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     and the overwrite write-back, on 3M examples of quality, and on the namespace hosts every
     way of syncing on a 50 Mbit/s and a 1 Gbit/s link. `slow_net_only` runs the namespace
     hosts part alone."""
-    from shadowsync.bench.peers import missing
-    from shadowsync.train.tasks import plan_data
-
     if examples is None:
         examples = EXAMPLES_FULL if full else EXAMPLES
     if quality_examples is None:
@@ -127,7 +132,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     root = Path(out)
     (root / "runs.jsonl").unlink(missing_ok=True)
     base = job(examples)
-    torchft_reason = missing("torchft")
+    torchft_reason = peers.missing("torchft")
     print(f"bench sync: {torchft_reason}" if torchft_reason else
           "bench sync: peer torchft (LocalSGD) runs beside s-ma at s-ma's syncs per minute")
     extra: dict[str, Any] = {"examples_per_run": examples, "repeats": repeats, "full": full,
@@ -142,11 +147,9 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
         extra["peers"].update(loopback.pop("peers"))
         extra.update(loopback)
     if slow_net or slow_net_only:
-        from shadowsync.bench.slow_net import run_slow_net
-
         net_job = replace(base, examples=min(examples, SLOW_NET_EXAMPLES))
         plan_data(net_job)
-        drops = run_slow_net(root / "slow-net", net_job, repeats, full=full,
+        drops = slow_net_bench.run_slow_net(root / "slow-net", net_job, repeats, full=full,
                              torchft=torchft_reason is None)
         ratios.update(drops.pop("ratios"))
         spreads.update(drops.pop("spreads", {}))
@@ -173,80 +176,125 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
                  full: bool, torchft_reason: str | None) -> tuple[Any, ...]:
     """The local-cluster part: throughput and quality runs, their medians, ratios, spreads
     and what bench.json says of them."""
-    from shadowsync.bench.peers import runner
-    from shadowsync.train.tasks import plan_data
-
     plan_data(base)
-    last_ma: dict[str, Any] = {}
-    counter = iter(range(10**6))
-
-    def variant(name: str, cfg: TrainConfig) -> Any:
-        def go() -> dict[str, Any]:
-            r = run_job(cfg, root / "runs" / f"{name.replace('/', '-')}-{next(counter)}")
-            if name == "s-ma":
-                last_ma.update(r)
-            return r
-        return go
-
-    def torch_fr_ma() -> dict[str, Any]:
-        period = torch_period(last_ma, base) if last_ma else base.sync.every
-        cfg = replace(base, sync="torch-fr-ma", sync_every=period)
-        r = run_job(cfg, root / "runs" / f"torch-fr-ma-{next(counter)}")
-        r["period"] = period
-        return r
-
-    rules = RULES if full else DEFAULT_RULES
-    variants: dict[str, Any] = {name: variant(name, replace(base, sync=name)) for name in rules}
-    variants["torch-fr-ma"] = torch_fr_ma
-    # torchft's LocalSGD at the same rate, where the peer can run here: on loopback with
-    # `full` (no goal here; the issue's torchft ratio is on the slow link, which always runs it).
-    if full and torchft_reason is None:
-        def torchft_ma() -> dict[str, Any]:
-            period = torch_period(last_ma, base) if last_ma else base.sync.every
-            return runner("torchft")(replace(base, sync_every=period),
-                                     root / "runs" / f"torchft-ma-{next(counter)}")
-        variants["torchft-ma"] = torchft_ma
-    # The embedding path: the default job with private unshared tables (and over RPC only).
-    if full:
-        variants["s-bmuf/rpc"] = variant("s-bmuf/rpc", replace(base, embedding_transport="rpc"))
-    variants["s-bmuf/unshared-tables"] = variant(
-        "s-bmuf/unshared-tables", replace(base, embedding_transport="unshared"))
-    if full:
-        for rule in ("s-ma", "s-bmuf"):
-            for iv in INTERVALS:
-                name = f"{rule}@{iv}s"
-                variants[name] = variant(name, replace(base, sync=rule, sync_interval=str(iv)))
-        for every in FOREGROUND_EVERY:
-            name = f"fr-bmuf@{every}steps"
-            variants[name] = variant(name, replace(base, sync="fr-bmuf", sync_every=every))
+    runner = _Runner(root)
+    torchft = full and torchft_reason is None
+    variants = _throughput_variants(runner, base, full, torchft)
     runs = interleaved(variants, repeats, "bench sync: throughput", log=root / "runs.jsonl")
     # Quality needs a full pass of the default job; throughput settles much sooner.
     quality = job(quality_examples)
     plan_data(quality)
-    q_variants = {f"{name}/quality": variant(f"{name}-quality", replace(quality, sync=name))
+    q_variants = {f"{name}/quality": runner.variant(f"{name}-quality", replace(quality, sync=name))
                   for name in ("s-bmuf", "fr-bmuf", "ddp")}
-    q_variants["s-bmuf/bf16/quality"] = variant(
+    q_variants["s-bmuf/bf16/quality"] = runner.variant(
         "s-bmuf-bf16-quality", replace(quality, sync="s-bmuf", sync_dtype="bf16"))
     if full:
-        q_variants["s-bmuf/overwrite/quality"] = variant(
+        q_variants["s-bmuf/overwrite/quality"] = runner.variant(
             "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
-    peers = peer_variants(quality, root, counter)
-    q_variants.update(peers.pop("variants"))
+    peer_runs = peer_variants(quality, root, runner.counter)
+    q_variants.update(peer_runs.pop("variants"))
     q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=root / "runs.jsonl")
     runs += q_runs
     variants.update(q_variants)
     med = {v: {k: median_of(runs, v, k) for k in
                ("eps", "eval_ne", "syncs_per_min", "sync_blocked_fraction")} for v in variants}
     teacher = next((r["teacher_eval_ne"] for r in q_runs if r.get("teacher_eval_ne")), None)
-    pairs: dict[str, tuple[str, str | float | None, str]] = {
+    ratios: dict[str, Any] = {}
+    spreads: dict[str, list[float]] = {}
+    torchrec = "torchrec/quality" in q_variants
+    for name, (num, den, key) in _pairs(full, torchft, torchrec, teacher).items():
+        if den is None:
+            ratios[name] = None  # --full only, or no teacher
+            continue
+        ratios[name], spreads[name] = ratio_of_medians(runs, num, den, key)
+    extra = {"quality_examples": quality_examples, "medians": med, "peers": peer_runs["status"]}
+    return runs, med, ratios, spreads, extra
+
+
+class _Runner:
+    """The loopback runs' variants, each in its own numbered directory; `rate` keeps the
+    last run of the rule whose syncs per minute the periodic peers copy (`RATE_FROM`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.counter = iter(range(10**6))
+        self.rate: dict[str, Any] = {}
+
+    def out(self, name: str) -> Path:
+        return self.root / "runs" / f"{name.replace('/', '-')}-{next(self.counter)}"
+
+    def variant(self, name: str, cfg: TrainConfig,
+                keep: dict[str, Any] | None = None) -> Callable[[], dict[str, Any]]:
+        def go() -> dict[str, Any]:
+            r = run_job(cfg, self.out(name))
+            if keep is not None:
+                keep.update(r)
+            return r
+        return go
+
+    def period(self, base: TrainConfig) -> int:
+        """Steps between the periodic peers' rounds: RATE_FROM's rate, once it has run."""
+        return torch_period(self.rate, base) if self.rate else base.sync.every
+
+    def torch_fr_ma(self, base: TrainConfig) -> Callable[[], dict[str, Any]]:
+        def go() -> dict[str, Any]:
+            period = self.period(base)
+            r = run_job(replace(base, sync="torch-fr-ma", sync_every=period),
+                        self.out("torch-fr-ma"))
+            r["period"] = period
+            return r
+        return go
+
+    def torchft_ma(self, base: TrainConfig) -> Callable[[], dict[str, Any]]:
+        def go() -> dict[str, Any]:
+            return peers.runner("torchft")(replace(base, sync_every=self.period(base)),
+                                           self.out("torchft-ma"))
+        return go
+
+
+def _throughput_variants(runner: _Runner, base: TrainConfig, full: bool,
+                         torchft: bool) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The rules, the periodic peers at RATE_FROM's rate, the embedding paths and (`full`)
+    the intervals and the foreground frontier."""
+    rules = RULES if full else DEFAULT_RULES
+    variants = {name: runner.variant(name, replace(base, sync=name)) for name in rules}
+    variants[RATE_FROM] = runner.variant(RATE_FROM, replace(base, sync=RATE_FROM),
+                                         keep=runner.rate)
+    variants["torch-fr-ma"] = runner.torch_fr_ma(base)
+    # torchft's LocalSGD at the same rate, where the peer can run here: on loopback with
+    # `full` (no goal here; the issue's torchft ratio is on the slow link, which always runs it).
+    if torchft:
+        variants["torchft-ma"] = runner.torchft_ma(base)
+    # The embedding path: the default job with private unshared tables (and over RPC only).
+    if full:
+        variants["s-bmuf/rpc"] = runner.variant("s-bmuf/rpc",
+                                                replace(base, embedding_transport="rpc"))
+    variants["s-bmuf/unshared-tables"] = runner.variant(
+        "s-bmuf/unshared-tables", replace(base, embedding_transport="unshared"))
+    if full:
+        for rule in ("s-ma", "s-bmuf"):
+            for iv in INTERVALS:
+                name = f"{rule}@{iv}s"
+                variants[name] = runner.variant(name, replace(base, sync=rule,
+                                                              sync_interval=str(iv)))
+        for every in FOREGROUND_EVERY:
+            name = f"fr-bmuf@{every}steps"
+            variants[name] = runner.variant(name, replace(base, sync="fr-bmuf", sync_every=every))
+    return variants
+
+
+def _pairs(full: bool, torchft: bool, torchrec: bool, teacher: float | None
+           ) -> dict[str, tuple[str, str | float | None, str]]:
+    """Each loopback ratio: (numerator variant, denominator variant or value, the key); a
+    denominator of None for a variant that did not run."""
+    return {
         "s_ma_vs_none": ("s-ma", "none", "eps"),
         "s_bmuf_vs_none": ("s-bmuf", "none", "eps"),
         "s_easgd_vs_none": ("s-easgd", "none", "eps"),
         "s_bmuf_syncs_per_min": ("s-bmuf", 1.0, "syncs_per_min"),
         "background_vs_ddp": ("s-ma", "ddp", "eps"),
         "background_vs_torch_fr_ma": ("s-ma", "torch-fr-ma", "eps"),
-        "background_vs_torchft": ("s-ma", "torchft-ma" if "torchft-ma" in variants else None,
-                                  "eps"),
+        "background_vs_torchft": ("s-ma", "torchft-ma" if torchft else None, "eps"),
         "cluster_vs_local_tables": ("s-bmuf", "s-bmuf/unshared-tables", "eps"),
         "cluster_vs_local_tables_rpc": ("s-bmuf/rpc", "s-bmuf/unshared-tables", "eps"),
         "s_bmuf_ne_vs_fr_bmuf": ("s-bmuf/quality", "fr-bmuf/quality", "eval_ne"),
@@ -256,32 +304,19 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
         "s_bmuf_ne_delta_vs_overwrite": ("s-bmuf/quality", "s-bmuf/overwrite/quality"
                                          if full else None, "eval_ne"),
         # The default job against TorchRec on the same examples (None: peer not installed).
-        "vs_torchrec": ("s-bmuf/quality", "torchrec/quality" if "torchrec/quality"
-                        in q_variants else None, "eps"),
-        "ne_vs_torchrec": ("s-bmuf/quality", "torchrec/quality" if "torchrec/quality"
-                           in q_variants else None, "eval_ne"),
+        "vs_torchrec": ("s-bmuf/quality", "torchrec/quality" if torchrec else None, "eps"),
+        "ne_vs_torchrec": ("s-bmuf/quality", "torchrec/quality" if torchrec else None,
+                           "eval_ne"),
     }
-    ratios: dict[str, Any] = {}
-    spreads: dict[str, list[float]] = {}
-    for name, (num, den, key) in pairs.items():
-        if den is None:
-            ratios[name] = None  # --full only, or no teacher
-            continue
-        ratios[name], spreads[name] = ratio_of_medians(runs, num, den, key)
-    extra = {"quality_examples": quality_examples, "medians": med, "peers": peers["status"]}
-    return runs, med, ratios, spreads, extra
 
 
 def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
     """The installed peers as quality variants ("NAME/quality"), and each peer's status:
     "runs", or the one line that says why it is skipped (also printed)."""
-    from shadowsync.bench.peers import missing, runner
-    from shadowsync.errors import failure_line
-
     variants: dict[str, Any] = {}
     status: dict[str, str] = {}
     for name in QUALITY_PEERS:
-        reason = missing(name)
+        reason = peers.missing(name)
         if reason:
             print(f"bench sync: {reason}")
             status[name] = reason
@@ -294,7 +329,8 @@ def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
             later repeats too), rather than end a bench that has run for minutes."""
             if status[name] == "runs":
                 try:
-                    return runner(name)(cfg, root / "runs" / f"{name}-quality-{next(counter)}")
+                    out = root / "runs" / f"{name}-quality-{next(counter)}"
+                    return peers.runner(name)(cfg, out)
                 except Exception as e:
                     status[name] = f"peer {name} failed: {failure_line(e)}"
                     print(f"bench sync: {status[name]}")
@@ -308,12 +344,8 @@ def _fmt_num(v: float) -> str:
 
 
 def plot_sync_bench(root: Path, runs: list[dict[str, Any]], med: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig = Figure(figsize=(16, 4.5))
+    axes = fig.subplots(1, 3)
     names = list(med)
     axes[0].barh(names, [med[n]["eps"] for n in names], color=[
         "tab:green" if n.startswith("s-") else "tab:red" if n.startswith("fr-") else "tab:gray"
@@ -342,4 +374,3 @@ def plot_sync_bench(root: Path, runs: list[dict[str, Any]], med: dict[str, Any])
     axes[2].legend()
     fig.tight_layout()
     fig.savefig(root / "sync.png", dpi=110)
-    plt.close(fig)
