@@ -39,3 +39,91 @@ def test_where_to_add_names_what_exists():
                         f"{name} is not defined in {token}"
                 names = []
         assert not names, f"{names} name no file after them in {register!r}"
+
+
+def test_every_kind_registry_has_a_row():
+    """Each registry of a kind an option picks (scripts/check_layers.py's KIND_REGISTRIES, but
+    the protocols, which no user adds to) is where the table sends a reader."""
+    from scripts.check_layers import KIND_REGISTRIES
+
+    registers = " ".join(register for _, _, register in _rows())
+    for registry in KIND_REGISTRIES:
+        if registry != "protocols.py":
+            assert f"`shadowsync/{registry}`" in registers, f"no row registers in {registry}"
+
+
+# Run in a fresh interpreter: the rule is registered there in memory, before the modes, the
+# options and the configuration are made from the registry (nothing is written to the
+# package). The registry module imports nothing of the package, so it is loaded first, alone,
+# under its own name, where the package's import of it then finds it.
+EXAMPLE_RULE = r'''
+import importlib.util, json, sys, types
+module_text, entry_text, registry = sys.argv[1], sys.argv[2], sys.argv[3]
+spec = importlib.util.spec_from_file_location("shadowsync.spec.sync_rules", registry)
+sync_rules = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sync_rules)
+kind = eval(entry_text.strip().rstrip(","), vars(sync_rules))
+sync_rules.RULE_KINDS[kind.name] = kind
+module = types.ModuleType(kind.builder.partition(":")[0])
+exec(compile(module_text, "example rule", "exec"), module.__dict__)
+sys.modules[module.__name__] = module
+
+import torch
+
+from shadowsync.cli import build_parser
+from shadowsync.config import TrainConfig
+from shadowsync.runners.build import rule_for
+from shadowsync.spec.modes import MODES, mode_table
+
+sync = next(a for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions
+            if "--sync" in a.option_strings)
+cfg = TrainConfig(sync="s-halfway").validate()
+grouped = TrainConfig(sync="fr-bmuf", sync_groups=["top=fr-halfway"]).validate()
+rule = rule_for(cfg.sync, 2, cfg.sync.entry.rule)
+
+class Mean:  # two replicas, [0, 4] here and [2, 0] on the other trainer
+    done = False
+    def mean(self, local):
+        return (local + torch.tensor([2.0, 0.0])) / 2
+    def every_trainer_done(self):
+        return self.done
+
+exchange = Mean()
+middle = rule.round(torch.tensor([0.0, 4.0]), exchange)
+exchange.done = True
+last = rule.round(torch.tensor([0.0, 4.0]), exchange)
+print(json.dumps({"choices": list(sync.choices), "help": sync.help,
+                  "modes": {m.name: [m.family, m.dense_servers, m.can_fall_back]
+                            for m in MODES.values() if m.rule == "halfway"},
+                  "groups": [str(g) for g in grouped.sync.groups],
+                  "rule": type(rule).__name__,
+                  "middle": middle.tolist(), "last": last.tolist(), "table": mode_table()}))
+'''
+
+
+def test_the_example_rule_is_one_module_and_one_entry():
+    """The page's example rule, its module and its entry taken from the page as they are,
+    registered in memory: `s-halfway` and `fr-halfway` are `--sync` choices with their help,
+    a configuration takes them (as --sync and in --sync-groups), the runner's builder makes
+    the rule from its entry, and a round moves [0, 4] half-way to the mean with [2, 0]
+    ([1, 2]): [0.5, 3.0]; the job's last round ends at the mean."""
+    import json
+    import subprocess
+    import sys
+
+    page = PAGE.read_text(encoding="utf-8").split("## Adding a sync rule", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    module_text, entry_text = blocks[0], blocks[1]
+    assert "RuleKind(" in entry_text and "class HalfwayAveraging" in module_text
+    registry = ROOT / "shadowsync" / "spec" / "sync_rules.py"
+    out = subprocess.run([sys.executable, "-c", EXAMPLE_RULE, module_text, entry_text,
+                          str(registry)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert {"s-halfway", "fr-halfway"} <= set(got["choices"])
+    assert got["modes"] == {"s-halfway": ["background", False, True],
+                            "fr-halfway": ["foreground", False, False]}
+    assert got["groups"] == ["top=fr-halfway"] and got["rule"] == "HalfwayAveraging"
+    assert got["middle"] == [0.5, 3.0] and got["last"] == [1.0, 2.0]
+    assert "`s-halfway`" in got["table"] and "half-way averaging" in got["table"]

@@ -33,6 +33,7 @@ from shadowsync.errors import UserError
 from shadowsync.spec.interval import SyncInterval
 from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
 from shadowsync.spec.straggler import Straggler
+from shadowsync.spec.sync_rules import rule_kind
 from shadowsync.spec.table_budget import LRU
 from shadowsync.spec.tasks import DEFAULT_TASK, TASK_CHOICES, TASK_HELP, TASK_KINDS
 
@@ -101,11 +102,6 @@ def validated_block_momentum(trainers: int) -> float:
     return 1.0 - 1.0 / (2 * trainers)
 
 
-# Rules that average Adagrad replicas without block momentum: their dense rate left open is
-# raised by sqrt(trainers) (`averaged_rate_factor`).
-UNFILTERED_RULES = ("ma", "easgd")
-
-
 def averaged_rate_factor(mode: SyncMode, optimizer: str, trainers: int) -> float:
     """What the dense rate left open is multiplied by: sqrt(N) for N Adagrad replicas that a
     rule averages without block momentum (s-ma, s-easgd, fr-ma, fr-easgd), else 1.
@@ -120,7 +116,8 @@ def averaged_rate_factor(mode: SyncMode, optimizer: str, trainers: int) -> float
     NE 0.739-0.744 with a round every 1 to 20 steps where DDP ended at 0.7125, and with the rate
     x sqrt(2) within 0.001-0.004 of DDP (medians of 10); with plain SGD, which has no such sum,
     s-ma and DDP ended level (0.9343 and 0.9345 at --optimizer sgd --lr 1)."""
-    return trainers ** 0.5 if optimizer == "adagrad" and mode.rule in UNFILTERED_RULES else 1.0
+    unfiltered = mode.rule is not None and rule_kind(mode.rule).raises_adagrad_rate
+    return trainers ** 0.5 if optimizer == "adagrad" and unfiltered else 1.0
 
 
 def open_dense_rate(validating: bool, sync: SyncConfig, optimizer: str, trainers: int) -> float:

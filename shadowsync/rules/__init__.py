@@ -5,31 +5,25 @@ trainers or the parameter servers), and returns the new value of the local param
 knows nothing of threads, processes or timing; the runners in `shadowsync.runners` decide when
 a rule runs, and `shadowsync.transport` how its bytes move.
 
-Adding an algorithm is one new module plus one line in `RULES`. The parameter-server protocols
-of Sync-Switch (`bsp`, `asp`, with `server_update`) act on a server's state instead of a
-trainer's replica, so they are not in `RULES`.
+Adding an algorithm is one new module plus one entry in
+`shadowsync.spec.sync_rules.RULE_KINDS` (its name, its class, the options it takes; its
+`--sync` modes follow). The parameter-server protocols of Sync-Switch (`bsp`, `asp`, with
+`server_update`) act on a server's state instead of a trainer's replica, so they are not
+rules of that table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from shadowsync.rules.asp import Asynchronous
 from shadowsync.rules.base import Exchange, SyncRule
-from shadowsync.rules.bmuf import BlockwiseModelUpdateFiltering
 from shadowsync.rules.bsp import BulkSynchronous
-from shadowsync.rules.easgd import ElasticAveraging
-from shadowsync.rules.ma import ModelAveraging
-
-RULES: dict[str, Callable[..., SyncRule]] = {
-    "ma": ModelAveraging,
-    "bmuf": BlockwiseModelUpdateFiltering,
-    "easgd": ElasticAveraging,
-}
+from shadowsync.spec.sync_rules import rule_kind
 
 
 def make_rule(name: str, **settings: object) -> SyncRule:
-    return RULES[name](**settings)
+    """The rule `name` of `RULE_KINDS`, made with `settings` (its constructor's keywords)."""
+    rule: SyncRule = rule_kind(name).build()(**settings)
+    return rule
 
 
-__all__ = ["RULES", "Asynchronous", "BulkSynchronous", "Exchange", "SyncRule", "make_rule"]
+__all__ = ["Asynchronous", "BulkSynchronous", "Exchange", "SyncRule", "make_rule"]

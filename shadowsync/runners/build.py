@@ -18,6 +18,7 @@ from shadowsync.runners.foreground import ForegroundSync
 from shadowsync.runners.groups import ParamGroup, split_model
 from shadowsync.runners.shadow import BackgroundSync, Pace
 from shadowsync.spec.modes import mode_of
+from shadowsync.spec.sync_rules import TRAINERS, rule_kind
 from shadowsync.transport.collectives import TrainerExchange
 from shadowsync.transport.servers.dense import DenseServerClient
 
@@ -41,14 +42,10 @@ def needs_dense_servers(sync: SyncConfig, model: torch.nn.Module) -> bool:
 
 
 def rule_for(sync: SyncConfig, trainers: int, rule: str) -> SyncRule:
-    if rule == "bmuf":
-        return make_rule("bmuf", trainers=trainers, block_momentum=sync.block_momentum,
-                         block_lr=sync.block_lr, nesterov=sync.nesterov,
-                         warmup_rounds=sync.warmup_rounds)
-    if rule == "easgd":
-        return make_rule("easgd", alpha=sync.elastic_alpha, warmup_rounds=sync.warmup_rounds,
-                         trainers=trainers)
-    return make_rule(rule)
+    """The rule with the settings its entry names (`RuleKind.settings`), read off `sync`."""
+    settings = {keyword: trainers if option == TRAINERS else getattr(sync, option)
+                for keyword, option in rule_kind(rule).settings.items()}
+    return make_rule(rule, **settings)
 
 
 def param_groups(sync: SyncConfig, trainers: int,

@@ -9,7 +9,9 @@ Adding a mode is one module with a builder plus one entry here (and its row in `
 table of modes the README and docs/sync-modes.md show, which `scripts/mode_table.py` writes
 from it). Builders are named as
 "module:function" and imported only when a run needs them, so this table stays a leaf that the
-configuration can read without importing torch.
+configuration can read without importing torch. The modes of a sync rule (`s-NAME`,
+`fr-NAME`), their entries and rows, are made from the rule's entry in
+`shadowsync.spec.sync_rules.RULE_KINDS`: adding a rule adds them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from shadowsync.protocols import Protocol  # defined in the base layer (transport names it too)
+from shadowsync.spec.sync_rules import RULE_KINDS
 
 GROUPED = "shadowsync.runners.build:grouped_runner"
 DDP = "shadowsync.runners.ddp:ddp_runner"
@@ -80,19 +83,40 @@ class ModeName(str):
         return str(self)
 
 
-def _rule_modes(prefix: str, family: str, when: str) -> list[SyncMode]:
-    rules = {"ma": "model averaging", "bmuf": "blockwise model-update filtering",
-             "easgd": "elastic averaging against a centre on dense servers"}
-    return [SyncMode(f"{prefix}{r}", f"{what}, {when}", GROUPED, rule=r, family=family,
-                     dense_servers=r == "easgd",
-                     can_fall_back=family == "background" and r != "easgd")
-            for r, what in rules.items()]
+# The families a rule runs in: (prefix of its modes' names, when their rounds run, the same
+# in the table of modes).
+FAMILIES: dict[Family, tuple[str, str, str]] = {
+    "background": ("s-", "in a background thread (ShadowSync)",
+                   "in a background thread that never stops the workers (ShadowSync)"),
+    "foreground": ("fr-", "every --sync-every steps, workers waiting",
+                   "in the foreground, every `--sync-every` steps, workers waiting"),
+}
+
+
+def rule_modes(family: Family) -> list[SyncMode]:
+    """A mode for each rule of `RULE_KINDS` in `family`, made from the rule's entry."""
+    prefix, when, _ = FAMILIES[family]
+    return [SyncMode(f"{prefix}{r.name}", f"{r.help}, {when}", GROUPED, rule=r.name,
+                     family=family, dense_servers=r.centre,
+                     can_fall_back=family == "background" and not r.centre)
+            for r in RULE_KINDS.values()]
+
+
+def rule_rows() -> list[TableRow]:
+    """A row of the table of modes for each family: every rule's modes in it."""
+    rows = []
+    for prefix, _, when in FAMILIES.values():
+        what = ", ".join(r.what for r in RULE_KINDS.values())
+        if rows:  # said in the row before
+            what = "the same rules"
+        rows.append(TableRow(tuple(f"{prefix}{r}" for r in RULE_KINDS), what, when))
+    return rows
 
 
 MODES: dict[str, SyncMode] = {m.name: m for m in [
     SyncMode("none", "independent trainers", None),
-    *_rule_modes("s-", "background", "in a background thread (ShadowSync)"),
-    *_rule_modes("fr-", "foreground", "every --sync-every steps, workers waiting"),
+    *rule_modes("background"),
+    *rule_modes("foreground"),
     SyncMode("ddp", "PyTorch DistributedDataParallel", DDP, lockstep=True),
     SyncMode("torch-fr-ma", "PyTorch post-local SGD", PERIODIC_AVERAGING, lockstep=True),
     SyncMode("torchft-ma", "torchft LocalSGD, every --sync-every steps (optional peers extra)",
@@ -120,11 +144,7 @@ class TableRow:
 
 
 TABLE: tuple[TableRow, ...] = (
-    TableRow(("s-ma", "s-bmuf", "s-easgd"),
-             "model averaging, blockwise model-update filtering, elastic averaging",
-             "in a background thread that never stops the workers (ShadowSync)"),
-    TableRow(("fr-ma", "fr-bmuf", "fr-easgd"), "the same rules",
-             "in the foreground, every `--sync-every` steps, workers waiting"),
+    *rule_rows(),
     TableRow(("ddp",), "PyTorch DistributedDataParallel (gradient AllReduce)",
              "inside every step"),
     TableRow(("torch-fr-ma",), "PyTorch's post-local SGD (`PeriodicModelAverager`)",
