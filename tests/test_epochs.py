@@ -142,58 +142,75 @@ def test_epochs_keep_the_best_model_and_eval_uses_it(tmp_path):
     assert "checkpoint/best" in ev.stdout
 
 
-def _overfitting_job(tmp_path, rows: int, *options: str):
-    """The default job with --val-share 0.2 at rates far too high for 50-row tables:
-    validation gets worse after the first epochs. Returns the data and the run's folder."""
-    data = write_array_dir(tmp_path / "a", rows=rows)
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def overfitting_job(tmp_path_factory):
+    """The default job with --val-share 0.2 at rates far too high for 50-row tables, over
+    12,000 rows: validation gets worse after the first epochs, and --early-stop 2 ends it
+    (2 points an epoch: one epoch without a better model) long before its 200 epochs.
+    test_early_stop_... and test_the_best_model_kept_... check it. Returns the data and the
+    run's folder."""
+    tmp = tmp_path_factory.mktemp("overfitting")
+    data = write_array_dir(tmp / "a", rows=12_000)
+    out = tmp / "run"
     res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
-                   "--val-share", "0.2", "--embedding-lr", "2", "--lr", "0.5", *options,
-                   "--out", str(out)], timeout=260)
+                   "--val-share", "0.2", "--embedding-lr", "2", "--lr", "0.5",
+                   "--epochs", "200", "--eval-points", "2", "--early-stop", "2",
+                   "--batch-size", "32", "--out", str(out)], timeout=260)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.leftover == []
     return data, out
 
 
 @pytest.mark.timeout(300)
-def test_early_stop_ends_the_default_job_and_reports_the_best(tmp_path):
-    _, out = _overfitting_job(tmp_path, 6000, "--epochs", "200", "--eval-points", "1",
-                              "--early-stop", "2", "--batch-size", "64")
+def test_early_stop_ends_the_default_job_and_reports_the_best(overfitting_job):
+    _, out = overfitting_job
     s = summary(out)
     assert s["early_stopped"] is True
-    assert s["examples"] < 200 * 4320 // 4  # stopped long before the 200 epochs
+    assert s["examples"] < 200 * 8640 // 4  # stopped long before the 200 epochs
     assert (out / "checkpoint" / "best" / "manifest.json").is_file()
     assert not list(out.glob("**/.tmp-*"))
 
 
+@pytest.fixture(scope="module")
+def default_job_over_epochs(tmp_path_factory):
+    """The default job (2 trainers, s-bmuf) for 4 epochs of 40,000 rows with --val-share 0.2,
+    one validation an epoch and no early stop: test_the_default_jobs_final_validation_... and
+    test_the_default_jobs_first_validations_... check it. Returns the data and the run's
+    folder."""
+    tmp = tmp_path_factory.mktemp("default-epochs")
+    data = write_array_dir(tmp / "a", rows=40_000)
+    out = tmp / "run"
+    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
+                   "--epochs", "4", "--val-share", "0.2", "--eval-points", "1",
+                   "--early-stop", "0", "--batch-size", "64", "--out", str(out)], timeout=260)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.leftover == []
+    return data, out
+
+
 @pytest.mark.timeout(300)
-def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(tmp_path):
+def test_the_default_jobs_final_validation_scores_the_model_it_ends_with(
+        default_job_over_epochs):
     """With several trainers the run ends with a last synchronization round (s-bmuf: the
     average of the replicas); the final validation scores that model, not trainer 0's replica
     from before it."""
     from shadowsync.inference import load
     from shadowsync.metrics import evaluate_predictions
 
-    data = write_array_dir(tmp_path / "a", rows=6000)
-    out = tmp_path / "run"
-    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
-                   "--epochs", "2", "--val-share", "0.2", "--eval-points", "1",
-                   "--batch-size", "64", "--out", str(out)], timeout=260)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.leftover == []
+    data, out = default_job_over_epochs
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     last_val = [r for r in rows if "val_ne" in r][-1]
     model = load(find_checkpoint(out, latest=True))  # the final step, not the best
     dense, cats = np.load(data / "dense.npy"), np.load(data / "cats.npy")
     labels = np.load(data / "labels.npy")
-    val = slice(4320, 5400)  # the last 20% of the 5400 training rows (600 are held out)
+    val = slice(28_800, 36_000)  # the last 20% of the 36,000 training rows (4,000 held out)
     pred = model.predict(dense[val], cats[val]).numpy()
     assert last_val["val_ne"] == pytest.approx(evaluate_predictions(pred, labels[val])["ne"],
                                                rel=1e-4)
 
 
 @pytest.mark.timeout(300)
-def test_the_best_model_kept_is_the_model_validated(tmp_path):
+def test_the_best_model_kept_is_the_model_validated(overfitting_job):
     """Every worker of the job is parked at the validation point's step, its embedding pushes
     answered, and no sync round runs, while trainer 0 validates and saves a new best model:
     the best checkpoint holds every worker of both trainers at that one step, and scores on
@@ -202,9 +219,7 @@ def test_the_best_model_kept_is_the_model_validated(tmp_path):
     from shadowsync.inference import load
     from shadowsync.metrics import evaluate_predictions
 
-    # the best model comes early, while the workers still train
-    data, out = _overfitting_job(tmp_path, 12_000, "--epochs", "10", "--eval-points", "2",
-                                 "--early-stop", "0", "--batch-size", "32")
+    data, out = overfitting_job  # the best model comes early, while the workers still train
     s = summary(out)
     best = s["best"]
     assert best["examples"] < s["examples"]  # kept while the workers trained on
@@ -247,22 +262,15 @@ def test_a_small_data_sets_job_validates_every_point(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_the_default_jobs_first_validations_come_at_their_points(tmp_path):
+def test_the_default_jobs_first_validations_come_at_their_points(default_job_over_epochs):
     """Trainer 0 of a cluster job validates while its workers train on: what its first
     evaluation needs is imported before training (2-4 s of scikit-learn), or the workers
     train past the points due meanwhile (MovieLens: epochs 0.5 to about 1.9) and those are
     never validated."""
-    epochs = 4
-    data = write_array_dir(tmp_path / "a", rows=40_000)
-    out = tmp_path / "run"
-    res = run_cli(["train", "--data", str(data), "--table-size", "50", "--no-progress",
-                   "--epochs", str(epochs), "--val-share", "0.2", "--eval-points", "1",
-                   "--early-stop", "0", "--batch-size", "64", "--out", str(out)], timeout=260)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.leftover == []
+    _, out = default_job_over_epochs
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     validated = [r["epoch"] for r in rows if "val_ne" in r]
     # each of the first two points before the workers reach the next one (the old first
     # validation, importing as it went, let the second one pass: epochs 1.07, 3.25, 4.0)
     assert 1 <= validated[0] < 2 <= validated[1] < 3, validated
-    assert validated == sorted(validated) and validated[-1] == pytest.approx(epochs)
+    assert validated == sorted(validated) and validated[-1] == pytest.approx(4)
