@@ -95,30 +95,35 @@ def _ping() -> None:
     return None
 
 
-def _client(port: int, steps: int, repeats: int, results: Any) -> None:
-    torch.set_num_threads(1)
-    data = generate(BATCH * (steps + 1), seed=0)
-    ids = torch.from_numpy(data.cats % ROWS).split(BATCH)
-    dense = torch.from_numpy(data.dense).split(BATCH)
-    labels = torch.from_numpy(data.labels).split(BATCH)
-    client = emb_client.RemoteEmbeddings(ShardingPlan(1, (ROWS,) * TABLES, 10**9),
-                                  ClusterLayout(1, 0, 1, 0), RpcEndpoint("127.0.0.1", port),
-                                  DIM, {"trainer0": 1})
-    client.attach("trainer0")
-    mapped = dict(client._shared)
-    local = EmbeddingTables([ROWS] * TABLES, DIM, seed=1, **_table_optimizer())
-    model = DLRMDense(ModelConfig(dense[0].shape[1], TABLES, DIM))
-    opt = make_dense_optimizer("adagrad", model.parameters(), 0.01)
-    gen = torch.Generator().manual_seed(0)
-    grads = [torch.randn(BATCH, TABLES, DIM, generator=gen) * 1e-3 for _ in range(8)]
-    kinds = {"single": ids, "multi": multi_hot_batches(torch.from_numpy(data.cats % ROWS),
-                                                       steps + 1)}
+class _Client:
+    """Trainer 0's side: the remote tables (over RPC, and through shared memory), a local
+    copy, the dense model, and the batches and gradients every timing uses."""
 
-    def jagged(mode: str, kind: str) -> dict[str, float]:
+    def __init__(self, port: int, steps: int) -> None:
+        self.steps = steps
+        data = generate(BATCH * (steps + 1), seed=0)
+        self.ids = torch.from_numpy(data.cats % ROWS).split(BATCH)
+        self.dense = torch.from_numpy(data.dense).split(BATCH)
+        self.labels = torch.from_numpy(data.labels).split(BATCH)
+        self.client = emb_client.RemoteEmbeddings(
+            ShardingPlan(1, (ROWS,) * TABLES, 10**9), ClusterLayout(1, 0, 1, 0),
+            RpcEndpoint("127.0.0.1", port), DIM, {"trainer0": 1})
+        self.client.attach("trainer0")
+        self.mapped = dict(self.client._shared)
+        self.local = EmbeddingTables([ROWS] * TABLES, DIM, seed=1, **_table_optimizer())
+        self.model = DLRMDense(ModelConfig(self.dense[0].shape[1], TABLES, DIM))
+        self.opt = make_dense_optimizer("adagrad", self.model.parameters(), 0.01)
+        gen = torch.Generator().manual_seed(0)
+        self.grads = [torch.randn(BATCH, TABLES, DIM, generator=gen) * 1e-3 for _ in range(8)]
+        self.kinds = {"single": self.ids,
+                      "multi": multi_hot_batches(torch.from_numpy(data.cats % ROWS), steps + 1)}
+
+    def jagged(self, mode: str, kind: str) -> dict[str, float]:
         """Lookups alone, then updates alone (each waited for), of one kind of batch."""
-        holder = local if mode == "local" else client
-        client._shared = mapped if mode == "shm" else {}
-        batches = kinds[kind]
+        client, steps, grads = self.client, self.steps, self.grads
+        holder = self.local if mode == "local" else client
+        client._shared = self.mapped if mode == "shm" else {}
+        batches = self.kinds[kind]
         t0 = time.perf_counter()
         for i in range(steps):
             holder.lookup(batches[i])
@@ -135,10 +140,11 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
                 "lookups_per_s": ids_per_batch * steps / (t1 - t0),
                 "updates_per_s": ids_per_batch * steps / (t2 - t1)}
 
-    def run(mode: str) -> dict[str, float]:
+    def run(self, mode: str) -> dict[str, float]:
+        client, steps, grads, ids = self.client, self.steps, self.grads, self.ids
         prof: dict[str, float] = {}
         client.profile = prof
-        client._shared = mapped if mode == "shm" else {}
+        client._shared = self.mapped if mode == "shm" else {}
         rpc.rpc_sync("emb0", emb._profile)  # reset the server's counters
         emb._profile()
         t0 = time.perf_counter()
@@ -147,7 +153,7 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
             if mode in ("rpc", "shm"):
                 client.update_and_lookup(ids[i], g, ids[i + 1])
             elif mode == "local":
-                local.update_and_lookup(ids[i], g, ids[i + 1])
+                self.local.update_and_lookup(ids[i], g, ids[i + 1])
             elif mode == "echo":
                 done = client._requests(ids[i])
                 nxt = client._requests(ids[i + 1])
@@ -165,30 +171,35 @@ def _client(port: int, steps: int, repeats: int, results: Any) -> None:
         client.flush()
         return out
 
-    def dense_step() -> dict[str, float]:
+    def dense_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        for i in range(steps):
+        for i in range(self.steps):
             vectors = torch.zeros(BATCH, TABLES, DIM).requires_grad_()
-            logits = model(dense[i], vectors)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels[i])
-            opt.zero_grad(set_to_none=True)
+            logits = self.model(self.dense[i], vectors)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, self.labels[i])
+            self.opt.zero_grad(set_to_none=True)
             loss.backward()
-            opt.step()
-        return {"step": (time.perf_counter() - t0) / steps * 1e3}
+            self.opt.step()
+        return {"step": (time.perf_counter() - t0) / self.steps * 1e3}
 
+
+def _client(port: int, steps: int, repeats: int, results: Any) -> None:
+    torch.set_num_threads(1)
+    bench = _Client(port, steps)
     runs = []
-    run("rpc")  # warm up both ends
+    bench.run("rpc")  # warm up both ends
     for r in range(repeats):
         for mode in MODES:
-            runs.append({"variant": mode, "repeat": r, **run(mode)})
-        runs.append({"variant": "dense_step", "repeat": r, **dense_step()})
+            runs.append({"variant": mode, "repeat": r, **bench.run(mode)})
+        runs.append({"variant": "dense_step", "repeat": r, **bench.dense_step()})
         for mode in JAGGED_MODES:
             for kind in KINDS:
-                runs.append({"variant": f"{mode}-{kind}", "repeat": r, **jagged(mode, kind)})
-    client.profile = None
-    client._shared = mapped
+                runs.append({"variant": f"{mode}-{kind}", "repeat": r,
+                             **bench.jagged(mode, kind)})
+    bench.client.profile = None
+    bench.client._shared = bench.mapped
     results.put(runs)
-    client.detach()
+    bench.client.detach()
 
 
 def run_embedding_bench(out: str, steps: int = 400, repeats: int = 3) -> dict[str, Any]:
