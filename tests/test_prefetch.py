@@ -24,7 +24,7 @@ from shadowsync.transport.servers.embedding.server import serve
 from tests.helpers import run_spawned
 
 LR = 0.25
-DIM = 2
+DIM = 8
 
 
 def missed(j: int, depth: int, restart: int = 0) -> int:
@@ -148,7 +148,8 @@ def test_prefetch_option():
         config_from_options(prefetch=1, tables="dynamic")
 
 
-PLAN = ShardingPlan(1, (10,), row_split_limit=100)
+ROWS = 200_000  # a push long enough to apply that a call racing it reads rows it has not reached
+PLAN = ShardingPlan(1, (ROWS,), row_split_limit=10**9)
 LAYOUT = ClusterLayout(embedding_servers=1, dense_servers=0, trainers=1, workers=0)
 
 
@@ -168,8 +169,18 @@ def _client(port: int, results) -> None:
     out["drained"] = train(RowPipeline(client, 2, batches(10)), 10, drain_after=3)
     client.flush()
     out["end"] = float(client.lookup(torch.tensor([[3]]))[0, 0, 0])
+    out["raced"] = [_read_after_a_long_push(client) for _ in range(2)]
     client.detach()
     results.put(out)
+
+
+def _read_after_a_long_push(client: RemoteEmbeddings) -> float:
+    """How far the last row moved for a read sent right after a push to every row, both
+    without waiting (the read is small and the push long: run at once, it reads first)."""
+    every, last = torch.arange(ROWS).unsqueeze(1), torch.tensor([[ROWS - 1]])
+    before = client.lookup(last)
+    client.update_and_fetch(client.fetch(every), torch.ones(ROWS, 1, DIM), None)
+    return float((before - client.fetch(last.clone()).rows())[0, 0, 0])
 
 
 @pytest.mark.timeout(90)
@@ -190,3 +201,4 @@ def test_over_rpc_rows_miss_exactly_the_last_d_updates():
     expected = [w0 - LR * (done + j - missed(j, 2, 0 if j < 4 else 4)) for j in range(10)]
     assert out["drained"] == pytest.approx(expected)
     assert out["end"] == pytest.approx(w0 - LR * (done + 10))
+    assert out["raced"] == pytest.approx([LR] * 2)  # each read after the push made before it
