@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync.bench.common import interleaved, median_of, ratio_of_medians, torch_period
+from shadowsync.cluster.netns import (
+    NetnsHosts,
+    netns_unavailable_reason,
+    shaping_unavailable_reason,
+)
 from shadowsync.config import TrainConfig, config_to_toml
+from shadowsync.lifecycle.attempts import reset
 
 SLOW_MBIT = 50.0
 GIGABIT_MBIT = 1000.0
@@ -54,6 +60,9 @@ RDZV_PORT = 29400
 # the other runs' examples measures the same EPS (100k: 11.4k and 11.1k examples/s on 50
 # Mbit/s; 300k: 11.3k and 11.2k) in a third of the time (9 s of training instead of 27).
 LIMITED_DDP_SHARE = 1 / 3
+# The share of the job's examples each way of syncing trains on a limited link, in the order
+# they run there with `full`.
+ON_LIMITED_LINK = {"none": 1.0, "s-bmuf": 1.0, "ddp": LIMITED_DDP_SHARE, "s-ma": 1.0}
 
 
 def torchrun_argv(node_rank: int, nnodes: int, master_ip: str, config: Path,
@@ -69,8 +78,6 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600,
     """One job, one process per host; returns trainer 0's summary. `watch(out, done)` runs
     in a thread while the job does, with the trainers noting their examples as they go
     (`lifecycle.attempts`); `done` is set when the job has ended."""
-    from shadowsync.lifecycle.attempts import reset
-
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -123,7 +130,8 @@ def at(rate: float | None) -> str:
 
 
 def on_limited_link(cfg: TrainConfig, sync: str) -> TrainConfig:
-    examples = round(cfg.data.examples * LIMITED_DDP_SHARE) if sync == "ddp" else cfg.data.examples
+    share = ON_LIMITED_LINK[sync]
+    examples = cfg.data.examples if share == 1 else round(cfg.data.examples * share)
     return replace(cfg, sync=sync, examples=examples)
 
 
@@ -138,7 +146,7 @@ def link_variants(cfg: TrainConfig, full: bool,
         (f"{sync}{at(None)}", replace(cfg, sync=sync), None)
         for sync in (("s-ma", "ddp") if full else ("s-ma",))]
     for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
-        syncs = ("none", "s-bmuf", "ddp", "s-ma") if full else ("ddp", "s-ma")
+        syncs = tuple(ON_LIMITED_LINK) if full else ("ddp", "s-ma")
         variants += [(f"{sync}{at(rate)}", on_limited_link(cfg, sync), rate) for sync in syncs]
         peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
         for peer in peers:
@@ -177,12 +185,6 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
                  torchft: bool = False) -> dict[str, Any]:
     """`full` adds DDP on the unlimited link (for `ddp_eps_drop_slow_net`); `torchft`, the
     peer on the slow link."""
-    from shadowsync.cluster.netns import (
-        NetnsHosts,
-        netns_unavailable_reason,
-        shaping_unavailable_reason,
-    )
-
     reason = netns_unavailable_reason() or shaping_unavailable_reason()
     if reason:
         print(f"bench sync: slow-network part skipped: {reason}")
@@ -200,9 +202,9 @@ def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False
     slow = at(SLOW_MBIT)
     ratios: dict[str, Any] = {}
     spreads: dict[str, list[float]] = {}
-    for sync in ("s-ma", "ddp"):
+    for sync, label in (("s-ma", "background"), ("ddp", "ddp")):
         kept, spread = ratio_of_medians(runs, f"{sync}{slow}", f"{sync}@unlimited", "eps")
-        name = f"{'background' if sync == 's-ma' else sync}_eps_drop_slow_net"
+        name = f"{label}_eps_drop_slow_net"
         ratios[name] = 1.0 - kept if kept is not None else None
         spreads[name] = [1.0 - x for x in reversed(spread)]
     for suffix, rate in (("slow_net", SLOW_MBIT), ("1gbit", GIGABIT_MBIT)):
