@@ -66,16 +66,17 @@ ON_LIMITED_LINK = {"none": 1.0, "s-bmuf": 1.0, "ddp": LIMITED_DDP_SHARE, "s-ma":
 
 
 def torchrun_argv(node_rank: int, nnodes: int, master_ip: str, config: Path,
-                  out: Path) -> list[str]:
+                  out: Path, nproc: int = 1) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
-            "--node-rank", str(node_rank), "--nproc-per-node", "1",
+            "--node-rank", str(node_rank), "--nproc-per-node", str(nproc),
             "--rdzv-endpoint", f"{master_ip}:{RDZV_PORT}",
             "-m", "shadowsync.run", "--config", str(config), "--out", str(out)]
 
 
 def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600,
-                 watch: Callable[[Path, threading.Event], None] | None = None) -> dict:
-    """One job, one process per host; returns trainer 0's summary. `watch(out, done)` runs
+                 watch: Callable[[Path, threading.Event], None] | None = None,
+                 nproc: int = 1) -> dict:
+    """One job, `nproc` processes per host; returns trainer 0's summary. `watch(out, done)` runs
     in a thread while the job does, with the trainers noting their examples as they go
     (`lifecycle.attempts`); `done` is set when the job has ended."""
     if out.exists():
@@ -91,7 +92,7 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600,
     n = len(hosts.hosts)
     # gloo and TensorPipe otherwise pick the address the host name resolves to (loopback).
     env = {**os.environ, "GLOO_SOCKET_IFNAME": hosts.iface, "TP_SOCKET_IFNAME": hosts.iface}
-    procs = [hosts.popen(i, torchrun_argv(i, n, hosts.ips[0], config, out), env=env,
+    procs = [hosts.popen(i, torchrun_argv(i, n, hosts.ips[0], config, out, nproc), env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(n)]
     if watcher is not None:
@@ -118,6 +119,7 @@ def _wait_for_hosts(procs: list[Any], out: Path, timeout: float) -> dict:
                 pass
             errors.append(f"host {i} timed out")
             continue
+        (out / f"host{i}.log").write_text(err)  # its agent's and processes' messages
         if p.returncode != 0:
             errors.append(f"host {i} exited {p.returncode}: {err.strip()[-800:]}")
     if errors:
