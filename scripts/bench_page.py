@@ -10,10 +10,11 @@
 `--add` takes the bench.json a `shadowsync bench ...` run wrote and makes it the current
 result of that bench: its ratios (with their spread and goals) become the file's only run,
 with this machine, the checked-out commit and today's date; the hand-made tables of the
-earlier result are dropped, since they described other runs. With `--keep-runs` the run
-goes beside the result's current runs instead (another run of the same commit, such as a
-bench's `--full` beside its default run), and the goals of both are kept. Then the page is
-regenerated.
+earlier result are dropped, since they described other runs (tables the bench.json itself
+carries come along). With `--keep-runs` the run goes beside the result's current runs
+instead (another run of the same commit, such as a bench's `--full` beside its default run,
+or another split of `bench realdata`), and the goals and tables of both are kept. Then the
+page is regenerated.
 
 Result file (one per bench, benchmarks/results/<bench>.json): bench, title, command, about,
 source, date, commit, machine, goals {ratio: goal}, runs [{label, wall_min, ratios {ratio:
@@ -240,6 +241,11 @@ def add(bench_json: Path, label: str, keep_runs: bool = False) -> Path:
         "runs": [*(old.get("runs", []) if keep_runs else []), run],
         "reading": old.get("reading", []),
     }
+    # tables the bench wrote itself come along (by title: a kept run's same table once)
+    tables = {t["title"]: t for t in [*(old.get("tables", []) if keep_runs else []),
+                                      *data.get("tables", [])]}
+    if tables:
+        result["tables"] = list(tables.values())
     path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 

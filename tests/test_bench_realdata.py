@@ -6,7 +6,19 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from shadowsync.bench.realdata import LEARNERS, _summary, gap_noise  # noqa: E402
+from shadowsync.bench.commands import parse_splits  # noqa: E402
+from shadowsync.bench.realdata import (  # noqa: E402
+    DEEPFM_GRID,
+    LEARNERS,
+    LIGHTGBM_GRID,
+    TUNING_SPLIT,
+    _summary,
+    gap_noise,
+    grid_points,
+    pick_by_validation,
+    run_realdata_bench,
+)
+from shadowsync.errors import UserError  # noqa: E402
 
 
 def test_the_gap_noise_is_zero_without_spread_and_scales_with_it():
@@ -26,16 +38,49 @@ def _runs(aucs: dict[str, list[float]]) -> list[dict[str, object]]:
             for learner, values in aucs.items() for i, auc in enumerate(values)]
 
 
-def test_each_goal_is_judged_on_medians_and_carries_its_noise():
+def test_each_goal_is_judged_on_medians_against_the_tuned_baselines_and_carries_its_noise():
     s = _summary(_runs({"default": [0.780, 0.786, 0.784], "local": [0.785, 0.785, 0.785],
-                        "deepfm": [0.787, 0.787, 0.787], "lightgbm": [0.770, 0.790, 0.775]}),
-                 "set")
+                        "deepfm": [0.770, 0.770, 0.770], "deepfm-tuned": [0.787, 0.787, 0.787],
+                        "lightgbm": [0.800, 0.800, 0.800],
+                        "lightgbm-tuned": [0.770, 0.790, 0.775]}), "set")
     assert set(LEARNERS) == set(s["medians"])
     g = s["goals"]
-    assert g["default_vs_deepfm_auc"]["gap"] == pytest.approx(0.003)
-    assert not g["default_vs_deepfm_auc"]["met"]
-    assert g["default_vs_lightgbm_auc"]["gap"] == pytest.approx(-0.009)
-    assert g["default_vs_lightgbm_auc"]["met"]
+    assert g["default_vs_deepfm_tuned_auc"]["gap"] == pytest.approx(0.003)
+    assert not g["default_vs_deepfm_tuned_auc"]["met"]
+    assert g["default_vs_lightgbm_tuned_auc"]["gap"] == pytest.approx(-0.009)
+    assert g["default_vs_lightgbm_tuned_auc"]["met"]
     assert g["default_vs_local_auc"]["met"] and g["default_eval_ne"]["met"]
     # DeepFM's seeds agree, the default job's do not: the noise is the default's alone.
-    assert 0 < g["default_vs_deepfm_auc"]["seed_noise"] < 0.006
+    assert 0 < g["default_vs_deepfm_tuned_auc"]["seed_noise"] < 0.006
+    # The untuned baselines are shown beside them and judged by no goal.
+    assert s["untuned_gaps"]["default_vs_deepfm_auc"] == pytest.approx(-0.014)
+    assert s["untuned_gaps"]["default_vs_lightgbm_auc"] == pytest.approx(0.016)
+    assert not any("untuned" in k or k in ("default_vs_deepfm_auc", "default_vs_lightgbm_auc")
+                   for k in g)
+
+
+def test_the_grids_cover_every_setting_and_hold_the_untuned_one():
+    points = grid_points(DEEPFM_GRID)
+    assert len(points) == 9 and len({tuple(p.values()) for p in points}) == 9
+    assert {"lr": 1e-3, "dropout": 0.2} in points
+    assert len(grid_points(LIGHTGBM_GRID)) == 18
+    assert {"learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20} in \
+        grid_points(LIGHTGBM_GRID)
+    assert grid_points({"a": (1, 2), "b": (3,)}) == [{"a": 1, "b": 3}, {"a": 2, "b": 3}]
+
+
+def test_a_setting_is_picked_by_validation_auc_and_never_by_eval():
+    trials = [{"setting": {"lr": 1}, "val_auc": 0.80, "eval_auc": 0.99},
+              {"setting": {"lr": 2}, "val_auc": 0.82, "eval_auc": 0.70},
+              {"setting": {"lr": 3}, "val_auc": 0.82, "eval_auc": 0.75}]
+    assert pick_by_validation(trials)["setting"] == {"lr": 2}  # first of the equals
+
+
+def test_splits_parse_and_the_tuning_split_is_never_reported(tmp_path):
+    assert parse_splits("1-5") == (1, 2, 3, 4, 5)
+    assert parse_splits("3,1-2,3") == (3, 1, 2)
+    for bad in ("", "a", "2-x", "-1"):
+        with pytest.raises(UserError, match="--splits"):
+            parse_splits(bad)
+    with pytest.raises(UserError, match="tuning split"):
+        run_realdata_bench(str(tmp_path), splits=(1, TUNING_SPLIT))

@@ -9,7 +9,8 @@ number does not, a tree splits the number at any threshold itself, and read as a
 of dozens of levels it cost the trees AUC (0.927 -> 0.924 on the census set). It trains on
 the first 1 - val_share of the training rows, stops adding trees when the log loss of the
 validation tail has not improved for `patience` rounds, and reports the best round's model
-on the eval rows. Needs the `bench` extra (pip install 'shadowsync[bench]').
+on the eval rows, with the validation tail's AUC at that round (what `bench realdata` picks a
+setting of its grid by). Needs the `bench` extra (pip install 'shadowsync[bench]').
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from shadowsync.metrics import evaluate_predictions
 class GbdtConfig:
     learning_rate: float = 0.05
     num_leaves: int = 31
-    min_data_in_leaf: int = 20
+    min_data_in_leaf: int = 20  # LightGBM's min_child_samples
     max_rounds: int = 3000
     patience: int = 100
 
@@ -79,7 +80,11 @@ def train_gbdt(train_dir: str, eval_dir: str, val_share: float, seed: int,
     val_set = lgb.Dataset(features_of(val), val.labels.numpy(), reference=train_set)
     booster = lgb.train(params, train_set, cfg.max_rounds, valid_sets=[val_set],
                         callbacks=[lgb.early_stopping(cfg.patience, verbose=False)])
-    p = booster.predict(features_of(test), num_iteration=booster.best_iteration)
-    final = evaluate_predictions(p, test.labels.numpy())
+    def scored(rows: Rows) -> dict[str, float]:
+        p = booster.predict(features_of(rows), num_iteration=booster.best_iteration)
+        return evaluate_predictions(p, rows.labels.numpy())
+
+    final = scored(test)
     return {"eval_auc": final["auc"], "eval_ne": final["ne"], "eval_logloss": final["logloss"],
-            "best_round": booster.best_iteration, "wall_s": time.perf_counter() - t0}
+            "val_auc": scored(val)["auc"], "best_round": booster.best_iteration,
+            "wall_s": time.perf_counter() - t0}

@@ -1,33 +1,52 @@
-"""`shadowsync bench realdata`: real data, four learners side by side on each prepared set.
+"""`shadowsync bench realdata`: real data, the default job beside tuned baselines, on splits
+never used for choosing anything.
 
 On each public set of `shadowsync data prepare` (MovieLens 100K as clicks, the adult census
-income set, the clothing reviews; a fixed 90% / 10% split), for each seed, interleaved:
+income set, the clothing reviews; 90% / 10% splits, each a permutation drawn from a split
+seed) the protocol is:
+
+- **Split 0 is the tuning split.** Any default of the job may be chosen on it
+  (`--tuning-split` runs the bench there); its figures are never the reported ones.
+- **Splits 1-5 are the reported ones** (`--splits`, default 1; the whole protocol is
+  `--splits 1-5`). Nothing is chosen by looking at them: the default job runs as it is.
+
+On each reported split, for each seed, interleaved:
 
 - **default**: the default job (2 trainers, one embedding server, s-bmuf) with only
-  `--epochs` and `--val-share`: the validation points, early stopping, learning-rate decay,
-  interaction and block momentum are the defaults --val-share adapts; its best checkpoint's
-  eval AUC / NE;
+  `--epochs` and `--val-share`: everything else is what --val-share adapts; its best
+  checkpoint's eval AUC / NE;
 - **local**: the same options with 1 trainer, local tables and `--sync none`;
-- **deepfm**: a plain single-process PyTorch DeepFM (`shadowsync.bench.deepfm`) with Adam,
-  its best epoch on the same validation tail;
-- **lightgbm**: gradient-boosted trees (`shadowsync.bench.gbdt`), stopped on the same tail.
+- **deepfm**: a plain single-process PyTorch DeepFM (`shadowsync.bench.deepfm`), Adam at
+  lr 1e-3, dropout 0.2, its best epoch on the same validation tail;
+- **deepfm-tuned**: the same DeepFM at the grid point of DEEPFM_GRID (lr in {3e-4, 1e-3,
+  3e-3} x dropout in {0, 0.2, 0.5}: 9 points) with the highest validation AUC, each point
+  trained once with the first seed on this split's training rows;
+- **lightgbm**: gradient-boosted trees (`shadowsync.bench.gbdt`) at learning rate 0.05, 31
+  leaves, min_child_samples 20, stopped on the same tail;
+- **lightgbm-tuned**: the grid point of LIGHTGBM_GRID (learning rate in {0.02, 0.05, 0.1} x
+  num_leaves in {15, 31, 63} x min_child_samples in {20, 100}: 18 points) with the highest
+  validation AUC. LightGBM here draws nothing at random (no bagging, deterministic), so a
+  setting's one run is its value for every seed.
+
+A baseline's setting is picked by its AUC on the validation tail (the rows `--val-share`
+holds out of the training rows), never by eval AUC; the eval rows are scored once per run.
 
 Every learner sees the same features. Multi-hot features (the movie genres, the review words)
 are used where this shadowsync's training path reads them (`--multi-hot auto`), by the
 baselines alike. Each number's quantile buckets (`data prepare --buckets`) are single ids to
 shadowsync and DeepFM; LightGBM splits the number itself and leaves them out.
 
-Goals, checked in code on each set and printed met / not met (medians over seeds): the
-default job's eval AUC at most 0.002 below DeepFM's and 0.005 below LightGBM's, within 0.003
-of the local run's, and its eval NE below 1. Each gap is printed with its bootstrap standard
-error over the seeds drawn: on MovieLens, where every learner's AUC moves by 0.002-0.003 from
-seed to seed, that of three seeds is about as large as the goal. Also reported: the training
-time the default job took to first reach, on the validation tail, the AUC of DeepFM's best
-epoch, against the time DeepFM took (same seed; None where it never did).
+Goals, checked in code on each set and each split and printed met / not met (medians over
+the seeds): the default job's eval AUC at most 0.002 below tuned DeepFM's and 0.005 below
+tuned LightGBM's, within 0.003 of the local run's, and its eval NE below 1. Each gap is
+printed with its bootstrap standard error over the seeds drawn. Also reported: the training
+time the default job took to first reach, on the validation tail, the AUC of (untuned)
+DeepFM's best epoch, against the time DeepFM took (same seed; None where it never did).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -41,12 +60,17 @@ from shadowsync.bench.common import interleaved, median_of, print_table, write_b
 from shadowsync.errors import UserError
 
 SETS = ("movielens100k", "adult", "clothing-reviews")
-LEARNERS = ("default", "local", "deepfm", "lightgbm")
-# how far below each learner's median eval AUC the default job's may lie
-AUC_GOALS = {"deepfm": 0.002, "lightgbm": 0.005}
+TUNING_SPLIT = 0  # where defaults may be chosen; never reported
+LEARNERS = ("default", "local", "deepfm", "deepfm-tuned", "lightgbm", "lightgbm-tuned")
+# how far below each tuned baseline's median eval AUC the default job's may lie
+AUC_GOALS = {"deepfm-tuned": 0.002, "lightgbm-tuned": 0.005}
 LOCAL_AUC_GOAL = 0.003
 BOOTSTRAP_RESAMPLES = 2000
 LOCAL = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none"]
+# each baseline's tuning budget: every point once, the setting with the best validation AUC
+DEEPFM_GRID = {"lr": (3e-4, 1e-3, 3e-3), "dropout": (0.0, 0.2, 0.5)}
+LIGHTGBM_GRID = {"learning_rate": (0.02, 0.05, 0.1), "num_leaves": (15, 31, 63),
+                 "min_data_in_leaf": (20, 100)}
 
 
 def multi_hot_trainable(data: Path) -> bool:
@@ -123,26 +147,96 @@ def _arrays(data: Path) -> tuple[str, str]:
             str(tabular.convert(str(data / "eval.parquet"), schema)))
 
 
-def _deepfm(data: Path, seed: int, val_share: float) -> dict[str, Any]:
-    from shadowsync.bench.deepfm import train_deepfm
+def _deepfm(arrays: tuple[str, str], seed: int, val_share: float,
+            setting: dict[str, Any]) -> dict[str, Any]:
+    from shadowsync.bench.deepfm import DeepFMConfig, train_deepfm
 
     t0 = time.perf_counter()
-    r = train_deepfm(*_arrays(data), val_share, seed)
+    r = train_deepfm(*arrays, val_share, seed, DeepFMConfig(**setting))
     best = r["history"][r["best_epoch"] - 1]
     reached = next(h["train_s"] for h in r["history"] if h["val_auc"] >= best["val_auc"])
-    return {"eval_auc": r["eval_auc"], "eval_ne": r["eval_ne"],
+    return {"eval_auc": r["eval_auc"], "eval_ne": r["eval_ne"], "val_auc": r["val_auc"],
             "wall_s": time.perf_counter() - t0, "best_epoch": r["best_epoch"],
             "epochs_run": r["epochs_run"], "best_val_auc": best["val_auc"],
-            "time_to_best_val_auc_s": reached}
+            "time_to_best_val_auc_s": reached, "setting": setting}
 
 
-def _lightgbm(data: Path, seed: int, val_share: float) -> dict[str, Any]:
-    from shadowsync.bench.gbdt import train_gbdt
+def _lightgbm(arrays: tuple[str, str], seed: int, val_share: float,
+              setting: dict[str, Any]) -> dict[str, Any]:
+    from shadowsync.bench.gbdt import GbdtConfig, train_gbdt
 
     t0 = time.perf_counter()
-    r = train_gbdt(*_arrays(data), val_share, seed)
-    return {"eval_auc": r["eval_auc"], "eval_ne": r["eval_ne"],
-            "wall_s": time.perf_counter() - t0, "best_round": r["best_round"]}
+    r = train_gbdt(*arrays, val_share, seed, GbdtConfig(**setting))
+    return {"eval_auc": r["eval_auc"], "eval_ne": r["eval_ne"], "val_auc": r["val_auc"],
+            "wall_s": time.perf_counter() - t0, "best_round": r["best_round"],
+            "setting": setting}
+
+
+BASELINES = {"deepfm": (_deepfm, DEEPFM_GRID, {"lr": 1e-3, "dropout": 0.2}),
+             "lightgbm": (_lightgbm, LIGHTGBM_GRID,
+                          {"learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 20})}
+
+
+def grid_points(grid: dict[str, tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Every setting of `grid` ({option: values}), the last option varying fastest."""
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def pick_by_validation(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trial with the highest validation AUC (the first of equals, in grid order). A
+    trial's eval AUC is never read: the eval rows choose nothing."""
+    return max(trials, key=lambda t: t["val_auc"])
+
+
+class BaselineRuns:
+    """One prepared split's baseline runs, kept by (baseline, setting, seed), so that a
+    setting the tuning grid or another learner ran is not trained twice. LightGBM draws
+    nothing at random here (no bagging, deterministic mode): its seed is not part of the key."""
+
+    def __init__(self, data: Path, val_share: float) -> None:
+        self.arrays = _arrays(data)
+        self.val_share = val_share
+        self.done: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+    def run(self, baseline: str, setting: dict[str, Any], seed: int) -> dict[str, Any]:
+        train = BASELINES[baseline][0]
+        key = (baseline, json.dumps(setting, sort_keys=True), seed if baseline == "deepfm" else 0)
+        if key not in self.done:
+            self.done[key] = train(self.arrays, seed, self.val_share, dict(setting))
+        return self.done[key]
+
+    def tune(self, baseline: str, seed: int = 0) -> dict[str, Any]:
+        """Every point of the baseline's grid once (with `seed`); the picked setting and the
+        trials' validation AUC."""
+        trials = [{"setting": point, "val_auc": self.run(baseline, point, seed)["val_auc"]}
+                  for point in grid_points(BASELINES[baseline][1])]
+        return {"picked": pick_by_validation(trials)["setting"], "trials": trials}
+
+
+def tune_baselines(root: Path, sets: tuple[str, ...], multi_hot: str,
+                   val_share: float) -> dict[str, Any]:
+    """Each set's baselines tuned on the tuning split's validation rows, as the job's
+    defaults were chosen there: {set: {baseline: {picked, trials}}}. Kept in
+    ROOT/tuning.json and reused by later runs with the same grids and --val-share."""
+    path = root / "tuning.json"
+    stamp = {"grids": {b: {k: list(v) for k, v in spec[1].items()}
+                       for b, spec in BASELINES.items()}, "val_share": val_share}
+    kept = json.loads(path.read_text()) if path.is_file() else {}
+    if kept.get("stamp") != stamp:
+        kept = {"stamp": stamp, "sets": {}}
+    for name in sets:
+        if name in kept["sets"]:
+            continue
+        started = time.perf_counter()
+        runs = BaselineRuns(prepare_data(root / "data", name, multi_hot, TUNING_SPLIT)[0],
+                            val_share)
+        kept["sets"][name] = {b: runs.tune(b) for b in BASELINES}
+        kept["sets"][name]["wall_s"] = time.perf_counter() - started
+        for b in BASELINES:
+            print(f"  {name}: {b} tuned on split {TUNING_SPLIT}: "
+                  f"{kept['sets'][name][b]['picked']}", flush=True)
+        path.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
+    return {name: kept["sets"][name] for name in sets}
 
 
 def _time_to(trace: list[list[float]], auc: float) -> float | None:
@@ -181,10 +275,9 @@ def _summary(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
                   for k in ("eval_auc", "eval_ne")} for n in LEARNERS}
     auc = {n: med[n]["eval_auc"] for n in LEARNERS}
     seeds = {n: [r["eval_auc"] for r in of[n]] for n in LEARNERS}
-    goals = {f"default_vs_{n}_auc": {"gap": auc[n] - auc["default"], "goal": f"<= {g:g}",
-                                     "met": auc[n] - auc["default"] <= g,
-                                     "seed_noise": gap_noise(seeds[n], seeds["default"])}
-             for n, g in AUC_GOALS.items()}
+    goals = {f"default_vs_{n.replace('-', '_')}_auc": {
+        "gap": auc[n] - auc["default"], "goal": f"<= {g:g}", "met": auc[n] - auc["default"] <= g,
+        "seed_noise": gap_noise(seeds[n], seeds["default"])} for n, g in AUC_GOALS.items()}
     local_gap = abs(auc["local"] - auc["default"])
     goals["default_vs_local_auc"] = {"gap": local_gap, "goal": f"abs <= {LOCAL_AUC_GOAL:g}",
                                      "met": local_gap <= LOCAL_AUC_GOAL,
@@ -203,7 +296,11 @@ def _summary(runs: list[dict[str, Any]], name: str) -> dict[str, Any]:
     # the seeds where the default job reached DeepFM's AUC: its time over DeepFM's
     time_ratio = (statistics.median(t["default_s"] for t in reached)
                   / statistics.median(t["deepfm_s"] for t in reached)) if reached else None
-    return {"medians": med, "spread": spread, "goals": goals, "time_to_deepfm_auc": to_deepfm,
+    # the untuned baselines' gaps: shown, judged by no goal
+    untuned = {f"default_vs_{n}_auc": auc[n] - auc["default"] for n in BASELINES}
+    settings = {n: of[n][0].get("setting") if of[n] else None for n in LEARNERS}
+    return {"medians": med, "spread": spread, "goals": goals, "untuned_gaps": untuned,
+            "settings": settings, "time_to_deepfm_auc": to_deepfm,
             "time_to_deepfm_auc_ratio": time_ratio,
             "reached_deepfm_auc": f"{len(reached)} of {len(to_deepfm)}"}
 
@@ -214,6 +311,8 @@ def _print(name: str, s: dict[str, Any]) -> None:
                   f"{s['spread'][n]['eval_auc'][1]:.4f}", s["medians"][n]["eval_ne"],
                   s["medians"][n]["wall_s"]] for n in LEARNERS],
                 ["learner", "eval AUC", "AUC range", "eval NE", "wall s"])
+    for k, gap in s["untuned_gaps"].items():
+        print(f"  untuned baseline {k}: {gap:+.4f} (no goal)")
     for k, g in s["goals"].items():
         noise = g.get("seed_noise")
         spread = "" if noise is None else f", +-{noise:.4f} with the draw of seeds"
@@ -231,61 +330,134 @@ def _print(name: str, s: dict[str, Any]) -> None:
 
 def run_realdata_bench(out: str, seeds: int = 3, epochs: int = 20, val_share: float = 0.1,
                        sets: tuple[str, ...] = SETS, multi_hot: str = "auto",
-                       extra: list[str] | None = None, split_seed: int = 0) -> dict[str, Any]:
+                       extra: list[str] | None = None, splits: tuple[int, ...] = (1,),
+                       tuning: bool = False) -> dict[str, Any]:
+    """The protocol on `splits` (reported; `tuning`: on the tuning split instead), one split
+    after another, its results written after each (a stopped run keeps the splits it ended)."""
     started = time.perf_counter()
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     unknown = [s for s in sets if s not in SETS]
     if unknown:
         raise UserError(f"--sets: unknown {', '.join(unknown)} (choose from {', '.join(SETS)})")
-    data = {name: prepare_data(root / "data", name, multi_hot, split_seed) for name in sets}
+    if not tuning and TUNING_SPLIT in splits:
+        raise UserError(f"--splits: split {TUNING_SPLIT} is the tuning split, never reported "
+                        "(run it with --tuning-split)")
+    splits = (TUNING_SPLIT,) if tuning else splits
+    tuned = tune_baselines(root, sets, multi_hot, val_share)
     # the plain command: everything else is what --val-share adapts
     options = ["--epochs", str(epochs), "--val-share", str(val_share), *(extra or [])]
+    runs: list[dict[str, Any]] = []
+    walls: dict[int, float] = {}
+    for split in splits:
+        split_started = time.perf_counter()
+        runs += _run_split(root, split, seeds, sets, multi_hot, options, val_share, tuned)
+        walls[split] = time.perf_counter() - split_started
+        result = write_results(root, runs, sets, tuple(walls), {
+            "options": options, "seeds": seeds, "tuning_split": tuning,
+            "tuning": tuned, "grids": {b: spec[1] for b, spec in BASELINES.items()},
+            "split_wall_s": walls, "bench_wall_s": time.perf_counter() - started})
+    return result
+
+
+def _run_split(root: Path, split: int, seeds: int, sets: tuple[str, ...], multi_hot: str,
+               options: list[str], val_share: float,
+               tuned: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every learner on every set of one split, `seeds` seeds each, interleaved."""
+    data = {name: prepare_data(root / "data", name, multi_hot, split)[0] for name in sets}
+    baselines = {name: BaselineRuns(data[name], val_share) for name in sets}
     counter: dict[str, int] = {}
 
-    def seed_of(variant: str) -> int:
-        counter[variant] = counter.get(variant, 0) + 1
-        return counter[variant] - 1
-
     def learner(name: str, kind: str) -> Any:
-        variant, path = f"{name}/{kind}", data[name][0]
+        variant = f"{name}/split{split}/{kind}"
 
         def run() -> dict[str, Any]:
-            s = seed_of(variant)
-            if kind == "deepfm":
-                return _deepfm(path, s, val_share)
-            if kind == "lightgbm":
-                return _lightgbm(path, s, val_share)
-            return _train(path, root / "runs" / name / f"{kind}-{s}", s,
-                          LOCAL if kind == "local" else [], options, 1800)
+            counter[variant] = counter.get(variant, 0) + 1
+            s = counter[variant] - 1
+            baseline, _, tuned_kind = kind.partition("-")
+            if baseline in BASELINES:
+                setting = tuned[name][baseline]["picked"] if tuned_kind else BASELINES[baseline][2]
+                return {**baselines[name].run(baseline, setting, s), "split": split}
+            return {**_train(data[name], root / "runs" / f"split{split}" / name / f"{kind}-{s}",
+                             s, LOCAL if kind == "local" else [], options, 1800),
+                    "split": split}
         return run
 
-    variants = {f"{name}/{kind}": learner(name, kind) for name in sets for kind in LEARNERS}
-    runs = interleaved(variants, seeds, "bench realdata", log=root / "runs.jsonl")
-    return write_results(root, runs, sets, {
-        "multi_hot": {n: d[1] for n, d in data.items()}, "options": options, "seeds": seeds,
-        "split_seed": split_seed, "bench_wall_s": time.perf_counter() - started})
+    variants = {f"{name}/split{split}/{kind}": learner(name, kind)
+                for name in sets for kind in LEARNERS}
+    return interleaved(variants, seeds, f"bench realdata split {split}",
+                       log=root / "runs.jsonl")
 
 
 def write_results(root: Path, runs: list[dict[str, Any]], sets: tuple[str, ...],
-                  extra: dict[str, Any]) -> dict[str, Any]:
-    """Print each set's summary and write ROOT/bench.json from the runs."""
-    per_set = {name: _summary(runs, name) for name in sets}
+                  splits: tuple[int, ...], extra: dict[str, Any]) -> dict[str, Any]:
+    """Print each set's summary on each split and write ROOT/bench.json from the runs, and
+    ROOT/splitK/bench.json for each split K (a column each on the benchmarks page)."""
+    per_split = {k: {name: _summary(runs, f"{name}/split{k}") for name in sets} for k in splits}
+    for k, per_set in per_split.items():
+        for name, s in per_set.items():
+            _print(f"{name}, split {k}", s)
+    tables = [_tuning_table(extra["tuning"])]
+    whole: dict[str, dict[str, Any]] = {"ratios": {}, "ratio_spread": {}, "goals": {}}
+    for k, per_set in per_split.items():
+        part = _ratios(per_set)
+        table = _medians_table(k, per_set, extra["seeds"])
+        tables.append(table)
+        for field, values in part.items():
+            whole[field].update({f"{key.split(' ', 1)[0]} split{k} {key.split(' ', 1)[1]}": v
+                                 for key, v in values.items()})
+        write_bench(root / f"split{k}", "realdata", [r for r in runs if r.get("split") == k],
+                    part["ratios"], {"ratio_spread": part["ratio_spread"],
+                                     "goals": part["goals"], "tables": [tables[0], table],
+                                     "sets": per_set, "split": k,
+                                     "bench_wall_s": extra["split_wall_s"].get(k)})
+    missed = [f"{name} split {k}: {goal}" for k, per_set in per_split.items()
+              for name, s in per_set.items() for goal, g in s["goals"].items() if not g["met"]]
+    print(f"\n  goals not met: {'; '.join(missed) if missed else 'none'}")
+    path = write_bench(root, "realdata", runs, whole["ratios"],
+                       {"sets": {str(k): v for k, v in per_split.items()},
+                        "goals": whole["goals"], "ratio_spread": whole["ratio_spread"],
+                        "tables": tables, "not_met": missed, **extra})
+    print(f"\n  results: {path} (one column a split: {root}/splitK/bench.json)")
+    return {"splits": per_split, "path": str(path), "not_met": missed}
+
+
+def _ratios(per_set: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One split's figures for the page: per set, the AUC points the default job's median lies
+    below each tuned and untuned baseline's, its distance to the local run's, its NE; each
+    goal's gap with one bootstrap standard error over the seeds either side."""
+    ratios: dict[str, Any] = {}
+    spread: dict[str, list[float]] = {}
+    goals: dict[str, str] = {}
     for name, s in per_set.items():
-        _print(name, s)
-    # per set: the AUC points the default job's median lies below DeepFM's and LightGBM's,
-    # its distance to the local run's, its NE, and its time to DeepFM's AUC over DeepFM's
-    ratios: dict[str, Any] = {f"{name} {k}": g["gap"] for name, s in per_set.items()
-                              for k, g in s["goals"].items()}
-    ratios.update({f"{name} default/deepfm time_to_deepfm_auc": s["time_to_deepfm_auc_ratio"]
-                   for name, s in per_set.items()})
-    # shown beside each gap: one bootstrap standard error over the seeds, either side
-    spread = {f"{name} {k}": [g["gap"] - g["seed_noise"], g["gap"] + g["seed_noise"]]
-              for name, s in per_set.items() for k, g in s["goals"].items()
-              if g.get("seed_noise") is not None}
-    goals = {f"{name} {k}": g["goal"] for name, s in per_set.items()
-             for k, g in s["goals"].items()}
-    path = write_bench(root, "realdata", runs, ratios,
-                       {"sets": per_set, "goals": goals, "ratio_spread": spread, **extra})
-    print(f"\n  results: {path}")
-    return {"sets": per_set, "path": str(path)}
+        for k, g in s["goals"].items():
+            ratios[f"{name} {k}"] = g["gap"]
+            goals[f"{name} {k}"] = g["goal"]
+            if g.get("seed_noise") is not None:
+                spread[f"{name} {k}"] = [g["gap"] - g["seed_noise"], g["gap"] + g["seed_noise"]]
+        ratios.update({f"{name} {k}": gap for k, gap in s["untuned_gaps"].items()})
+    return {"ratios": ratios, "ratio_spread": spread, "goals": goals}
+
+
+def _medians_table(split: int, per_set: dict[str, Any], seeds: int) -> dict[str, Any]:
+    columns = ["set", *LEARNERS, "default eval NE"]
+    rows = [[name, *(f"{s['medians'][n]['eval_auc']:.4f} ({s['spread'][n]['eval_auc'][0]:.4f}"
+                     f"-{s['spread'][n]['eval_auc'][1]:.4f})" for n in LEARNERS),
+             f"{s['medians']['default']['eval_ne']:.4f}"] for name, s in per_set.items()]
+    return {"title": f"split {split}: eval AUC, median of {seeds} seeds (range)",
+            "columns": columns, "rows": rows}
+
+
+def _tuning_table(tuned: dict[str, Any]) -> dict[str, Any]:
+    rows = []
+    for name, per_baseline in tuned.items():
+        for b in BASELINES:
+            trials = per_baseline[b]["trials"]
+            best = pick_by_validation(trials)
+            rows.append([name, b, ", ".join(f"{k} {v:g}" for k, v in best["setting"].items()),
+                         f"{best['val_auc']:.4f}", f"{min(t['val_auc'] for t in trials):.4f}-"
+                         f"{max(t['val_auc'] for t in trials):.4f}", len(trials)])
+    return {"title": f"the baselines tuned on split {TUNING_SPLIT} (validation AUC; eval rows "
+                     "unread)", "columns": ["set", "baseline", "picked", "validation AUC",
+                                             "grid's validation AUC", "grid points"],
+            "rows": rows}
