@@ -1,11 +1,14 @@
 """The `shadowsync bench ...` commands: their options and the checks of their values. Each
-benchmark's module is imported only when its command runs (start-up cost: most import torch
-and start processes; `shadowsync --help` and the other commands need none of it)."""
+benchmark's module is imported only when its command runs (`_bench`; start-up cost: most
+import torch and start processes; `shadowsync --help` and the other commands need none of
+it)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from shadowsync.errors import UserError
@@ -14,32 +17,34 @@ OUT_HELP = "output directory (bench.json, runs.jsonl, plots)"
 REPEATS_HELP = "interleaved repeats of every variant (medians and spread over them)"
 
 
-def _bench_hogwild(args: argparse.Namespace) -> int:
-    from shadowsync.bench.hogwild import run_hogwild_bench
+def _bench(name: str) -> ModuleType:
+    """The module of `shadowsync bench NAME`, imported when its command runs: most import
+    torch and start processes, which `shadowsync --help` and the other commands need none of."""
+    return importlib.import_module(f"shadowsync.bench.{name}")
 
-    run_hogwild_bench(args.out, examples=args.examples, repeats=args.repeats)
+
+def _bench_hogwild(args: argparse.Namespace) -> int:
+    hogwild = _bench("hogwild")
+    hogwild.run_hogwild_bench(args.out, examples=args.examples, repeats=args.repeats)
     return 0
 
 
 def _bench_sync(args: argparse.Namespace) -> int:
-    from shadowsync.bench.sync import run_sync_bench
-
-    run_sync_bench(args.out, examples=args.examples, repeats=args.repeats,
-                   slow_net=not args.no_slow_net, quality_examples=args.quality_examples,
-                   full=args.full, slow_net_only=args.slow_net_only)
+    sync = _bench("sync")
+    sync.run_sync_bench(args.out, examples=args.examples, repeats=args.repeats,
+                        slow_net=not args.no_slow_net, quality_examples=args.quality_examples,
+                        full=args.full, slow_net_only=args.slow_net_only)
     return 0
 
 
 def _bench_embedding(args: argparse.Namespace) -> int:
-    from shadowsync.bench.embedding import run_embedding_bench
-
-    run_embedding_bench(args.out, steps=args.steps, repeats=args.repeats)
+    embedding = _bench("embedding")
+    embedding.run_embedding_bench(args.out, steps=args.steps, repeats=args.repeats)
     return 0
 
 
 def _bench_dynamic(args: argparse.Namespace) -> int:
-    from shadowsync.bench.dynamic import run_dynamic_bench
-
+    dynamic = _bench("dynamic")
     try:
         budgets = tuple(int(v) for v in args.rows.split(","))
     except ValueError:
@@ -50,46 +55,27 @@ def _bench_dynamic(args: argparse.Namespace) -> int:
                         "of sizes >= 1 and --repeats >= 1")
     if args.eps_only and args.clothing_only:
         raise UserError("--eps-only and --clothing-only each run one part: give one of them")
-    run_dynamic_bench(args.out, examples=args.examples, budgets=budgets,
-                      eps_examples=args.eps_examples, repeats=args.repeats,
-                      quality_repeats=args.quality_repeats, clothing_only=args.clothing_only,
-                      eps_only=args.eps_only)
+    dynamic.run_dynamic_bench(
+        args.out, examples=args.examples, budgets=budgets, eps_examples=args.eps_examples,
+        repeats=args.repeats, quality_repeats=args.quality_repeats,
+        clothing_only=args.clothing_only, eps_only=args.eps_only)
     return 0
 
 
 def _bench_scale(args: argparse.Namespace) -> int:
-    from shadowsync.bench.scale import require_scipy, run_scale_bench
-
-    require_scipy()
+    scale = _bench("scale")
+    scale.require_scipy()
     if args.examples < 5_000 or args.repeats < 1:
         raise UserError("--examples must be >= 5000 and --repeats >= 1")
     if args.points and not Path(args.points).is_file():
         raise UserError(f"--points: no such file {args.points}")
-    run_scale_bench(args.out, per_trainer=args.examples, repeats=args.repeats,
-                    quick=args.quick, netns=not args.no_netns, points_from=args.points)
-    return 0
-
-
-def _bench_hosts(args: argparse.Namespace) -> int:
-    from shadowsync.bench.hosts import run_hosts_bench
-
-    try:
-        depths = tuple(int(d) for d in args.depths.split(","))
-        settings = tuple(int(h) for h in args.hosts.split(","))
-    except ValueError:
-        depths = settings = ()
-    if (not depths or not set(depths) <= {0, 1, 2} or not settings
-            or not set(settings) <= {2, 4} or args.examples < 10_000 or args.repeats < 1):
-        raise UserError("--depths takes a comma list of 0, 1, 2, --hosts of 2, 4; --examples "
-                        "must be >= 10000 and --repeats >= 1")
-    run_hosts_bench(args.out, examples=args.examples, repeats=args.repeats, settings=settings,
-                    depths=depths)
+    scale.run_scale_bench(args.out, per_trainer=args.examples, repeats=args.repeats,
+                          quick=args.quick, netns=not args.no_netns, points_from=args.points)
     return 0
 
 
 def _bench_switch(args: argparse.Namespace) -> int:
-    from shadowsync.bench.switch import VARIANTS, run_switch_bench
-
+    switch = _bench("switch")
     if not 0 < args.share < 1:
         raise UserError(f"--share must be in (0, 1), got {args.share}")
     if args.no_ctr and args.no_digits and args.slow_link is None:
@@ -101,73 +87,55 @@ def _bench_switch(args: argparse.Namespace) -> int:
     if args.slow_link is not None and not args.slow_link > 0:
         raise UserError(f"--slow-link must be > 0 (Mbit/s), got {args.slow_link}")
     variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
-    unknown = [v for v in variants if v not in VARIANTS]
+    unknown = [v for v in variants if v not in switch.VARIANTS]
     if unknown:
-        raise UserError(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
-    run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
-                     ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
-                     ctr=not (args.no_ctr or args.full), ctr_trainers=args.ctr_trainers,
-                     digits=not args.no_digits, full=args.full, slow_link=args.slow_link,
-                     variants=variants, digits_lr=args.digits_lr)
+        raise UserError(f"--variants: {', '.join(unknown)} not among {', '.join(switch.VARIANTS)}")
+    switch.run_switch_bench(args.out, trainers=args.trainers, digits_examples=args.digits_examples,
+                            ctr_examples=args.ctr_examples, share=args.share, repeats=args.repeats,
+                            ctr=not (args.no_ctr or args.full), ctr_trainers=args.ctr_trainers,
+                            digits=not args.no_digits, full=args.full, slow_link=args.slow_link,
+                            variants=variants, digits_lr=args.digits_lr)
     return 0
 
 
 def _bench_short(args: argparse.Namespace) -> int:
-    from shadowsync.bench.short import run_short_bench
-
+    short = _bench("short")
     if args.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {args.repeats}")
-    run_short_bench(args.out, repeats=args.repeats, pair=not args.no_checkpoint_pair)
+    short.run_short_bench(args.out, repeats=args.repeats, pair=not args.no_checkpoint_pair)
     return 0
 
 
 def _bench_faults(args: argparse.Namespace) -> int:
-    from shadowsync.bench.faults import SCENARIOS, run_faults_bench
-
+    faults = _bench("faults")
     if args.examples < 20_000 or args.repeats < 1 or args.soak_s < 0:
         raise UserError("--examples must be >= 20000, --repeats >= 1 and --soak-s >= 0")
-    names = SCENARIOS if args.scenarios == "all" else \
+    names = faults.SCENARIOS if args.scenarios == "all" else \
         tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
-    unknown = [s for s in names if s not in SCENARIOS]
+    unknown = [s for s in names if s not in faults.SCENARIOS]
     if unknown:
         raise UserError(f"--scenarios: unknown {', '.join(unknown)} (choose from "
-                        f"{', '.join(SCENARIOS)})")
-    run_faults_bench(args.out, examples=args.examples, repeats=args.repeats,
-                     scenarios=names, soak_s=args.soak_s)
+                        f"{', '.join(faults.SCENARIOS)})")
+    faults.run_faults_bench(args.out, examples=args.examples, repeats=args.repeats,
+                            scenarios=names, soak_s=args.soak_s)
     return 0
 
 
 def _bench_data(args: argparse.Namespace) -> int:
-    from shadowsync.bench.data import run_data_bench
-
-    run_data_bench(args.out, lines=args.lines, repeats=args.repeats)
+    data = _bench("data")
+    data.run_data_bench(args.out, lines=args.lines, repeats=args.repeats)
     return 0
 
 
 def _bench_realdata(args: argparse.Namespace) -> int:
-    from shadowsync.bench.realdata import run_realdata_bench
-
+    realdata = _bench("realdata")
     if args.seeds < 1 or args.epochs < 1:
         raise UserError("--seeds and --epochs must be >= 1")
-    run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs, val_share=args.val_share,
-                       sets=tuple(s for s in args.sets.split(",") if s),
-                       multi_hot=args.multi_hot, splits=parse_splits(args.splits),
-                       tuning=args.tuning_split)
+    realdata.run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs,
+                                val_share=args.val_share,
+                                sets=tuple(s for s in args.sets.split(",") if s),
+                                multi_hot=args.multi_hot, split_seed=args.split_seed)
     return 0
-
-
-def parse_splits(text: str) -> tuple[int, ...]:
-    """--splits: a comma list of split seeds and ranges (`1-5`, `1,3`), in order, no repeats."""
-    splits: list[int] = []
-    try:
-        for part in (p.strip() for p in text.split(",") if p.strip()):
-            lo, _, hi = part.partition("-")
-            splits += [k for k in range(int(lo), int(hi or lo) + 1) if k not in splits]
-    except ValueError:
-        splits = []
-    if not splits or min(splits) < 0:
-        raise UserError(f"--splits: expected split seeds such as 1 or 1-5 or 1,3, got {text!r}")
-    return tuple(splits)
 
 
 def add_bench_commands(sub: Any) -> None:
@@ -209,15 +177,6 @@ def _add_throughput(bench: Any) -> None:
     emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
     emb.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     emb.set_defaults(func=_bench_embedding)
-    hosts = bench.add_parser("hosts", help="a job spread over 2 and 4 emulated hosts on a "
-                             "1 Gbit/s link against the same job on one host: --prefetch "
-                             "depths, both --embedding-placement values (needs root)")
-    hosts.add_argument("--out", default="runs/bench-hosts", help=OUT_HELP)
-    hosts.add_argument("--examples", type=int, default=300_000, help="examples per run")
-    hosts.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
-    hosts.add_argument("--depths", default="0,1,2", help="--prefetch depths of the spread runs")
-    hosts.add_argument("--hosts", default="2,4", help="settings: 2 hosts, 4 hosts, or both")
-    hosts.set_defaults(func=_bench_hosts)
     short = bench.add_parser("short", help="short jobs: a user's model on 120k rows of arrays "
                              "under s-ma, s-bmuf and s-easgd beside ddp, none and one local "
                              "trainer, and the README's checkpoint-and-eval pair, eval NE "
@@ -333,9 +292,8 @@ def _add_faults_data_realdata(bench: Any) -> None:
     data_bench.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     data_bench.set_defaults(func=_bench_data)
     real = bench.add_parser("realdata", help="the public sets of data prepare: the default "
-                            "job, 1 local trainer, a plain PyTorch DeepFM and LightGBM, untuned "
-                            "and tuned on the tuning split, AUC / NE / time side by side on "
-                            "splits never used for choosing")
+                            "job, 1 local trainer, a plain PyTorch DeepFM and LightGBM, AUC / NE "
+                            "/ time side by side")
     real.add_argument("--out", default="runs/bench-realdata", help=OUT_HELP)
     real.add_argument("--seeds", type=int, default=3, help="seeds of every learner")
     real.add_argument("--sets", default="movielens100k,adult,clothing-reviews",
@@ -348,13 +306,9 @@ def _add_faults_data_realdata(bench: Any) -> None:
     real.add_argument("--multi-hot", default="auto", choices=("auto", "on", "off"),
                       help="genres and review words as multi-hot features (auto: when "
                       "training reads them)")
-    real.add_argument("--splits", default="1",
-                      help="the reported splits: train / eval splits drawn from these seeds, "
-                      "never used for choosing a default or a baseline's setting (default: 1, "
-                      "about 25 minutes on 2 cores; the whole protocol: 1-5)")
-    real.add_argument("--tuning-split", action="store_true",
-                      help="run on the tuning split (seed 0) instead: the one on which defaults "
-                      "and the baselines' settings may be chosen, never reported")
+    real.add_argument("--split-seed", type=int, default=0,
+                      help="the train / eval split drawn from this seed (0: the README's); "
+                      "another checks that the figures do not hang on one split")
     real.set_defaults(func=_bench_realdata)
 
 
