@@ -28,20 +28,25 @@ entries): two that import each other, directly, are a pair, even where each impo
 downward (a leaf of one placed in a lower layer). Every module must belong to some entry
 ("unplaced" otherwise).
 
+``bench`` is measured as the rest of the package is: its imports, circles, long functions,
+local imports and kind comparisons count; ``local_imports_outside_bench`` and
+``kind_comparisons_outside_bench`` give the package without it, for comparison.
+
 ``any_annotations``: annotations (of parameters, returns and annotated assignments) that
 mention ``Any``, outside ``transport`` (where bytes and pickled objects cross processes) and
-``bench``; ``--any`` lists them. An annotation that names an alias hiding ``Any`` counts
-too: a name bound anywhere in the package to a type that mentions ``Any`` (``Loose = Any``,
-``Json: TypeAlias = dict[str, Any]``, ``type X = ...``) or to ``Any`` renamed (``from typing
-import Any as Loose``); ``any_aliases`` counts those definitions (listed as ``alias``).
+``bench`` (whose runs and results are JSON-shaped records); ``--any`` lists them. An
+annotation that names an alias hiding ``Any`` counts too: a name bound anywhere in the package
+to a type that mentions ``Any`` (``Loose = Any``, ``Json: TypeAlias = dict[str, Any]``,
+``type X = ...``) or to ``Any`` renamed (``from typing import Any as Loose``);
+``any_aliases`` counts those definitions (listed as ``alias``).
 ``any_beyond_plain_data``: the annotations where ``Any`` is more than the values of plain
 data (``dict[str, Any]``: a summary, a report, JSON).
 
 ``kind_comparisons``: comparisons (``==``, ``!=``, ``in``, ``not in``) of a string literal, or
 of a tuple, list or set of them, that is the name of a registered kind: a ``--sync`` mode or
-protocol, a ``--switch-policy``, a ``--task``, a ``--tables`` kind. Code asks the kind's entry
-instead (``mode_of(name).lockstep``); the registries themselves (``KIND_REGISTRIES``) are
-exempt. ``kind_comparisons_outside_bench`` leaves ``bench`` out.
+protocol, a sync rule, a ``--switch-policy``, a ``--task``, a ``--tables`` kind. Code asks the
+kind's entry instead (``mode_of(name).lockstep``); the registries themselves
+(``KIND_REGISTRIES``) are exempt.
 
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
@@ -76,8 +81,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 RANK = {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
 LONG_FUNCTION = 80
 # The modules that name kinds (relative to the package): comparisons there are the registry's.
-KIND_REGISTRIES = ("spec/modes.py", "spec/switch_policies.py", "spec/tasks.py",
-                   "spec/table_kinds.py", "protocols.py")
+KIND_REGISTRIES = ("spec/modes.py", "spec/sync_rules.py", "spec/switch_policies.py",
+                   "spec/tasks.py", "spec/table_kinds.py", "protocols.py")
 
 
 def kind_names() -> dict[str, str]:
@@ -86,12 +91,14 @@ def kind_names() -> dict[str, str]:
     from shadowsync.protocols import Protocol
     from shadowsync.spec.modes import MODES
     from shadowsync.spec.switch_policies import POLICIES
+    from shadowsync.spec.sync_rules import RULE_KINDS
     from shadowsync.spec.table_kinds import TABLE_KINDS
     from shadowsync.spec.tasks import TASK_KINDS
 
     names = {name: "table kind" for name in TABLE_KINDS}
     names.update((name, "task") for name in TASK_KINDS)
     names.update((name, "switch policy") for name in POLICIES)
+    names.update((name, "sync rule") for name in RULE_KINDS)
     names.update((name, "sync mode") for name in MODES)
     names.update((p.value, "protocol") for p in Protocol)
     return names
@@ -319,8 +326,7 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
         for what, lineno in local_imports(tree):
             counts["local_imports"] += 1
             counts["local_imports_outside_bench"] += not in_bench
-            if not in_bench:
-                lines.append(f"local: {path}:{lineno}: imports {what}")
+            lines.append(f"local: {path}:{lineno}: imports {what}")
         for target, _, lineno in imports:
             there = unit_of(target)
             if here is None or there is None:
@@ -337,10 +343,9 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
                 counts["kind_comparisons"] += 1
                 counts["kind_comparisons_outside_bench"] += not in_bench
                 lines.append(f"kind: {path}:{lineno}: compares the {kind} name {name!r}")
-        if not in_bench:
-            for name, lineno, n in long_functions(tree):
-                counts["long_functions"] += 1
-                lines.append(f"long: {path}:{lineno}: {name} is {n} lines")
+        for name, lineno, n in long_functions(tree):
+            counts["long_functions"] += 1
+            lines.append(f"long: {path}:{lineno}: {name} is {n} lines")
     pairs = sorted((x, y) for x in folder_graph for y in folder_graph[x]
                    if x < y and x in folder_graph.get(y, ()))
     for x, y in pairs:

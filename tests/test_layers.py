@@ -36,12 +36,16 @@ def test_no_upward_imports(counts):
     assert counts["upward_imports"] == 0
 
 
-def test_no_function_over_80_lines_outside_bench(counts):
+def test_no_function_over_80_lines(counts):
+    """bench included: it is measured as the rest of the package is."""
     assert counts["long_functions"] == 0
 
 
-def test_few_function_local_imports_outside_bench(counts):
+def test_few_function_local_imports(counts):
+    """The package without bench under 40; bench's own (the real-data baselines' optional
+    learners and data, once 134) no more than 12, on the way to under 40 in all."""
     assert counts["local_imports_outside_bench"] < 40
+    assert counts["local_imports"] - counts["local_imports_outside_bench"] <= 12
 
 
 def test_the_measure_sees_what_it_counts(tmp_path):
@@ -62,12 +66,17 @@ def test_the_measure_sees_what_it_counts(tmp_path):
         (pkg / folder / "__init__.py").write_text(text)
         (pkg / folder / "x.py").write_text("")
     (pkg / "train" / "straggler.py").write_text("")
+    # bench is measured as the rest: its long function and local import count too.
+    (pkg / "bench").mkdir()
+    (pkg / "bench" / "__init__.py").write_text("")
+    (pkg / "bench" / "x.py").write_text(f"def g():\n    import json\n{body}\n")
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
                           "--root", str(pkg)], capture_output=True, text=True, check=True,
                          timeout=60).stdout
     got = json.loads(out)
     assert got["upward_imports"] == 2 and got["package_cycles"] == 2
-    assert got["long_functions"] == 1 and got["local_imports_outside_bench"] == 1
+    assert got["long_functions"] == 2 and got["local_imports_outside_bench"] == 1
+    assert got["local_imports"] == 2
     assert got["unplaced_modules"] == 1 and got["folder_pairs"] == 2  # errors-cli, config-train
 
 
@@ -104,11 +113,10 @@ def test_an_alias_does_not_hide_any(tmp_path):
 
 
 def test_kind_names_are_compared_only_in_their_registries(counts):
-    """String comparisons against a registered kind's name (a sync mode or protocol, a switch
-    policy, a task, a table kind) outside the registries: none outside bench, and bench's
-    no more than now (the issue's goal is 0 there too)."""
-    assert counts["kind_comparisons_outside_bench"] == 0
-    assert counts["kind_comparisons"] <= 18
+    """String comparisons against a registered kind's name (a sync mode or protocol, a sync
+    rule, a switch policy, a task, a table kind) outside the registries: none, bench
+    included."""
+    assert counts["kind_comparisons"] == 0
 
 
 def test_the_measure_sees_a_kind_name_compared(tmp_path):
@@ -118,9 +126,10 @@ def test_the_measure_sees_a_kind_name_compared(tmp_path):
     (pkg / "spec" / "__init__.py").write_text("")
     (pkg / "spec" / "tasks.py").write_text('ok = name == "digits"\n')  # a registry: exempt
     (pkg / "cli.py").write_text('a = policy == "greedy"\nb = t in ("fixed", "x")\n'
-                                'c = mode != "s-ma"\nd = x == "greedy-ish"\n')
+                                'c = mode != "s-ma"\nd = x == "greedy-ish"\n'
+                                'e = rule == "easgd"\n')
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
                           "--root", str(pkg)], capture_output=True, text=True, check=True,
                          timeout=60).stdout
     got = json.loads(out)
-    assert got["kind_comparisons"] == got["kind_comparisons_outside_bench"] == 3
+    assert got["kind_comparisons"] == got["kind_comparisons_outside_bench"] == 4
