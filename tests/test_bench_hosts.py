@@ -39,6 +39,14 @@ def test_ratios_are_per_repeat_against_the_one_host_runs():
     assert spreads["two_hosts_first_vs_one_host_d1"] == pytest.approx([0.8, 1.1])
     assert ratios["two_hosts_first_ne_vs_one_host_d1"] == pytest.approx(0.815 / 0.81)
     assert ratios["two_hosts_first_ne_within_one_host_spread_d1"] == 1.0  # 0.80 <= 0.815 <= 0.82
+    for r in runs:
+        r["link_bytes_per_step"] = 0.0 if r["variant"] == "h2-one-host" else 1e5
+    _, extra = bench.summary_of(runs, variants)
+    rows = extra["tables"][0]["rows"]
+    assert [row[0] for row in rows] == ["h2-one-host", "h2-first-d1"]
+    assert rows[1][4:8] == [99, 50, "0.8150 (0.8000 to 0.8300)", 100_000]  # medians
+    assert extra["goals"] == {"two_hosts_first_vs_one_host_d1": bench.GOALS[
+        "two_hosts_first_vs_one_host_d1"]}
 
 
 def test_a_delay_costs_a_round_trip_at_depth_0_and_what_no_step_hides_beyond():

@@ -218,25 +218,42 @@ def run_hosts_bench(out: str, examples: int = 300_000, repeats: int = 3,
             os.environ.pop(RPC_CHANNELS_ENV, None)
         else:
             os.environ[RPC_CHANNELS_ENV] = before
-    ratios, spreads = ratios_of(runs, variants)
-    extra = {"ratio_spread": spreads, "goals": {k: g for k, g in GOALS.items() if k in ratios},
-             "link_mbit": LINK_MBIT, "delay_ms_emulated": 0.0,
-             "delay_cost": {"one_way_ms": DELAY_MS, "variants": delay_cost(runs, variants)},
-             "medians": {v.name: {k: median_of(runs, v.name, k) for k in
-                                  ("eps", "eps_per_trainer", "eval_ne", "link_bytes_per_step",
-                                   "step_ms")} for v in variants},
-             "examples": examples, "repeats": repeats, "bench_wall_s": time.monotonic() - t0}
+    ratios, extra = summary_of(runs, variants)
+    extra.update(examples=examples, repeats=repeats, bench_wall_s=time.monotonic() - t0)
     path = write_bench(root, "hosts", runs, ratios, extra)
-    _print(extra, variants)
+    table = extra["tables"][0]
+    print_table(table["rows"], table["columns"])
     print(f"bench hosts: wrote {path}")
     return {"runs": runs, "ratios": ratios, **extra}
 
 
-def _print(extra: dict[str, Any], variants: list[Variant]) -> None:
-    med, cost = extra["medians"], extra["delay_cost"]["variants"]
-    rows = [[v.name, med[v.name]["eps"], med[v.name]["eval_ne"],
-             med[v.name]["link_bytes_per_step"], med[v.name]["step_ms"],
-             cost.get(v.name, {}).get("added_ms", "")] for v in variants]
-    print_table(rows, ["variant", "EPS", "eval NE", "link B/step", "step ms",
-                       f"+ms a step at {DELAY_MS} ms"])
-
+def summary_of(runs: list[dict[str, Any]], variants: list[Variant]
+               ) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """The ratios, and the rest of bench.json: their spread, goals, the derived delay cost,
+    medians, and a table of the variants for the page."""
+    ratios, spreads = ratios_of(runs, variants)
+    cost = delay_cost(runs, variants)
+    keys = ("eps", "eps_per_trainer", "eval_ne", "link_bytes_per_step", "step_ms")
+    medians = {v.name: {k: median_of(runs, v.name, k) for k in keys} for v in variants}
+    rows = []
+    for v in variants:
+        m, ne = medians[v.name], [r["eval_ne"] for r in runs if r["variant"] == v.name]
+        added = cost.get(v.name, {})
+        rows.append([v.name, v.hosts if v.spread else 1, v.placement if v.spread else "",
+                     "auto" if v.depth is None else v.depth, round(m["eps"]),
+                     round(m["eps_per_trainer"]), f"{m['eval_ne']:.4f} ({min(ne):.4f} to "
+                     f"{max(ne):.4f})" if ne else "", round(m["link_bytes_per_step"]),
+                     round(m["step_ms"], 2), round(added.get("added_ms", 0.0), 2),
+                     round(added.get("eps_factor", 1.0), 3)])
+    table = {"title": f"Medians per variant ({len({r['repeat'] for r in runs})} interleaved "
+                      f"repeats); the last two columns derived for a {DELAY_MS} ms one-way "
+                      "delay, which is not emulated",
+             "columns": ["variant", "hosts", "placement", "--prefetch", "EPS",
+                         "EPS per trainer", "eval NE (min to max)", "bytes a step over links",
+                         "step ms", f"+ms a step at {DELAY_MS} ms", "EPS x at that delay"],
+             "rows": rows}
+    return ratios, {"ratio_spread": spreads,
+                    "goals": {k: g for k, g in GOALS.items() if k in ratios},
+                    "link_mbit": LINK_MBIT, "delay_ms_emulated": 0.0,
+                    "delay_cost": {"one_way_ms": DELAY_MS, "variants": cost},
+                    "medians": medians, "tables": [table]}
