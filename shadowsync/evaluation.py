@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
 from shadowsync.checkpoint.store import read_manifest
+from shadowsync.data.buckets import cut_like
 from shadowsync.data.dataset import check_ids, layout, open_data, resolve, sparse_layout
 from shadowsync.errors import UserError
 from shadowsync.metrics import worse_than_constant
@@ -53,7 +54,9 @@ def evaluate_checkpoint(path: str, data: str, predictions: str | None = None,
         plan = plan_data(replace(cfg, eval_data=None, data=planned))
         rows, start, stop = plan.eval, plan.eval_start, plan.eval_stop
     else:
-        rows = open_data(resolve(data, cfg.data.schema), skip_bad_lines=skip_bad_lines)
+        # numbers cut into the model's quantile buckets at its edges (`data.buckets`)
+        path = cut_like(resolve(data, cfg.data.schema), [asdict(f) for f in trained.features])
+        rows = open_data(path, skip_bad_lines=skip_bad_lines)
         start, stop = 0, len(rows)
         takes = (trained.num_dense, len(trained.tables))
         if (rows.num_dense, rows.num_tables) != takes:

@@ -46,6 +46,9 @@ DLRM = "dlrm"  # the built-in dense model's name for --model (shadowsync.models.
 
 
 T = TypeVar("T")
+# Quantile buckets of each dense column where --buckets is left open and --val-share is on
+# (as `data prepare --buckets` writes by default).
+VALIDATED_BUCKETS = 128
 
 
 def opt(default: T, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None,
@@ -133,8 +136,31 @@ class DataConfig:
         "(default: 3 epochs' worth of --eval-points under --val-share, where the --sync can "
         "stop early; 0: train every epoch)")
     skip_bad_lines: bool = opt(False, "skip malformed data lines and count them")
+    buckets: int | None = opt(
+        None, "array directories, Parquet and CSV: each dense column also becomes a "
+        "categorical feature NAME_quantile, the bucket of its value among up to this many "
+        "quantile buckets whose edges come from the training rows alone (not the validation "
+        "or eval rows) and stay with the run: eval, shadowsync.load and the exported model "
+        "cut at them. A column the schema bucketizes already keeps its own (default: "
+        f"{VALIDATED_BUCKETS} with --val-share, else 0: none)")
+    no_buckets: list[str] = opt(
+        [], "dense columns left without quantile buckets (a schema or features.json says "
+        "the same with no_buckets = [...])")
+
+    def normalise(self) -> None:
+        """Accept what a Python caller naturally writes: no_buckets="age,fnlwgt"."""
+        if isinstance(self.no_buckets, str):
+            self.no_buckets = [v for v in self.no_buckets.split(",") if v]
+
+    def quantile_buckets(self) -> int:
+        """--buckets, or where it is left open VALIDATED_BUCKETS with --val-share, else 0."""
+        if self.buckets is not None:
+            return self.buckets
+        return VALIDATED_BUCKETS if self.val_share > 0 else 0
 
     def check(self) -> None:
+        if self.buckets is not None and (self.buckets < 0 or self.buckets == 1):
+            raise UserError(f"--buckets must be 0 (none) or at least 2, got {self.buckets}")
         if self.examples is not None and self.examples <= 0:
             raise UserError(f"--examples must be positive, got {self.examples}")
         if self.epochs < 1:

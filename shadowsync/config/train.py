@@ -191,6 +191,7 @@ class TrainConfig:
                 raise TypeError(f"TrainConfig: {unknown_option(key, set(FLAT))}")
             self._set_flat(key, value)
         self.model.normalise()
+        self.data.normalise()
         self.cluster.normalise()
         self._reopen_copied_rate(base, options)
         if self.data.val_share == 0:
@@ -280,7 +281,8 @@ class TrainConfig:
         background rounds every VALIDATED_SYNC_STEPS worker steps. Without it, the synthetic
         job's settings: 8 evaluations for the plot, no stopping, the decay at the run's end
         down to DECAY_FLOOR, dot products only, the dense rate LR, BATCH_SIZE examples a step,
-        rounds paced by the CPU budget."""
+        rounds paced by the CPU budget. --buckets: VALIDATED_BUCKETS quantile buckets of each
+        dense column of real data with --val-share, none without."""
         validating = self.data.val_share > 0
         can_stop = validating and not self.sync.entry.protocols
         points = self.output.eval_points
@@ -297,7 +299,7 @@ class TrainConfig:
             self, eval_points=points, early_stop=early_stop,
             lr_decay_on_plateau=validating if on_plateau is None else on_plateau,
             interaction=self.model.interaction_for(validating), block_momentum=block_momentum,
-            **self._left_open(validating))
+            buckets=self.data.quantile_buckets(), **self._left_open(validating))
 
     def validate(self) -> TrainConfig:
         if self.task not in TASK_CHOICES:

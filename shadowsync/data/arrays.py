@@ -62,18 +62,20 @@ def declared(path: str) -> dict | None:
     return doc
 
 
-def declared_table_rows(path: str) -> list[int] | None:
+def declared_table_rows(path: str) -> list[int | None] | None:
     """Table sizes the directory declares (features.json), in the tables' order: cats.npy's
-    columns, then the multi-hot features. None unless every table has one."""
+    columns, then the multi-hot features; None for a table it gives none (the run's
+    --table-size sizes those). None where it declares no size, or not each table."""
     doc = declared(path)
     if doc is None:
         return None
     single = _load(Path(path) / "cats.npy")
     entries = [*doc.get("categorical", []), *doc.get("multi_hot", [])]
     if (len(doc.get("categorical", [])) != (single.shape[1] if single.ndim == 2 else 0)
-            or any(not isinstance(e, dict) or "table_size" not in e for e in entries)):
+            or not all(isinstance(e, dict) for e in entries)):
         return None
-    return [int(e["table_size"]) for e in entries]
+    sizes = [int(e["table_size"]) if "table_size" in e else None for e in entries]
+    return sizes if any(s is not None for s in sizes) else None
 
 
 def shapes(path: str) -> tuple[int, int]:

@@ -74,12 +74,15 @@ def feature_counts(path: str) -> tuple[int, int]:
 def table_rows_of(path: str, num_tables: int, given: Callable[[int], list[int]],
                   sizes_given: list[int] | None = None, where: str = "") -> tuple[int, ...]:
     """Table sizes: those the data declares (a schema, an array directory's features.json),
-    else `given(T)` (--table-size). `sizes_given`: --table-size where it is not the default,
-    refused when it differs from what the data (`where`, the file the user named) declares
-    rather than silently ignored."""
+    else `given(T)` (--table-size; where it sizes some tables, `given` sizes the others).
+    `sizes_given`: --table-size where it is not the default, refused when it differs from
+    what the data (`where`, the file the user named) declares rather than silently ignored."""
     declared = source_of(path).declared_table_rows(path)
     if declared is None:
         return tuple(given(num_tables))
+    if None in declared:  # --table-size sizes the tables the data gives no size
+        rest = iter(given(declared.count(None)))
+        return tuple(next(rest) if size is None else size for size in declared)
     if sizes_given is not None and list(sizes_given) != list(declared) and not (
             len(sizes_given) == 1 and set(declared) == set(sizes_given)):
         raise UserError(f"--table-size: {where or path} declares its tables' sizes "

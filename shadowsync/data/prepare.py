@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shadowsync.data import tabular
+from shadowsync.data.buckets import BUCKETS, quantile_edges
 from shadowsync.data.cache import cache_root
 from shadowsync.errors import UserError
 
@@ -73,7 +74,6 @@ GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy",
 AGE_BUCKETS = [18, 25, 35, 45, 50, 56]  # MovieLens 1M's age groups
 EVAL_SHARE = 0.1
 MIN_WORD_COUNT = 5
-BUCKETS = 128
 
 
 def _read_bundled(name: str) -> pyarrow.Table:
@@ -117,24 +117,6 @@ def _split(n: int, seed: int) -> dict[str, np.ndarray]:
     order = np.random.default_rng(seed).permutation(n)
     n_eval = int(round(n * EVAL_SHARE))
     return {"train": order[n_eval:], "eval": order[:n_eval]}
-
-
-def quantile_edges(x: np.ndarray, buckets: int) -> list[float]:
-    """Edges that cut `x` into about `buckets` buckets of equal counts (id = #edges <= x).
-
-    A value that alone holds more than 1/buckets of the rows (a spike: zero capital gain, 40
-    hours a week) gets a bucket of its own, edges halfway to its neighbouring values; the
-    other values are cut at their own quantiles into the buckets left. With at most
-    `buckets` distinct values, each gets its own bucket."""
-    values, counts = np.unique(x, return_counts=True)
-    mid = (values[1:] + values[:-1]) / 2  # halfway between neighbouring values
-    if len(values) <= buckets:
-        return mid.tolist()
-    spike = counts > len(x) / buckets
-    rest = x[~np.isin(x, values[spike])]
-    edges = np.quantile(rest, np.linspace(0, 1, buckets - int(spike.sum()) + 1)[1:-1])
-    around = np.flatnonzero(spike[1:] | spike[:-1])  # the gaps either side of a spike
-    return np.unique(np.concatenate([edges, mid[around]])).tolist()
 
 
 def _bucketized(dense: dict[str, np.ndarray], train: np.ndarray,

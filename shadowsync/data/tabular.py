@@ -5,6 +5,8 @@ of them (read in name order). The schema says which column is what::
 
     label = "click"                       # 0/1 (bool, integer or float in [0, 1])
     dense = ["age", "price"]              # numbers; a null, NaN or infinity is an error
+    no_buckets = ["price"]                # optional: dense columns a run's quantile buckets
+                                          # (--buckets, on with --val-share) leave whole
 
     [[categorical]]                       # one id per row
     name = "user_id"
@@ -50,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from shadowsync.data.buckets import bucket_ids
 from shadowsync.data.cache import NpyWriter, built_once, cache_root
 from shadowsync.data.ids import fold_words, raw_ids
 from shadowsync.errors import UserError
@@ -95,7 +98,7 @@ class Sparse:
     def bucket_ids(self, values: np.ndarray) -> np.ndarray:
         """id(x) = #{e in edges : e <= x}: bucket 0 below the first edge, len(edges) at or
         above the last."""
-        return np.searchsorted(np.asarray(self.edges), values, side="right").astype(np.int64)
+        return bucket_ids(self.edges, values)
 
 
 @dataclass(frozen=True)
@@ -105,11 +108,12 @@ class TableSchema:
     dense: tuple[str, ...]
     categorical: tuple[Sparse, ...]
     multi_hot: tuple[Sparse, ...]
+    no_buckets: tuple[str, ...] = ()  # dense columns a run's --buckets leaves whole
 
     @classmethod
     def load(cls, path: str) -> TableSchema:
         doc = read_toml(path, f"--schema {path}")
-        known = {"label", "dense", "categorical", "multi_hot"}
+        known = {"label", "dense", "categorical", "multi_hot", "no_buckets"}
         for key in doc:
             if key not in known:
                 expected = ", ".join(sorted(known))
@@ -128,7 +132,11 @@ class TableSchema:
             raise UserError(f"{path}: no [[categorical]] or [[multi_hot]] column (at least one "
                             "is needed; a number gives one as a [[categorical]] with bucketize = "
                             "its column and edges, see docs/real-data.md)")
-        schema = cls(path, label, tuple(dense), cats, multi)
+        whole = doc.get("no_buckets", [])
+        if not isinstance(whole, list) or not all(w in dense for w in whole):
+            raise UserError(f"{path}: 'no_buckets' must be a list of dense columns (of "
+                            f"{', '.join(map(str, dense)) or 'none'})")
+        schema = cls(path, label, tuple(dense), cats, multi, tuple(whole))
         names = schema.names()
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
@@ -161,7 +169,8 @@ class TableSchema:
 
     def digest(self) -> str:
         text = json.dumps([self.label, self.dense, [vars(c) for c in self.categorical],
-                           [vars(m) for m in self.multi_hot]], sort_keys=True)
+                           [vars(m) for m in self.multi_hot],
+                           *([self.no_buckets] if self.no_buckets else [])], sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     def features(self) -> dict[str, object]:
@@ -175,7 +184,8 @@ class TableSchema:
                 "multi_hot": [{"name": m.name, **_size(m),
                                "pooling": m.pooling, "weighted": m.weights is not None,
                                **({"ids": "raw"} if m.raw else {})}
-                              for m in self.multi_hot]}
+                              for m in self.multi_hot],
+                **({"no_buckets": list(self.no_buckets)} if self.no_buckets else {})}
 
 
 def _size(column: Sparse) -> dict[str, int]:

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from shadowsync.data.bags import POOLINGS, Bags
+from shadowsync.data.buckets import bucket_ids
 from shadowsync.data.ids import STRING_RULE, raw_ids
 from shadowsync.embeddings.dynamic import raw_keys_torch
 
@@ -297,6 +298,26 @@ class TrainedModel(nn.Module):
             out.append((values, offsets, weights))
         return out
 
+    def _cut_from_dense(self) -> list[tuple[int, int, tuple[float, ...]]]:
+        """(feature, dense input, edges) of each single-id feature that bucketizes a dense
+        input (--buckets' quantile features)."""
+        return [(j, self.dense_names.index(f.bucketize), f.edges)
+                for j, f in enumerate(self.features[:self.num_single])
+                if f.bucketize in self.dense_names]
+
+    def _with_buckets(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """`ids` [n, S] as they are, or [n, S - k] less the k features cut from a dense
+        input: those cut from `dense` at their edges (`bucket_ids`) and put in their places."""
+        cut = self._cut_from_dense()
+        if not cut or ids.dim() != 2 or ids.shape[1] != self.num_single - len(cut):
+            return ids
+        full = torch.empty(len(ids), self.num_single, dtype=torch.long)
+        given = [j for j in range(self.num_single) if j not in {c[0] for c in cut}]
+        full[:, given] = ids
+        for j, column, edges in cut:
+            full[:, j] = torch.from_numpy(bucket_ids(edges, dense[:, column].numpy()))
+        return full
+
     def columns(self) -> list[str]:
         """The columns `predict` reads from raw rows: the training data's dense columns, then
         each categorical feature's (a bucketized feature's numeric column)."""
@@ -324,7 +345,7 @@ class TrainedModel(nn.Module):
         for j, f in enumerate(self.features):
             if f.bucketize:
                 values = _numbers(columns[f.bucketize], f.bucketize)
-                sparse[:, j] = np.searchsorted(np.asarray(f.edges), values, side="right")
+                sparse[:, j] = bucket_ids(f.edges, values)
             elif not f.multi_hot:
                 sparse[:, j] = _ids(columns[f.name], f.name)
             elif f.weighted:
@@ -340,7 +361,9 @@ class TrainedModel(nn.Module):
         """Probabilities for rows of `dense` [n, num_dense], `sparse` [n, S] (the single-id
         features; tensors or arrays) and `multi_hot` {name: (values, offsets[, weights])},
         offsets [n + 1] as in an array directory, `batch_size` rows at a time: [n] clicks, or
-        [n, classes]. `sparse` may instead be a `Bags` of every feature (scored whole).
+        [n, classes]. `sparse` may instead be a `Bags` of every feature (scored whole), or
+        leave out the features that bucketize a dense input (--buckets' NAME_quantile), which
+        are then cut from `dense` at their edges.
 
         Or raw rows alone, as the training data has them (`model.predict(table)`: a pyarrow
         Table, a dict of columns or a pandas DataFrame with the columns of `columns()`,
@@ -358,9 +381,13 @@ class TrainedModel(nn.Module):
                else torch.as_tensor(np.asarray(sparse, dtype=np.int64)))
         if x.dim() != 2 or x.shape[1] != self.num_dense:
             raise ValueError(f"dense must be [n, {self.num_dense}], got {list(x.shape)}")
+        ids = self._with_buckets(x, ids)
         if ids.dim() != 2 or ids.shape != (n, self.num_single):
+            cut = len(self._cut_from_dense())
             raise ValueError(f"sparse must be [{n}, {self.num_single}] (the single-id "
-                             f"features), got {list(ids.shape)}")
+                             "features" + (f"; or [{n}, {self.num_single - cut}] without the "
+                                           f"{cut} cut from dense" if cut else "")
+                             + f"), got {list(ids.shape)}")
         bags = self._bag_inputs(n, multi_hot)
         was_training = self.training
         self.eval()

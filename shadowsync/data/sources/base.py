@@ -38,8 +38,8 @@ class DataSource(Protocol):
         """(dense features D, categorical features T), from headers only."""
         ...
 
-    def declared_table_rows(self, path: str) -> list[int] | None:
-        """Table sizes the data declares (else --table-size decides)."""
+    def declared_table_rows(self, path: str) -> list[int | None] | None:
+        """Table sizes the data declares (else, and where one is None, --table-size decides)."""
         ...
 
     def sparse_features(self, path: str, num_tables: int) -> list[dict[str, object]]:

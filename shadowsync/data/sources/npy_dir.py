@@ -22,7 +22,7 @@ class ArraySource:
     def feature_counts(self, path: str) -> tuple[int, int]:
         return arrays.shapes(path)
 
-    def declared_table_rows(self, path: str) -> list[int] | None:
+    def declared_table_rows(self, path: str) -> list[int | None] | None:
         return arrays.declared_table_rows(path)
 
     def sparse_features(self, path: str, num_tables: int) -> list[dict[str, object]]:

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from shadowsync.config import TrainConfig
+from shadowsync.data.arrays import is_array_dir
+from shadowsync.data.buckets import cut_like, quantile_buckets, row_count
 from shadowsync.data.ctr_data import CtrData
 from shadowsync.data.dataset import (
     DEFAULT_TABLE_SIZE,
@@ -48,9 +50,45 @@ def _features(cfg: TrainConfig, path: str, num_dense: int, num_tables: int) -> F
 
 
 def features_of(cfg: TrainConfig) -> Features:
-    """From the data's headers only: cheap in every process, converts nothing."""
-    path = resolve(cfg.data.path, cfg.data.schema)
+    """From the data's headers only: cheap in every process (a conversion, and the quantile
+    buckets' cut, are made once and then found in the cache)."""
+    path = rows_path(cfg)
     return _features(cfg, path, *feature_counts(path))
+
+
+def rows_path(cfg: TrainConfig) -> str:
+    """Where the training rows are read: --data, converted where it is Parquet or CSV, and
+    for an array directory with --buckets (left open: on with --val-share) each dense
+    column's quantile-bucket feature added, its edges from the rows the model fits on alone
+    (`shadowsync.data.buckets`). Generated and Criteo rows are read as they are."""
+    path = resolve(cfg.data.path, cfg.data.schema)
+    buckets = cfg.data.quantile_buckets()
+    if not buckets or not is_array_dir(path):
+        return path
+    fit, _ = _training_rows(cfg, row_count(path), generated=False)
+    return quantile_buckets(path, fit, buckets, cfg.data.no_buckets)
+
+
+def _training_rows(cfg: TrainConfig, rows: int, generated: bool) -> tuple[int, int | None]:
+    """(rows [0, fit) the model fits on in one pass, rows [fit, val_stop) it validates on
+    (None: no --val-share)) of the `rows` of --data: all but the last tenth where there is
+    no --eval-data, the first --examples of a file, less the --val-share tail."""
+    stop = rows if cfg.data.eval_data else rows - rows // 10
+    if stop == rows and not cfg.data.eval_data:
+        raise UserError(f"{cfg.data.path}: too few examples ({rows}) to hold 10% out; "
+                        "pass --eval-data")
+    if cfg.data.examples and not generated:
+        if cfg.data.examples > stop:
+            raise UserError(f"--examples {cfg.data.examples}: {cfg.data.path} holds {stop:,} "
+                            "training rows; to train on them more than once, use --epochs")
+        stop = cfg.data.examples
+    if cfg.data.val_share <= 0:
+        return stop, None
+    held = int(round(stop * cfg.data.val_share))
+    if held < 1 or held >= stop:
+        raise UserError(f"--val-share {cfg.data.val_share}: {held} of {stop:,} training "
+                        "rows would validate; choose a share that leaves both some rows")
+    return stop - held, stop
 
 
 def plan_data(cfg: TrainConfig) -> DataPlan:
@@ -60,10 +98,12 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         total = n_train + n_train // 9  # the last 10% of the generated rows are held out
         train = open_data(cfg.data.path, examples=total, seed=cfg.seed)
     else:
-        train = open_data(resolve(cfg.data.path, cfg.data.schema),
-                          skip_bad_lines=cfg.data.skip_bad_lines)
+        train = open_data(rows_path(cfg), skip_bad_lines=cfg.data.skip_bad_lines)
+    train_stop, val_stop = _training_rows(cfg, len(train), generated)
     if cfg.data.eval_data:
-        ev = open_data(resolve(cfg.data.eval_data, cfg.data.schema),
+        # cut as the training rows are: at their quantile buckets' edges
+        ev = open_data(cut_like(resolve(cfg.data.eval_data, cfg.data.schema),
+                                sparse_features(train.source, train.num_tables)),
                        skip_bad_lines=cfg.data.skip_bad_lines)
         if (ev.num_dense, ev.num_tables) != (train.num_dense, train.num_tables):
             raise UserError(f"--eval-data {cfg.data.eval_data}: {ev.num_dense} dense and "
@@ -72,27 +112,11 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
         if ev.sparse_layout() != train.sparse_layout():
             raise UserError(f"--eval-data {cfg.data.eval_data}: sparse features "
                             f"{ev.sparse_layout()}, but --data has {train.sparse_layout()}")
-        train_stop, eval_start, eval_stop = len(train), 0, len(ev)
+        eval_start, eval_stop = 0, len(ev)
     else:
         ev = train
-        eval_start = len(train) - len(train) // 10
-        train_stop, eval_stop = eval_start, len(train)
-        if eval_start == eval_stop:
-            raise UserError(f"{cfg.data.path}: too few examples ({len(train)}) to hold 10% out; "
-                            "pass --eval-data")
-    if cfg.data.examples and not generated:
-        if cfg.data.examples > train_stop:
-            raise UserError(f"--examples {cfg.data.examples}: {cfg.data.path} holds {train_stop:,} "
-                            "training rows; to train on them more than once, use --epochs")
-        train_stop = cfg.data.examples
-    val_start = val_stop = None
-    if cfg.data.val_share > 0:
-        held = int(round(train_stop * cfg.data.val_share))
-        if held < 1 or held >= train_stop:
-            raise UserError(f"--val-share {cfg.data.val_share}: {held} of {train_stop:,} training "
-                            "rows would validate; choose a share that leaves both some rows")
-        val_start, val_stop = train_stop - held, train_stop
-        train_stop = val_start
+        eval_start, eval_stop = len(train) - len(train) // 10, len(train)
+    val_start = None if val_stop is None else train_stop
     epoch_rows = train_stop if cfg.data.epochs > 1 else None
     train_stop *= cfg.data.epochs
     teacher = ev.teacher_ne(eval_start, eval_stop)
@@ -104,7 +128,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
             check_ids(rows, features.table_rows)
     return DataPlan(train, ev, train_stop, eval_start, eval_stop, teacher, features,
                     open_examples=len(train) if generated else None,
-                    open_path=train.source if cfg.data.schema else None,
+                    open_path=None if generated else train.source,
                     epoch_rows=epoch_rows, val_start=val_start, val_stop=val_stop)
 
 
