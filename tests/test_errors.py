@@ -7,6 +7,7 @@ import multiprocessing as mp
 import pytest
 
 from shadowsync.errors import failure_line
+from tests.helpers import run_spawned
 
 
 def test_a_local_failure_is_its_type_and_first_line():
@@ -38,16 +39,7 @@ def test_a_failure_raised_by_a_remote_function_names_the_process_and_its_excepti
     message, whose last line says nothing; the line names where it failed and what."""
     from shadowsync.cluster.launch import free_port
 
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    p = ctx.Process(target=_remote_failure, args=(free_port("127.0.0.1"), queue))
-    p.start()
-    try:
-        line = queue.get(timeout=50)
-    finally:
-        p.join(10)
-        if p.is_alive():
-            p.kill()
+    [line] = run_spawned([(_remote_failure, (free_port("127.0.0.1"),))], 1, timeout=50)
     assert line == "on emb0: KeyError('no such shard')"
 
 
