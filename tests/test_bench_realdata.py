@@ -31,8 +31,8 @@ def test_the_gap_noise_is_zero_without_spread_and_scales_with_it():
     assert gap_noise([0.78], [0.77, 0.76]) is None  # one seed says nothing of the draw
 
 
-def _runs(aucs: dict[str, list[float]]) -> list[dict[str, object]]:
-    return [{"variant": f"set/{learner}", "repeat": i, "eval_auc": auc, "eval_ne": 0.8,
+def _runs(aucs: dict[str, list[float]], prefix: str = "set") -> list[dict[str, object]]:
+    return [{"variant": f"{prefix}/{learner}", "repeat": i, "eval_auc": auc, "eval_ne": 0.8,
              "wall_s": 1.0, "best_val_auc": auc, "time_to_best_val_auc_s": 1.0,
              "validations": [[0.5, auc]]}
             for learner, values in aucs.items() for i, auc in enumerate(values)]
@@ -84,3 +84,32 @@ def test_splits_parse_and_the_tuning_split_is_never_reported(tmp_path):
             parse_splits(bad)
     with pytest.raises(UserError, match="tuning split"):
         run_realdata_bench(str(tmp_path), splits=(1, TUNING_SPLIT))
+
+
+def test_results_hold_each_finished_set_and_split_with_a_page_column_a_split(tmp_path):
+    import json
+
+    from shadowsync.bench.realdata import write_results
+
+    runs = []
+    for split in (1, 2):
+        for name in ("a", "b"):
+            for r in _runs({n: [0.78, 0.79] for n in LEARNERS}, f"{name}/split{split}"):
+                runs.append({**r, "split": split})
+    runs = [r for r in runs if not (r["variant"] == "b/split2/local" and r["repeat"] == 1)]
+    trials = [{"setting": {"lr": 1}, "val_auc": 0.8}]
+    tuning = {n: {b: {"picked": {"lr": 1}, "trials": trials} for b in ("deepfm", "lightgbm")}
+              for n in ("a", "b")}
+    out = write_results(tmp_path, runs, ("a", "b"), (1, 2),
+                        {"seeds": 2, "tuning": tuning, "split_wall_s": {1: 60.0, 2: 60.0}})
+    # set b's split 2 stopped short of its last local seed: left out, not summarized
+    assert {k: sorted(v) for k, v in out["splits"].items()} == {1: ["a", "b"], 2: ["a"]}
+    page = json.loads((tmp_path / "split2" / "bench.json").read_text())
+    assert set(page["ratios"]) == {f"a {k}" for k in (
+        "default_vs_deepfm_tuned_auc", "default_vs_lightgbm_tuned_auc", "default_vs_local_auc",
+        "default_eval_ne", "default_vs_deepfm_auc", "default_vs_lightgbm_auc")}
+    assert [t["title"].split(":")[0] for t in page["tables"]][1] == "split 2"
+    whole = json.loads((tmp_path / "bench.json").read_text())
+    assert "b split1 default_vs_local_auc" in whole["ratios"]
+    assert "b split2 default_vs_local_auc" not in whole["ratios"]
+    assert whole["not_met"] == []

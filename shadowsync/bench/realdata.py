@@ -46,6 +46,7 @@ DeepFM's best epoch, against the time DeepFM took (same seed; None where it neve
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -191,25 +192,42 @@ def pick_by_validation(trials: list[dict[str, Any]]) -> dict[str, Any]:
 class BaselineRuns:
     """One prepared split's baseline runs, kept by (baseline, setting, seed), so that a
     setting the tuning grid or another learner ran is not trained twice. LightGBM draws
-    nothing at random here (no bagging, deterministic mode): its seed is not part of the key."""
+    nothing at random here (no bagging, deterministic mode): its seed is not part of the key.
+    With `keep`, each run is also a file there, which a later (or a parallel) run reads
+    instead of training again."""
 
-    def __init__(self, data: Path, val_share: float) -> None:
+    def __init__(self, data: Path, val_share: float, keep: Path | None = None) -> None:
         self.arrays = _arrays(data)
         self.val_share = val_share
-        self.done: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self.keep = keep
+        self.done: dict[str, dict[str, Any]] = {}
 
     def run(self, baseline: str, setting: dict[str, Any], seed: int) -> dict[str, Any]:
-        train = BASELINES[baseline][0]
-        key = (baseline, json.dumps(setting, sort_keys=True), seed if baseline == "deepfm" else 0)
-        if key not in self.done:
-            self.done[key] = train(self.arrays, seed, self.val_share, dict(setting))
+        key = json.dumps([baseline, setting, seed if baseline == "deepfm" else 0,
+                          self.val_share], sort_keys=True)
+        if key in self.done:
+            return self.done[key]
+        kept = None
+        if self.keep is not None:
+            kept = self.keep / f"{baseline}-{hashlib.sha1(key.encode()).hexdigest()[:16]}.json"
+            if kept.is_file():
+                self.done[key] = json.loads(kept.read_text())
+                return self.done[key]
+        self.done[key] = BASELINES[baseline][0](self.arrays, seed, self.val_share, dict(setting))
+        if kept is not None:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            partial = kept.with_suffix(f".{os.getpid()}.partial")
+            partial.write_text(json.dumps(self.done[key]))
+            partial.replace(kept)  # whole or absent, for a run reading it at the same time
         return self.done[key]
 
     def tune(self, baseline: str, seed: int = 0) -> dict[str, Any]:
         """Every point of the baseline's grid once (with `seed`); the picked setting and the
         trials' validation AUC."""
-        trials = [{"setting": point, "val_auc": self.run(baseline, point, seed)["val_auc"]}
-                  for point in grid_points(BASELINES[baseline][1])]
+        trials = []
+        for point in grid_points(BASELINES[baseline][1]):
+            trials.append({"setting": point, "val_auc": self.run(baseline, point, seed)["val_auc"]})
+            print(f"  {baseline} {point}: validation AUC {trials[-1]['val_auc']:.4f}", flush=True)
         return {"picked": pick_by_validation(trials)["setting"], "trials": trials}
 
 
@@ -229,7 +247,7 @@ def tune_baselines(root: Path, sets: tuple[str, ...], multi_hot: str,
             continue
         started = time.perf_counter()
         runs = BaselineRuns(prepare_data(root / "data", name, multi_hot, TUNING_SPLIT)[0],
-                            val_share)
+                            val_share, keep=root / "tuning" / name)
         kept["sets"][name] = {b: runs.tune(b) for b in BASELINES}
         kept["sets"][name]["wall_s"] = time.perf_counter() - started
         for b in BASELINES:
@@ -393,7 +411,9 @@ def write_results(root: Path, runs: list[dict[str, Any]], sets: tuple[str, ...],
                   splits: tuple[int, ...], extra: dict[str, Any]) -> dict[str, Any]:
     """Print each set's summary on each split and write ROOT/bench.json from the runs, and
     ROOT/splitK/bench.json for each split K (a column each on the benchmarks page)."""
-    per_split = {k: {name: _summary(runs, f"{name}/split{k}") for name in sets} for k in splits}
+    per_split = {k: {name: _summary(runs, f"{name}/split{k}") for name in sets
+                     if _complete(runs, f"{name}/split{k}", extra["seeds"])} for k in splits}
+    per_split = {k: per_set for k, per_set in per_split.items() if per_set}
     for k, per_set in per_split.items():
         for name, s in per_set.items():
             _print(f"{name}, split {k}", s)
@@ -420,6 +440,13 @@ def write_results(root: Path, runs: list[dict[str, Any]], sets: tuple[str, ...],
                         "tables": tables, "not_met": missed, **extra})
     print(f"\n  results: {path} (one column a split: {root}/splitK/bench.json)")
     return {"splits": per_split, "path": str(path), "not_met": missed}
+
+
+def _complete(runs: list[dict[str, Any]], prefix: str, seeds: int) -> bool:
+    """Whether every learner of one set and split ran all its seeds (runs of separate
+    commands may be put together; a stopped one leaves its last split short)."""
+    return all(len({r["repeat"] for r in runs if r["variant"] == f"{prefix}/{n}"}) >= seeds
+               for n in LEARNERS)
 
 
 def _ratios(per_set: dict[str, Any]) -> dict[str, dict[str, Any]]:
