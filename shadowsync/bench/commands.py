@@ -128,14 +128,14 @@ def _bench_data(args: argparse.Namespace) -> int:
 
 
 def _bench_realdata(args: argparse.Namespace) -> int:
-    from shadowsync.bench.realdata import run_realdata_bench
-
+    realdata = _bench("realdata")
     if args.seeds < 1 or args.epochs < 1:
         raise UserError("--seeds and --epochs must be >= 1")
-    run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs, val_share=args.val_share,
-                       sets=tuple(s for s in args.sets.split(",") if s),
-                       multi_hot=args.multi_hot, splits=parse_splits(args.splits),
-                       tuning=args.tuning_split)
+    realdata.run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs,
+                                val_share=args.val_share,
+                                sets=tuple(s for s in args.sets.split(",") if s),
+                                multi_hot=args.multi_hot, splits=parse_splits(args.splits),
+                                tuning=args.tuning_split)
     return 0
 
 
