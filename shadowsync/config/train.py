@@ -31,7 +31,7 @@ from shadowsync.config.sections import (
 )
 from shadowsync.errors import UserError
 from shadowsync.spec.interval import SyncInterval
-from shadowsync.spec.modes import SYNC_CHOICES, SyncMode, mode_of
+from shadowsync.spec.modes import MODES, SYNC_CHOICES, SyncMode, mode_of
 from shadowsync.spec.straggler import Straggler
 from shadowsync.spec.sync_rules import rule_kind
 from shadowsync.spec.table_budget import LRU
@@ -368,8 +368,9 @@ class TrainConfig:
                             "servers: it needs --sync bsp, asp or switch")
         if self.sync.straggler_fallback is not None and (not mode.can_fall_back
                                                          or self.sync.groups):
-            raise UserError("--straggler-fallback needs --sync s-ma or s-bmuf (every "
-                            "trainer needed at each round) and no --sync-groups")
+            able = " or ".join(m.name for m in MODES.values() if m.can_fall_back)
+            raise UserError(f"--straggler-fallback needs --sync {able} (every trainer needed "
+                            "at each round) and no --sync-groups")
         self._check_groups(mode)
         at = self.switch.at
         if mode.can_switch and at is not None and at.auto and not self.switch.job_name:
