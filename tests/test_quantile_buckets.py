@@ -126,6 +126,22 @@ def test_a_schema_keeps_its_own_buckets_and_can_leave_a_column_whole(tmp_path):
                               schema=str(tmp_path / "bad.toml"), val_share=0.1))
 
 
+def test_a_warm_start_keeps_its_models_buckets(tmp_path):
+    """The next day's rows are cut at the edges the warm-started model learned its bucket
+    rows for, not at edges of their own."""
+    data = _leaky_rows(tmp_path)
+    step = tmp_path / "run" / "checkpoint" / "step-1"
+    step.mkdir(parents=True)
+    (step / "config.toml").write_text("")
+    (step / "manifest.json").write_text(json.dumps({"format": 1, "sparse_features": [
+        {"name": "C1", "multi_hot": False},
+        {"name": "I1_quantile", "multi_hot": False, "bucketize": "I1", "edges": [0.5, 70.0]}]}))
+    cfg = TrainConfig(data=str(data), val_share=0.2, warm_start=str(tmp_path / "run"))
+    added = _features_json(rows_path(cfg.adapted()))["categorical"][1:]
+    assert added == [{"name": "I1_quantile", "table_size": 3, "bucketize": "I1",
+                      "edges": [0.5, 70.0]}]
+
+
 def test_the_synthetic_default_job_is_unchanged():
     default = TrainConfig()
     assert default.data.quantile_buckets() == 0

@@ -29,12 +29,12 @@ from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.shm_room import check_here
 from shadowsync.config import TrainConfig, config_to_dict, config_to_toml, default_out_dir
 from shadowsync.data.dataset import dense_features, feature_counts, sparse_features
-from shadowsync.data.dataset import resolve as resolve_data
 from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
 from shadowsync.metrics import worse_than_constant
 from shadowsync.train.local import train_local
 from shadowsync.train.tasks import plan_data
+from shadowsync.train.tasks.ctr import rows_path
 
 CONFIG_FILE = "config.toml"
 SCHEMA_FILE = "schema.toml"  # the run's --schema, as it trained on it
@@ -175,7 +175,7 @@ def check_same_features(step: Path, cfg: TrainConfig) -> None:
     """--data has the columns the warm start's run trained on (from its manifest, else from
     its shape), in the same order: else one line naming the columns that differ."""
     manifest = read_manifest(step, "--warm-start")
-    path = resolve_data(cfg.data.path, cfg.data.schema)
+    path = rows_path(cfg)  # with the quantile buckets the run adds (`data.buckets`)
     num_dense, num_tables = feature_counts(path)
     here = [*dense_features(path, num_dense),
             *(str(f["name"]) for f in sparse_features(path, num_tables))]

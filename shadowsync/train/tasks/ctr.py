@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from shadowsync.checkpoint.store import find_checkpoint, read_manifest
 from shadowsync.config import TrainConfig
 from shadowsync.data.arrays import is_array_dir
 from shadowsync.data.buckets import cut_like, quantile_buckets, row_count
@@ -60,11 +61,15 @@ def rows_path(cfg: TrainConfig) -> str:
     """Where the training rows are read: --data, converted where it is Parquet or CSV, and
     for an array directory with --buckets (left open: on with --val-share) each dense
     column's quantile-bucket feature added, its edges from the rows the model fits on alone
-    (`shadowsync.data.buckets`). Generated and Criteo rows are read as they are."""
+    (`shadowsync.data.buckets`); a --warm-start keeps its model's buckets and their edges.
+    Generated and Criteo rows are read as they are."""
     path = resolve(cfg.data.path, cfg.data.schema)
     buckets = cfg.data.quantile_buckets()
     if not buckets or not is_array_dir(path):
         return path
+    if cfg.checkpoint.warm_start:
+        step = find_checkpoint(cfg.checkpoint.warm_start, "--warm-start")
+        return cut_like(path, read_manifest(step, "--warm-start").get("sparse_features", []))
     fit, _ = _training_rows(cfg, row_count(path), generated=False)
     return quantile_buckets(path, fit, buckets, cfg.data.no_buckets)
 
