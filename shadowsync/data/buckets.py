@@ -113,24 +113,29 @@ def left_whole(path: str) -> list[str]:
     return whole
 
 
-def training_cuts(path: str, rows: int, buckets: int, whole: Sequence[str] = ()) -> list[Cut]:
-    """Each dense column's cut, edges from rows [0, rows) of array directory `path` alone:
-    all but the columns in `whole` or features.json's "no_buckets", those a single-id feature
-    of the directory bucketizes already (a schema's), and constant ones (no edges)."""
+def columns_to_cut(path: str, whole: Sequence[str] = ()) -> list[tuple[int, str]]:
+    """(index, name) of the dense columns of array directory `path` that get buckets: all
+    but those in `whole` (--no-buckets) or features.json's "no_buckets", and those a
+    single-id feature of the directory bucketizes already (a schema's)."""
     dense = np.load(Path(path) / "dense.npy", mmap_mode="r")
     names = dense_names(path, dense.shape[1] if dense.ndim == 2 else 0)
     unknown = [c for c in whole if c not in names]
     if unknown:
         raise UserError(f"--no-buckets: {path} has no dense column '{unknown[0]}' (its dense "
                         f"columns: {', '.join(names) or 'none'})")
-    singles = _singles(path, _num_single(path))
-    skip = {*whole, *left_whole(path), *(c.get("bucketize") for c in singles)}
-    taken = {str(c["name"]) for c in singles} | {str(m["name"])
-                                                 for m in arrays.multi_hot_specs(path)}
+    skip = {*whole, *left_whole(path),
+            *(c.get("bucketize") for c in _singles(path, _num_single(path)))}
+    return [(j, column) for j, column in enumerate(names) if column not in skip]
+
+
+def training_cuts(path: str, rows: int, buckets: int, whole: Sequence[str] = ()) -> list[Cut]:
+    """Each of `columns_to_cut`'s cut, edges from rows [0, rows) of array directory `path`
+    alone; a constant column has no edges, and no cut."""
+    dense = np.load(Path(path) / "dense.npy", mmap_mode="r")
+    taken = {str(c["name"]) for c in _singles(path, _num_single(path))} | {
+        str(m["name"]) for m in arrays.multi_hot_specs(path)}
     cuts = []
-    for j, column in enumerate(names):
-        if column in skip:
-            continue
+    for j, column in columns_to_cut(path, whole):
         edges = quantile_edges(np.asarray(dense[:rows, j], dtype=np.float64), buckets)
         if edges:
             name = _free_name(column + SUFFIX, taken)
@@ -166,7 +171,7 @@ def quantile_buckets(path: str, rows: int, buckets: int, whole: Sequence[str] = 
     itself where no column gets one (or `buckets` is 0)."""
     if buckets < 0 or buckets == 1:
         raise UserError(f"--buckets must be 0 (none) or at least 2, got {buckets}")
-    if buckets == 0:
+    if buckets == 0 or not columns_to_cut(path, whole):
         return path
     key = ["rows", rows, buckets, sorted(whole)]
     out = _derived(path, key, lambda: training_cuts(path, rows, buckets, whole))
