@@ -3,6 +3,7 @@ make sure nothing it started outlives it."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -41,8 +42,110 @@ EASGD_JOB = [*TWO_TRAINERS, "--sync", "s-easgd", "--dense-servers", "2"]
 def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
             env: dict[str, str] | None = None,
             prefix: list[str] = ()) -> subprocess.CompletedProcess:
-    """`python -m shadowsync.cli ARGS` in its own session; on timeout kill that session."""
-    return run_python(["-m", "shadowsync.cli", *args], timeout, cwd, env, prefix)
+    """`python -m shadowsync.cli ARGS` in its own session; on timeout kill that session. The
+    result's `leftover` lists the processes that outlived it (and were killed). Forked from a
+    server that imported the command once (tests/cli_forks.py), unless a `prefix` runs it
+    (then, or with SHADOWSYNC_TEST_EXEC=1 set, a fresh interpreter runs it)."""
+    if prefix or os.environ.get("SHADOWSYNC_TEST_EXEC"):
+        return run_python(["-m", "shadowsync.cli", *args], timeout, cwd, env, prefix)
+    return _CLI_FORKS.run(args, timeout, Path(cwd or os.getcwd()),
+                          {**os.environ, **(env or {})})
+
+
+class _CliForks:
+    """The client of one tests/cli_forks.py server, started again where what an interpreter
+    and its imports read as they start (PYTHON*, TORCH*, thread, loader, locale and temporary
+    directory settings) is not what the command's environment says."""
+
+    STARTUP = ("PYTHON", "TORCH", "OMP_", "MKL_", "KMP_", "LD_", "MALLOC", "LANG", "LC_",
+               "TMP", "TEMP", "MPL")
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.key: tuple = ()
+        self.pending = b""
+        self.printed = {"stdout": "", "stderr": ""}  # by the server's imports
+
+    def run(self, args: list[str], timeout: float, cwd: Path,
+            env: dict[str, str]) -> subprocess.CompletedProcess:
+        import tempfile
+
+        self._serve(env)
+        pid = None
+        with tempfile.TemporaryDirectory(prefix="shadowsync-cli-") as tmp:
+            files = {name: str(Path(tmp) / name) for name in ("stdout", "stderr")}
+            try:
+                self.proc.stdin.write((json.dumps({"args": args, "cwd": str(cwd), "env": env,
+                                                   **files}) + "\n").encode())
+                self.proc.stdin.flush()
+                pid = self._answer(60)["pid"]
+                try:
+                    code = self._answer(timeout)["returncode"]
+                except TimeoutError:
+                    _kill_session(pid)
+                    self._answer(30)
+                    raise AssertionError(f"timed out after {timeout}s\nstdout:"
+                                         f"{self._read(files, 'stdout')}\nstderr:"
+                                         f"{self._read(files, 'stderr')}") from None
+                leftover = _kill_session(pid)
+            except BaseException:  # a test's timeout, or the server gone: start afresh
+                if pid is not None:
+                    _kill_session(pid, grace_s=0)
+                self._stop()
+                raise
+            result = subprocess.CompletedProcess(
+                [sys.executable, "-m", "shadowsync.cli", *args], code,
+                self._read(files, "stdout"), self._read(files, "stderr"))
+        result.leftover = leftover  # type: ignore[attr-defined]
+        return result
+
+    def _read(self, files: dict[str, str], name: str) -> str:
+        return self.printed[name] + Path(files[name]).read_text(errors="replace")
+
+    def _serve(self, env: dict[str, str]) -> None:
+        key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(self.STARTUP)))
+        if self.proc is not None and (key != self.key or self.proc.poll() is not None):
+            self._stop()
+        if self.proc is None:
+            self.key, self.pending = key, b""
+            here = Path(__file__).resolve().parent  # in the checkout's root: its shadowsync
+            self.proc = subprocess.Popen([sys.executable, str(here / "cli_forks.py")],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         env=env, cwd=here.parent, start_new_session=True)
+            self.printed = self._answer(120)
+
+    def _answer(self, timeout: float) -> dict:
+        """The server's next line, within `timeout` seconds."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise EOFError("the tests' CLI server is gone")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def _stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.proc = None
+
+
+_CLI_FORKS = _CliForks()
+atexit.register(_CLI_FORKS._stop)
 
 
 def run_python(args: list[str], timeout: float, cwd: Path | None = None,
