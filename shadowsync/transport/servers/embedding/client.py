@@ -35,6 +35,7 @@ from shadowsync.transport.servers.embedding.server import (
     REMOTE_CALLS,
     attached,
     counters,
+    in_order,
     shared_info,
 )
 
@@ -74,15 +75,17 @@ class RemoteEmbeddings:
         self.profile: dict[str, float] | None = None  # seconds per phase, when set to a dict
         self._pending: list[torch.futures.Future] = []
         self._last_sent: dict[int, torch.futures.Future] = {}  # per server, sent in order
+        self._numbered: dict[int, int] = {}  # per server, calls sent in order so far
         self._keys: RowKeys | None = None
         self._last: _Requests | None = None
         self._shared: dict[int, EmbeddingTables | DynamicTables] = {}
         self._private = private or {}
-        self._user = 0  # dynamic tables: this client's token as a holder of rows (attach)
+        self._user = 0  # this client's token: as a holder of rows, for its numbered calls
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_pending=[], _last_sent={}, _last=None, _shared={}, _keys=None)
+        state.update(_pending=[], _last_sent={}, _numbered={}, _last=None, _shared={},
+                     _keys=None)
         return state
 
     def attach(self, name: str) -> None:
@@ -190,22 +193,17 @@ class RemoteEmbeddings:
         return fut
 
     def _call_in_order(self, s: int, kind: str, *args: Any) -> torch.futures.Future:
-        """`_call`, sent over RPC only once this client's call before it to server `s` is
-        answered: the server's thread pool would run calls that arrive together at once, in
-        any order, and a pipeline's staleness bound needs them applied in the order made."""
-        before = self._last_sent.get(s)
-        if s in self._shared or before is None or before.done():
-            fut = self._call(s, kind, *args)
-        else:
-            fut = torch.futures.Future()
-
-            def send(answered: torch.futures.Future) -> None:
-                try:
-                    answered.wait()  # a failed call before it fails this one too
-                    self._call(s, kind, *args).add_done_callback(lambda f: _settle(fut, f))
-                except Exception as e:  # noqa: BLE001 - handed to whoever waits
-                    fut.set_exception(e)
-            before.add_done_callback(send)
+        """`_call`, run by server `s` after this client's earlier calls made this way: its
+        thread pool would run calls that arrive together at once, in any order, and a
+        pipeline's staleness bound needs them applied in the order made. Over RPC each call
+        is numbered (`server.in_order`), so several can be on their way at once; in place
+        they run as they are made."""
+        if s in self._shared:
+            return self._call(s, kind, *args)
+        number = self._numbered.get(s, 0)
+        self._numbered[s] = number + 1
+        fut = rpc.rpc_async(ClusterLayout.embedding_name(s), in_order,
+                            args=(self._user, number, kind, *args))
         self._last_sent[s] = fut
         return fut
 
@@ -330,14 +328,6 @@ def prefetch_depth(setting: str, servers_over_rpc: int, dynamic: bool) -> int:
     if setting != "auto":
         return int(setting)
     return AUTO_PREFETCH if servers_over_rpc and not dynamic else 0
-
-
-def _settle(out: torch.futures.Future, answered: torch.futures.Future) -> None:
-    """`out` takes `answered`'s value or error."""
-    try:
-        out.set_result(answered.wait())
-    except Exception as e:  # noqa: BLE001 - handed to whoever waits
-        out.set_exception(e)
 
 
 def _map_shared(info: dict[str, Any] | None, dynamic: DynamicSpec | None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed.rpc as rpc
 
 from shadowsync.embeddings import EmbeddingTables, SparseOptimizer
 from shadowsync.embeddings.dynamic_tables import DynamicSpec, DynamicTables, holder_bytes
@@ -210,6 +211,50 @@ def attached() -> None:
         done = shared.clients_left <= 0
     if done:
         release()
+
+
+class _InOrder:
+    """Each client's numbered calls (`in_order`), run in the order of their numbers: the
+    RPC thread pool runs calls that arrive together at once, in any order. A call that comes
+    early waits, holding no thread, until the call before it has run; the thread that ran
+    that one runs it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next: dict[int, int] = {}  # client -> number of its next call to run
+        self.early: dict[tuple[int, int], tuple[str, tuple[Any, ...], torch.futures.Future]] = {}
+
+    def call(self, user: int, number: int, kind: str, args: tuple[Any, ...]
+             ) -> torch.futures.Future:
+        mine: torch.futures.Future = torch.futures.Future()
+        with self.lock:
+            if number != self.next.get(user, 0):
+                self.early[(user, number)] = (kind, args, mine)
+                return mine
+        answer = mine
+        while True:
+            try:
+                answer.set_result(REMOTE_CALLS[kind](*args))
+            except Exception as e:  # noqa: BLE001 - the client's to see
+                answer.set_exception(e)
+            number += 1
+            with self.lock:
+                waiting = self.early.pop((user, number), None)
+                if waiting is None:
+                    self.next[user] = number
+                    return mine
+            kind, args, answer = waiting
+
+
+_IN_ORDER = _InOrder()
+
+
+@rpc.functions.async_execution
+def in_order(user: int, number: int, kind: str, *args: Any) -> torch.futures.Future:
+    """Call `kind` (of `REMOTE_CALLS`) once client `user`'s calls numbered below `number`
+    have run (its first is 0): a pipelining client's pushes and reads then apply in the
+    order it made them, however many are on their way at once."""
+    return _IN_ORDER.call(user, number, kind, args)
 
 
 LOCAL_CALLS: dict[str, Callable[..., Any]] = {
