@@ -2,8 +2,8 @@
 has imported what the command imports at its start (torch among it, a second and a half of
 CPU) forks a child for each command, and the child runs the module as `-m` runs it (as
 `__main__`, with `sys.argv`, `sys.path[0]` the working directory, the caller's environment),
-in a session of its own, its output into files. The command's own work, its job's processes
-and what they print are those of a fresh `python -m`.
+in a session of its own, its output into the caller's named pipes. The command's own work,
+its job's processes and what they print are those of a fresh `python -m`.
 
 Run by tests.helpers.run_cli (`python tests/cli_forks.py`); a request is one JSON line on
 stdin, {"args", "cwd", "env", "stdout", "stderr"}, answered by {"pid"} once the child runs

@@ -4,6 +4,7 @@ make sure nothing it started outlives it."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -73,34 +74,79 @@ class _CliForks:
         self._serve(env)
         pid = None
         with tempfile.TemporaryDirectory(prefix="shadowsync-cli-") as tmp:
-            files = {name: str(Path(tmp) / name) for name in ("stdout", "stderr")}
+            fifos = {name: str(Path(tmp) / name) for name in ("stdout", "stderr")}
+            for path in fifos.values():
+                os.mkfifo(path, 0o600)
+            # ours to read; and written to by us too until the child has its own ends open
+            readers = {name: os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                       for name, path in fifos.items()}
+            holders = [os.open(path, os.O_WRONLY | os.O_NONBLOCK) for path in fifos.values()]
+            output = {name: b"" for name in fifos}
             try:
                 self.proc.stdin.write((json.dumps({"args": args, "cwd": str(cwd), "env": env,
-                                                   **files}) + "\n").encode())
+                                                   **fifos}) + "\n").encode())
                 self.proc.stdin.flush()
                 pid = self._answer(60)["pid"]
                 try:
-                    code = self._answer(timeout)["returncode"]
+                    code = self._collect(readers, holders, output, timeout)
                 except TimeoutError:
                     _kill_session(pid)
-                    self._answer(30)
+                    self._collect(readers, holders, output, 30)
                     raise AssertionError(f"timed out after {timeout}s\nstdout:"
-                                         f"{self._read(files, 'stdout')}\nstderr:"
-                                         f"{self._read(files, 'stderr')}") from None
+                                         f"{self._text(output, 'stdout')}\nstderr:"
+                                         f"{self._text(output, 'stderr')}") from None
                 leftover = _kill_session(pid)
             except BaseException:  # a test's timeout, or the server gone: start afresh
                 if pid is not None:
                     _kill_session(pid, grace_s=0)
                 self._stop()
                 raise
-            result = subprocess.CompletedProcess(
-                [sys.executable, "-m", "shadowsync.cli", *args], code,
-                self._read(files, "stdout"), self._read(files, "stderr"))
+            finally:
+                for fd in [*readers.values(), *holders]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+        result = subprocess.CompletedProcess([sys.executable, "-m", "shadowsync.cli", *args],
+                                             code, self._text(output, "stdout"),
+                                             self._text(output, "stderr"))
         result.leftover = leftover  # type: ignore[attr-defined]
         return result
 
-    def _read(self, files: dict[str, str], name: str) -> str:
-        return self.printed[name] + Path(files[name]).read_text(errors="replace")
+    def _collect(self, readers: dict[str, int], holders: list[int], output: dict[str, bytes],
+                 timeout: float) -> int:
+        """Read the command's output until it has ended and every process that holds its
+        output has closed it (as communicate() waits for a pipe's end), within `timeout`
+        seconds: its exit code. Takes the readers it saw end out of `readers`."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        server = self.proc.stdout.fileno()
+        code = None
+        while readers or code is None:
+            if code is None and b"\n" in self.pending:
+                code = self._answer(0)["returncode"]
+                while holders:  # the child had opened its ends: now they say when all are shut
+                    os.close(holders.pop())
+                continue
+            watched = [*readers.values(), *([server] if code is None else [])]
+            left = deadline - time.monotonic()
+            if left <= 0 or not (ready := select.select(watched, [], [], left)[0]):
+                raise TimeoutError
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if fd == server:
+                    if not chunk:
+                        raise EOFError("the tests' CLI server is gone")
+                    self.pending += chunk
+                    continue
+                name = next(n for n, r in readers.items() if r == fd)
+                output[name] += chunk
+                if not chunk:
+                    os.close(readers.pop(name))
+        return code
+
+    def _text(self, output: dict[str, bytes], name: str) -> str:
+        text = output[name].decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        return self.printed[name] + text
 
     def _serve(self, env: dict[str, str]) -> None:
         key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(self.STARTUP)))
