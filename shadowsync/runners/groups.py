@@ -19,10 +19,12 @@ class ParamGroup:
     params: list[torch.Tensor]  # the trainer's shared-memory tensors
     rule: SyncRule
     write_back: str = "delta"
-    _snapshot: torch.Tensor | None = field(default=None, repr=False)
+    _change: torch.Tensor | None = field(default=None, repr=False)  # a round's, reused
+    _change_pieces: list[torch.Tensor] = field(default_factory=list, repr=False)
 
-    def flat(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
+    def flat(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The parameters end to end: a new tensor, or written into `out`."""
+        return torch.cat([p.detach().reshape(-1) for p in self.params], out=out)
 
     def numel(self) -> int:
         return sum(p.numel() for p in self.params)
@@ -32,19 +34,32 @@ class ParamGroup:
 
         `overwrite` replaces the local copy, discarding what workers learned during the round;
         `delta` adds (result - snapshot), so updates made while the round ran survive.
+        The snapshot is taken straight into what the exchange sends, where it can (no copy),
+        and the change goes through one buffer kept from round to round: a round passes over
+        the model as few times as it can, since its CPU is its budget.
         """
         if self.rule.needs_servers:
             exchange.use_centre(self.name)
-        snapshot = self.flat()
+        staging = getattr(exchange, "staging", None)  # (a test's plain exchange has none)
+        snapshot = self.flat(out=staging(self.numel()) if staging is not None else None)
         new = self.rule.round(snapshot, exchange)
-        change = new - snapshot if self.write_back == "delta" else new
-        pieces = [c.view_as(p) for c, p in
-                  zip(change.split([p.numel() for p in self.params]), self.params)]
-        with torch.no_grad():  # one call for every tensor: the round's CPU is its budget
+        with torch.no_grad():  # one call for every tensor
             if self.write_back == "delta":
-                torch._foreach_add_(self.params, pieces)
+                torch._foreach_add_(self.params, self._delta(new, snapshot))
             else:
-                torch._foreach_copy_(self.params, pieces)
+                torch._foreach_copy_(self.params, self._pieces(new))
+
+    def _pieces(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        return [c.view_as(p) for c, p in
+                zip(flat.split([p.numel() for p in self.params]), self.params)]
+
+    def _delta(self, new: torch.Tensor, snapshot: torch.Tensor) -> list[torch.Tensor]:
+        """new - snapshot, as pieces shaped like the parameters."""
+        if self._change is None:
+            self._change = torch.empty_like(snapshot)
+            self._change_pieces = self._pieces(self._change)
+        torch.sub(new, snapshot, out=self._change)
+        return self._change_pieces
 
 
 def split_model(model: torch.nn.Module,
