@@ -15,7 +15,7 @@ from shadowsync.runners.foreground import StepGate
 from shadowsync.runners.groups import ParamGroup, split_model
 from shadowsync.runners.protocol import ProtocolRunner
 from shadowsync.runners.rounds import GroupRunner
-from shadowsync.runners.shadow import STALL_S, BackgroundSync, Pace, StepCounter
+from shadowsync.runners.shadow import POLL_S, STALL_S, BackgroundSync, Pace, StepCounter
 from shadowsync.spec.interval import SyncInterval
 
 
@@ -99,6 +99,46 @@ def test_auto_pace_runs_a_round_at_least_every_share_of_the_pass():
     t0 = time.perf_counter()
     pace.rest(cpu_s=0.1, wall_s=0.0, done=done)
     assert 0.09 <= time.perf_counter() - t0 < 1.0
+
+
+class Looks(threading.Event):
+    """A pace's `done` event that notes each rest between two looks at the step counts and
+    ends the wait after `looks` of them; `steps` more steps are taken during the first."""
+
+    def __init__(self, counter: StepCounter, looks: int = 1, steps: int = 0) -> None:
+        super().__init__()
+        self.counter, self.looks, self.steps = counter, looks, steps
+        self.rests: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self.rests:
+            self.counter.counts[0] += self.steps
+        self.rests.append(timeout)
+        time.sleep(timeout)
+        if len(self.rests) >= self.looks:
+            self.set()
+        return self.is_set()
+
+
+def test_step_counter_rests_half_the_time_the_steps_left_take_at_the_pace_last_seen():
+    counter = StepCounter(mp.get_context("spawn"), workers=2)
+    # no pace seen yet: it looks every 4 x POLL_S[0] until a step comes
+    done = Looks(counter, looks=2)
+    counter.wait(5, done, timeout=1.0)
+    assert done.rests == [4 * POLL_S[0]] * 2
+    # a wait that saw steps keeps their pace: 20 steps in one rest of 4 x POLL_S[0]
+    counter.wait(5, Looks(counter, steps=20), timeout=1.0)
+    assert counter.rate == pytest.approx(20 / (4 * POLL_S[0]), rel=0.5)
+    # 2 workers x 5 steps due at 1,000 steps a second: the first look after 5 ms, not before
+    counter.rate, counter._begun = 1000.0, counter.total()
+    done = Looks(counter)
+    counter.wait(5, done, timeout=1.0)
+    assert done.rests == [pytest.approx(0.5 * 10 / 1000.0)]
+    # the auto pace: due in 10 s at 1 step a second, a 50 ms budget rest is one look
+    counter.rate, counter._begun = 1.0, counter.total()
+    done = Looks(counter, looks=3)
+    counter.wait(5, done, timeout=0.05)
+    assert len(done.rests) == 1 and 0.03 < done.rests[0] <= 0.05
 
 
 def test_sync_interval_reads_seconds_steps_and_auto():

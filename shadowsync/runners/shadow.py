@@ -53,6 +53,7 @@ class StepCounter(HookDefaults):
         self.planned = ctx.Array("q", workers, lock=False)  # each worker's pass, in steps
         self._worker = 0
         self._begun = 0  # the trainer's: its workers' steps when the last round began
+        self.rate = 0.0  # the trainer's: steps a second its workers took in the last wait
 
     def prepare(self, model: nn.Module, trainer: int, worker: int,
                 steps: int = 0) -> nn.Module:
@@ -77,7 +78,10 @@ class StepCounter(HookDefaults):
         """Until the workers have taken `steps` each since the last round began, `done`, and
         either `timeout` seconds or, without one, (once they have started) no step for
         STALL_S. Looks again after about half the time the steps left should take at the
-        pace seen."""
+        workers' pace (the one seen in the last wait that saw steps: a wait that starts
+        without one looks every few milliseconds until a step comes, and each look takes a
+        core from a worker); with a timeout, not later than it, and without, at least every
+        POLL_S[1] (the stall's resolution)."""
         target = self._begun + steps * self.workers
         t0 = moved = time.perf_counter()
         n0 = n = self.total()
@@ -85,14 +89,15 @@ class StepCounter(HookDefaults):
             now = time.perf_counter()
             if (now - t0 >= timeout) if timeout is not None else (n and now - moved > STALL_S):
                 break
-            rate = (n - n0) / (now - t0) if n > n0 else 0.0
+            rate = (n - n0) / (now - t0) if n > n0 else self.rate
             rest = 0.5 * (target - n) / rate if rate else POLL_S[0] * 4
-            if timeout is not None:
-                rest = min(rest, t0 + timeout - now)
-            done.wait(min(POLL_S[1], max(POLL_S[0], rest)))
+            rest = min(rest, t0 + timeout - now) if timeout is not None else min(rest, POLL_S[1])
+            done.wait(max(POLL_S[0], rest))
             seen, n = n, self.total()
             if n != seen:
                 moved = time.perf_counter()
+        if n > n0:
+            self.rate = (n - n0) / (time.perf_counter() - t0)
         self._begun = n
 
 
