@@ -171,9 +171,9 @@ def test_train_eval_load_and_export_cut_at_the_same_edges(tmp_path):
 
     data, held = _bump_rows(tmp_path / "data", 6000, 0), _bump_rows(tmp_path / "held", 1500, 1)
     out = tmp_path / "run"
-    res = run_cli(["train", "--data", str(data), "--val-share", "0.1", "--epochs", "3",
+    res = run_cli(["train", "--data", str(data), "--val-share", "0.1", "--epochs", "2",
                    "--trainers", "1", "--embedding-servers", "0", "--sync", "none",
-                   "--no-progress", "-q", "--out", str(out)], timeout=200)
+                   "--eval-points", "1", "--no-progress", "-q", "--out", str(out)], timeout=200)
     assert res.returncode == 0, res.stderr[-3000:]
     assert summary(out)["eval_auc"] > 0.75  # the bump, learned through its buckets
 
