@@ -132,6 +132,8 @@ def run_variant(apart: Any, v: Variant, examples: int, out: Path,
     return {"eps": s["train_eps"], "eps_per_trainer": s["train_eps"] / cfg.cluster.trainers,
             "eval_ne": s["eval_ne"], "examples": s["examples"], "wall_s": s["wall_s"],
             "link_bytes": sent, "link_bytes_per_step": sent / steps,
+            # the workers' CPU a step (not the servers'): what a loaded machine leaves alone
+            "worker_cpu_ms_per_step": 1000.0 * s["train_cpu_s"] / steps,
             # a worker's step, all workers running side by side
             "step_ms": 1000.0 * batch * workers / s["train_eps"],
             "prefetch": s.get("prefetch", v.depth)}
@@ -243,7 +245,8 @@ def summary_of(runs: list[dict[str, Any]], variants: list[Variant]
     medians, and a table of the variants for the page."""
     ratios, spreads = ratios_of(runs, variants)
     cost = delay_cost(runs, variants)
-    keys = ("eps", "eps_per_trainer", "eval_ne", "link_bytes_per_step", "step_ms")
+    keys = ("eps", "eps_per_trainer", "eval_ne", "link_bytes_per_step", "step_ms",
+            "worker_cpu_ms_per_step")
     medians = {v.name: {k: median_of(runs, v.name, k) for k in keys} for v in variants}
     rows = []
     for v in variants:
@@ -269,4 +272,6 @@ def summary_of(runs: list[dict[str, Any]], variants: list[Variant]
                     "goals": {k: g for k, g in GOALS.items() if k in ratios},
                     "link_mbit": LINK_MBIT, "delay_ms_emulated": 0.0,
                     "delay_cost": {"one_way_ms": DELAY_MS, "variants": cost},
-                    "medians": medians, "tables": [table]}
+                    "medians": {name: {k: (None if x != x else x) for k, x in m.items()}
+                                for name, m in medians.items()},  # NaN: no run measured it
+                    "tables": [table]}
