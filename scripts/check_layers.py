@@ -48,6 +48,11 @@ protocol, a sync rule, a ``--switch-policy``, a ``--task``, a ``--tables`` kind.
 kind's entry instead (``mode_of(name).lockstep``); the registries themselves
 (``KIND_REGISTRIES``) are exempt.
 
+``whole_config_signatures``: functions with a parameter annotated ``TrainConfig`` (the whole
+configuration) and class fields of that type, bench included. A builder takes the section it
+reads (``cfg.cluster``, ``cfg.sync``) or the few values; the whole configuration stays at the
+top (the command line, the job, the API) where it is the whole thing.
+
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
 """
@@ -185,6 +190,36 @@ def local_imports(tree: ast.AST) -> list[tuple[str, int]]:
     return sorted(set(out), key=lambda x: x[1])  # nested functions are walked twice
 
 
+WHOLE_CONFIG = "TrainConfig"
+
+
+def _names_whole_config(annotation: ast.expr | None) -> bool:
+    """Whether `annotation` names the whole configuration (`TrainConfig`, `"TrainConfig"`,
+    `TrainConfig | None`)."""
+    return annotation is not None and any(
+        (isinstance(n, ast.Name) and n.id == WHOLE_CONFIG)
+        or (isinstance(n, ast.Attribute) and n.attr == WHOLE_CONFIG)
+        or (isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and WHOLE_CONFIG in n.value.replace(" ", "").split("|"))
+        for n in ast.walk(annotation))
+
+
+def whole_config_signatures(tree: ast.AST) -> list[tuple[str, int]]:
+    """(function or class field, line) of each function with a parameter annotated with the
+    whole configuration, and of each class field of that type."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            params = (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+            if any(p is not None and _names_whole_config(p.annotation) for p in params):
+                out.append((node.name, node.lineno))
+        elif isinstance(node, ast.ClassDef):
+            out += [(f"{node.name}.{ast.unparse(f.target)}", f.lineno) for f in node.body
+                    if isinstance(f, ast.AnnAssign) and _names_whole_config(f.annotation)]
+    return sorted(out, key=lambda x: x[1])
+
+
 def _names_any(node: ast.AST, aliases: Mapping[str, object]) -> bool:
     """Whether `node` names `Any` (`Any`, `typing.Any`) or an alias of it."""
     return any((isinstance(n, ast.Name) and (n.id == "Any" or n.id in aliases))
@@ -285,7 +320,8 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     counts = {"upward_imports": 0, "package_cycles": 0, "long_functions": 0,
               "local_imports": 0, "local_imports_outside_bench": 0, "unplaced_modules": 0,
               "folder_pairs": 0, "any_annotations": 0, "any_beyond_plain_data": 0,
-              "any_aliases": 0, "kind_comparisons": 0, "kind_comparisons_outside_bench": 0}
+              "any_aliases": 0, "kind_comparisons": 0, "kind_comparisons_outside_bench": 0,
+              "whole_config_signatures": 0}
     names = kind_names()
     unit_graph: dict[str, set[str]] = defaultdict(set)
     folder_graph: dict[str, set[str]] = defaultdict(set)
@@ -343,6 +379,9 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
                 counts["kind_comparisons"] += 1
                 counts["kind_comparisons_outside_bench"] += not in_bench
                 lines.append(f"kind: {path}:{lineno}: compares the {kind} name {name!r}")
+        for name, lineno in whole_config_signatures(tree):
+            counts["whole_config_signatures"] += 1
+            lines.append(f"config: {path}:{lineno}: {name} takes the whole {WHOLE_CONFIG}")
         for name, lineno, n in long_functions(tree):
             counts["long_functions"] += 1
             lines.append(f"long: {path}:{lineno}: {name} is {n} lines")

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Signatures (and class fields) taking the whole TrainConfig, bench included (99 before
+# builders took their sections).
+WHOLE_CONFIG_SIGNATURES = 99
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +136,25 @@ def test_the_measure_sees_a_kind_name_compared(tmp_path):
                          timeout=60).stdout
     got = json.loads(out)
     assert got["kind_comparisons"] == got["kind_comparisons_outside_bench"] == 4
+
+
+def test_few_signatures_take_the_whole_config(counts):
+    """A builder takes the section it reads; the whole `TrainConfig` stays at the top (the
+    command line, the job, the API), bench included."""
+    assert counts["whole_config_signatures"] <= WHOLE_CONFIG_SIGNATURES
+
+
+def test_the_measure_sees_the_whole_config_taken(tmp_path):
+    pkg = tmp_path / "shadowsync"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text(
+        "def a(cfg: TrainConfig): ...\n"  # counts
+        "def b(cfg: 'TrainConfig | None', x: TrainConfig): ...\n"  # one function: counts once
+        "def c(sync: SyncConfig) -> TrainConfig: ...\n"  # returns it: not handed it
+        "def d(cfg: config.TrainConfig): ...\n"  # counts
+        "class E:\n    cfg: TrainConfig\n    sync: SyncConfig\n")  # the field counts
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
+                          "--root", str(pkg)], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    assert json.loads(out)["whole_config_signatures"] == 4
