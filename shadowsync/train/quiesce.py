@@ -151,7 +151,7 @@ class Quiescence:
         lost (its workers would wait for ever)."""
         self.own.release(point)
         try:
-            self._tell(point)
+            tell_trainers(self.peers, release_here, point)
         except RuntimeError as e:
             raise PeerLost(f"a trainer was not told to go on: {e}") from None
 
@@ -161,12 +161,14 @@ class Quiescence:
         is gone, and the job stops on it anyway."""
         self.own.release(DONE)
         try:
-            self._tell(DONE)
+            tell_trainers(self.peers, release_here, DONE)
         except RuntimeError as e:  # RPC not joined (a failure before the job met), a peer gone
             log.debug("release of every point not delivered: %s", e)
 
-    def _tell(self, point: float) -> None:
-        futs = [rpc.rpc_async(p, release_here, args=(point,), timeout=ANSWER_TIMEOUT_S)
-                for p in self.peers]
-        for fut in futs:
-            fut.wait()
+
+def tell_trainers(peers: list[str], call: Callable[..., None], *args: object) -> None:
+    """Run `call(*args)` in each of the trainers `peers` over RPC, at once, and wait for
+    every one (RuntimeError: one did not answer within ANSWER_TIMEOUT_S, or is gone)."""
+    futs = [rpc.rpc_async(p, call, args=args, timeout=ANSWER_TIMEOUT_S) for p in peers]
+    for fut in futs:
+        fut.wait()

@@ -31,11 +31,12 @@ from shadowsync.runners.base import Runner
 from shadowsync.runners.switch.overhead import switch_overhead
 from shadowsync.state_dicts import Checkpointable
 from shadowsync.train.prefetch import depth_of
+from shadowsync.train.progress import TrainerStats
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.saved_model import feature_record, load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
 from shadowsync.train.tasks import DataPlan
-from shadowsync.train.trainer import Trainer, TrainerStats
+from shadowsync.train.trainer import Trainer
 from shadowsync.transport.layout import ClusterLayout
 
 log = logging.getLogger(__name__)
@@ -260,7 +261,8 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
                       final: dict[str, float], best: dict[str, float] | None) -> dict[str, object]:
     """Trainer 0: the run's summary.json, its last metrics row and the NE plot."""
     cfg, trainer, runner, out = replica.cfg, replica.trainer, replica.runner, replica.out
-    train_metric = trainer.running.value
+    running = trainer.progress.running
+    train_metric = running.value
     all_stats = [s for s, _ in everyone]
     wall = max(s.wall_s for s in all_stats)
     summary = summarize(cfg, replica.plan, all_stats, final, train_metric, wall)
@@ -284,7 +286,7 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
     summary.update(selection_summary(trainer, final, best))
     metrics = replica.metrics
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
-                   "eps": summary["eps"], f"train_{trainer.running.name}": train_metric,
+                   "eps": summary["eps"], f"train_{running.name}": train_metric,
                    f"eval_{trainer.task.metric}": final[trainer.task.metric]})
     metrics.close()
     write_summary(out, summary)
@@ -297,10 +299,11 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
 
 def best_eval(trainer: Trainer) -> dict[str, float] | None:
     """--val-share: the best checkpoint's metrics on the held-out rows (None: none kept)."""
-    if trainer.best_checkpoint is None:
+    validation = trainer.validation
+    if validation is None or validation.best_checkpoint is None:
         return None
     factory = trainer.cfg.model.name if callable(trainer.cfg.model.name) else None
-    _, trained, _ = load_model(Path(trainer.best_checkpoint), factory)
+    _, trained, _ = load_model(Path(validation.best_checkpoint), factory)
     p = trainer.plan
     return evaluate_predictions(*score(trained, p.eval, p.eval_start, p.eval_stop))
 
@@ -311,12 +314,12 @@ def selection_summary(trainer: Trainer, final: dict[str, float],
     summary's eval_* are its (the model eval and load use), last_eval_* the final model's."""
     cfg = trainer.cfg
     out: dict[str, object] = {"epochs": cfg.data.epochs, "val_share": cfg.data.val_share}
-    if not trainer.validating:
+    validation = trainer.validation
+    if validation is None:
         return out
-    sel = trainer.selection
-    out.update({"best": {**sel.best_at, "checkpoint": str(trainer.best_checkpoint)
-                         if trainer.best_checkpoint else None},
-                "validations": sel.evaluations, "early_stopped": trainer.early_stopped,
+    sel, kept = validation.selection, validation.best_checkpoint
+    out.update({"best": {**sel.best_at, "checkpoint": str(kept) if kept else None},
+                "validations": sel.evaluations, "early_stopped": validation.early_stopped,
                 "last_eval_ne": final["ne"], "last_eval_auc": final["auc"]})
     if best is not None:
         teacher = trainer.plan.teacher_eval_ne

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, TextIO
 from shadowsync.config import TrainConfig, config_to_dict
 
 if TYPE_CHECKING:
+    from shadowsync.train.progress import TrainerStats
     from shadowsync.train.tasks import DataPlan
-    from shadowsync.train.trainer import TrainerStats
 
 
 class MetricsLog:

@@ -49,3 +49,11 @@ def gate_step(point: int, workers: int, batch_size: int) -> int:
     """The step at which each of a trainer's `workers` waits for validation point `point`
     (trainer examples): the first at which they have read it together, ceil(point / (W x B))."""
     return -(-point // (workers * batch_size))
+
+
+def validation_gates(per_epoch: int, epochs: int, points: int, workers: int,
+                     batch_size: int) -> tuple[tuple[int, int], ...]:
+    """(gate step, point) of each validation point (`validation_points`), as each of a
+    trainer's `workers` waits at them."""
+    return tuple((gate_step(v, workers, batch_size), v)
+                 for v in validation_points(per_epoch, epochs, points))

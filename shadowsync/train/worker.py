@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier, Event
-from pathlib import Path
 
 import torch
 
@@ -76,7 +75,7 @@ class WorkerSpec:
     slots: WorkerSlots | None = None  # shared optimizer state and positions, for checkpoints
     stop: Event | None = None  # stop after the current step (None: this mode cannot stop early)
     poison_at_step: int | None = None  # --inject-nan-at: NaN into the dense model at this step
-    decay_flag: str | None = None  # --lr-decay-on-plateau: the decay starts when this exists
+    decay: Event | None = None  # --lr-decay-on-plateau: the decay starts once this is set
     # --val-share: (step, validation point) pairs: after that step, park in `parking` until
     # trainer 0 has validated the point (see `shadowsync.train.quiesce`)
     gates: tuple[tuple[int, int], ...] = ()
@@ -120,7 +119,7 @@ def stop_on_signals(spec: WorkerSpec) -> threading.Event:
     return local
 
 
-# Steps between a worker's looks for --lr-decay-on-plateau's flag (a file's stat each).
+# Steps between a worker's looks at --lr-decay-on-plateau's event (a lock taken each).
 PLATEAU_LOOK_EVERY = 8
 # Mean loss per example above which training has exploded: far beyond any loss a model that
 # learns anything reaches (log 2 = 0.69 for a coin flip, log 10 = 2.3 for a 10-way guess).
@@ -210,7 +209,7 @@ class WorkerRun:
             hook.attach_slots(spec.slots, spec.start_step)
         self.schedule = spec.schedule.over(self.planned)
         self.lr_steps = self.schedule.attach(opt, spec.start_step)
-        self.decay_flag = Path(spec.decay_flag) if spec.decay_flag else None
+        self.decay = spec.decay
         self.gates = [g for g in spec.gates if g[0] > spec.start_step]
         self.opt = hook.wrap_optimizer(opt)
         self.steps = spec.start_step
@@ -309,9 +308,9 @@ class WorkerRun:
         (loss / len(labels)).backward()
         self.opt.step()
         self.lr_steps.step()
-        if (self.decay_flag is not None and steps % PLATEAU_LOOK_EVERY == 0
-                and self.decay_flag.exists()):
-            self.schedule, self.decay_flag = self.schedule.decaying_from(steps), None
+        if (self.decay is not None and steps % PLATEAU_LOOK_EVERY == 0
+                and self.decay.is_set()):
+            self.schedule, self.decay = self.schedule.decaying_from(steps), None
             self.lr_steps = self.schedule.attach(self.lr_steps.optimizer, steps + 1)
         return lv
 
