@@ -20,8 +20,12 @@ from shadowsync import __version__
 from shadowsync.api import run
 from shadowsync.bench.commands import add_bench_commands
 from shadowsync.checkpoint.storage import local_copy, location
+from shadowsync.checkpoint.store import CONFIG, find_checkpoint
 from shadowsync.config import add_config_arguments, config_to_toml, load_config
 from shadowsync.data.infer import infer_schema
+from shadowsync.data.prepare import prepare
+from shadowsync.data.synth import write_tsv_dataset
+from shadowsync.data.zipf import ZipfConfig, write_days
 from shadowsync.errors import UserError
 from shadowsync.inference import export
 from shadowsync.lifecycle.stop import Interrupted
@@ -40,8 +44,6 @@ SUMMARY_KEYS = [
 
 def _train(args: argparse.Namespace) -> int:
     if args.resume and not args.config:  # the checkpoint's options are the base
-        from shadowsync.checkpoint.store import CONFIG, find_checkpoint  # start-up: torch
-
         step_config = find_checkpoint(args.resume, "--resume") / CONFIG
         with tempfile.TemporaryDirectory(prefix="shadowsync-") as tmp:  # a URL's: a copy
             args.config = str(local_copy(step_config, Path(tmp)))
@@ -97,8 +99,6 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from shadowsync.data.prepare import prepare  # start-up cost: numpy, pyarrow
-
     info = prepare(args.name, args.out, args.seed, args.format, args.multi_hot,
                    args.min_word_count, args.buckets)
     for part, f in info["files"].items():
@@ -109,8 +109,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from shadowsync.data.synth import write_tsv_dataset  # start-up cost: numpy
-
     if args.examples < 10:
         raise UserError(f"--examples must be at least 10 (10% is held out), got {args.examples}")
     if args.ids == "zipf":
@@ -127,8 +125,6 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _synth_zipf(args: argparse.Namespace) -> int:
-    from shadowsync.data.zipf import ZipfConfig, write_days  # start-up cost: numpy
-
     if args.days < 1 or args.vocab < 1 or not 0 <= args.drift <= 1:
         raise UserError("--days and --vocab must be >= 1 and --drift in [0, 1]")
     info = write_days(args.out, args.examples, args.days, args.seed,

@@ -42,6 +42,7 @@ from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
+from shadowsync.by_value import send_modules_by_value
 from shadowsync.procfs import stat_fields
 
 SERVER_ENV = "SHADOWSYNC_FORK_SERVER"
@@ -137,8 +138,6 @@ def start_worker(context: BaseContext, target: Callable[..., None],
     process's environment. One request to a fork server carries at most about 250 file
     descriptors, one per shared tensor: a model with more parameters (and their optimizer
     state) than that is spawned instead."""
-    from shadowsync.by_value import send_modules_by_value
-
     send_modules_by_value(args)  # a model class from a notebook or a factory's body
 
     def process(ctx: BaseContext) -> BaseProcess:

@@ -21,6 +21,7 @@ shadowsync (`install_in_job_process`), so a Ctrl-C during start-up prints no tra
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -154,8 +155,6 @@ class StopRequest:
                 left = self._deadline - time.monotonic()
             if left <= 0:
                 if os.environ.get(QUIET_STDERR_ENV):  # where the stop was stuck
-                    import faulthandler
-
                     faulthandler.dump_traceback(all_threads=True)
                 self._exit_now(self.signum or signal.SIGTERM)
             time.sleep(min(left, 0.5))

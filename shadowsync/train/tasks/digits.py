@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from shadowsync.data.cache import built_once, cache_root
-from shadowsync.models.digits_cnn import SIDE
+from shadowsync.models.digits_cnn import SIDE, DigitsCNN
 from shadowsync.train.tasks.base import DataPlan, Features
 
 if TYPE_CHECKING:
@@ -111,8 +111,6 @@ class DigitsTask:
         return Features(SIDE * SIDE, (1,))
 
     def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
-        from shadowsync.models.digits_cnn import DigitsCNN
-
         torch.manual_seed(cfg.seed)
         return DigitsCNN()
 
