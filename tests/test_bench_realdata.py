@@ -113,3 +113,28 @@ def test_results_hold_each_finished_set_and_split_with_a_page_column_a_split(tmp
     assert "b split1 default_vs_local_auc" in whole["ratios"]
     assert "b split2 default_vs_local_auc" not in whole["ratios"]
     assert whole["not_met"] == []
+
+
+def test_runs_of_commands_run_side_by_side_are_put_together(tmp_path):
+    import json
+
+    from shadowsync.bench.realdata import collect_results
+
+    trials = [{"setting": {"lr": 1}, "val_auc": 0.8}]
+    for name in ("adult", "movielens100k"):
+        d = tmp_path / name
+        d.mkdir()
+        runs = [{**r, "split": 1} for r in _runs({n: [0.78, 0.79] for n in LEARNERS},
+                                                  f"{name}/split1")]
+        runs.append({**runs[0], "eval_auc": 0.5})  # the same seed run again: the later counts
+        (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+        (d / "tuning.json").write_text(json.dumps({"sets": {name: {
+            b: {"picked": {"lr": 1}, "trials": trials} for b in ("deepfm", "lightgbm")}}}))
+    out = collect_results(str(tmp_path / "all"), [str(tmp_path / "adult"),
+                                                  str(tmp_path / "movielens100k")], seeds=2)
+    assert sorted(out["splits"][1]) == ["adult", "movielens100k"]
+    assert out["splits"][1]["adult"]["medians"]["default"]["eval_auc"] == pytest.approx(0.645)
+    assert len(json.loads((tmp_path / "all" / "split1" / "bench.json").read_text())
+               ["tables"][0]["rows"]) == 4  # two sets' two baselines tuned
+    with pytest.raises(UserError, match="--collect"):
+        collect_results(str(tmp_path / "x"), [str(tmp_path / "none")])

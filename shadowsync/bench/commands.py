@@ -131,6 +131,10 @@ def _bench_realdata(args: argparse.Namespace) -> int:
     realdata = _bench("realdata")
     if args.seeds < 1 or args.epochs < 1:
         raise UserError("--seeds and --epochs must be >= 1")
+    if args.collect:
+        realdata.collect_results(args.out, [d for d in args.collect.split(",") if d],
+                                 seeds=args.seeds)
+        return 0
     realdata.run_realdata_bench(args.out, seeds=args.seeds, epochs=args.epochs,
                                 val_share=args.val_share,
                                 sets=tuple(s for s in args.sets.split(",") if s),
@@ -329,6 +333,9 @@ def _add_faults_data_realdata(bench: Any) -> None:
     real.add_argument("--tuning-split", action="store_true",
                       help="run on the tuning split (seed 0) instead: the one on which defaults "
                       "and the baselines' settings may be chosen, never reported")
+    real.add_argument("--collect", metavar="DIR,DIR",
+                      help="no new runs: write OUT's results from these earlier runs' "
+                      "directories (e.g. one command a set or a split, run side by side)")
     real.set_defaults(func=_bench_realdata)
 
 

@@ -389,6 +389,35 @@ def run_realdata_bench(out: str, seeds: int = 3, epochs: int = 20, val_share: fl
     return result
 
 
+def collect_results(out: str, dirs: list[str], seeds: int = 3) -> dict[str, Any]:
+    """OUT's results from the runs of earlier runs of this bench in `dirs` (for instance one
+    command a set run side by side), no new runs: their runs.jsonl (a variant's seed run
+    twice: the later run's), tuning.json and each split's wall time (the longest of the dirs,
+    which ran side by side)."""
+    by_key: dict[tuple[str, int], dict[str, Any]] = {}
+    tuning: dict[str, Any] = {}
+    walls: dict[int, float] = {}
+    for d in map(Path, dirs):
+        if not (d / "runs.jsonl").is_file():
+            raise UserError(f"--collect: {d} holds no runs.jsonl of bench realdata")
+        for line in (d / "runs.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            by_key[(r["variant"], r["repeat"])] = r
+        if (d / "tuning.json").is_file():
+            tuning.update(json.loads((d / "tuning.json").read_text())["sets"])
+        if (d / "bench.json").is_file():
+            for k, w in json.loads((d / "bench.json").read_text()).get("split_wall_s",
+                                                                       {}).items():
+                walls[int(k)] = max(walls.get(int(k), 0.0), w)
+    runs = list(by_key.values())
+    sets = tuple(name for name in SETS if any(r["variant"].startswith(f"{name}/") for r in runs))
+    splits = tuple(sorted({r["split"] for r in runs}))
+    return write_results(Path(out), runs, sets, splits, {
+        "seeds": seeds, "tuning": {n: tuning[n] for n in sets if n in tuning},
+        "grids": {b: spec[1] for b, spec in BASELINES.items()}, "split_wall_s": walls,
+        "collected_from": dirs})
+
+
 def _run_split(root: Path, split: int, seeds: int, sets: tuple[str, ...], multi_hot: str,
                options: list[str], val_share: float,
                tuned: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
