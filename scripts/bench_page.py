@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
-ORDER = ["sync", "switch", "faults", "scale", "embedding"]  # the others follow by name
+ORDER = ["sync", "switch", "faults", "scale", "embedding", "hosts"]  # the others follow by name
 
 INTRO = """# Benchmarks
 
@@ -72,6 +72,7 @@ shadowsync bench switch --out runs/bench-switch     # BSP, ASP, Sync-Switch; a s
 shadowsync bench faults --out runs/bench-faults     # signals, kills, a NaN, a memory soak
 shadowsync bench scale --out runs/bench-scale       # a cost model, 1 to 64 trainers
 shadowsync bench embedding --out runs/bench-embed   # where an embedding step's time goes
+shadowsync bench hosts --out runs/bench-hosts       # a job spread over emulated hosts
 shadowsync bench hogwild --out runs/bench-hogwild   # 1 vs 2 worker processes
 shadowsync bench data --out runs/bench-data         # TSV conversion and reader speed
 shadowsync bench realdata                           # 3 sets: default, local, DeepFM, LightGBM
