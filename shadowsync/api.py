@@ -117,7 +117,7 @@ def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, 
         except TrainingDiverged as e:  # the typed signal, never the words of a message
             if cfg.checkpoint.on_divergence != "rollback":
                 raise
-            good = job.last_good(cfg)
+            good = job.last_good(cfg.checkpoint, cfg.output.dir)
             if len(rollbacks) >= MAX_ROLLBACKS or good is None:
                 why = "no good checkpoint to go back to" if good is None else \
                     f"still diverging after {MAX_ROLLBACKS} rollbacks"

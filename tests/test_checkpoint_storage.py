@@ -30,7 +30,7 @@ from shadowsync.checkpoint.store import (
     step_dir,
 )
 from shadowsync.cluster import resume
-from shadowsync.config import config_from_options
+from shadowsync.config import CheckpointConfig, config_from_options
 from shadowsync.errors import UserError
 from tests.helpers import ONE_TRAINER, _kill_session, run_cli, summary
 
@@ -143,7 +143,7 @@ def test_every_rank_refuses_a_checkpoint_storage_that_is_not_one_for_all(tmp_pat
     --out and what to do; with one OUT both go on, and no token is left behind."""
     outs = [tmp_path / "host0" / "run", tmp_path / "host1" / "run"]
     results = _ranks(2, lambda r, ex: resume.check_one_storage(
-        config_from_options(out=str(outs[r])), r, ex))
+        CheckpointConfig(), str(outs[r]), r, ex))
     for r, e in enumerate(results):
         assert isinstance(e, UserError), e
         line = str(e)
@@ -152,7 +152,7 @@ def test_every_rank_refuses_a_checkpoint_storage_that_is_not_one_for_all(tmp_pat
         assert "does not see what rank 1" in line and "--checkpoint-dir s3://" in line
     shared = tmp_path / "shared"
     results = _ranks(2, lambda r, ex: resume.check_one_storage(
-        config_from_options(out=str(shared)), r, ex))
+        CheckpointConfig(), str(shared), r, ex))
     assert results == [None, None]
     assert list((shared / CHECKPOINT_DIR).iterdir()) == []
 
@@ -163,12 +163,13 @@ def test_a_restart_resumes_every_rank_from_rank_0s_published_step(tmp_path, monk
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     outs = [tmp_path / "host0", tmp_path / "host1"]
     _save_step(outs[0] / CHECKPOINT_DIR, 300)
-    cfgs = [config_from_options(out=str(o)) for o in outs]
-    got = _ranks(2, lambda r, ex: resume.agreed_checkpoint(cfgs[r], r, ex).checkpoint.resume)
+    got = _ranks(2, lambda r, ex: resume.agreed_checkpoint(CheckpointConfig(), str(outs[r]),
+                                                           r, ex))
     assert got == [str(step_dir(outs[0] / CHECKPOINT_DIR, 300))] * 2
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
     bad = config_from_options(out=str(outs[1]), resume=str(tmp_path / "nope"))
-    got = _ranks(2, lambda r, ex: resume.agreed_checkpoint(bad, r, ex))
+    got = _ranks(2, lambda r, ex: resume.agreed_checkpoint(bad.checkpoint, bad.output.dir, r,
+                                                           ex))
     assert all(isinstance(e, UserError) and "no such file" in str(e) for e in got), got
 
 

@@ -128,9 +128,9 @@ def test_the_budget_in_rows_or_bytes_and_the_bad_ones():
         assert pool_rows([1], 17, admit, 2 * allocated + 1, 2) == 1000
     cfg = TrainConfig(tables="dynamic", table_size=[10], batch_size=64).validate()
     with pytest.raises(UserError, match="cannot hold one batch"):
-        dynamic_spec(cfg, Features(1, (10, 10)), 1)
+        dynamic_spec(cfg.model, 64, Features(1, (10, 10)), 1)
     ok = TrainConfig(tables="dynamic", table_memory="1MiB", batch_size=8).validate()
-    assert dynamic_spec(ok, Features(1, (10, 10)), 2).capacity == pool_rows(
+    assert dynamic_spec(ok.model, 8, Features(1, (10, 10)), 2).capacity == pool_rows(
         [10, 10], 17, 1, 2**20, 2)
 
 
@@ -146,7 +146,7 @@ def test_evict_and_table_memory_are_parsed_once_into_typed_values():
     assert cfg.model.evict == Eviction(500) and cfg.model.table_memory.bytes == 1_572_864
     assert (config_to_dict(cfg)["evict"], config_to_dict(cfg)["table_memory"]) == \
         ("ttl:500", "1.5MiB")
-    assert dynamic_spec(cfg, Features(1, (10,)), 1).eviction == Eviction(500)
+    assert dynamic_spec(cfg.model, 8, Features(1, (10,)), 1).eviction == Eviction(500)
     assert TrainConfig().validate().model.evict == LRU
     assert TableMemory.parse("2GB").bytes == 2 * 10**9 and str(TableMemory(1000)) == "1000"
 

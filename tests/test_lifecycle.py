@@ -68,7 +68,8 @@ def _fake_run(monkeypatch, tmp_path, first_error):
         return cfg, {"out": str(tmp_path)}
 
     monkeypatch.setattr(job, "run_once", run_once)
-    monkeypatch.setattr(job, "last_good", lambda out: tmp_path / "checkpoint" / "step-8")
+    monkeypatch.setattr(job, "last_good",
+                        lambda checkpoint, out: tmp_path / "checkpoint" / "step-8")
     return calls
 
 

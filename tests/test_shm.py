@@ -91,7 +91,7 @@ def test_what_a_host_shares_adds_up_its_ranks_parts():
     buffers = sum(pages(b.nbytes) for b in dense.buffers())
     slots = pages(2 * 4 * (sum(p.numel() for p in params) + len(params)))
     trainer = model * (1 + 3) + buffers + slots
-    assert shm_room.trainer_bytes(cfg, features) == trainer
+    assert shm_room.trainer_bytes(dense, cfg.optim, cfg.cluster) == trainer
     layout = layout_of(cfg.cluster)
     emb = [pages(shared_bytes(plan, s, width, optimizer)) for s in range(2)]
     each = shm_room.PER_PROCESS

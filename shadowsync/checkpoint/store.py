@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from shadowsync.checkpoint.storage import Location, Url, local_copy, location, move, remove_tree
-from shadowsync.config import TrainConfig, load_config
+from shadowsync.config import CheckpointConfig, TrainConfig, load_config
 from shadowsync.errors import UserError
 
 if TYPE_CHECKING:
@@ -60,11 +60,17 @@ FORMAT = 1
 _STEP = re.compile(r"^step-(\d+)$")
 
 
+def checkpoints_at(checkpoint: CheckpointConfig, out_dir: str | None) -> Location:
+    """Where a run keeps its checkpoints: --checkpoint-dir, else OUT/checkpoint (`out_dir`:
+    --out)."""
+    if checkpoint.dir:
+        return location(checkpoint.dir, "--checkpoint-dir")
+    return Path(out_dir or ".") / CHECKPOINT_DIR
+
+
 def checkpoint_root(cfg: TrainConfig) -> Location:
-    """Where the run of `cfg` keeps its checkpoints: --checkpoint-dir, else OUT/checkpoint."""
-    if cfg.checkpoint.dir:
-        return location(cfg.checkpoint.dir, "--checkpoint-dir")
-    return Path(cfg.output.dir or ".") / CHECKPOINT_DIR
+    """Where the run of `cfg` keeps its checkpoints (`checkpoints_at`)."""
+    return checkpoints_at(cfg.checkpoint, cfg.output.dir)
 
 
 def step_dir(root: Location, step: int) -> Location:

@@ -18,7 +18,7 @@ from pathlib import Path
 from shadowsync.checkpoint.storage import Location
 from shadowsync.checkpoint.store import (
     CHECKPOINT_DIR,
-    checkpoint_root,
+    checkpoints_at,
     find_checkpoint,
     published,
     read_manifest,
@@ -27,7 +27,13 @@ from shadowsync.checkpoint.store import (
 from shadowsync.cluster.launch import choose_port, launch_local
 from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.shm_room import check_here
-from shadowsync.config import TrainConfig, config_to_dict, config_to_toml, default_out_dir
+from shadowsync.config import (
+    CheckpointConfig,
+    TrainConfig,
+    config_to_dict,
+    config_to_toml,
+    default_out_dir,
+)
 from shadowsync.data.dataset import dense_features, feature_counts, sparse_features
 from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
@@ -45,10 +51,12 @@ log = logging.getLogger(__name__)
 def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     """One training run of `api.run` (no rollback; its processes fork from the server
     `api.run` started): the checked configuration and the summary."""
-    cfg, out = checked_resume(cfg) if cfg.checkpoint.resume else (cfg, free_out_dir(cfg))
+    cfg, out = (checked_resume(cfg) if cfg.checkpoint.resume
+                else (cfg, free_out_dir(cfg.output.dir)))
     if cfg.checkpoint.warm_start and not cfg.checkpoint.resume:
         cfg = checked_warm_start(cfg)
-    checkpoint_root(cfg)  # a --checkpoint-dir URL no file system serves: said now
+    # a --checkpoint-dir URL no file system serves: said now
+    checkpoints_at(cfg.checkpoint, cfg.output.dir)
     check_writable(out)
     cfg, summary = checked_run(cfg, out)
     warning = worse_than_constant(summary.get("eval_ne"), "eval")
@@ -63,7 +71,7 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, obj
     if cfg.data.schema == AUTO:  # read off --data's columns once, for --eval-data too
         cfg = replace(cfg, schema=auto_schema(cfg.data.path))
     if cfg.distributed:
-        choose_port(cfg)  # a busy --port fails now; a free one is picked again at the launch
+        choose_port(cfg.cluster)  # a busy --port fails now; a free one is picked at the launch
     check_here(cfg)  # /dev/shm can hold what the processes will share (or a SIGBUS later)
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
@@ -77,7 +85,7 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, obj
     cfg = replace(cfg, out=str(out), schema=kept_schema(cfg.data.schema, out))
     (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
     if cfg.distributed:
-        summary = launch_local(choose_port(cfg))
+        summary = launch_local(replace(cfg, port=choose_port(cfg.cluster)))
     else:
         summary = train_local(cfg, plan)
     return cfg, summary
@@ -144,7 +152,7 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
         run is not None and out.resolve() == run.resolve()))
     same_root = cfg.checkpoint.dir == base.checkpoint.dir
     if not same_out:
-        out = free_out_dir(replace(cfg, out=str(out) if out else None))
+        out = free_out_dir(str(out) if out else None)
         if same_root:  # a new run directory keeps its own checkpoints
             cfg = replace(cfg, checkpoint_dir=None)
     elif same_root and run is None:
@@ -224,17 +232,17 @@ def check_writable(out: Path) -> None:
         raise UserError(f"--out {out}: {probe} is not writable")
 
 
-def free_out_dir(cfg: TrainConfig) -> Path:
+def free_out_dir(out_dir: str | None) -> Path:
     """--out (default runs/<timestamp>), refused if it already holds a run."""
-    out = Path(cfg.output.dir) if cfg.output.dir else default_out_dir()
+    out = Path(out_dir) if out_dir else default_out_dir()
     for name in ("metrics.jsonl", "summary.json", CONFIG_FILE):
         if (out / name).exists():
             raise UserError(f"--out {out}: already holds a run ({name}); choose another directory")
     return out
 
 
-def last_good(cfg: TrainConfig) -> Location | None:
-    """The newest published checkpoint of the run of `cfg` (never one holding a NaN: those
-    are refused when saved), or None."""
-    good = published(checkpoint_root(cfg)) if cfg.output.dir or cfg.checkpoint.dir else []
+def last_good(checkpoint: CheckpointConfig, out_dir: str | None) -> Location | None:
+    """The newest published checkpoint of a run (`out_dir`: its --out; never one holding a
+    NaN: those are refused when saved), or None."""
+    good = published(checkpoints_at(checkpoint, out_dir)) if out_dir or checkpoint.dir else []
     return good[-1] if good else None

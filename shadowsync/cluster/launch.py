@@ -10,7 +10,6 @@ import os
 import socket
 import uuid
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -18,11 +17,11 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import shadowsync.forkserver as forkserver
-from shadowsync.checkpoint.store import checkpoint_root, published
+from shadowsync.checkpoint.store import checkpoints_at, published
 from shadowsync.cluster.entry import JOB_PROCESS_ENV, process_main
 from shadowsync.cluster.failures import first_error, job_error
 from shadowsync.cluster.parts import layout_of
-from shadowsync.config import TrainConfig
+from shadowsync.config import CheckpointConfig, ClusterConfig, TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.stop import Interrupted
@@ -47,16 +46,16 @@ def check_port_free(addr: str, port: int, option: str) -> None:
             raise UserError(f"{option} {port}: cannot bind on {addr}: {e.strerror}") from None
 
 
-def choose_port(cfg: TrainConfig) -> TrainConfig:
-    """`cfg` with the rendezvous port filled in (a free one unless --port), checked free."""
-    port = cfg.cluster.port or free_port(cfg.cluster.addr)
-    check_port_free(cfg.cluster.addr, port, "--port")
-    return replace(cfg, port=port)
+def choose_port(cluster: ClusterConfig) -> int:
+    """The rendezvous port (a free one unless --port), checked free."""
+    port = cluster.port or free_port(cluster.addr)
+    check_port_free(cluster.addr, port, "--port")
+    return port
 
 
-def stop_checkpoint(cfg: TrainConfig) -> str | None:
-    """The newest checkpoint of the run of `cfg`, if any."""
-    found = published(checkpoint_root(cfg))
+def stop_checkpoint(checkpoint: CheckpointConfig, out_dir: str | None) -> str | None:
+    """The newest checkpoint of a run (`out_dir`: its --out), if any."""
+    found = published(checkpoints_at(checkpoint, out_dir))
     return str(found[-1]) if found else None
 
 
@@ -98,7 +97,7 @@ def launch_local(cfg: TrainConfig) -> dict[str, object]:
     try:
         elastic_launch(launch, process_main)(cfg, forkserver.job_environment())
     except SignalException as e:  # the agent forwarded it; trainer 0 saved a final checkpoint
-        raise Interrupted(int(e.sigval), stop_checkpoint(cfg)) from None
+        raise Interrupted(int(e.sigval), stop_checkpoint(cfg.checkpoint, cfg.output.dir)) from None
     except ChildFailedError as e:  # say which role failed and why, as the type it was
         statuses = [f.exitcode for f in e.failures.values()]
         line = first_error(out, restarts) or f"the job failed: {_first_words(str(e))}"

@@ -51,7 +51,8 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     features = features_of(cfg)
     need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features))
     if cfg.model.table_kind.maps_ids:  # a budget below one batch: refused before any process
-        dynamic_spec(cfg, features, max(1, cfg.cluster.embedding_servers))
+        dynamic_spec(cfg.model, cfg.optim.batch_size, features,
+                     max(1, cfg.cluster.embedding_servers))
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
@@ -100,7 +101,8 @@ def trainers_here(layout: ClusterLayout) -> int:
 def embedding_plan(cfg: TrainConfig, features: Features) -> ShardingPlan:
     """Which server holds which rows of the tables (with --tables dynamic, how each server
     keeps its share of the id maps)."""
-    dynamic = (dynamic_spec(cfg, features, cfg.cluster.embedding_servers)
+    dynamic = (dynamic_spec(cfg.model, cfg.optim.batch_size, features,
+                            cfg.cluster.embedding_servers)
                if cfg.model.table_kind.maps_ids else None)
     return ShardingPlan(cfg.cluster.embedding_servers, features.table_rows,
                         cfg.cluster.row_split_limit, dynamic)

@@ -22,7 +22,7 @@ from dataclasses import replace
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.storage import Location, location, remove_tree
 from shadowsync.checkpoint.store import (
-    checkpoint_root,
+    checkpoints_at,
     find_checkpoint,
     load_all,
     published,
@@ -43,14 +43,18 @@ def agree_on_start(cfg: TrainConfig, rank: int, exchange: Exchange,
     """`cfg` as every rank will run it: its checkpoint storage checked to be one for all
     (where the job spans hosts: `hosts_apart`), and the checkpoint it starts from agreed."""
     if hosts_apart and not cfg.checkpoint.every.never:
-        check_one_storage(cfg, rank, exchange)
-    return agreed_checkpoint(cfg, rank, exchange)
+        check_one_storage(cfg.checkpoint, cfg.output.dir, rank, exchange)
+    found = agreed_checkpoint(cfg.checkpoint, cfg.output.dir, rank, exchange)
+    if attempt() == 0 and not cfg.checkpoint.resume:
+        return cfg
+    return replace(cfg, resume=found)
 
 
-def check_one_storage(cfg: TrainConfig, rank: int, exchange: Exchange) -> None:
+def check_one_storage(checkpoint: CheckpointConfig, out_dir: str | None, rank: int,
+                      exchange: Exchange) -> None:
     """Refuse, on every rank, a checkpoint root that some rank does not share: each writes
-    a token there, and after all have, each looks for all the others'."""
-    root = checkpoint_root(cfg)
+    a token there, and after all have, each looks for all the others' (`out_dir`: --out)."""
+    root = checkpoints_at(checkpoint, out_dir)
     probe = staging_dir(root, f"hosts-{exchange(uuid.uuid4().hex)[0]}")
     mine = (socket.gethostname(), str(root))
     error = ""
@@ -69,7 +73,8 @@ def check_one_storage(cfg: TrainConfig, rank: int, exchange: Exchange) -> None:
         pass
     for r, (missing, failed) in enumerate(verdicts):
         if failed or missing:
-            raise UserError(not_one_storage(cfg, r, everyone, missing, failed))
+            raise UserError(not_one_storage(checkpoint, out_dir, r, everyone, missing,
+                                            failed))
 
 
 def _exists(path: Location) -> bool:
@@ -79,11 +84,11 @@ def _exists(path: Location) -> bool:
         return False
 
 
-def not_one_storage(cfg: TrainConfig, rank: int, everyone: list[object], missing: list[int],
-                    failed: str) -> str:
+def not_one_storage(checkpoint: CheckpointConfig, out_dir: str | None, rank: int,
+                    everyone: list[object], missing: list[int], failed: str) -> str:
     """The one line that refuses a checkpoint storage some rank does not share."""
-    option, value = (("--checkpoint-dir", cfg.checkpoint.dir) if cfg.checkpoint.dir
-                     else ("--out", cfg.output.dir))
+    option, value = (("--checkpoint-dir", checkpoint.dir) if checkpoint.dir
+                     else ("--out", out_dir))
     host, root = everyone[rank]
     what = (f"rank {rank} (host {host}) cannot write {root}: {failed}" if failed else
             f"rank {rank} (host {host}) does not see what rank {missing[0]} (host "
@@ -93,30 +98,31 @@ def not_one_storage(cfg: TrainConfig, rank: int, everyone: list[object], missing
             "URL every host reaches (--checkpoint-dir s3://..., gs://...)")
 
 
-def agreed_checkpoint(cfg: TrainConfig, rank: int, exchange: Exchange) -> TrainConfig:
-    """`cfg` resuming from rank 0's answer: in a restarted attempt the newest published
-    checkpoint (or none yet: from the start), else the step --resume names."""
+def agreed_checkpoint(checkpoint: CheckpointConfig, out_dir: str | None, rank: int,
+                      exchange: Exchange) -> str | None:
+    """The checkpoint every rank resumes from, rank 0's answer: in a restarted attempt the
+    newest published checkpoint (or none yet: from the start), else the step --resume names
+    (`out_dir`: --out)."""
     found, error = None, None
     if rank == 0:
         try:
-            found = start_checkpoint(cfg)
+            found = start_checkpoint(checkpoint, out_dir)
         except UserError as e:  # said by every rank, not only by rank 0 while the others wait
             error = str(e)
     found, error = exchange((found, error))[0]
     if error:
         raise UserError(error)
-    if attempt() == 0 and not cfg.checkpoint.resume:
-        return cfg
-    return replace(cfg, resume=found)
+    return found
 
 
-def start_checkpoint(cfg: TrainConfig) -> str | None:
+def start_checkpoint(checkpoint: CheckpointConfig, out_dir: str | None) -> str | None:
     """The checkpoint this process would start from, by its own listing."""
     if attempt() > 0:
-        found = published(checkpoint_root(cfg)) if cfg.output.dir or cfg.checkpoint.dir else []
+        found = published(checkpoints_at(checkpoint, out_dir)) if out_dir or checkpoint.dir \
+            else []
         return str(found[-1]) if found else None
-    if cfg.checkpoint.resume:
-        return str(find_checkpoint(cfg.checkpoint.resume, "--resume"))
+    if checkpoint.resume:
+        return str(find_checkpoint(checkpoint.resume, "--resume"))
     return None
 
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 
 from shadowsync.cluster.parts import embedding_plan, layout_of, local_ranks
-from shadowsync.config import TrainConfig
+from shadowsync.config import ClusterConfig, ModelConfig, OptimConfig, TrainConfig
 from shadowsync.errors import UserError
 from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.tasks import Features, build_dense_model, features_of
@@ -41,25 +42,25 @@ def pages(nbytes: int) -> int:
     return -(-nbytes // PAGE) * PAGE
 
 
-def trainer_bytes(cfg: TrainConfig, features: Features) -> int:
-    """A trainer's shared memory besides tables: its dense model (parameters and buffers),
+def trainer_bytes(model: torch.nn.Module, optim: OptimConfig, cluster: ClusterConfig) -> int:
+    """A trainer's shared memory besides tables: its dense `model` (parameters and buffers),
     its workers' Adagrad sums (`WorkerSlots`) and, with several trainers, the two slots of
     every AllReduce of a round (`HostSum`, at most one per parameter tensor)."""
-    model = build_dense_model(cfg, features)
     params = list(model.parameters())
     param_bytes = sum(pages(p.nbytes) for p in params)
     total = param_bytes + sum(pages(b.nbytes) for b in model.buffers())
-    if cfg.optim.optimizer == "adagrad":
-        total += cfg.cluster.workers * param_bytes
-    if cfg.cluster.trainers > 1:
+    if optim.optimizer == "adagrad":
+        total += cluster.workers * param_bytes
+    if cluster.trainers > 1:
         total += pages(HostSum.file_bytes(sum(p.numel() for p in params) + len(params)))
     return total
 
 
-def tables_bytes(cfg: TrainConfig, features: Features, plan: ShardingPlan, server: int) -> int:
+def tables_bytes(model: ModelConfig, optim: OptimConfig, features: Features,
+                 plan: ShardingPlan, server: int) -> int:
     """What embedding server `server` of `plan` (or a trainer holding its tables) shares."""
-    return pages(embedding_server.shared_bytes(plan, server, cfg.model.table_width(),
-                                               cfg.optim.table_optimizer(features.multi_hot)))
+    return pages(embedding_server.shared_bytes(plan, server, model.table_width(),
+                                               optim.table_optimizer(features.multi_hot)))
 
 
 def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
@@ -70,12 +71,13 @@ def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
     roles = [layout.role(rank) for rank in ranks]
     trainers = sum(role == "trainer" for role, _ in roles)
     total = len(roles) * PER_PROCESS
-    total += sum(tables_bytes(cfg, features, plan, index) for role, index in roles
-                 if role == "embedding" and transport == "auto")
+    total += sum(tables_bytes(cfg.model, cfg.optim, features, plan, index)
+                 for role, index in roles if role == "embedding" and transport == "auto")
     if trainers:  # every trainer shares the same: one model built to count it
-        per_trainer = trainer_bytes(cfg, features)
+        per_trainer = trainer_bytes(build_dense_model(cfg, features), cfg.optim, cfg.cluster)
         if transport == "unshared":  # a private copy of every server's tables
-            per_trainer += sum(tables_bytes(cfg, features, plan, s) for s in range(plan.servers))
+            per_trainer += sum(tables_bytes(cfg.model, cfg.optim, features, plan, s)
+                               for s in range(plan.servers))
         total += trainers * per_trainer
     return total
 
@@ -83,9 +85,11 @@ def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
 def local_bytes(cfg: TrainConfig) -> int:
     """The bytes a one-process run (`train.local`: its tables and its trainer) shares."""
     features = features_of(cfg)
-    dynamic = dynamic_spec(cfg, features, 1) if cfg.model.table_kind.maps_ids else None
+    dynamic = (dynamic_spec(cfg.model, cfg.optim.batch_size, features, 1)
+               if cfg.model.table_kind.maps_ids else None)
     plan = ShardingPlan(1, features.table_rows, cfg.cluster.row_split_limit, dynamic)
-    return PER_PROCESS + tables_bytes(cfg, features, plan, 0) + trainer_bytes(cfg, features)
+    return (PER_PROCESS + tables_bytes(cfg.model, cfg.optim, features, plan, 0)
+            + trainer_bytes(build_dense_model(cfg, features), cfg.optim, cfg.cluster))
 
 
 def needed_here(cfg: TrainConfig) -> int:

@@ -3,24 +3,25 @@ without embedding servers, every server, a checkpoint read back)."""
 
 from __future__ import annotations
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import ModelConfig
 from shadowsync.embeddings.dynamic import MAX_TABLES
 from shadowsync.embeddings.dynamic_tables import DynamicSpec, pool_rows
 from shadowsync.errors import UserError
 from shadowsync.train.tasks.base import Features
 
 
-def dynamic_spec(cfg: TrainConfig, features: Features, holders: int) -> DynamicSpec:
+def dynamic_spec(m: ModelConfig, batch_size: int, features: Features,
+                 holders: int) -> DynamicSpec:
     """How each of `holders` (the trainer, or each embedding server) keeps --tables dynamic:
     its pool's rows from --table-size (rows per table) or --table-memory (the job's bytes).
-    A budget below one batch's lookups could not hold the batch it is reading: refused."""
-    m = cfg.model
+    A budget below one batch's lookups (`batch_size`: --batch-size) could not hold the batch
+    it is reading: refused."""
     if features.num_tables > MAX_TABLES:
         raise UserError(f"--tables dynamic: the data has {features.num_tables} categorical "
                         f"features; dynamic tables take at most {MAX_TABLES}")
     rows = pool_rows(features.table_rows, m.table_width(), m.admit_after,
                      m.table_memory.bytes if m.table_memory is not None else None, holders)
-    lookups = cfg.optim.batch_size * features.num_tables
+    lookups = batch_size * features.num_tables
     if rows * holders < lookups:
         given = (f"--table-memory {m.table_memory}" if m.table_memory is not None
                  else f"--table-size {','.join(map(str, m.table_size))}")

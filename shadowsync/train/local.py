@@ -19,7 +19,7 @@ def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables | Dyna
         lock = shm.new_path("dynamic-lock") if shm.available() else None
         if lock is not None:
             atexit.register(shm.unlink, lock)
-        return dynamic_spec(cfg, features, 1).build(
+        return dynamic_spec(cfg.model, cfg.optim.batch_size, features, 1).build(
             cfg.model.table_width(), cfg.seed, lock, **cfg.optim.table_optimizer()
         ).share_memory_()
     return EmbeddingTables(list(features.table_rows), cfg.model.table_width(), seed=cfg.seed,
