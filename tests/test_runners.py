@@ -126,9 +126,11 @@ def test_step_counter_rests_half_the_time_the_steps_left_take_at_the_pace_last_s
     done = Looks(counter, looks=2)
     counter.wait(5, done, timeout=1.0)
     assert done.rests == [4 * POLL_S[0]] * 2
-    # a wait that saw steps keeps their pace: 20 steps in one rest of 4 x POLL_S[0]
+    # a wait that saw steps keeps their pace: 20 steps in one rest of 4 x POLL_S[0] (or
+    # longer, on a busy machine)
+    t0 = time.perf_counter()
     counter.wait(5, Looks(counter, steps=20), timeout=1.0)
-    assert counter.rate == pytest.approx(20 / (4 * POLL_S[0]), rel=0.5)
+    assert 20 / (time.perf_counter() - t0) <= counter.rate <= 20 / (4 * POLL_S[0])
     # 2 workers x 5 steps due at 1,000 steps a second: the first look after 5 ms, not before
     counter.rate, counter._begun = 1000.0, counter.total()
     done = Looks(counter)
