@@ -397,7 +397,7 @@ class SyncConfig:
         "--sync-budget allows, and a round at least every 1/40 of a worker's pass; the default, "
         "20steps with --val-share)",
         flag="sync_interval", spec=SyncInterval)
-    budget: float = opt(0.03, "share of the trainer's cores the auto pace may spend",
+    budget: float = opt(0.01, "share of the trainer's cores the auto pace may spend",
                         flag="sync_budget")
     every: int = opt(50, "worker steps between foreground rounds", flag="sync_every")
     dtype: Literal["fp32", "bf16"] = opt(

@@ -13,7 +13,7 @@ a slow machine as on an idle one (a time-paced round comes every fewer steps the
 `auto` also begins a round, at the latest, once each worker has taken 1/MIN_ROUNDS of its
 pass since the last one began: about MIN_ROUNDS rounds a job or more (fewer only where a
 round takes longer than that many steps, and then they run back to back). A long job's budget
-pace comes far sooner (the default job of 1.5M examples runs 750 to 2,400 rounds a trainer),
+pace comes far sooner (the default job of 1.5M examples runs hundreds of rounds a trainer),
 so only a short job is paced by its steps: a few hundred steps a worker, which the budget
 alone gave 3 to 9 rounds, fewer on an idle machine than on a busy one.
 """
