@@ -77,7 +77,7 @@ def test_per_host_placement_sends_about_half_the_rows_over_the_link(tmp_path):
     try:
         with bench.NetnsHosts(2, rate_mbit=bench.LINK_MBIT) as net, \
                 bench.ApartHosts(2, shm_bytes=2**30, net=net, prefix="ssync-t") as apart:
-            got = {p: bench.run_variant(apart, Variant(2, True, p, 1), 30_000,
+            got = {p: bench.run_variant(apart, Variant(2, True, p, 0), 30_000,
                                         tmp_path / p, table_size=5000, sync="none")
                    for p in ("first", "per-host")}
     finally:
