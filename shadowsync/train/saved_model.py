@@ -34,7 +34,7 @@ from shadowsync.checkpoint.store import (
     read_manifest,
     saved_config,
 )
-from shadowsync.config import DLRM, TrainConfig
+from shadowsync.config import DLRM, ClusterConfig, DataConfig, ModelConfig, TrainConfig
 from shadowsync.data.dataset import (
     CtrData,
     dense_features,
@@ -58,15 +58,15 @@ def feature_names(num_tables: int) -> list[str]:
     return [f"C{i + 1}" for i in range(num_tables)]
 
 
-def _sparse_features(manifest: dict[str, object], cfg: TrainConfig, num_tables: int
+def _sparse_features(manifest: dict[str, object], data: DataConfig, num_tables: int
                      ) -> list[SparseFeature]:
     """Each table's feature: its name, and for a multi-hot one its pooling and weighting.
     From the manifest (saved since they were recorded there), else from the training data's
     headers while they are still there, else single-id features C1..CT."""
     specs = manifest.get("sparse_features")
-    if specs is None and cfg.data.path != "synthetic" and Path(cfg.data.path).exists():
+    if specs is None and data.path != "synthetic" and Path(data.path).exists():
         try:
-            specs = sparse_features(resolve(cfg.data.path, cfg.data.schema), num_tables)
+            specs = sparse_features(resolve(data.path, data.schema), num_tables)
         except (UserError, OSError):
             specs = None
     if specs is None or len(specs) != num_tables:
@@ -93,18 +93,19 @@ def _dense_names(manifest: dict[str, object], num_dense: int) -> list[str] | Non
     return list(names) if isinstance(names, list) and len(names) == num_dense else None
 
 
-def _dynamic_tables(step: Path, cfg: TrainConfig, features: Features
+def _dynamic_tables(step: Path, model: ModelConfig, batch_size: int, features: Features
                     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Dynamic tables cut back into one table per feature: each feature's rows in the order
     of their keys after a default row of zeros, and those keys after key 0 (see
-    `TrainedModel._rows`). Ids the maps did not hold read the default row."""
-    width = cfg.model.table_width()
+    `TrainedModel._rows`). Ids the maps did not hold read the default row (`batch_size`:
+    the run's --batch-size, which the pools were sized by)."""
+    width = model.table_width()
     servers = sorted((s for s in read_manifest(step, "--checkpoint").get("shards", [])
                       if s.startswith("emb")), key=lambda s: int(s[3:]))
     holders = ([(step / name, "state/", f"embedding server {i}")
                 for i, name in enumerate(servers)] if servers
                else [(step / "trainer0", "tables/", "the embedding tables")])
-    spec = dynamic_spec(cfg, features, len(holders))
+    spec = dynamic_spec(model, batch_size, features, len(holders))
     keys, rows = [], []
     for where, prefix, what in holders:
         held = {f"{prefix}weight": torch.empty(spec.capacity + 1, width),
@@ -126,20 +127,20 @@ def _dynamic_tables(step: Path, cfg: TrainConfig, features: Features
     return tables, id_keys
 
 
-def _tables(step: Path, cfg: TrainConfig, manifest: dict[str, object],
+def _tables(step: Path, model: ModelConfig, cluster: ClusterConfig, manifest: dict[str, object],
             table_rows: tuple[int, ...]) -> list[torch.Tensor]:
     """Every table whole, [rows, width] each, in feature order."""
-    width = cfg.model.table_width()
+    width = model.table_width()
     servers = sorted((s for s in manifest.get("shards", []) if s.startswith("emb")),
                      key=lambda s: int(s[3:]))
     if not servers:
         fused = {"tables/weight": torch.empty(sum(table_rows), width)}
         load_shard(step / "trainer0", fused, "the embedding tables", strict=False)
         return [t.clone() for t in fused["tables/weight"].split(list(table_rows))]
-    if cfg.cluster.embedding_transport == "unshared":
+    if cluster.embedding_transport == "unshared":
         raise UserError(f"checkpoint {step}: --embedding-transport unshared kept a private "
                         "copy of the tables in each trainer, and those were not saved")
-    plan = ShardingPlan(len(servers), table_rows, cfg.cluster.row_split_limit)
+    plan = ShardingPlan(len(servers), table_rows, cluster.row_split_limit)
     held = []
     for i, name in enumerate(servers):
         piece = {"state/weight": torch.empty(sum(plan.server_pieces(i)), width)}
@@ -217,11 +218,11 @@ def load_model(path: str | Path, model: Callable[..., object] | str | None = Non
     if not task_of(cfg.task).categorical:
         tables = []
     elif cfg.model.table_kind.maps_ids:
-        tables, id_keys = _dynamic_tables(step, cfg, features)
+        tables, id_keys = _dynamic_tables(step, cfg.model, cfg.optim.batch_size, features)
     else:
-        tables = _tables(step, cfg, manifest, features.table_rows)
+        tables = _tables(step, cfg.model, cfg.cluster, manifest, features.table_rows)
     output = task_of(cfg.task).output
-    sparse = _sparse_features(manifest, cfg, len(tables))
+    sparse = _sparse_features(manifest, cfg.data, len(tables))
     return cfg, TrainedModel(dense, {f.name: t for f, t in zip(sparse, tables, strict=True)},
                              features.num_dense, output, sparse, id_keys,
                              _dense_names(manifest, features.num_dense)), step
