@@ -22,7 +22,14 @@ from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.coordinator import Checkpointer
 from shadowsync.checkpoint.storage import location
 from shadowsync.checkpoint.store import checkpoint_root, load_all, read_manifest
-from shadowsync.config import CheckpointConfig, OutputConfig, TrainConfig, config_to_toml
+from shadowsync.config import (
+    CheckpointConfig,
+    ClusterConfig,
+    OptimConfig,
+    OutputConfig,
+    TrainConfig,
+    config_to_toml,
+)
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.stop import STOP, Interrupted, silence_stderr
@@ -31,11 +38,11 @@ from shadowsync.runners.base import Runner
 from shadowsync.runners.switch.overhead import switch_overhead
 from shadowsync.state_dicts import Checkpointable
 from shadowsync.train.prefetch import depth_of
-from shadowsync.train.progress import TrainerStats
+from shadowsync.train.progress import Progress, TrainerStats
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.saved_model import feature_record, load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
-from shadowsync.train.tasks import DataPlan
+from shadowsync.train.tasks import DataPlan, task_of
 from shadowsync.train.trainer import Trainer
 from shadowsync.transport.layout import ClusterLayout
 
@@ -65,15 +72,16 @@ def progress_bar(total: int, desc: str, enabled: bool) -> tqdm:
                 dynamic_ncols=True)
 
 
-def checkpoint_components(cfg: TrainConfig, model: torch.nn.Module, runner: Runner | None,
-                          tables: EmbeddingClient) -> tuple[WorkerSlots,
-                                                           dict[str, Checkpointable]]:
+def checkpoint_components(model: torch.nn.Module, runner: Runner | None,
+                          tables: EmbeddingClient, *, cluster: ClusterConfig,
+                          optim: OptimConfig, resumable: bool
+                          ) -> tuple[WorkerSlots, dict[str, Checkpointable]]:
     """What this trainer saves besides its workers' positions (`slots`, saved when the mode
-    resumes): its dense model, its sync rules' state, its random state, and the tables if
-    they live here."""
-    slots = WorkerSlots(list(model.parameters()), cfg.cluster.workers, cfg.optim.optimizer)
+    is `resumable`): its dense model, its sync rules' state, its random state, and the
+    tables if they live here."""
+    slots = WorkerSlots(list(model.parameters()), cluster.workers, optim.optimizer)
     parts: dict[str, Checkpointable] = {"model": DenseModelState(model), "rng": RngState()}
-    if cfg.sync.entry.resumable and runner is not None and runner.state_dict():
+    if resumable and runner is not None and runner.state_dict():
         parts["sync"] = runner
     local = tables.saved_here()
     if local is not None:  # local tables (embedding servers save their own)
@@ -136,7 +144,8 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
     `cfg.resume`, loaded from that checkpoint; its metrics log, progress bar and the note of
     its progress (--max-restarts). `checkpointer`: trainer 0's (`make_checkpointer`) or None."""
     out = Path(cfg.output.dir or ".")
-    slots, parts = checkpoint_components(cfg, model, runner, tables)
+    slots, parts = checkpoint_components(model, runner, tables, cluster=cfg.cluster,
+                                         optim=cfg.optim, resumable=cfg.sync.entry.resumable)
     shard = ClusterLayout.trainer_name(index)
     for name, part in parts.items():
         shards.register(shard, name, part)
@@ -166,8 +175,10 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
     bar = progress_bar(plan.train_stop // cfg.cluster.trainers, desc,
                        lead and progress_enabled(cfg.output))
     progress = attempts.Progress(out, index)
+    reports = Progress(index, task_of(cfg.task).running_metric(), sync=runner, log=metrics,
+                       bar=bar)
     trainer = Trainer(cfg, plan, tables, index=index, model=model, sync=runner,
-                      log=metrics, progress=bar, slots=slots, checkpointer=checkpointer,
+                      progress=reports, slots=slots, checkpointer=checkpointer,
                       on_examples=progress, lost_peer=attempts.PeerWatch.of_launch(out))
     progress(trainer.stats.examples)
     if lead:

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from shadowsync.checkpoint.coordinator import Checkpointer
 from shadowsync.config import TrainConfig
@@ -35,7 +34,6 @@ from shadowsync.train.notices import JobNotices, Notices, serve_notices
 from shadowsync.train.pool import Shared, WorkerPool, worker_specs
 from shadowsync.train.progress import Progress, TrainerStats
 from shadowsync.train.quiesce import Parking, Quiescence, serve_parking
-from shadowsync.train.report import MetricsLog
 from shadowsync.train.selection import ModelSelection, validation_gates
 from shadowsync.train.state import WorkerSlots
 from shadowsync.train.tasks import DataPlan, build_dense_model, task_of
@@ -64,7 +62,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient, *,
                  index: int = 0,
                  model: torch.nn.Module | None = None, sync: Runner | None = None,
-                 log: MetricsLog | None = None, progress: tqdm | None = None,
+                 progress: Progress | None = None,
                  slots: WorkerSlots | None = None, checkpointer: Checkpointer | None = None,
                  on_examples: Callable[[int], None] | None = None,
                  lost_peer: Callable[[], str | None] | None = None) -> None:
@@ -79,8 +77,8 @@ class Trainer:
         self.lost_peer = lost_peer  # () -> name of a process of the job that is gone, or None
         self.stop_signal: int | None = None
         self._evaluating = False
-        self.progress = Progress(index, self.task.running_metric(), sync=sync, log=log,
-                                 bar=progress)
+        # what its workers' reports become (default: statistics and the running metric only)
+        self.progress = progress or Progress(index, self.task.running_metric(), sync=sync)
         self.stats = self.progress.stats
         self.pool = self._pool(slots)
         self.stats.examples = self.resumed_examples()
