@@ -329,7 +329,7 @@ def _add_faults_data_realdata(bench: Any) -> None:
     real.add_argument("--splits", default="1",
                       help="the reported splits: train / eval splits drawn from these seeds, "
                       "never used for choosing a default or a baseline's setting (default: 1, "
-                      "about 25 minutes on 2 cores; the whole protocol: 1-5)")
+                      "the short run; the whole protocol: 1-5)")
     real.add_argument("--tuning-split", action="store_true",
                       help="run on the tuning split (seed 0) instead: the one on which defaults "
                       "and the baselines' settings may be chosen, never reported")
