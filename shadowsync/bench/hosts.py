@@ -261,9 +261,10 @@ def summary_of(runs: list[dict[str, Any]], variants: list[Variant]
                      f"{max(ne):.4f})", round(m["link_bytes_per_step"]),
                      round(m["step_ms"], 2), round(added.get("added_ms", 0.0), 2),
                      round(added.get("eps_factor", 1.0), 3)])
-    table = {"title": f"Medians per variant ({len({r['repeat'] for r in runs})} interleaved "
-                      f"repeats); the last two columns derived for a {DELAY_MS} ms one-way "
-                      "delay, which is not emulated",
+    repeats = len({r["repeat"] for r in runs})
+    table = {"title": f"Medians per variant, {repeats} interleaved repeat{'s' * (repeats > 1)}; "
+                      f"the last two columns derived for a {DELAY_MS} ms one-way delay, which "
+                      "is not emulated",
              "columns": ["variant", "hosts", "placement", "--prefetch", "EPS",
                          "EPS per trainer", "eval NE (min to max)", "bytes a step over links",
                          "step ms", f"+ms a step at {DELAY_MS} ms", "EPS x at that delay"],
