@@ -39,7 +39,7 @@ from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
 from shadowsync.metrics import worse_than_constant
 from shadowsync.train.local import train_local
-from shadowsync.train.tasks import plan_data
+from shadowsync.train.tasks import TaskInputs, plan_data
 from shadowsync.train.tasks.ctr import rows_path
 
 CONFIG_FILE = "config.toml"
@@ -175,11 +175,11 @@ def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
         k = diff[0]
         raise UserError(f"--warm-start {step}: a model of another shape "
                         f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
-    check_same_features(step, cfg)
+    check_same_features(step, TaskInputs.of(cfg))
     return replace(cfg, warm_start=str(step))
 
 
-def check_same_features(step: Path, cfg: TrainConfig) -> None:
+def check_same_features(step: Path, cfg: TaskInputs) -> None:
     """--data has the columns the warm start's run trained on (from its manifest, else from
     its shape), in the same order: else one line naming the columns that differ."""
     manifest = read_manifest(step, "--warm-start")

@@ -21,8 +21,24 @@ import torch
 if TYPE_CHECKING:
     import numpy as np
 
-    from shadowsync.config import TrainConfig
+    from shadowsync.config import CheckpointConfig, DataConfig, ModelConfig, TrainConfig
     from shadowsync.embeddings import EmbeddingClient
+
+
+@dataclass(frozen=True)
+class TaskInputs:
+    """What a task reads of a run's options: its data, its model, the seed its dense weights
+    start from, and the checkpoint options (a --warm-start keeps its model's quantile
+    buckets). The rest of the configuration (the sync, the cluster) is the spine's."""
+
+    data: DataConfig
+    model: ModelConfig
+    seed: int
+    checkpoint: CheckpointConfig
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> TaskInputs:
+        return cls(cfg.data, cfg.model, cfg.seed, cfg.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -114,15 +130,15 @@ class Task(Protocol):
         """The held-out metrics of a saved model's predictions."""
         ...
 
-    def features(self, cfg: TrainConfig) -> Features:
+    def features(self, cfg: TaskInputs) -> Features:
         """The shape the model and tables are sized by, cheaply (no data conversion)."""
         ...
 
-    def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
+    def build_model(self, cfg: TaskInputs, features: Features) -> torch.nn.Module:
         """The dense model, identical on every trainer (seeded by cfg.seed)."""
         ...
 
-    def plan_data(self, cfg: TrainConfig) -> DataPlan:
+    def plan_data(self, cfg: TaskInputs) -> DataPlan:
         ...
 
     def open_data(self, path: str, examples: int | None, seed: int, skip_bad_lines: bool) -> Rows:

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from shadowsync.checkpoint.store import find_checkpoint, read_manifest
-from shadowsync.config import TrainConfig
 from shadowsync.data.arrays import is_array_dir
 from shadowsync.data.buckets import cut_like, quantile_buckets, row_count
 from shadowsync.data.ctr_data import CtrData
@@ -30,19 +29,20 @@ from shadowsync.errors import UserError
 from shadowsync.metrics import RunningNE, evaluate_predictions
 from shadowsync.metrics.ctr import roc_auc
 from shadowsync.models import build_model
-from shadowsync.train.tasks.base import DataPlan, Features
+from shadowsync.train.evaluate import evaluate
+from shadowsync.train.tasks.base import DataPlan, Features, TaskInputs
 
 DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
 
 
-def _sizes_given(cfg: TrainConfig) -> tuple[list[int] | None, str]:
+def _sizes_given(cfg: TaskInputs) -> tuple[list[int] | None, str]:
     """--table-size where it is not the default, and the file that declares the data's own
     sizes if it does (checked against them by `table_rows_of`)."""
     given = None if cfg.model.table_size == [DEFAULT_TABLE_SIZE] else cfg.model.table_size
     return given, cfg.data.schema or cfg.data.path
 
 
-def _features(cfg: TrainConfig, path: str, num_dense: int, num_tables: int) -> Features:
+def _features(cfg: TaskInputs, path: str, num_dense: int, num_tables: int) -> Features:
     return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows,
                                              *_sizes_given(cfg)),
                     raw_ids=cfg.model.table_kind.maps_ids,
@@ -50,14 +50,14 @@ def _features(cfg: TrainConfig, path: str, num_dense: int, num_tables: int) -> F
                                     for f in sparse_features(path, num_tables)))
 
 
-def features_of(cfg: TrainConfig) -> Features:
+def features_of(cfg: TaskInputs) -> Features:
     """From the data's headers only: cheap in every process (a conversion, and the quantile
     buckets' cut, are made once and then found in the cache)."""
     path = rows_path(cfg)
     return _features(cfg, path, *feature_counts(path))
 
 
-def rows_path(cfg: TrainConfig) -> str:
+def rows_path(cfg: TaskInputs) -> str:
     """Where the training rows are read: --data, converted where it is Parquet or CSV, and
     for an array directory with --buckets (left open: on with --val-share) each dense
     column's quantile-bucket feature added, its edges from the rows the model fits on alone
@@ -74,7 +74,7 @@ def rows_path(cfg: TrainConfig) -> str:
     return quantile_buckets(path, fit, buckets, cfg.data.no_buckets)
 
 
-def _training_rows(cfg: TrainConfig, rows: int, generated: bool) -> tuple[int, int | None]:
+def _training_rows(cfg: TaskInputs, rows: int, generated: bool) -> tuple[int, int | None]:
     """(rows [0, fit) the model fits on in one pass, rows [fit, val_stop) it validates on
     (None: no --val-share)) of the `rows` of --data: all but the last tenth where there is
     no --eval-data, the first --examples of a file, less the --val-share tail."""
@@ -96,7 +96,7 @@ def _training_rows(cfg: TrainConfig, rows: int, generated: bool) -> tuple[int, i
     return stop - held, stop
 
 
-def plan_data(cfg: TrainConfig) -> DataPlan:
+def plan_data(cfg: TaskInputs) -> DataPlan:
     generated = is_generated(cfg.data.path, cfg.data.schema)
     if generated:
         n_train = cfg.data.examples or DEFAULT_SYNTHETIC_EXAMPLES
@@ -137,7 +137,7 @@ def plan_data(cfg: TrainConfig) -> DataPlan:
                     epoch_rows=epoch_rows, val_start=val_start, val_stop=val_stop)
 
 
-def build_dense_model(cfg: TrainConfig, features: Features) -> torch.nn.Module:
+def build_dense_model(cfg: TaskInputs, features: Features) -> torch.nn.Module:
     """The one place a run's dense model is made (DLRM or --model), in every process."""
     # Every trainer starts from the same dense weights, as data-parallel training expects.
     torch.manual_seed(cfg.seed)
@@ -160,13 +160,13 @@ class CtrTask:
     def metrics_of(self, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
         return evaluate_predictions(pred, labels)
 
-    def features(self, cfg: TrainConfig) -> Features:
+    def features(self, cfg: TaskInputs) -> Features:
         return features_of(cfg)
 
-    def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
+    def build_model(self, cfg: TaskInputs, features: Features) -> torch.nn.Module:
         return build_dense_model(cfg, features)
 
-    def plan_data(self, cfg: TrainConfig) -> DataPlan:
+    def plan_data(self, cfg: TaskInputs) -> DataPlan:
         return plan_data(cfg)
 
     def open_data(self, path: str, examples: int | None, seed: int,
@@ -184,8 +184,6 @@ class CtrTask:
 
     def evaluate(self, model: torch.nn.Module, tables: EmbeddingClient, plan: DataPlan, start: int,
                  stop: int) -> dict[str, float]:
-        from shadowsync.train.evaluate import evaluate
-
         return evaluate(model, tables, plan.eval, start, stop, plan.features.id_modulus)
 
     def summary(self, final: dict[str, float], plan: DataPlan) -> dict[str, object]:

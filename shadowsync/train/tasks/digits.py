@@ -18,10 +18,9 @@ import torch.nn.functional as F
 
 from shadowsync.data.cache import built_once, cache_root
 from shadowsync.models.digits_cnn import SIDE, DigitsCNN
-from shadowsync.train.tasks.base import DataPlan, Features
+from shadowsync.train.tasks.base import DataPlan, Features, TaskInputs
 
 if TYPE_CHECKING:
-    from shadowsync.config import TrainConfig
     from shadowsync.embeddings import EmbeddingClient
 
 EVAL_IMAGES = 300
@@ -105,16 +104,16 @@ class DigitsTask:
     def metrics_of(self, pred: np.ndarray, labels: np.ndarray) -> dict[str, float]:
         return {"accuracy": float((pred.argmax(1) == labels.astype(np.int64)).mean())}
 
-    def features(self, cfg: TrainConfig) -> Features:
+    def features(self, cfg: TaskInputs) -> Features:
         # No categorical features: one table of one unused row keeps the embedding path
         # uniform (ids have zero columns, so nothing is ever looked up).
         return Features(SIDE * SIDE, (1,))
 
-    def build_model(self, cfg: TrainConfig, features: Features) -> torch.nn.Module:
+    def build_model(self, cfg: TaskInputs, features: Features) -> torch.nn.Module:
         torch.manual_seed(cfg.seed)
         return DigitsCNN()
 
-    def plan_data(self, cfg: TrainConfig) -> DataPlan:
+    def plan_data(self, cfg: TaskInputs) -> DataPlan:
         examples = cfg.data.examples or DEFAULT_EXAMPLES
         data = self.open_data("digits", examples, cfg.seed, False)
         return DataPlan(data, data, examples * cfg.data.epochs, examples, len(data), None,
