@@ -16,14 +16,13 @@ from shadowsync.api import run
 from shadowsync.config import TrainConfig
 from shadowsync.protocols import Protocol
 from shadowsync.runners.switch import search
+from shadowsync.train.tasks import task_of
 
 
 def run_search(cfg: TrainConfig, name: str, tolerance: float | None, seeds: int,
                min_share: float,
                store_root: str, out: str, progress: bool = True,
                probes: int = search.DEFAULT_PROBES) -> search.SearchResult:
-    from shadowsync.train.tasks import task_of  # start-up cost: torch (the CLI imports us)
-
     task = task_of(cfg.task)
     metric = task.metric
     bar = tqdm(total=probes * seeds, unit="run", desc=f"switch search: {name}",

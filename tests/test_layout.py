@@ -164,9 +164,10 @@ def test_a_jobs_tables_start_from_its_initial_accumulator():
     from shadowsync.train.tasks import Features
 
     cfg = TrainConfig(embedding_initial_accumulator=0.3, embedding_lr=0.7)
-    t = local_tables(cfg, Features(13, (5, 7)))
+    t = local_tables(cfg.model, cfg.optim, cfg.seed, Features(13, (5, 7)))
     assert torch.equal(t.state, torch.full((12,), 0.3))
     assert t.lr == 0.7
     default = TrainConfig().optim.embedding_initial_accumulator
-    assert torch.equal(local_tables(TrainConfig(), Features(13, (5,))).state,
-                       torch.full((5,), default))
+    plain = TrainConfig()
+    assert torch.equal(local_tables(plain.model, plain.optim, plain.seed,
+                                    Features(13, (5,))).state, torch.full((5,), default))

@@ -133,7 +133,7 @@ def test_a_multi_hot_features_rows_start_their_accumulator_at_its_own_value(tmp_
     start = {0: 0.05, 1: 0.01, 2: 0.01}
     expected = torch.tensor([start[t] for t, n in enumerate(features.table_rows)
                              for _ in range(n)])
-    assert torch.equal(local_tables(cfg, features).state, expected)
+    assert torch.equal(local_tables(cfg.model, cfg.optim, cfg.seed, features).state, expected)
     plan = ShardingPlan(2, features.table_rows, row_split_limit=100)  # items: split
     optimizer = cfg.optim.table_optimizer(features.multi_hot)
     state = torch.cat([EmbeddingTables(plan.server_pieces(s), 4,

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from shadowsync.errors import UserError
-from shadowsync.inference import export_program
 from shadowsync.models.trained import TrainedModel
+from shadowsync.train.exported import export_program
 
 
 class SumOfRows(nn.Module):

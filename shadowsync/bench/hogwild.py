@@ -35,7 +35,7 @@ def _config(examples: int, workers: int) -> TrainConfig:
 
 def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
     plan = plan_data(cfg)
-    trainer = Trainer(cfg, plan, local_tables(cfg, plan.features))
+    trainer = Trainer(cfg, plan, local_tables(cfg.model, cfg.optim, cfg.seed, plan.features))
     stats = trainer.run()
     trainer.close()
     return {"eps": stats.train_eps, "examples": stats.examples, "workers": cfg.cluster.workers}
@@ -45,7 +45,7 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
     torch.set_num_threads(1)
     plan = plan_data(cfg)
     model = build_dense_model(cfg, plan.features)
-    tables = local_tables(cfg, plan.features)
+    tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
     opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
     # The workers' schedule, so the loops match.
     schedule = LrSchedule.of(cfg.optim).over(num_batches(0, plan.train_stop, cfg.optim.batch_size))

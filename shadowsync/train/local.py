@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import atexit
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import ModelConfig, OptimConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic_tables import DynamicTables
 from shadowsync.train.dynamic_tables import dynamic_spec
@@ -13,17 +13,19 @@ from shadowsync.train.tasks import DataPlan, Features, build_dense_model, task_o
 from shadowsync.transport import shm
 
 
-def local_tables(cfg: TrainConfig, features: Features) -> EmbeddingTables | DynamicTables:
-    if cfg.model.table_kind.maps_ids:
+def local_tables(model: ModelConfig, optim: OptimConfig, seed: int,
+                 features: Features) -> EmbeddingTables | DynamicTables:
+    """The one trainer's tables, in shared memory for its workers (seeded by `seed`)."""
+    if model.table_kind.maps_ids:
         # The workers are processes: they take the map's lock through a file on this host.
         lock = shm.new_path("dynamic-lock") if shm.available() else None
         if lock is not None:
             atexit.register(shm.unlink, lock)
-        return dynamic_spec(cfg.model, cfg.optim.batch_size, features, 1).build(
-            cfg.model.table_width(), cfg.seed, lock, **cfg.optim.table_optimizer()
+        return dynamic_spec(model, optim.batch_size, features, 1).build(
+            model.table_width(), seed, lock, **optim.table_optimizer()
         ).share_memory_()
-    return EmbeddingTables(list(features.table_rows), cfg.model.table_width(), seed=cfg.seed,
-                           **cfg.optim.table_optimizer(features.multi_hot)).share_memory_()
+    return EmbeddingTables(list(features.table_rows), model.table_width(), seed=seed,
+                           **optim.table_optimizer(features.multi_hot)).share_memory_()
 
 
 def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
@@ -37,7 +39,7 @@ def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
     if cfg.data.val_share > 0:  # best models are saved while training (see roles.run_role)
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     model = build_dense_model(cfg, plan.features)
-    tables = local_tables(cfg, plan.features)
+    tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
     checkpointer = make_checkpointer(cfg, plan, remote=[])
     summary = run_replica(build_replica(cfg, plan, tables, model, None, checkpointer))
     assert summary is not None  # the only trainer is trainer 0
