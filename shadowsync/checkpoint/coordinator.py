@@ -42,7 +42,7 @@ class NoSpace(UserError):
 
 
 class Checkpointer:
-    """Saves the job from trainer 0 under `root` (`store.checkpoint_root`). `remote`: RPC
+    """Saves the job from trainer 0 under `root` (`store.checkpoints_at`). `remote`: RPC
     names of the other processes that own a shard (trainers, embedding and dense servers);
     trainer 0's own shard is saved in-process.
     `examples(trainer, positions)`: rows the given per-worker step counts have read.

@@ -68,11 +68,6 @@ def checkpoints_at(checkpoint: CheckpointConfig, out_dir: str | None) -> Locatio
     return Path(out_dir or ".") / CHECKPOINT_DIR
 
 
-def checkpoint_root(cfg: TrainConfig) -> Location:
-    """Where the run of `cfg` keeps its checkpoints (`checkpoints_at`)."""
-    return checkpoints_at(cfg.checkpoint, cfg.output.dir)
-
-
 def step_dir(root: Location, step: int) -> Location:
     return root / f"step-{step}"
 

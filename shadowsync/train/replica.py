@@ -21,7 +21,7 @@ from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.coordinator import Checkpointer
 from shadowsync.checkpoint.storage import location
-from shadowsync.checkpoint.store import checkpoint_root, load_all, read_manifest
+from shadowsync.checkpoint.store import checkpoints_at, load_all, read_manifest
 from shadowsync.config import (
     CheckpointConfig,
     ClusterConfig,
@@ -102,7 +102,8 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
         return sum(examples_in(k, trainer * cfg.cluster.workers + w, shards_per, 0, stop,
                                cfg.optim.batch_size) for w, k in enumerate(positions))
 
-    return Checkpointer(checkpoint_root(cfg), cfg.checkpoint.every, cfg.checkpoint.keep,
+    return Checkpointer(checkpoints_at(cfg.checkpoint, cfg.output.dir), cfg.checkpoint.every,
+                        cfg.checkpoint.keep,
                         config_to_toml(cfg, leave_out=("port", "resume")), cfg.cluster.trainers,
                         remote,
                         [r for r in remote if r.startswith("trainer")], examples,
