@@ -112,7 +112,7 @@ def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
                                           "num_dense": plan.features.num_dense,
                                           "table_rows": list(plan.features.table_rows),
                                           # the columns a loaded model reads raw rows by
-                                          **feature_record(cfg, plan)},
+                                          **feature_record(cfg.task, plan)},
                         aligned=cfg.sync.entry.lockstep)
 
 

@@ -77,11 +77,12 @@ def _sparse_features(manifest: dict[str, object], data: DataConfig, num_tables: 
             for s in specs]
 
 
-def feature_record(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
+def feature_record(task: str, plan: DataPlan) -> dict[str, object]:
     """What a checkpoint's manifest records of the training data's columns: the dense
     columns' names and each table's feature (`_sparse_features` and `_dense_names` read them
-    back), so that a loaded model reads raw rows by name without the data at hand."""
-    if not task_of(cfg.task).categorical:
+    back), so that a loaded model reads raw rows by name without the data at hand (`task`:
+    --task; one without categorical features records nothing)."""
+    if not task_of(task).categorical:
         return {}
     path, f = plan.train.source, plan.features
     return {"dense_features": dense_features(path, f.num_dense),
