@@ -20,6 +20,9 @@ push sent in the same call), so its rows hold u_j of them:
 
 and miss s_j = j - u_j = min(j - r, D) <= D of the worker's own updates. Other processes'
 updates race with the reads as Hogwild's do at any depth; the bound is on the worker's own.
+A checkpoint's positions trail each worker's steps by `LAG` = 4 (`shadowsync.train.state`):
+after step k the calls of steps k - D + 1 .. k may be unanswered, so D <= 2 keeps every step
+a position counts in the tables.
 
 A drain (`drain`, at a validation's quiescent point) waits until every call is answered, so
 every push is applied, and drops the rows read ahead: they miss pushes the tables now hold.
