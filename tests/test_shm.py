@@ -76,7 +76,7 @@ def test_what_a_host_shares_adds_up_its_ranks_parts():
         ["--table-size", "1000", "--embedding-servers", "2", "--trainers", "2",
          "--workers", "3"])))
     features = features_of(cfg)
-    plan = embedding_plan(cfg, features)
+    plan = embedding_plan(cfg.model, cfg.cluster, cfg.optim.batch_size, features)
     width, optimizer = cfg.model.table_width(), cfg.optim.table_optimizer(features.multi_hot)
     rows = [sum(plan.server_pieces(s)) for s in range(2)]
     assert sum(rows) == sum(features.table_rows)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from shadowsync.config import ClusterConfig, TrainConfig
+from shadowsync.config import ClusterConfig, ModelConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
@@ -98,14 +98,14 @@ def trainers_here(layout: ClusterLayout) -> int:
     return max(1, sum(1 for r in local_ranks() if layout.role(r)[0] == "trainer"))
 
 
-def embedding_plan(cfg: TrainConfig, features: Features) -> ShardingPlan:
+def embedding_plan(model: ModelConfig, cluster: ClusterConfig, batch_size: int,
+                   features: Features) -> ShardingPlan:
     """Which server holds which rows of the tables (with --tables dynamic, how each server
-    keeps its share of the id maps)."""
-    dynamic = (dynamic_spec(cfg.model, cfg.optim.batch_size, features,
-                            cfg.cluster.embedding_servers)
-               if cfg.model.table_kind.maps_ids else None)
-    return ShardingPlan(cfg.cluster.embedding_servers, features.table_rows,
-                        cfg.cluster.row_split_limit, dynamic)
+    keeps its share of the id maps, sized by `batch_size`: --batch-size)."""
+    dynamic = (dynamic_spec(model, batch_size, features, cluster.embedding_servers)
+               if model.table_kind.maps_ids else None)
+    return ShardingPlan(cluster.embedding_servers, features.table_rows,
+                        cluster.row_split_limit, dynamic)
 
 
 def embedding_client(cfg: TrainConfig, features: Features, layout: ClusterLayout,
@@ -114,7 +114,7 @@ def embedding_client(cfg: TrainConfig, features: Features, layout: ClusterLayout
     host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
     copy of the tables instead (the ceiling the shared path is measured against; trainers then
     learn separate embeddings)."""
-    plan = embedding_plan(cfg, features)
+    plan = embedding_plan(cfg.model, cfg.cluster, cfg.optim.batch_size, features)
     private = None
     if cfg.cluster.embedding_transport == "unshared":
         optimizer = cfg.optim.table_optimizer(features.multi_hot)

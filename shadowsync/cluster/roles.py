@@ -33,7 +33,7 @@ from shadowsync.cluster.parts import (
 )
 from shadowsync.cluster.resume import agree_on_start, hosts_apart, own_shard, pushes_to_rewind
 from shadowsync.cluster.shm_room import check_hosts
-from shadowsync.config import TrainConfig
+from shadowsync.config import CheckpointConfig, TrainConfig
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.exits import EXIT_FAILED, exit_status
@@ -128,7 +128,7 @@ def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
     if role == "embedding":
         serve_embeddings(cfg, layout, index, rank, endpoint)
     elif role == "dense":
-        serve_dense(cfg, layout, index, rank, endpoint)
+        serve_dense(cfg.checkpoint, layout, index, rank, endpoint)
     else:
         try:
             run_trainer(cfg, layout, index, trainer_group, endpoint)
@@ -170,7 +170,7 @@ def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: 
                      endpoint: RpcEndpoint) -> None:
     """Embedding server `index`: hold its shard of the tables until the job leaves RPC."""
     features = features_of(cfg)
-    plan = embedding_plan(cfg, features)
+    plan = embedding_plan(cfg.model, cfg.cluster, cfg.optim.batch_size, features)
     # dynamic tables: one pool, every row starting at --embedding-initial-accumulator
     multi_hot = () if plan.dynamic is not None else features.multi_hot
     # Clients: every trainer and each of its workers attach once.
@@ -191,13 +191,14 @@ def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: 
         embedding_servers.release()
 
 
-def serve_dense(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
+def serve_dense(checkpoint: CheckpointConfig, layout: ClusterLayout, index: int, rank: int,
                 endpoint: RpcEndpoint) -> None:
-    """Dense server `index`: hold its centre (or the protocol's parameters) until the end."""
-    own_shard(cfg.checkpoint, layout.dense_name(index), DENSE_SERVER, f"dense server {index}",
+    """Dense server `index`: hold its centre (or the protocol's parameters) until the end,
+    from the checkpoint the job resumes from, if any."""
+    own_shard(checkpoint, layout.dense_name(index), DENSE_SERVER, f"dense server {index}",
               known=False)
-    if cfg.checkpoint.resume:
-        DENSE_SERVER.rewind(pushes_to_rewind(cfg.checkpoint))
+    if checkpoint.resume:
+        DENSE_SERVER.rewind(pushes_to_rewind(checkpoint))
     endpoint.join(layout.dense_name(index), rank, layout.rpc_world_size, threads=8)
     STOP.mark_running()
     RpcEndpoint.leave()
@@ -210,7 +211,8 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: dist
     model = build_dense_model(cfg, plan.features)
     tables = embedding_client(cfg, plan.features, layout, endpoint)
     runner = build_runner(RunnerContext(
-        cfg, model, trainer_group=group,
+        cfg.sync, cfg.switch, cfg.cluster, cfg.optim, cfg.testing.straggler, model,
+        trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
     remote = peer_shards(layout)
     checkpointer = make_checkpointer(cfg, plan, remote) if index == 0 else None

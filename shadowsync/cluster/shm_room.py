@@ -66,7 +66,7 @@ def tables_bytes(model: ModelConfig, optim: OptimConfig, features: Features,
 def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
     """The bytes the job's ranks `ranks` (those of one host) put in /dev/shm."""
     features = features_of(cfg)
-    plan = embedding_plan(cfg, features)
+    plan = embedding_plan(cfg.model, cfg.cluster, cfg.optim.batch_size, features)
     transport = cfg.cluster.embedding_transport
     roles = [layout.role(rank) for rank in ranks]
     trainers = sum(role == "trainer" for role, _ in roles)

@@ -20,9 +20,10 @@ from torch import nn
 from torch.distributed import ProcessGroup
 from torch.optim import Optimizer
 
-from shadowsync.config import TrainConfig
+from shadowsync.config import ClusterConfig, OptimConfig, SwitchConfig, SyncConfig
 from shadowsync.embeddings.client import EmbeddingClient
 from shadowsync.runners.reports import WorkerReport
+from shadowsync.spec.straggler import Straggler
 
 
 @runtime_checkable
@@ -120,9 +121,14 @@ class StepRunner(RunnerDefaults):
 
 @dataclass
 class RunnerContext:
-    """What a mode's builder may use: the trainer's model, its peers and its host share."""
+    """What a mode's builder may use: the options of the sync, the switch, the job's shape and
+    the optimizer, the trainer's model, its peers and its host share."""
 
-    cfg: TrainConfig
+    sync: SyncConfig
+    switch: SwitchConfig
+    cluster: ClusterConfig
+    optim: OptimConfig
+    straggler: Straggler | None  # --straggler: its link delays a protocol's pushes
     model: torch.nn.Module
     trainer_group: ProcessGroup | None = None  # the process group of the trainers
     trainer_cores: float = 1.0  # this trainer's share of its host's cores (the auto pace)

@@ -67,26 +67,25 @@ def param_groups(sync: SyncConfig, trainers: int,
 
 def build_runner(ctx: RunnerContext) -> Runner | None:
     """The runner of this trainer, or None when nothing synchronizes."""
-    build = ctx.cfg.sync.entry.build()
-    if build is None and ctx.cfg.sync.groups:
+    build = ctx.sync.entry.build()
+    if build is None and ctx.sync.groups:
         build = grouped_runner  # --sync none with rules for some groups
     return build(ctx) if build is not None else None
 
 
 def grouped_runner(ctx: RunnerContext) -> Runner | None:
     """A background or foreground runner over the rule groups of `--sync` / `--sync-groups`."""
-    cfg = ctx.cfg
-    family, groups = param_groups(cfg.sync, cfg.cluster.trainers, ctx.model)
-    centres = {g.name: DenseServerClient(f"centre/{g.name}", cfg.cluster.dense_servers or 0)
-               for g in groups if g.rule.needs_servers or cfg.sync.straggler_fallback}
-    exchange = TrainerExchange(ctx.trainer_group, cfg.cluster.trainers, centres,
-                               dtype=cfg.sync.dtype,
-                               transport=cfg.sync.transport)
+    family, groups = param_groups(ctx.sync, ctx.cluster.trainers, ctx.model)
+    centres = {g.name: DenseServerClient(f"centre/{g.name}", ctx.cluster.dense_servers or 0)
+               for g in groups if g.rule.needs_servers or ctx.sync.straggler_fallback}
+    exchange = TrainerExchange(ctx.trainer_group, ctx.cluster.trainers, centres,
+                               dtype=ctx.sync.dtype,
+                               transport=ctx.sync.transport)
     if family == "background":
-        pace = Pace(cfg.sync.interval, cfg.sync.budget, ctx.trainer_cores)
-        if cfg.sync.straggler_fallback is not None:
-            return fallback_runner(cfg.sync, cfg.switch.detector, groups, exchange, pace)
+        pace = Pace(ctx.sync.interval, ctx.sync.budget, ctx.trainer_cores)
+        if ctx.sync.straggler_fallback is not None:
+            return fallback_runner(ctx.sync, ctx.switch.detector, groups, exchange, pace)
         return BackgroundSync(groups, exchange, pace)
     if family == "foreground":
-        return ForegroundSync(groups, exchange, cfg.sync.every)
+        return ForegroundSync(groups, exchange, ctx.sync.every)
     return None

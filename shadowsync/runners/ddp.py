@@ -182,22 +182,21 @@ class WorkerGroupRunner(StepRunner):
 
 
 def _hook_args(ctx: RunnerContext) -> tuple[str, int, str, int, int]:
-    cfg = ctx.cfg
     addr, port = ctx.store or agent_store()
-    return addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers, cfg.cluster.workers
+    return addr, port, group_prefix(ctx.sync.mode), ctx.cluster.trainers, ctx.cluster.workers
 
 
 def ddp_runner(ctx: RunnerContext) -> WorkerGroupRunner:
     """The builder of the `ddp` mode."""
-    runner = WorkerGroupRunner(DDPHook(*_hook_args(ctx)), ctx.cfg.sync.mode)
+    runner = WorkerGroupRunner(DDPHook(*_hook_args(ctx)), ctx.sync.mode)
     runner.measures_blocking = False  # DDP waits inside backward(), not separable
     return runner
 
 
 def periodic_averaging_runner(ctx: RunnerContext) -> WorkerGroupRunner:
     """The builder of the `torch-fr-ma` mode (post-local SGD)."""
-    hook = TorchPeriodicAveragingHook(*_hook_args(ctx), period=ctx.cfg.sync.every)
-    return WorkerGroupRunner(hook, ctx.cfg.sync.mode)
+    hook = TorchPeriodicAveragingHook(*_hook_args(ctx), period=ctx.sync.every)
+    return WorkerGroupRunner(hook, ctx.sync.mode)
 
 
 def group_prefix(mode: str) -> str:

@@ -411,22 +411,21 @@ def group_switches(events: list[dict[str, object]],
 
 def protocol_runner(ctx: RunnerContext) -> ProtocolRunner:
     """The builder of the `bsp`, `asp` and `switch` modes."""
-    cfg = ctx.cfg
-    mode = cfg.sync.entry
+    mode = ctx.sync.entry
     if not mode.can_switch:
         plan = SwitchPlan.single(mode.protocols[0])
     else:
-        plan = cfg.switch.protocol_plan()
+        plan = ctx.switch.protocol_plan()
     numel = sum(p.numel() for p in ctx.model.parameters())
-    settings = ProtocolSettings(plan, cfg.cluster.dense_servers or 0, numel, cfg.optim.optimizer,
-                                cfg.optim.lr,
-                                cfg.optim.momentum, cfg.switch.momentum,
-                                cfg.cluster.trainers * cfg.cluster.workers, cfg.switch.scale_lr,
-                                compensate=cfg.switch.compensate_momentum,
-                                policy=cfg.switch.policy if mode.can_switch else "plan",
-                                detector=cfg.switch.detector,
-                                patience_s=cfg.switch.patience,
-                                workers_per_trainer=cfg.cluster.workers,
-                                link=cfg.testing.straggler.link() if cfg.testing.straggler
+    settings = ProtocolSettings(plan, ctx.cluster.dense_servers or 0, numel, ctx.optim.optimizer,
+                                ctx.optim.lr,
+                                ctx.optim.momentum, ctx.switch.momentum,
+                                ctx.cluster.trainers * ctx.cluster.workers, ctx.switch.scale_lr,
+                                compensate=ctx.switch.compensate_momentum,
+                                policy=ctx.switch.policy if mode.can_switch else "plan",
+                                detector=ctx.switch.detector,
+                                patience_s=ctx.switch.patience,
+                                workers_per_trainer=ctx.cluster.workers,
+                                link=ctx.straggler.link() if ctx.straggler
                                 else None)
-    return ProtocolRunner(settings, ctx.model, cfg.sync.mode)
+    return ProtocolRunner(settings, ctx.model, ctx.sync.mode)

@@ -136,11 +136,10 @@ class TorchftLocalSGDHook(WorkerGroupHook):
 
 def torchft_runner(ctx: RunnerContext) -> WorkerGroupRunner:
     """The builder of the `torchft-ma` mode."""
-    cfg = ctx.cfg
     if importlib.util.find_spec("torchft") is None:
-        raise UserError(f"--sync {cfg.sync.mode} needs torchft (the optional peers extra; see the "
+        raise UserError(f"--sync {ctx.sync.mode} needs torchft (the optional peers extra; see the "
                         "README's 'Peers' section)")
     addr, port = ctx.store or agent_store()
-    hook = TorchftLocalSGDHook(addr, port, group_prefix(cfg.sync.mode), cfg.cluster.trainers,
-                               cfg.cluster.workers, cfg.sync.every)
-    return WorkerGroupRunner(hook, cfg.sync.mode)
+    hook = TorchftLocalSGDHook(addr, port, group_prefix(ctx.sync.mode), ctx.cluster.trainers,
+                               ctx.cluster.workers, ctx.sync.every)
+    return WorkerGroupRunner(hook, ctx.sync.mode)
