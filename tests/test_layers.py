@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Signatures (and class fields) taking the whole TrainConfig, bench included (99 before
-# builders took their sections).
-WHOLE_CONFIG_SIGNATURES = 99
+# Signatures (and class fields) taking the whole TrainConfig, bench included: 99 before
+# builders took their sections, on the way to under 15.
+WHOLE_CONFIG_SIGNATURES = 62
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +45,10 @@ def test_no_function_over_80_lines(counts):
 
 
 def test_few_function_local_imports(counts):
-    """The package without bench under 40; bench's own (the real-data baselines' optional
-    learners and data, once 134) no more than 12, on the way to under 40 in all."""
-    assert counts["local_imports_outside_bench"] < 40
+    """Under 40 in all, bench included (once 171): each one keeps a heavy import off a
+    command-line or `import shadowsync` path, or imports an optional extra. Bench's own (the
+    real-data baselines' optional learners and data, once 134) no more than 12."""
+    assert counts["local_imports"] < 40
     assert counts["local_imports"] - counts["local_imports_outside_bench"] <= 12
 
 
