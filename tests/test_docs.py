@@ -74,6 +74,14 @@ def test_bench_page_add_imports_a_bench_json(tmp_path: Path, monkeypatch) -> Non
     result = json.loads(bench_page.add(bench, "full", keep_runs=True).read_text())
     assert [r["label"] for r in result["runs"]] == ["here", "full"]
     assert result["goals"] == {"two_vs_one": ">= 1.5", "four_vs_one": ">= 3"}
+    # tables a bench writes come along; a kept run's table of the same title once
+    table = {"title": "t", "columns": ["a"], "rows": [[1]]}
+    bench.write_text(json.dumps({"bench": "hogwild", "ratios": {}, "tables": [table]}))
+    assert json.loads(bench_page.add(bench, "x").read_text())["tables"] == [table]
+    other = {**table, "title": "u"}
+    bench.write_text(json.dumps({"bench": "hogwild", "ratios": {}, "tables": [table, other]}))
+    result = json.loads(bench_page.add(bench, "y", keep_runs=True).read_text())
+    assert result["tables"] == [table, other]
 
 
 def test_mode_tables_are_generated_from_the_registry() -> None:
