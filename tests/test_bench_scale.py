@@ -9,6 +9,7 @@ import pytest
 from shadowsync.bench.scale import (
     FR_EVERY,
     MODES,
+    PACE_BUDGET,
     PREDICT_TRAINERS,
     fit,
     plan,
@@ -27,7 +28,7 @@ def _point(item, cores=2.0):
     q = {"name": item.name, "role": item.role, "trainers": item.trainers, "mode": item.mode,
          "rate_mbit": item.rate_mbit, "back_to_back": item.back_to_back,
          "remote_tables": item.rate_mbit is not None, "cores": cores, "batch": 256,
-         "every": every, "budget": 0.03, "dense_servers": 1, "sync_dtype": item.sync_dtype,
+         "every": every, "budget": PACE_BUDGET, "dense_servers": 1, "sync_dtype": item.sync_dtype,
          "bytes_per_round": 229_448.0 / (2 if item.sync_dtype == "bf16" else 1)}
     q.update(predict(TRUE, setting_of(q)))
     return q

@@ -201,5 +201,7 @@ def test_a_checkpoint_written_before_sections_loads(tmp_path):
     assert cfg.model.id_bias is False  # predates the option: such runs had no id bias
     assert cfg.output.dir == "runs/old" and cfg.output.progress is False
     # a checkpoint holds resolved options: what --val-share adapts is filled in
+    # its recorded --sync-budget (then the default) is kept, not today's default
     assert cfg == TrainConfig(trainers=3, sync="s-ma", sync_every=20, table_size=[10, 20],
-                              lr=0.1, out="runs/old", progress=False, id_bias=False).adapted()
+                              lr=0.1, out="runs/old", progress=False, id_bias=False,
+                              sync_budget=0.03).adapted()

@@ -75,7 +75,7 @@ def test_torchft_mode_without_torchft_is_one_clear_error(monkeypatch):
 
     _hide(monkeypatch, "torchft")
     with pytest.raises(UserError, match="--sync torchft-ma needs torchft"):
-        torchft_runner(SimpleNamespace(cfg=replace(job(1000), sync="torchft-ma"),
+        torchft_runner(SimpleNamespace(sync=replace(job(1000), sync="torchft-ma").sync,
                                        store=("127.0.0.1", 1)))
 
 

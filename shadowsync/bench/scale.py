@@ -71,6 +71,8 @@ from shadowsync.errors import UserError
 from shadowsync.spec.modes import mode_of
 from shadowsync.train.tasks import plan_data
 
+PACE_BUDGET = TrainConfig().sync.budget  # what a run records when --sync-budget is not given
+
 try:  # the `bench` extra; `require_scipy` says in one line where it is missing
     from scipy.optimize import nnls
 except ImportError:  # pragma: no cover - scipy is installed wherever the bench runs
@@ -100,7 +102,7 @@ class Setting:
     cores: float = 2.0  # of each host
     batch: int = 256
     every: int = 50  # foreground rounds: steps between them
-    budget: float = 0.03  # the auto pace's share of a trainer's cores
+    budget: float = PACE_BUDGET  # the auto pace's share of a trainer's cores
     dense_servers: int = 1
 
 
@@ -203,7 +205,8 @@ def fit(points: list[dict[str, Any]], dt_rpc: float = 0.0,
         pts = [q for q in points if q["mode"] == mode and not q.get("back_to_back")
                and q.get("syncs_per_min")]
         if pts:
-            x = np.array([_share(p, setting_of(q))[1] / (q.get("budget", 0.03) * q["cores"])
+            x = np.array([_share(p, setting_of(q))[1]
+                          / (q.get("budget", PACE_BUDGET) * q["cores"])
                           for q in pts])
             n = np.array([q["trainers"] - 1 for q in pts], dtype=float)
             y = np.array([60.0 / q["syncs_per_min"] for q in pts])
@@ -237,7 +240,7 @@ def _fit_step(p: dict[str, float], points: list[dict[str, Any]],
         p["rho"] = float(rho)
         y = np.array([np.log(q["trainers"] * q.get("batch", 256) / q["eps"])
                       - np.log(_share(p, setting_of(q))[0])
-                      + (np.log(1 - q.get("budget", 0.03))
+                      + (np.log(1 - q.get("budget", PACE_BUDGET))
                          if mode_of(q["mode"]).synchronizes else 0)
                       for q in eps_pts])
         log_t = float(y.mean())
