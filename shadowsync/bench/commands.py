@@ -74,6 +74,23 @@ def _bench_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_hosts(args: argparse.Namespace) -> int:
+    from shadowsync.bench.hosts import run_hosts_bench
+
+    try:
+        depths = tuple(int(d) for d in args.depths.split(","))
+        settings = tuple(int(h) for h in args.hosts.split(","))
+    except ValueError:
+        depths = settings = ()
+    if (not depths or not set(depths) <= {0, 1, 2} or not settings
+            or not set(settings) <= {2, 4} or args.examples < 10_000 or args.repeats < 1):
+        raise UserError("--depths takes a comma list of 0, 1, 2, --hosts of 2, 4; --examples "
+                        "must be >= 10000 and --repeats >= 1")
+    run_hosts_bench(args.out, examples=args.examples, repeats=args.repeats, settings=settings,
+                    depths=depths)
+    return 0
+
+
 def _bench_switch(args: argparse.Namespace) -> int:
     switch = _bench("switch")
     if not 0 < args.share < 1:
@@ -196,6 +213,15 @@ def _add_throughput(bench: Any) -> None:
     emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
     emb.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     emb.set_defaults(func=_bench_embedding)
+    hosts = bench.add_parser("hosts", help="a job spread over 2 and 4 emulated hosts on a "
+                             "1 Gbit/s link against the same job on one host: --prefetch "
+                             "depths, both --embedding-placement values (needs root)")
+    hosts.add_argument("--out", default="runs/bench-hosts", help=OUT_HELP)
+    hosts.add_argument("--examples", type=int, default=300_000, help="examples per run")
+    hosts.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
+    hosts.add_argument("--depths", default="0,1,2", help="--prefetch depths of the spread runs")
+    hosts.add_argument("--hosts", default="2,4", help="settings: 2 hosts, 4 hosts, or both")
+    hosts.set_defaults(func=_bench_hosts)
     short = bench.add_parser("short", help="short jobs: a user's model on 120k rows of arrays "
                              "under s-ma, s-bmuf and s-easgd beside ddp, none and one local "
                              "trainer, and the README's checkpoint-and-eval pair, eval NE "
