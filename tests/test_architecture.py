@@ -127,3 +127,75 @@ def test_the_example_rule_is_one_module_and_one_entry():
     assert got["groups"] == ["top=fr-halfway"] and got["rule"] == "HalfwayAveraging"
     assert got["middle"] == [0.5, 3.0] and got["last"] == [1.0, 2.0]
     assert "`s-halfway`" in got["table"] and "half-way averaging" in got["table"]
+
+
+# As the example rule's: a fresh interpreter, the registry module loaded alone first. Its
+# source is run with the page's entry written into `POLICIES`, as a reader would add it (the
+# option's choices and help are made from the table as the module loads).
+EXAMPLE_POLICY = r'''
+import importlib.util, json, sys, types
+module_text, entry_text, registry = sys.argv[1], sys.argv[2], sys.argv[3]
+source = open(registry, encoding="utf-8").read()
+head, table = source.split("POLICIES: dict", 1)
+table = table.replace("\n]}\n", "\n" + entry_text.rstrip() + "\n]}\n", 1)
+spec = importlib.util.spec_from_file_location("shadowsync.spec.switch_policies", registry)
+policies = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+exec(compile(head + "POLICIES: dict" + table, registry, "exec"), vars(policies))
+kind = policies.POLICIES["oneway"]
+module = types.ModuleType(kind.builder.partition(":")[0])
+exec(compile(module_text, "example policy", "exec"), module.__dict__)
+sys.modules[module.__name__] = module
+
+from shadowsync.cli import build_parser
+from shadowsync.config.options import load_config
+from shadowsync.runners.switch.detector import DetectorConfig
+from shadowsync.runners.switch.schedule import Schedule
+from shadowsync.spec.plan import SwitchPlan
+
+parser = build_parser()
+option = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions
+              if "--switch-policy" in a.option_strings)
+cfg = load_config(parser.parse_args(["train", "--sync", "switch", "--switch-policy", "oneway"]))
+# trainer 1 is 3x slower for its steps 20..59 (tests/test_switch_policies.py's script)
+schedule = Schedule(SwitchPlan.parse("bsp:0.5,asp"), budget=400, policy=cfg.switch.policy,
+                    detector=DetectorConfig(k=1.5, m=2, window=5), trainers=2)
+modes, bsp = [], 0
+for step in range(100):
+    for t in range(2):
+        schedule.observe(t, 0.03 if t == 1 and 20 <= step < 60 else 0.01)
+    mode = schedule.decide(2 * step, bsp, now=float(step))
+    bsp += 2 if mode == "bsp" else 0
+    modes.append(str(mode))
+print(json.dumps({"choices": list(option.choices), "help": option.help,
+                  "policy": cfg.switch.policy, "class": type(schedule.policy).__name__,
+                  "detector": schedule.detector is not None, "modes": modes,
+                  "stragglers": schedule.stragglers}))
+'''
+
+
+def test_the_example_switch_policy_is_one_module_and_one_entry():
+    """The page's example policy, its module and its entry taken from the page as they are:
+    `--switch-policy oneway` is a choice with its help, the configuration holds it, and a
+    schedule made with it runs the detector, leaves BSP once trainer 1 straggles (after 2
+    slow windows of 5 steps) and stays in ASP after the straggler clears (where greedy
+    returns to BSP)."""
+    import json
+    import subprocess
+    import sys
+
+    page = PAGE.read_text(encoding="utf-8").split("## Adding a switch policy", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    module_text, entry_text = blocks[0], blocks[1]
+    assert "PolicyKind(" in entry_text and "class OneWay" in module_text
+    registry = ROOT / "shadowsync" / "spec" / "switch_policies.py"
+    out = subprocess.run([sys.executable, "-c", EXAMPLE_POLICY, module_text, entry_text,
+                          str(registry)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert "oneway" in got["choices"] and "oneway: ASP from the first straggler on" in got["help"]
+    assert got["policy"] == "oneway" and got["class"] == "OneWay" and got["detector"]
+    modes = got["modes"]
+    first_asp = modes.index("asp")
+    assert 25 <= first_asp <= 30 and set(modes[:first_asp]) == {"bsp"}
+    assert set(modes[first_asp:]) == {"asp"} and got["stragglers"] == []
