@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from shadowsync.config import TrainConfig
-from shadowsync.train.tasks import TaskInputs, task_of
+from shadowsync.train.tasks import task_of
 from tests.helpers import run_cli, summary
 
 
 def test_digits_rows_are_reproducible_and_hold_out_unseen_images():
     task = task_of("digits")
-    cfg = TaskInputs.of(TrainConfig(task="digits", examples=4000, seed=3))
+    cfg = TrainConfig(task="digits", examples=4000, seed=3)
     plan = task.plan_data(cfg)
     again = task.open_data("digits", plan.open_examples, 3, False)
     assert np.array_equal(plan.train.dense, again.dense)

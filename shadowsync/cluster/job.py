@@ -175,7 +175,7 @@ def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
         k = diff[0]
         raise UserError(f"--warm-start {step}: a model of another shape "
                         f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
-    check_same_features(step, TaskInputs.of(cfg))
+    check_same_features(step, cfg)
     return replace(cfg, warm_start=str(step))
 
 

@@ -48,7 +48,14 @@ from shadowsync.models.build import load_factory
 from shadowsync.models.trained import SparseFeature, TrainedModel
 from shadowsync.runners.protocol import KEY, load_flat
 from shadowsync.train.dynamic_tables import dynamic_spec
-from shadowsync.train.tasks import DataPlan, Features, build_dense_model, features_of, task_of
+from shadowsync.train.tasks import (
+    DataPlan,
+    Features,
+    TaskInputs,
+    build_dense_model,
+    features_of,
+    task_of,
+)
 from shadowsync.transport.servers.dense import TRAINED
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
@@ -162,12 +169,12 @@ def _server_params(step: Path, manifest: dict[str, object]) -> torch.Tensor | No
     return torch.cat(pieces) if pieces else None
 
 
-def _features(manifest: dict[str, object], cfg: TrainConfig) -> Features:
+def _features(manifest: dict[str, object], inputs: TaskInputs) -> Features:
     """The model's input shape: from the manifest (saved since the shape was recorded there,
     so the data need not be at hand), else from the data's headers."""
     if "num_dense" in manifest and "table_rows" in manifest:
         return Features(int(manifest["num_dense"]), tuple(int(r) for r in manifest["table_rows"]))
-    return features_of(cfg)
+    return features_of(inputs)
 
 
 def _importable(name: str) -> bool:

@@ -21,24 +21,21 @@ import torch
 if TYPE_CHECKING:
     import numpy as np
 
-    from shadowsync.config import CheckpointConfig, DataConfig, ModelConfig, TrainConfig
+    from shadowsync.config import CheckpointConfig, DataConfig, ModelConfig
     from shadowsync.embeddings import EmbeddingClient
 
 
-@dataclass(frozen=True)
-class TaskInputs:
-    """What a task reads of a run's options: its data, its model, the seed its dense weights
-    start from, and the checkpoint options (a --warm-start keeps its model's quantile
-    buckets). The rest of the configuration (the sync, the cluster) is the spine's."""
+class TaskInputs(Protocol):
+    """What a task reads of a run's options: which task, its data, its model, the seed its
+    dense weights start from, and the checkpoint options (a --warm-start keeps its model's
+    quantile buckets). The rest of the configuration (the sync, the cluster) is the spine's.
+    A `TrainConfig` is one: a caller hands its configuration, the task sees these fields."""
 
+    task: str
+    seed: int
     data: DataConfig
     model: ModelConfig
-    seed: int
     checkpoint: CheckpointConfig
-
-    @classmethod
-    def of(cls, cfg: TrainConfig) -> TaskInputs:
-        return cls(cfg.data, cfg.model, cfg.seed, cfg.checkpoint)
 
 
 @dataclass(frozen=True)
