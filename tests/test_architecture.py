@@ -199,3 +199,74 @@ def test_the_example_switch_policy_is_one_module_and_one_entry():
     first_asp = modes.index("asp")
     assert 25 <= first_asp <= 30 and set(modes[:first_asp]) == {"bsp"}
     assert set(modes[first_asp:]) == {"asp"} and got["stragglers"] == []
+
+
+# As the example policy's: the registry's source run with the page's entry written into
+# `TABLE_KINDS`, the example's module in memory; then a one-process job trains with the kind
+# (its workers are forked from this interpreter, where both are registered) and its
+# checkpoint is exported.
+EXAMPLE_TABLES = r'''
+import importlib.util, json, sys, types
+module_text, entry_text, registry, out = sys.argv[1:5]
+source = open(registry, encoding="utf-8").read()
+head, table = source.split("TABLE_KINDS: dict", 1)
+table = table.replace("\n]}\n", "\n" + entry_text.rstrip() + "\n]}\n", 1)
+spec = importlib.util.spec_from_file_location("shadowsync.spec.table_kinds", registry)
+kinds = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+exec(compile(head + "TABLE_KINDS: dict" + table, registry, "exec"), vars(kinds))
+kind = kinds.TABLE_KINDS["prime"]
+module = types.ModuleType(kind.builder.partition(":")[0])
+exec(compile(module_text, "example table kind", "exec"), module.__dict__)
+sys.modules[module.__name__] = module
+
+import shadowsync
+from shadowsync.cli import build_parser
+from shadowsync.config.options import load_config
+from shadowsync.train.local import local_tables
+from shadowsync.train.tasks import features_of
+
+parser = build_parser()
+option = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions
+              if "--tables" in a.option_strings)
+cfg = load_config(parser.parse_args(["train", "--tables", "prime", "--table-size", "1000"]))
+features = features_of(cfg)
+tables = local_tables(cfg.model, cfg.optim, cfg.seed, features)
+result = shadowsync.train(tables="prime", table_size=[1000], examples=20_000, trainers=1,
+                          embedding_servers=0, sync="none", workers=1, progress=False,
+                          eval_points=1, out=out)
+trained = result.model()
+print(json.dumps({"choices": list(option.choices), "help": option.help, "kind": cfg.model.tables,
+                  "rows": list(features.table_rows), "modulus": list(features.id_modulus),
+                  "local": [list(tables.rows), tables.weight.shape[0]],
+                  "trained": [int(r) for r in trained.table_rows], "raw": trained.raw_ids,
+                  "eval_ne": result.summary["eval_ne"]}))
+'''
+
+
+def test_the_example_table_kind_is_one_module_and_one_entry(tmp_path):
+    """The page's example kind, its module and its entry taken from the page as they are:
+    `--tables prime` is a choice with its help, the configuration holds it, a --table-size of
+    1000 gives tables of 997 rows that the data folds ids modulo, the trainer's tables have
+    that many rows, and a one-process job trains with them and exports tables of 997 rows,
+    ids folded (not raw)."""
+    import json
+    import math
+    import subprocess
+    import sys
+
+    page = PAGE.read_text(encoding="utf-8").split("## Adding a table kind", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    module_text, entry_text = blocks[0], blocks[1]
+    assert "TableKind(" in entry_text and "class Prime" in module_text
+    registry = ROOT / "shadowsync" / "spec" / "table_kinds.py"
+    out = subprocess.run([sys.executable, "-c", EXAMPLE_TABLES, module_text, entry_text,
+                          str(registry), str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert "prime" in got["choices"] and "prime (ids modulo the largest prime" in got["help"]
+    assert got["kind"] == "prime"
+    assert set(got["rows"]) == {997} and got["modulus"] == got["rows"]
+    assert got["local"] == [got["rows"], 997 * len(got["rows"])]
+    assert set(got["trained"]) == {997} and got["raw"] is False
+    assert math.isfinite(got["eval_ne"])

@@ -39,6 +39,7 @@ from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
 from shadowsync.metrics import worse_than_constant
 from shadowsync.train.local import train_local
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import TaskInputs, plan_data
 from shadowsync.train.tasks.ctr import rows_path
 
@@ -169,7 +170,7 @@ def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
                         "use none, s-* or fr-*")
     saved = config_to_dict(resume_base(step))
     here = config_to_dict(resolve(cfg))
-    free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if cfg.model.table_kind.maps_ids else ())
+    free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if table_builder(cfg.model).resizes else ())
     diff = [k for k in SHAPE_OPTIONS if k not in free and saved.get(k) != here.get(k)]
     if diff:
         k = diff[0]

@@ -11,7 +11,7 @@ from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
 from shadowsync.runners.switch.search import resolve_share
-from shadowsync.train.dynamic_tables import dynamic_spec
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import Features, build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import PER_HOST, ClusterLayout
@@ -50,9 +50,10 @@ def resolve(cfg: TrainConfig) -> TrainConfig:
     cfg = cfg.adapted()
     features = features_of(cfg)
     need = needs_dense_servers(cfg.sync, build_dense_model(cfg, features))
-    if cfg.model.table_kind.maps_ids:  # a budget below one batch: refused before any process
-        dynamic_spec(cfg.model, cfg.optim.batch_size, features,
-                     max(1, cfg.cluster.embedding_servers))
+    # tables these holders cannot keep (a budget below one batch): refused before any process
+    table_builder(cfg.model).sharding(cfg.model, cfg.optim.batch_size, features,
+                                      max(1, cfg.cluster.embedding_servers),
+                                      cfg.cluster.row_split_limit)
     dense = cfg.cluster.dense_servers if cfg.cluster.dense_servers is not None else int(need)
     if need and dense < 1:
         raise UserError(f"--sync {cfg.sync.mode} needs --dense-servers >= 1")
@@ -100,12 +101,11 @@ def trainers_here(layout: ClusterLayout) -> int:
 
 def embedding_plan(model: ModelConfig, cluster: ClusterConfig, batch_size: int,
                    features: Features) -> ShardingPlan:
-    """Which server holds which rows of the tables (with --tables dynamic, how each server
-    keeps its share of the id maps, sized by `batch_size`: --batch-size)."""
-    dynamic = (dynamic_spec(model, batch_size, features, cluster.embedding_servers)
-               if model.table_kind.maps_ids else None)
-    return ShardingPlan(cluster.embedding_servers, features.table_rows,
-                        cluster.row_split_limit, dynamic)
+    """Which server holds which rows of the tables, as the run's --tables kind places them
+    (with --tables dynamic, how each server keeps its share of the id maps, sized by
+    `batch_size`: --batch-size)."""
+    return table_builder(model).sharding(model, batch_size, features,
+                                         cluster.embedding_servers, cluster.row_split_limit)
 
 
 def embedding_client(cfg: TrainConfig, features: Features, layout: ClusterLayout,

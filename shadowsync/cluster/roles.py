@@ -41,6 +41,7 @@ from shadowsync.lifecycle.stop import JOB_PROCESS_ENV, STOP, STOP_GRACE_S, Inter
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import build_dense_model, features_of, plan_data, task_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import ClusterLayout
@@ -178,9 +179,10 @@ def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: 
                                      cfg.optim.table_optimizer(multi_hot), cfg.seed,
                                      share=cfg.cluster.embedding_transport == "auto",
                                      clients=layout.trainers * (layout.workers + 1))
-    # A warm start reads dynamic tables as saved: the new budget may give another pool size.
+    # A warm start reads tables that resize (dynamic ones) as saved: the new budget may give
+    # another pool size.
     own_shard(cfg.checkpoint, layout.embedding_name(index), tables, f"embedding server {index}",
-              known=not (plan.dynamic is not None and cfg.checkpoint.warm_start
+              known=not (table_builder(cfg.model).resizes and cfg.checkpoint.warm_start
                          and not cfg.checkpoint.resume))
     log.debug("serving %d embedding rows", sum(plan.server_pieces(index)))
     try:

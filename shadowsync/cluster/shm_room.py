@@ -23,7 +23,7 @@ import torch.distributed as dist
 from shadowsync.cluster.parts import embedding_plan, layout_of, local_ranks
 from shadowsync.config import ClusterConfig, ModelConfig, OptimConfig, TrainConfig
 from shadowsync.errors import UserError
-from shadowsync.train.dynamic_tables import dynamic_spec
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import Features, build_dense_model, features_of
 from shadowsync.transport import shm
 from shadowsync.transport.host_sum import HostSum
@@ -85,9 +85,8 @@ def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
 def local_bytes(cfg: TrainConfig) -> int:
     """The bytes a one-process run (`train.local`: its tables and its trainer) shares."""
     features = features_of(cfg)
-    dynamic = (dynamic_spec(cfg.model, cfg.optim.batch_size, features, 1)
-               if cfg.model.table_kind.maps_ids else None)
-    plan = ShardingPlan(1, features.table_rows, cfg.cluster.row_split_limit, dynamic)
+    plan = table_builder(cfg.model).sharding(cfg.model, cfg.optim.batch_size, features, 1,
+                                             cfg.cluster.row_split_limit)
     return (PER_PROCESS + tables_bytes(cfg.model, cfg.optim, features, plan, 0)
             + trainer_bytes(build_dense_model(cfg, features), cfg.optim, cfg.cluster))
 

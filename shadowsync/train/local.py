@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import atexit
-
 from shadowsync.config import ModelConfig, OptimConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic_tables import DynamicTables
-from shadowsync.train.dynamic_tables import dynamic_spec
 from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import DataPlan, Features, build_dense_model, task_of
-from shadowsync.transport import shm
 
 
 def local_tables(model: ModelConfig, optim: OptimConfig, seed: int,
                  features: Features) -> EmbeddingTables | DynamicTables:
-    """The one trainer's tables, in shared memory for its workers (seeded by `seed`)."""
-    if model.table_kind.maps_ids:
-        # The workers are processes: they take the map's lock through a file on this host.
-        lock = shm.new_path("dynamic-lock") if shm.available() else None
-        if lock is not None:
-            atexit.register(shm.unlink, lock)
-        return dynamic_spec(model, optim.batch_size, features, 1).build(
-            model.table_width(), seed, lock, **optim.table_optimizer()
-        ).share_memory_()
-    return EmbeddingTables(list(features.table_rows), model.table_width(), seed=seed,
-                           **optim.table_optimizer(features.multi_hot)).share_memory_()
+    """The one trainer's tables, in shared memory for its workers (seeded by `seed`), as
+    the run's --tables kind makes them."""
+    return table_builder(model).local_tables(model, optim, seed, features)
 
 
 def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:

@@ -42,6 +42,7 @@ from shadowsync.train.progress import Progress, TrainerStats
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
 from shadowsync.train.saved_model import feature_record, load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import DataPlan, task_of
 from shadowsync.train.trainer import Trainer
 from shadowsync.transport.layout import ClusterLayout
@@ -162,7 +163,7 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
         # What the model learned, not where its workers were (positions, the dense
         # optimizer's state: a new day's data starts at its first row).
         learned = {k: v for k, v in parts.items() if k in ("model", "sync", "tables")}
-        if cfg.model.table_kind.maps_ids and "tables" in learned:  # (else on the servers)
+        if table_builder(cfg.model).resizes and "tables" in learned:  # (else on servers)
             # read as saved: the new budget may resize the pool
             saved = load_all(location(cfg.checkpoint.warm_start) / shard, f"trainer {index}")
             learned.pop("tables").load_state_dict(

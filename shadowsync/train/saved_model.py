@@ -34,7 +34,7 @@ from shadowsync.checkpoint.store import (
     read_manifest,
     saved_config,
 )
-from shadowsync.config import DLRM, ClusterConfig, DataConfig, ModelConfig, TrainConfig
+from shadowsync.config import DLRM, DataConfig, TrainConfig
 from shadowsync.data.dataset import (
     CtrData,
     dense_features,
@@ -42,12 +42,11 @@ from shadowsync.data.dataset import (
     resolve,
     sparse_features,
 )
-from shadowsync.embeddings.dynamic import FREE, table_of
 from shadowsync.errors import UserError
 from shadowsync.models.build import load_factory
 from shadowsync.models.trained import SparseFeature, TrainedModel
 from shadowsync.runners.protocol import KEY, load_flat
-from shadowsync.train.dynamic_tables import dynamic_spec
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import (
     DataPlan,
     Features,
@@ -57,7 +56,6 @@ from shadowsync.train.tasks import (
     task_of,
 )
 from shadowsync.transport.servers.dense import TRAINED
-from shadowsync.transport.servers.embedding.plan import ShardingPlan
 
 
 def feature_names(num_tables: int) -> list[str]:
@@ -99,64 +97,6 @@ def feature_record(task: str, plan: DataPlan) -> dict[str, object]:
 def _dense_names(manifest: dict[str, object], num_dense: int) -> list[str] | None:
     names = manifest.get("dense_features")
     return list(names) if isinstance(names, list) and len(names) == num_dense else None
-
-
-def _dynamic_tables(step: Path, model: ModelConfig, batch_size: int, features: Features
-                    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Dynamic tables cut back into one table per feature: each feature's rows in the order
-    of their keys after a default row of zeros, and those keys after key 0 (see
-    `TrainedModel._rows`). Ids the maps did not hold read the default row (`batch_size`:
-    the run's --batch-size, which the pools were sized by)."""
-    width = model.table_width()
-    servers = sorted((s for s in read_manifest(step, "--checkpoint").get("shards", [])
-                      if s.startswith("emb")), key=lambda s: int(s[3:]))
-    holders = ([(step / name, "state/", f"embedding server {i}")
-                for i, name in enumerate(servers)] if servers
-               else [(step / "trainer0", "tables/", "the embedding tables")])
-    spec = dynamic_spec(model, batch_size, features, len(holders))
-    keys, rows = [], []
-    for where, prefix, what in holders:
-        held = {f"{prefix}weight": torch.empty(spec.capacity + 1, width),
-                f"{prefix}map/row_key": torch.empty(spec.capacity + 1, dtype=torch.int64)}
-        load_shard(where, held, what, strict=False)
-        row_key = held[f"{prefix}map/row_key"].numpy()
-        live = np.flatnonzero(row_key != FREE)
-        keys.append(row_key[live])
-        rows.append(held[f"{prefix}weight"][torch.from_numpy(live)])
-    every_key, every_row = np.concatenate(keys), torch.cat(rows)
-    order = np.argsort(every_key, kind="stable")
-    every_key, every_row = every_key[order], every_row[torch.from_numpy(order)]
-    table = table_of(every_key)
-    tables, id_keys = [], []
-    for t in range(features.num_tables):
-        mine = np.flatnonzero(table == t)
-        tables.append(torch.cat([torch.zeros(1, width), every_row[torch.from_numpy(mine)]]))
-        id_keys.append(torch.from_numpy(np.concatenate([[0], every_key[mine]])))
-    return tables, id_keys
-
-
-def _tables(step: Path, model: ModelConfig, cluster: ClusterConfig, manifest: dict[str, object],
-            table_rows: tuple[int, ...]) -> list[torch.Tensor]:
-    """Every table whole, [rows, width] each, in feature order."""
-    width = model.table_width()
-    servers = sorted((s for s in manifest.get("shards", []) if s.startswith("emb")),
-                     key=lambda s: int(s[3:]))
-    if not servers:
-        fused = {"tables/weight": torch.empty(sum(table_rows), width)}
-        load_shard(step / "trainer0", fused, "the embedding tables", strict=False)
-        return [t.clone() for t in fused["tables/weight"].split(list(table_rows))]
-    if cluster.embedding_transport == "unshared":
-        raise UserError(f"checkpoint {step}: --embedding-transport unshared kept a private "
-                        "copy of the tables in each trainer, and those were not saved")
-    plan = ShardingPlan(len(servers), table_rows, cluster.row_split_limit)
-    held = []
-    for i, name in enumerate(servers):
-        piece = {"state/weight": torch.empty(sum(plan.server_pieces(i)), width)}
-        load_shard(step / name, piece, f"embedding server {i}", strict=False)
-        held.append(piece["state/weight"])
-    every = held[0] if len(held) == 1 else torch.cat(held)
-    del held
-    return [every[plan.table_keys(t)].clone() for t in range(len(table_rows))]
 
 
 def _server_params(step: Path, manifest: dict[str, object]) -> torch.Tensor | None:
@@ -222,13 +162,11 @@ def load_model(path: str | Path, model: Callable[..., object] | str | None = Non
                             f"parameters, the model has {numel}")
         load_flat(flat, dense.parameters())
     # The digits task has no categorical features (and one placeholder table, never read).
-    id_keys = None
-    if not task_of(cfg.task).categorical:
-        tables = []
-    elif cfg.model.table_kind.maps_ids:
-        tables, id_keys = _dynamic_tables(step, cfg.model, cfg.optim.batch_size, features)
-    else:
-        tables = _tables(step, cfg.model, cfg.cluster, manifest, features.table_rows)
+    tables: list[torch.Tensor] = []
+    id_keys: list[torch.Tensor] | None = None
+    if task_of(cfg.task).categorical:  # as the run's --tables kind saved them
+        tables, id_keys = table_builder(cfg.model).saved_tables(
+            step, cfg.model, cfg.cluster, cfg.optim.batch_size, manifest, features)
     output = task_of(cfg.task).output
     sparse = _sparse_features(manifest, cfg.data, len(tables))
     return cfg, TrainedModel(dense, {f.name: t for f, t in zip(sparse, tables, strict=True)},

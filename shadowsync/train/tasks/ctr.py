@@ -30,6 +30,7 @@ from shadowsync.metrics import RunningNE, evaluate_predictions
 from shadowsync.metrics.ctr import roc_auc
 from shadowsync.models import build_model
 from shadowsync.train.evaluate import evaluate
+from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks.base import DataPlan, Features, TaskInputs
 
 DEFAULT_SYNTHETIC_EXAMPLES = 1_500_000
@@ -43,9 +44,10 @@ def _sizes_given(cfg: TaskInputs) -> tuple[list[int] | None, str]:
 
 
 def _features(cfg: TaskInputs, path: str, num_dense: int, num_tables: int) -> Features:
-    return Features(num_dense, table_rows_of(path, num_tables, cfg.model.table_rows,
-                                             *_sizes_given(cfg)),
-                    raw_ids=cfg.model.table_kind.maps_ids,
+    kind = table_builder(cfg.model)  # how --tables turns ids into rows
+    return Features(num_dense, kind.table_rows(table_rows_of(
+                        path, num_tables, cfg.model.table_rows, *_sizes_given(cfg))),
+                    raw_ids=kind.raw_ids,
                     multi_hot=tuple(bool(f["multi_hot"])
                                     for f in sparse_features(path, num_tables)))
 
