@@ -231,7 +231,7 @@ option = next(a for a in parser._subparsers._group_actions[0].choices["train"]._
 cfg = load_config(parser.parse_args(["train", "--tables", "prime", "--table-size", "1000"]))
 features = features_of(cfg)
 tables = local_tables(cfg.model, cfg.optim, cfg.seed, features)
-result = shadowsync.train(tables="prime", table_size=[1000], examples=20_000, trainers=1,
+result = shadowsync.train(tables="prime", table_size=[1000], examples=4000, trainers=1,
                           embedding_servers=0, sync="none", workers=1, progress=False,
                           eval_points=1, out=out)
 trained = result.model()
