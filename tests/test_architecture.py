@@ -270,3 +270,15 @@ def test_the_example_table_kind_is_one_module_and_one_entry(tmp_path):
     assert got["local"] == [got["rows"], 997 * len(got["rows"])]
     assert set(got["trained"]) == {997} and got["raw"] is False
     assert math.isfinite(got["eval_ne"])
+
+
+def test_every_table_kind_entry_builds_a_table_builder_of_its_name():
+    """The registry is the only list of table kinds: each entry's builder is a TableBuilder
+    of its name, made through the configuration's entry (`table_builder`)."""
+    from shadowsync.config import TrainConfig
+    from shadowsync.spec.table_kinds import TABLE_KINDS
+    from shadowsync.train.table_kinds.kind import TableBuilder, table_builder
+
+    for name in TABLE_KINDS:
+        builder = table_builder(TrainConfig(tables=name).validate().model)
+        assert isinstance(builder, TableBuilder) and builder.name == name
