@@ -132,10 +132,12 @@ def test_a_second_signal_while_the_first_sets_the_stop_event_does_not_hang():
     import threading
 
     from shadowsync.lifecycle.stop import StopRequest
+    from shadowsync.train.held_out import HeldOut
     from shadowsync.train.trainer import Trainer
 
     trainer = Trainer.__new__(Trainer)  # request_stop needs only these
-    trainer.stop_signal, trainer._evaluating = None, False
+    trainer.stop_signal = None
+    trainer.held_out = HeldOut(None, None, None, None)  # no evaluation under way
     trainer.stop_event = event = multiprocessing.get_context("spawn").Event()
     stop = StopRequest()  # what every job process installs for SIGINT / SIGTERM
     stop.subscribe(trainer.request_stop)

@@ -19,12 +19,12 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
-from shadowsync.config import TrainConfig
+from shadowsync.config import OptimConfig, TrainConfig
 from shadowsync.data.dataset import batches, num_batches
+from shadowsync.train.assembly import build_trainer
 from shadowsync.train.local import local_tables
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.tasks import build_dense_model, plan_data
-from shadowsync.train.trainer import Trainer
+from shadowsync.train.tasks import TaskInputs, build_dense_model, plan_data
 from shadowsync.train.worker import make_dense_optimizer
 
 
@@ -35,24 +35,28 @@ def _config(examples: int, workers: int) -> TrainConfig:
 
 def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
     plan = plan_data(cfg)
-    trainer = Trainer(cfg, plan, local_tables(cfg.model, cfg.optim, cfg.seed, plan.features))
+    trainer = build_trainer(
+        plan, local_tables(cfg.model, cfg.optim, cfg.seed, plan.features),
+        build_dense_model(cfg, plan.features), data=cfg.data, optim=cfg.optim,
+        cluster=cfg.cluster, sync=cfg.sync, output=cfg.output, testing=cfg.testing,
+        task=cfg.task, seed=cfg.seed)
     stats = trainer.run()
     trainer.close()
     return {"eps": stats.train_eps, "examples": stats.examples, "workers": cfg.cluster.workers}
 
 
-def _bare_loop(cfg: TrainConfig, results: Any) -> None:
+def _bare_loop(inputs: TaskInputs, optim: OptimConfig, results: Any) -> None:
     torch.set_num_threads(1)
-    plan = plan_data(cfg)
-    model = build_dense_model(cfg, plan.features)
-    tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
-    opt = make_dense_optimizer(cfg.optim.optimizer, model.parameters(), cfg.optim.lr)
+    plan = plan_data(inputs)
+    model = build_dense_model(inputs, plan.features)
+    tables = local_tables(inputs.model, optim, inputs.seed, plan.features)
+    opt = make_dense_optimizer(optim.optimizer, model.parameters(), optim.lr)
     # The workers' schedule, so the loops match.
-    schedule = LrSchedule.of(cfg.optim).over(num_batches(0, plan.train_stop, cfg.optim.batch_size))
+    schedule = LrSchedule.of(optim).over(num_batches(0, plan.train_stop, optim.batch_size))
     lr_steps = schedule.attach(opt)
     n = steps = 0
     t0 = time.perf_counter()
-    for dense, ids, labels in batches(plan.train, 0, plan.train_stop, cfg.optim.batch_size,
+    for dense, ids, labels in batches(plan.train, 0, plan.train_stop, optim.batch_size,
                                       table_size=plan.features.table_rows):
         vectors = tables.lookup(ids).requires_grad_()
         loss = F.binary_cross_entropy_with_logits(model(dense, vectors), labels)
@@ -66,10 +70,12 @@ def _bare_loop(cfg: TrainConfig, results: Any) -> None:
     results.put({"eps": n / (time.perf_counter() - t0), "examples": n, "workers": 1})
 
 
-def bare_run(cfg: TrainConfig) -> dict[str, Any]:
+def bare_run(inputs: TaskInputs, optim: OptimConfig) -> dict[str, Any]:
+    """One process's plain training loop over the task's data and model (`inputs`) with the
+    workers' optimizer and schedule (`optim`): the trainer's ceiling."""
     ctx = mp.get_context("spawn")  # a fresh process: no state of this one
     results = ctx.Queue()
-    p = ctx.Process(target=_bare_loop, args=(cfg, results))
+    p = ctx.Process(target=_bare_loop, args=(inputs, optim, results))
     p.start()
     out = results.get(timeout=600)
     p.join(timeout=60)
@@ -82,7 +88,7 @@ def run_hogwild_bench(out: str, examples: int = 400_000, repeats: int = 3) -> di
     variants = {
         "trainer_1w": lambda: trainer_run(base),
         "trainer_2w": lambda: trainer_run(replace(base, workers=2)),
-        "bare_loop": lambda: bare_run(base),
+        "bare_loop": lambda: bare_run(base, base.optim),
     }
     runs = interleaved(variants, repeats, "bench hogwild")
     med = {v: median_of(runs, v, "eps") for v in variants}

@@ -40,7 +40,7 @@ from shadowsync.lifecycle.exits import EXIT_FAILED, exit_status
 from shadowsync.lifecycle.stop import JOB_PROCESS_ENV, STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
-from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
+from shadowsync.train.replica import build_replica, run_replica
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import build_dense_model, features_of, plan_data, task_of
 from shadowsync.transport import rendezvous
@@ -217,8 +217,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: dist
         trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
     remote = peer_shards(layout)
-    checkpointer = make_checkpointer(cfg, plan, remote) if index == 0 else None
-    replica = build_replica(cfg, plan, tables, model, runner, checkpointer, index=index)
+    replica = build_replica(cfg, plan, tables, model, runner, index=index, remote_shards=remote)
 
     def gather(item: object) -> list[object]:
         everyone = [None] * cfg.cluster.trainers

@@ -5,7 +5,7 @@ from __future__ import annotations
 from shadowsync.config import ModelConfig, OptimConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic_tables import DynamicTables
-from shadowsync.train.replica import build_replica, make_checkpointer, run_replica
+from shadowsync.train.replica import build_replica, run_replica
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import DataPlan, Features, build_dense_model, task_of
 
@@ -29,7 +29,6 @@ def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     model = build_dense_model(cfg, plan.features)
     tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
-    checkpointer = make_checkpointer(cfg, plan, remote=[])
-    summary = run_replica(build_replica(cfg, plan, tables, model, None, checkpointer))
+    summary = run_replica(build_replica(cfg, plan, tables, model, None))
     assert summary is not None  # the only trainer is trainer 0
     return summary

@@ -27,6 +27,7 @@ from shadowsync.config import (
     ClusterConfig,
     OptimConfig,
     OutputConfig,
+    SyncConfig,
     TrainConfig,
     config_to_toml,
 )
@@ -37,6 +38,7 @@ from shadowsync.metrics import evaluate_predictions
 from shadowsync.runners.base import Runner
 from shadowsync.runners.switch.overhead import switch_overhead
 from shadowsync.state_dicts import Checkpointable
+from shadowsync.train.assembly import build_trainer
 from shadowsync.train.prefetch import depth_of
 from shadowsync.train.progress import Progress, TrainerStats
 from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summary
@@ -90,31 +92,32 @@ def checkpoint_components(model: torch.nn.Module, runner: Runner | None,
     return slots, parts
 
 
-def make_checkpointer(cfg: TrainConfig, plan: DataPlan,
-                      remote: list[str]) -> Checkpointer | None:
-    """Trainer 0's checkpointer; None with `--checkpoint-every never`."""
-    if cfg.checkpoint.every.never:
+def make_checkpointer(checkpoint: CheckpointConfig, out: str | None, cluster: ClusterConfig,
+                      batch_size: int, sync: SyncConfig, plan: DataPlan, remote: list[str], *,
+                      task: str, record: str) -> Checkpointer | None:
+    """Trainer 0's checkpointer under --out `out`, `remote` the RPC names of the other
+    processes that save a shard; `record`: the run's configuration as each checkpoint keeps
+    it. None with `--checkpoint-every never`."""
+    if checkpoint.every.never:
         return None
 
-    shards_per = cfg.cluster.trainers * cfg.cluster.workers
+    shards_per = cluster.trainers * cluster.workers
     stop = plan.train_stop
 
     def examples(trainer: int, positions: list[int]) -> int:
-        return sum(examples_in(k, trainer * cfg.cluster.workers + w, shards_per, 0, stop,
-                               cfg.optim.batch_size) for w, k in enumerate(positions))
+        return sum(examples_in(k, trainer * cluster.workers + w, shards_per, 0, stop,
+                               batch_size) for w, k in enumerate(positions))
 
-    return Checkpointer(checkpoints_at(cfg.checkpoint, cfg.output.dir), cfg.checkpoint.every,
-                        cfg.checkpoint.keep,
-                        config_to_toml(cfg, leave_out=("port", "resume")), cfg.cluster.trainers,
-                        remote,
+    return Checkpointer(checkpoints_at(checkpoint, out), checkpoint.every, checkpoint.keep,
+                        record, cluster.trainers, remote,
                         [r for r in remote if r.startswith("trainer")], examples,
-                        cfg.sync.entry.resumable, {"sync": cfg.sync.mode, "task": cfg.task,
-                                          # the model's input shape, known without the data
-                                          "num_dense": plan.features.num_dense,
-                                          "table_rows": list(plan.features.table_rows),
-                                          # the columns a loaded model reads raw rows by
-                                          **feature_record(cfg.task, plan)},
-                        aligned=cfg.sync.entry.lockstep)
+                        sync.entry.resumable, {"sync": sync.mode, "task": task,
+                                               # the model's input shape, known without the data
+                                               "num_dense": plan.features.num_dense,
+                                               "table_rows": list(plan.features.table_rows),
+                                               # the columns a loaded model reads raw rows by
+                                               **feature_record(task, plan)},
+                        aligned=sync.entry.lockstep)
 
 
 @dataclass
@@ -140,12 +143,19 @@ class Replica:
 
 
 def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
-                  model: torch.nn.Module, runner: Runner | None,
-                  checkpointer: Checkpointer | None, *, index: int = 0) -> Replica:
-    """The trainer over its built parts: what it saves registered for checkpoints and, with
-    `cfg.resume`, loaded from that checkpoint; its metrics log, progress bar and the note of
-    its progress (--max-restarts). `checkpointer`: trainer 0's (`make_checkpointer`) or None."""
+                  model: torch.nn.Module, runner: Runner | None, *, index: int = 0,
+                  remote_shards: list[str] | None = None) -> Replica:
+    """The trainer over its built parts: trainer 0's checkpointer (`make_checkpointer`;
+    `remote_shards`: the RPC names of the job's other processes that save a shard), what it
+    saves registered for checkpoints and, with `--resume`, loaded from that checkpoint; its
+    metrics log, progress bar and the note of its progress (--max-restarts). The whole `cfg`
+    is what the run records (each checkpoint's configuration, summary.json's); each part
+    reads its sections."""
     out = Path(cfg.output.dir or ".")
+    checkpointer = (make_checkpointer(
+        cfg.checkpoint, cfg.output.dir, cfg.cluster, cfg.optim.batch_size, cfg.sync, plan,
+        remote_shards or [], task=cfg.task,
+        record=config_to_toml(cfg, leave_out=("port", "resume"))) if index == 0 else None)
     slots, parts = checkpoint_components(model, runner, tables, cluster=cfg.cluster,
                                          optim=cfg.optim, resumable=cfg.sync.entry.resumable)
     shard = ClusterLayout.trainer_name(index)
@@ -179,9 +189,12 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
     progress = attempts.Progress(out, index)
     reports = Progress(index, task_of(cfg.task).running_metric(), sync=runner, log=metrics,
                        bar=bar)
-    trainer = Trainer(cfg, plan, tables, index=index, model=model, sync=runner,
-                      progress=reports, slots=slots, checkpointer=checkpointer,
-                      on_examples=progress, lost_peer=attempts.PeerWatch.of_launch(out))
+    trainer = build_trainer(
+        plan, tables, model, data=cfg.data, optim=cfg.optim, cluster=cfg.cluster,
+        sync=cfg.sync, output=cfg.output, testing=cfg.testing, task=cfg.task, seed=cfg.seed,
+        resumed=bool(cfg.checkpoint.resume), index=index, runner=runner, progress=reports,
+        slots=slots, checkpointer=checkpointer, on_examples=progress,
+        lost_peer=attempts.PeerWatch.of_launch(out))
     progress(trainer.stats.examples)
     if lead:
         progress.started(resumed.get("resumed_examples") or 0)
@@ -264,8 +277,8 @@ def finish_training(replica: Replica, stats: TrainerStats,
     saved = None
     if replica.checkpointer is not None:
         saved = final_save(replica.checkpointer, stopped)
-    final = trainer.final_eval() if replica.lead and not stopped else None
-    best = best_eval(trainer) if final is not None else None
+    final = trainer.held_out.final() if replica.lead and not stopped else None
+    best = best_eval(replica) if final is not None else None
     return everyone, saved, final, best
 
 
@@ -296,11 +309,11 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
         # Dynamic tables: ids looked up, admitted, rejected (read the default row), evicted.
         summary["dynamic_tables"] = trainer.table_counters
     resumed_eps(summary)
-    summary.update(selection_summary(trainer, final, best))
-    metrics = replica.metrics
+    summary.update(selection_summary(replica, final, best))
+    metrics, metric = replica.metrics, trainer.held_out.task.metric
     metrics.write({"trainer": 0, "examples": stats.examples, "wall_s": round(wall, 3),
                    "eps": summary["eps"], f"train_{running.name}": train_metric,
-                   f"eval_{trainer.task.metric}": final[trainer.task.metric]})
+                   f"eval_{metric}": final[metric]})
     metrics.close()
     write_summary(out, summary)
     xlabel = ("training examples" if cfg.cluster.trainers == 1
@@ -310,24 +323,24 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
     return summary
 
 
-def best_eval(trainer: Trainer) -> dict[str, float] | None:
+def best_eval(replica: Replica) -> dict[str, float] | None:
     """--val-share: the best checkpoint's metrics on the held-out rows (None: none kept)."""
-    validation = trainer.validation
+    validation = replica.trainer.validation
     if validation is None or validation.best_checkpoint is None:
         return None
-    factory = trainer.cfg.model.name if callable(trainer.cfg.model.name) else None
-    _, trained, _ = load_model(Path(validation.best_checkpoint), factory)
-    p = trainer.plan
+    name = replica.cfg.model.name
+    _, trained, _ = load_model(Path(validation.best_checkpoint), name if callable(name) else None)
+    p = replica.plan
     return evaluate_predictions(*score(trained, p.eval, p.eval_start, p.eval_stop))
 
 
-def selection_summary(trainer: Trainer, final: dict[str, float],
+def selection_summary(replica: Replica, final: dict[str, float],
                       best: dict[str, float] | None) -> dict[str, object]:
     """Epochs, the validation's best point, early stopping; with a best checkpoint, the
     summary's eval_* are its (the model eval and load use), last_eval_* the final model's."""
-    cfg = trainer.cfg
-    out: dict[str, object] = {"epochs": cfg.data.epochs, "val_share": cfg.data.val_share}
-    validation = trainer.validation
+    data = replica.cfg.data
+    out: dict[str, object] = {"epochs": data.epochs, "val_share": data.val_share}
+    validation = replica.trainer.validation
     if validation is None:
         return out
     sel, kept = validation.selection, validation.best_checkpoint
@@ -335,7 +348,7 @@ def selection_summary(trainer: Trainer, final: dict[str, float],
                 "validations": sel.evaluations, "early_stopped": validation.early_stopped,
                 "last_eval_ne": final["ne"], "last_eval_auc": final["auc"]})
     if best is not None:
-        teacher = trainer.plan.teacher_eval_ne
+        teacher = replica.plan.teacher_eval_ne
         out.update({"eval_ne": best["ne"], "eval_auc": best["auc"],
                     "eval_logloss": best["logloss"], "calibration": best["calibration"],
                     "ne_vs_teacher": best["ne"] / teacher if teacher else None})

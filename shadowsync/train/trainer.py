@@ -1,15 +1,18 @@
 """The training spine of one trainer: shared model, Hogwild workers, progress, evaluation.
 
-Read `Trainer.run` top to bottom: it builds the shared-memory dense model, starts the worker
-processes, follows their progress (running NE, EPS, periodic held-out evaluation) until every
-worker has finished its shard, and evaluates the final model. Embedding tables and the
-synchronization of the dense model with other trainers come in from outside, so the same
+Read `Trainer.run` top to bottom: it starts the worker processes on the shared-memory dense
+model, follows their progress (running NE, EPS, periodic held-out evaluation) until every
+worker has finished its shard, and leaves the final model to evaluate. Embedding tables and
+the synchronization of the dense model with other trainers come in from outside, so the same
 spine runs a single local trainer and one trainer of a cluster.
 
-Its parts: `pool` (the worker processes, `shadowsync.train.pool`), `progress` (statistics,
-metrics.jsonl, the bar: `shadowsync.train.progress`) and, on trainer 0 of a --val-share job,
-`validation` (validation points, the best model, early stopping: `shadowsync.train.validation`).
-The trainer talks to its workers through shared memory and events (`notices`), never files.
+Its parts, built from the configuration sections they read by `shadowsync.train.assembly`:
+`pool` (the worker processes and what they share with it, `shadowsync.train.pool`),
+`progress` (statistics, metrics.jsonl, the bar: `shadowsync.train.progress`), `held_out`
+(evaluations on the held-out rows: `shadowsync.train.held_out`) and, on trainer 0 of a
+--val-share job, `validation` (validation points, the best model, early stopping:
+`shadowsync.train.validation`). The trainer talks to its workers through shared memory and
+events (`notices`), never files.
 """
 
 from __future__ import annotations
@@ -17,32 +20,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
 from shadowsync.checkpoint.coordinator import Checkpointer
-from shadowsync.config import TrainConfig
+from shadowsync.config import OutputConfig
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.errors import PeerLost
-from shadowsync.forkserver import worker_context
 from shadowsync.lifecycle.stop import STOP
 from shadowsync.runners.base import Runner
 from shadowsync.runners.reports import WorkerDone
-from shadowsync.train.evaluate import evaluate
-from shadowsync.train.notices import JobNotices, Notices, serve_notices
-from shadowsync.train.pool import Shared, WorkerPool, worker_specs
+from shadowsync.train.held_out import HeldOut
+from shadowsync.train.notices import Notices, serve_notices
+from shadowsync.train.pool import Shared, WorkerPool
 from shadowsync.train.progress import Progress, TrainerStats
-from shadowsync.train.quiesce import Parking, Quiescence, serve_parking
-from shadowsync.train.selection import ModelSelection, validation_gates
-from shadowsync.train.state import WorkerSlots
-from shadowsync.train.tasks import DataPlan, build_dense_model, task_of
+from shadowsync.train.quiesce import serve_parking
 from shadowsync.train.validation import Validation
 from shadowsync.transport.layout import ClusterLayout
 
 log = logging.getLogger(__name__)
 
-EVAL_SAMPLE = 20_000
 # How often trainer 0 looks whether the job is parked at a validation point (its workers do
 # nothing until it validates).
 GATE_POLL_S = 0.01
@@ -52,80 +49,35 @@ GATE_POLL_S = 0.01
 TICK_S = 0.1
 
 
-class _EvalAbandoned(Exception):
-    pass
-
-
 class Trainer:
-    """One data-parallel replica: a shared dense model trained by Hogwild worker processes."""
+    """One data-parallel replica: a shared dense model trained by Hogwild worker processes.
 
-    def __init__(self, cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient, *,
-                 index: int = 0,
-                 model: torch.nn.Module | None = None, sync: Runner | None = None,
-                 progress: Progress | None = None,
-                 slots: WorkerSlots | None = None, checkpointer: Checkpointer | None = None,
+    `pool`: the workers (not started) and `shared`, what they share with it; `output`: when
+    to log and evaluate; `expected`: this trainer's examples of a pass; `resumed`: whether
+    the run goes on from a checkpoint. With --val-share, trainer 0's `validation` is attached
+    once the trainer exists (`shadowsync.train.assembly`)."""
+
+    def __init__(self, model: torch.nn.Module, tables: EmbeddingClient, pool: WorkerPool,
+                 shared: Shared, progress: Progress, held_out: HeldOut, *, index: int = 0,
+                 output: OutputConfig, expected: int, resumed: bool = False,
+                 sync: Runner | None = None, checkpointer: Checkpointer | None = None,
                  on_examples: Callable[[int], None] | None = None,
                  lost_peer: Callable[[], str | None] | None = None) -> None:
-        self.cfg, self.plan, self.tables, self.index = cfg, plan, tables, index
-        self.table_counters: dict[str, int] | None = None  # dynamic tables, read at close
-        self.task = task_of(cfg.task)
-        self.model = model if model is not None else build_dense_model(cfg, plan.features)
+        self.model, self.tables, self.index = model, tables, index
         self.model.share_memory()
+        self.pool, self.shared, self.slots = pool, shared, shared.slots
+        self.stop_event = shared.stop
+        self.notices = Notices(shared.stop, shared.decay)
+        self.progress, self.stats, self.held_out = progress, progress.stats, held_out
+        self.output, self.expected, self.resumed = output, expected, resumed
+        self.table_counters: dict[str, int] | None = None  # dynamic tables, read at close
         self.sync = sync
         self.checkpointer = checkpointer  # trainer 0's: saves the job while it trains
         self.on_examples = on_examples  # called with the examples trained so far
         self.lost_peer = lost_peer  # () -> name of a process of the job that is gone, or None
         self.stop_signal: int | None = None
-        self._evaluating = False
-        # what its workers' reports become (default: statistics and the running metric only)
-        self.progress = progress or Progress(index, self.task.running_metric(), sync=sync)
-        self.stats = self.progress.stats
-        self.pool = self._pool(slots)
+        self.validation: Validation | None = None
         self.stats.examples = self.resumed_examples()
-        # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
-        self.validation = (self._validation() if plan.val_start is not None and index == 0
-                           else None)
-
-    def _pool(self, slots: WorkerSlots | None) -> WorkerPool:
-        """The worker processes (not started), and what they share with this trainer."""
-        cfg, plan = self.cfg, self.plan
-        context = worker_context()  # how the workers start: forked or spawned
-        validates = plan.val_start is not None
-        self.slots = slots or WorkerSlots(list(self.model.parameters()), cfg.cluster.workers,
-                                          cfg.optim.optimizer)
-        self.stop_event = context.Event() if cfg.sync.entry.stops_alone else None
-        on_plateau = cfg.optim.lr_decay_on_plateau and validates
-        self.notices = Notices(self.stop_event, context.Event() if on_plateau else None)
-        # --val-share: every worker of every trainer parks at each validation point until
-        # trainer 0 has validated it (`shadowsync.train.quiesce`)
-        self.parking = Parking(cfg.cluster.workers) if validates else None
-        self.gates = (validation_gates(plan.rows_per_epoch // cfg.cluster.trainers,
-                                       cfg.data.epochs, cfg.output.eval_points or 0,
-                                       cfg.cluster.workers, cfg.optim.batch_size)
-                      if validates else ())
-        shared = Shared(self.slots, self.stop_event, self.notices.decay, self.parking, self.gates)
-        return WorkerPool(context, worker_specs(
-            plan, cfg.data, cfg.optim, cfg.cluster, cfg.testing, task=cfg.task, seed=cfg.seed,
-            trainer=self.index, lockstep=cfg.sync.entry.lockstep, shared=shared))
-
-    def _validation(self) -> Validation:
-        """Trainer 0's validations: the tail of the training rows, every trainer told."""
-        cfg, plan = self.cfg, self.plan
-        assert self.parking is not None and plan.val_start is not None
-        peers = [ClusterLayout.trainer_name(t) for t in range(1, cfg.cluster.trainers)]
-        validation = Validation(
-            lambda: evaluate(self.model, self.tables, plan.train, plan.val_start, plan.val_stop,
-                             plan.features.id_modulus),
-            self.task.metric, ModelSelection(self.task.higher_is_better,
-                                             cfg.data.early_stop or None),
-            job=Quiescence(self.parking, ClusterLayout.trainer_name(0), peers),
-            notices=JobNotices(self.notices, peers, Path(cfg.output.dir or ".")),
-            trained_now=self.trained_now, trainers=cfg.cluster.trainers,
-            epoch_rows=plan.rows_per_epoch, sync=self.sync, checkpointer=self.checkpointer,
-            progress=self.progress)
-        if cfg.checkpoint.resume:
-            validation.resume()
-        return validation
 
     def resumed_examples(self) -> int:
         """Examples this trainer's workers had trained when its checkpoint was saved."""
@@ -147,15 +99,12 @@ class Trainer:
         self.stop_signal = self.stop_signal or signum
         if self.stop_event is not None:
             self.stop_event.set()
-        if self._evaluating:
-            self._evaluating = False
-            raise _EvalAbandoned
+        self.held_out.abandon()
 
     def run(self) -> TrainerStats:
         """Train until every worker has finished its shard and the runner's last round."""
-        hook = (self.sync.worker_hook(self.pool.context, self.cfg.cluster.workers)
-                if self.sync else None)
-        serve_parking(self.parking)  # before the job meets, where trainer 0 may ask
+        hook = self.sync.worker_hook(self.pool.context, len(self.pool)) if self.sync else None
+        serve_parking(self.shared.parking)  # before the job meets, where trainer 0 may ask
         serve_notices(self.notices)
         # The count this attempt starts from (where it resumed), noted before any step: a
         # watcher then sees it move even when what is left of the job fits in one report.
@@ -197,13 +146,13 @@ class Trainer:
 
     def _begin(self, t0: float) -> None:
         """Training starts at `t0`: when to log, evaluate (trainer 0) and validate."""
-        cfg = self.cfg
         plot = self.index == 0 and self.validation is None  # held-out samples for the plot
-        self.progress.begin(t0, cfg.output.log_every, self.plan.train_stop // cfg.cluster.trainers,
-                            cfg.output.eval_points or 0,
-                            (f"eval_{self.task.metric}", self.sample_eval) if plot else None)
+        self.progress.begin(t0, self.output.log_every, self.expected,
+                            self.output.eval_points or 0,
+                            (f"eval_{self.held_out.task.metric}", self.held_out.sample)
+                            if plot else None)
         if self.validation is not None:
-            self.validation.begin(self.gates, self.stats.examples, bool(cfg.checkpoint.resume))
+            self.validation.begin(self.shared.gates, self.stats.examples, self.resumed)
 
     def _follow(self) -> None:
         """Consume worker reports until all are done; log metrics and evaluate along the way."""
@@ -261,23 +210,3 @@ class Trainer:
     def _end_validations(self) -> None:
         if self.validation is not None:
             self.validation.end()
-
-    def sample_eval(self) -> float:
-        """The task's headline metric on a sample of the held-out rows (NaN if a stop
-        request cut it short)."""
-        p = self.plan
-        stop = min(p.eval_stop, p.eval_start + EVAL_SAMPLE)
-        if self.stop_signal is not None:
-            return float("nan")
-        try:
-            self._evaluating = True
-            return self.task.evaluate(self.model, self.tables, p, p.eval_start,
-                                      stop)[self.task.metric]
-        except _EvalAbandoned:
-            return float("nan")
-        finally:
-            self._evaluating = False
-
-    def final_eval(self) -> dict[str, float]:
-        p = self.plan
-        return self.task.evaluate(self.model, self.tables, p, p.eval_start, p.eval_stop)
