@@ -90,41 +90,36 @@ def run(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     # A rollback's attempt forks from the same server.
     forkserver.start()
     try:
-        return _run_with_rollbacks(cfg, started)
+        from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
+
+        rollbacks: list[dict[str, object]] = []
+        if cfg.output.dir is None and not cfg.checkpoint.resume:
+            cfg = replace(cfg, out=str(default_out_dir()))
+        while True:  # the first attempt, then one from the last good checkpoint after each
+            try:  # divergence, while --on-divergence rollback allows
+                cfg, summary = job.run_once(cfg)
+                summary["rollbacks"] = rollbacks
+                # The whole run as its caller waits for it: data preparation, process
+                # start-up, training, the final checkpoint and evaluation (`wall_s`, which
+                # `eps` divides by, is the training alone: from the job's processes meeting
+                # to the last step).
+                summary["total_s"] = round(time.perf_counter() - started, 3)
+                write_summary(Path(summary["out"]), summary)
+                return cfg, summary
+            except TrainingDiverged as e:  # the typed signal, never the words of a message
+                if cfg.checkpoint.on_divergence != "rollback":
+                    raise
+                good = job.last_good(cfg.checkpoint, cfg.output.dir)
+                if len(rollbacks) >= MAX_ROLLBACKS or good is None:
+                    why = "no good checkpoint to go back to" if good is None else \
+                        f"still diverging after {MAX_ROLLBACKS} rollbacks"
+                    raise UserError(f"{e} ({why})") from None
+                lr = cfg.adapted().optim.lr / 2
+                emb_lr = cfg.optim.embedding_lr / 2
+                log.warning("%s; rolling back to %s at --lr %g", e, good, lr)
+                rollbacks.append({"checkpoint": str(good), "lr": lr, "error": str(e)})
+                cfg = replace(cfg, resume=str(good), lr=lr, embedding_lr=emb_lr,
+                              inject_nan_at=None)
     except BaseException:
         forkserver.stop()  # a run that failed or stopped: no server left importing torch
         raise
-
-
-def _run_with_rollbacks(cfg: TrainConfig, started: float) -> tuple[TrainConfig, dict[str, object]]:
-    """`run`'s attempts: the first, then one from the last good checkpoint after each
-    divergence, while --on-divergence rollback allows."""
-    from shadowsync.cluster import job  # start-up cost: `import shadowsync` has no torch
-
-    rollbacks: list[dict[str, object]] = []
-    if cfg.output.dir is None and not cfg.checkpoint.resume:
-        cfg = replace(cfg, out=str(default_out_dir()))
-    while True:
-        try:
-            cfg, summary = job.run_once(cfg)
-            summary["rollbacks"] = rollbacks
-            # The whole run as its caller waits for it: data preparation, process start-up,
-            # training, the final checkpoint and evaluation (`wall_s`, which `eps` divides
-            # by, is the training alone: from the job's processes meeting to the last step).
-            summary["total_s"] = round(time.perf_counter() - started, 3)
-            write_summary(Path(summary["out"]), summary)
-            return cfg, summary
-        except TrainingDiverged as e:  # the typed signal, never the words of a message
-            if cfg.checkpoint.on_divergence != "rollback":
-                raise
-            good = job.last_good(cfg.checkpoint, cfg.output.dir)
-            if len(rollbacks) >= MAX_ROLLBACKS or good is None:
-                why = "no good checkpoint to go back to" if good is None else \
-                    f"still diverging after {MAX_ROLLBACKS} rollbacks"
-                raise UserError(f"{e} ({why})") from None
-            lr = cfg.adapted().optim.lr / 2
-            emb_lr = cfg.optim.embedding_lr / 2
-            log.warning("%s; rolling back to %s at --lr %g", e, good, lr)
-            rollbacks.append({"checkpoint": str(good), "lr": lr, "error": str(e)})
-            cfg = replace(cfg, resume=str(good), lr=lr, embedding_lr=emb_lr,
-                          inject_nan_at=None)

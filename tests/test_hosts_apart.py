@@ -141,7 +141,8 @@ def test_a_dev_shm_too_small_for_a_local_job_is_refused_before_it_starts(apart_o
     """On one host, `shadowsync train` says so before it starts any process; with a /dev/shm
     of what the check asks for, the same job runs (the estimate is not short: no SIGBUS)."""
     job = [*JOB, "--examples", "5000", "--trainers", "2"]
-    needed = needed_here(resolve(load_config(config_parser().parse_args(job))))
+    cfg = resolve(load_config(config_parser().parse_args(job)))
+    needed = needed_here(cfg, cfg.distributed)
     train = [sys.executable, "-m", "shadowsync.cli", "train", *job, "--out"]
     with ApartHosts(2, shm_bytes=[needed // 2, needed + 2**19], prefix="ssync-one") as hosts:
         small = hosts.run(0, [*train, str(tmp_path / "small")], timeout=90)

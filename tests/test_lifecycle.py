@@ -97,10 +97,10 @@ from shadowsync.config import config_from_options
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.exits import TrainingDiverged
 
-def diverge(cfg, layout):
+def diverge(task, data, layout):
     raise TrainingDiverged("training diverged: loss is nan in trainer 0 worker 0")
 
-roles.run_role = diverge
+roles.import_ahead = diverge
 attempts.reset(sys.argv[1])
 roles.role_main(config_from_options(None, out=sys.argv[1], log_level="warning"))
 """

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from shadowsync.bench import peers
-from shadowsync.bench.sync import job, peer_variants
+from shadowsync.bench.sync import JobRuns, job, peer_variants
 from shadowsync.train.tasks import plan_data
 
 
@@ -32,7 +32,7 @@ def test_missing_peer_is_named_with_the_install_hint(monkeypatch):
 
 def test_bench_skips_a_missing_peer_and_says_so(monkeypatch, tmp_path, capsys):
     _hide(monkeypatch, "torchrec", "fbgemm_gpu")
-    got = peer_variants(job(1000), tmp_path, iter(range(10)))
+    got = peer_variants(JobRuns(tmp_path, job(1000), iter(range(10))))
     assert got["variants"] == {}
     assert got["status"]["torchrec"] == peers.missing("torchrec")
     assert "bench sync: peer torchrec skipped: torchrec, fbgemm_gpu not installed" \
@@ -41,7 +41,7 @@ def test_bench_skips_a_missing_peer_and_says_so(monkeypatch, tmp_path, capsys):
 
 def test_installed_peer_becomes_a_quality_variant(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(peers, "missing", lambda name: None)
-    got = peer_variants(job(1000), tmp_path, iter(range(10)))
+    got = peer_variants(JobRuns(tmp_path, job(1000), iter(range(10))))
     assert list(got["variants"]) == ["torchrec/quality"]
     assert got["status"] == {"torchrec": "runs"}
     assert "peer torchrec runs beside s-bmuf" in capsys.readouterr().out
@@ -96,7 +96,7 @@ def test_a_failing_peer_is_one_line_and_the_bench_goes_on(monkeypatch, tmp_path,
 
     monkeypatch.setattr(peers, "missing", lambda name: None)
     monkeypatch.setattr(peers, "runner", lambda name: broken)
-    got = peer_variants(job(1000), tmp_path, iter(range(10)))
+    got = peer_variants(JobRuns(tmp_path, job(1000), iter(range(10))))
     go = got["variants"]["torchrec/quality"]
     assert go() == go() == {"eps": None, "eval_ne": None, "wall_s": None}
     assert len(calls) == 1  # its later repeats do not run it again

@@ -97,4 +97,4 @@ def test_what_a_host_shares_adds_up_its_ranks_parts():
     each = shm_room.PER_PROCESS
     assert shm_room.host_bytes(cfg, layout, range(0, 2)) == sum(emb) + 2 * each
     assert shm_room.host_bytes(cfg, layout, range(1, 3)) == emb[1] + 2 * each + trainer
-    assert shm_room.needed_here(cfg) == shm_room.host_bytes(cfg, layout, range(4))
+    assert shm_room.needed_here(cfg, cfg.distributed) == shm_room.host_bytes(cfg, layout, range(4))

@@ -16,7 +16,7 @@ the same job across network-namespace hosts, with and without a 50 Mbit/s limit 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -143,7 +143,7 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     spreads: dict[str, list[float]] = {}
     if not slow_net_only:
         runs, med, ratios, spreads, loopback = _on_loopback(
-            root, base, repeats, quality_examples, full, torchft_reason)
+            JobRuns(root, base), repeats, quality_examples, full, torchft_reason)
         extra["peers"].update(loopback.pop("peers"))
         extra.update(loopback)
     if slow_net or slow_net_only:
@@ -172,28 +172,28 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     return {"ratios": ratios, "medians": med, "ratio_spread": spreads}
 
 
-def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: int,
-                 full: bool, torchft_reason: str | None) -> tuple[Any, ...]:
+def _on_loopback(runner: JobRuns, repeats: int, quality_examples: int, full: bool,
+                 torchft_reason: str | None) -> tuple[Any, ...]:
     """The local-cluster part: throughput and quality runs, their medians, ratios, spreads
     and what bench.json says of them."""
-    plan_data(base)
-    runner = _Runner(root)
+    plan_data(runner.base)
+    log = runner.root / "runs.jsonl"
     torchft = full and torchft_reason is None
-    variants = _throughput_variants(runner, base, full, torchft)
-    runs = interleaved(variants, repeats, "bench sync: throughput", log=root / "runs.jsonl")
+    variants = _throughput_variants(runner, full, torchft)
+    runs = interleaved(variants, repeats, "bench sync: throughput", log=log)
     # Quality needs a full pass of the default job; throughput settles much sooner.
-    quality = job(quality_examples)
-    plan_data(quality)
-    q_variants = {f"{name}/quality": runner.variant(f"{name}-quality", replace(quality, sync=name))
+    quality = JobRuns(runner.root, job(quality_examples), runner.counter)
+    plan_data(quality.base)
+    q_variants = {f"{name}/quality": quality.variant(f"{name}-quality", sync=name)
                   for name in ("s-bmuf", "fr-bmuf", "ddp")}
-    q_variants["s-bmuf/bf16/quality"] = runner.variant(
-        "s-bmuf-bf16-quality", replace(quality, sync="s-bmuf", sync_dtype="bf16"))
+    q_variants["s-bmuf/bf16/quality"] = quality.variant(
+        "s-bmuf-bf16-quality", sync="s-bmuf", sync_dtype="bf16")
     if full:
-        q_variants["s-bmuf/overwrite/quality"] = runner.variant(
-            "s-bmuf-overwrite-quality", replace(quality, sync="s-bmuf", write_back="overwrite"))
-    peer_runs = peer_variants(quality, root, runner.counter)
+        q_variants["s-bmuf/overwrite/quality"] = quality.variant(
+            "s-bmuf-overwrite-quality", sync="s-bmuf", write_back="overwrite")
+    peer_runs = peer_variants(quality)
     q_variants.update(peer_runs.pop("variants"))
-    q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=root / "runs.jsonl")
+    q_runs = interleaved(q_variants, repeats, "bench sync: quality", log=log)
     runs += q_runs
     variants.update(q_variants)
     med = {v: {k: median_of(runs, v, k) for k in
@@ -211,20 +211,26 @@ def _on_loopback(root: Path, base: TrainConfig, repeats: int, quality_examples: 
     return runs, med, ratios, spreads, extra
 
 
-class _Runner:
-    """The loopback runs' variants, each in its own numbered directory; `rate` keeps the
-    last run of the rule whose syncs per minute the periodic peers copy (`RATE_FROM`)."""
+class JobRuns:
+    """Variants of one job (`base`), each run in its own numbered directory under
+    `root`/runs (`counter` numbers them; runs of several jobs may share one); `rate` keeps
+    the last run of the rule whose syncs per minute the periodic peers copy (`RATE_FROM`)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, base: TrainConfig,
+                 counter: Iterator[int] | None = None) -> None:
         self.root = root
-        self.counter = iter(range(10**6))
+        self.base = base
+        self.counter = counter if counter is not None else iter(range(10**6))
         self.rate: dict[str, Any] = {}
 
     def out(self, name: str) -> Path:
         return self.root / "runs" / f"{name.replace('/', '-')}-{next(self.counter)}"
 
-    def variant(self, name: str, cfg: TrainConfig,
-                keep: dict[str, Any] | None = None) -> Callable[[], dict[str, Any]]:
+    def variant(self, name: str, keep: dict[str, Any] | None = None,
+                **changes: Any) -> Callable[[], dict[str, Any]]:
+        """The job with `changes` (flat options) as a run; `keep` takes its result."""
+        cfg = replace(self.base, **changes)
+
         def go() -> dict[str, Any]:
             r = run_job(cfg, self.out(name))
             if keep is not None:
@@ -232,54 +238,51 @@ class _Runner:
             return r
         return go
 
-    def period(self, base: TrainConfig) -> int:
+    def period(self) -> int:
         """Steps between the periodic peers' rounds: RATE_FROM's rate, once it has run."""
-        return torch_period(self.rate, base) if self.rate else base.sync.every
+        return torch_period(self.rate, self.base) if self.rate else self.base.sync.every
 
-    def torch_fr_ma(self, base: TrainConfig) -> Callable[[], dict[str, Any]]:
+    def torch_fr_ma(self) -> Callable[[], dict[str, Any]]:
         def go() -> dict[str, Any]:
-            period = self.period(base)
-            r = run_job(replace(base, sync="torch-fr-ma", sync_every=period),
+            period = self.period()
+            r = run_job(replace(self.base, sync="torch-fr-ma", sync_every=period),
                         self.out("torch-fr-ma"))
             r["period"] = period
             return r
         return go
 
-    def torchft_ma(self, base: TrainConfig) -> Callable[[], dict[str, Any]]:
+    def torchft_ma(self) -> Callable[[], dict[str, Any]]:
         def go() -> dict[str, Any]:
-            return peers.runner("torchft")(replace(base, sync_every=self.period(base)),
+            return peers.runner("torchft")(replace(self.base, sync_every=self.period()),
                                            self.out("torchft-ma"))
         return go
 
 
-def _throughput_variants(runner: _Runner, base: TrainConfig, full: bool,
+def _throughput_variants(runner: JobRuns, full: bool,
                          torchft: bool) -> dict[str, Callable[[], dict[str, Any]]]:
     """The rules, the periodic peers at RATE_FROM's rate, the embedding paths and (`full`)
     the intervals and the foreground frontier."""
     rules = RULES if full else DEFAULT_RULES
-    variants = {name: runner.variant(name, replace(base, sync=name)) for name in rules}
-    variants[RATE_FROM] = runner.variant(RATE_FROM, replace(base, sync=RATE_FROM),
-                                         keep=runner.rate)
-    variants["torch-fr-ma"] = runner.torch_fr_ma(base)
+    variants = {name: runner.variant(name, sync=name) for name in rules}
+    variants[RATE_FROM] = runner.variant(RATE_FROM, keep=runner.rate, sync=RATE_FROM)
+    variants["torch-fr-ma"] = runner.torch_fr_ma()
     # torchft's LocalSGD at the same rate, where the peer can run here: on loopback with
     # `full` (no goal here; the issue's torchft ratio is on the slow link, which always runs it).
     if torchft:
-        variants["torchft-ma"] = runner.torchft_ma(base)
+        variants["torchft-ma"] = runner.torchft_ma()
     # The embedding path: the default job with private unshared tables (and over RPC only).
     if full:
-        variants["s-bmuf/rpc"] = runner.variant("s-bmuf/rpc",
-                                                replace(base, embedding_transport="rpc"))
+        variants["s-bmuf/rpc"] = runner.variant("s-bmuf/rpc", embedding_transport="rpc")
     variants["s-bmuf/unshared-tables"] = runner.variant(
-        "s-bmuf/unshared-tables", replace(base, embedding_transport="unshared"))
+        "s-bmuf/unshared-tables", embedding_transport="unshared")
     if full:
         for rule in ("s-ma", "s-bmuf"):
             for iv in INTERVALS:
                 name = f"{rule}@{iv}s"
-                variants[name] = runner.variant(name, replace(base, sync=rule,
-                                                              sync_interval=str(iv)))
+                variants[name] = runner.variant(name, sync=rule, sync_interval=str(iv))
         for every in FOREGROUND_EVERY:
             name = f"fr-bmuf@{every}steps"
-            variants[name] = runner.variant(name, replace(base, sync="fr-bmuf", sync_every=every))
+            variants[name] = runner.variant(name, sync="fr-bmuf", sync_every=every)
     return variants
 
 
@@ -310,9 +313,9 @@ def _pairs(full: bool, torchft: bool, torchrec: bool, teacher: float | None
     }
 
 
-def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
-    """The installed peers as quality variants ("NAME/quality"), and each peer's status:
-    "runs", or the one line that says why it is skipped (also printed)."""
+def peer_variants(runs: JobRuns) -> dict[str, Any]:
+    """The installed peers as quality variants ("NAME/quality") of the job of `runs`, and
+    each peer's status: "runs", or the one line that says why it is skipped (also printed)."""
     variants: dict[str, Any] = {}
     status: dict[str, str] = {}
     for name in QUALITY_PEERS:
@@ -329,8 +332,7 @@ def peer_variants(cfg: TrainConfig, root: Path, counter: Any) -> dict[str, Any]:
             later repeats too), rather than end a bench that has run for minutes."""
             if status[name] == "runs":
                 try:
-                    out = root / "runs" / f"{name}-quality-{next(counter)}"
-                    return peers.runner(name)(cfg, out)
+                    return peers.runner(name)(runs.base, runs.out(f"{name}-quality"))
                 except Exception as e:
                     status[name] = f"peer {name} failed: {failure_line(e)}"
                     print(f"bench sync: {status[name]}")

@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 
 def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     """One training run of `api.run` (no rollback; its processes fork from the server
-    `api.run` started): the checked configuration and the summary."""
+    `api.run` started): check --resume, --warm-start and --out, resolve, open the data, make
+    the output directory, write config.toml, then train or launch. Returns the checked
+    configuration and the summary."""
     cfg, out = (checked_resume(cfg) if cfg.checkpoint.resume
                 else (cfg, free_out_dir(cfg.output.dir)))
     if cfg.checkpoint.warm_start and not cfg.checkpoint.resume:
@@ -59,21 +61,12 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     # a --checkpoint-dir URL no file system serves: said now
     checkpoints_at(cfg.checkpoint, cfg.output.dir)
     check_writable(out)
-    cfg, summary = checked_run(cfg, out)
-    warning = worse_than_constant(summary.get("eval_ne"), "eval")
-    if warning:
-        log.warning("%s", warning)
-    return cfg, summary
-
-
-def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, object]]:
-    """Resolve, open the data, make `out`, write config.toml, then train or launch."""
     cfg = resolve(cfg)  # builds the model once: a bad --model fails here
     if cfg.data.schema == AUTO:  # read off --data's columns once, for --eval-data too
         cfg = replace(cfg, schema=auto_schema(cfg.data.path))
     if cfg.distributed:
         choose_port(cfg.cluster)  # a busy --port fails now; a free one is picked at the launch
-    check_here(cfg)  # /dev/shm can hold what the processes will share (or a SIGBUS later)
+    check_here(cfg, cfg.distributed)  # /dev/shm holds what it will share (else a SIGBUS later)
     plan = plan_data(cfg)  # opens (converts, generates) the data once, before any process
     f = plan.features
     log.info("data %s: %d training and %d held-out examples, %d dense features, %d "
@@ -89,6 +82,9 @@ def checked_run(cfg: TrainConfig, out: Path) -> tuple[TrainConfig, dict[str, obj
         summary = launch_local(replace(cfg, port=choose_port(cfg.cluster)))
     else:
         summary = train_local(cfg, plan)
+    warning = worse_than_constant(summary.get("eval_ne"), "eval")
+    if warning:
+        log.warning("%s", warning)
     return cfg, summary
 
 

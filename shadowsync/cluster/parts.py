@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Protocol
 
-from shadowsync.config import ClusterConfig, ModelConfig, TrainConfig
+from shadowsync.config import ClusterConfig, ModelConfig, OptimConfig, TrainConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.runners.build import needs_dense_servers
 from shadowsync.runners.switch.search import resolve_share
 from shadowsync.train.table_kinds.kind import table_builder
-from shadowsync.train.tasks import Features, build_dense_model, features_of
+from shadowsync.train.tasks import Features, TaskInputs, build_dense_model, features_of
 from shadowsync.transport import rendezvous
 from shadowsync.transport.layout import PER_HOST, ClusterLayout
 from shadowsync.transport.rpc import RpcEndpoint
 from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
+
+
+class TableOptions(TaskInputs, Protocol):
+    """What the embedding tables are built from, and what a host's processes share in
+    /dev/shm is sized by: the task's inputs (the features, the dense model, the seed, a warm
+    start), the optimizer (the tables' and the dense model's) and the cluster (servers,
+    trainers, workers, the transport). A `TrainConfig` is one."""
+
+    optim: OptimConfig
+    cluster: ClusterConfig
 
 
 def layout_of(cluster: ClusterConfig) -> ClusterLayout:
@@ -108,24 +119,24 @@ def embedding_plan(model: ModelConfig, cluster: ClusterConfig, batch_size: int,
                                          cluster.embedding_servers, cluster.row_split_limit)
 
 
-def embedding_client(cfg: TrainConfig, features: Features, layout: ClusterLayout,
+def embedding_client(options: TableOptions, features: Features, layout: ClusterLayout,
                      endpoint: RpcEndpoint) -> RemoteEmbeddings:
     """The client a trainer's processes reach the embedding servers with (in place on this
     host, RPC otherwise). With --embedding-transport unshared each trainer keeps a private
     copy of the tables instead (the ceiling the shared path is measured against; trainers then
     learn separate embeddings)."""
-    plan = embedding_plan(cfg.model, cfg.cluster, cfg.optim.batch_size, features)
+    model, cluster, optim = options.model, options.cluster, options.optim
+    plan = embedding_plan(model, cluster, optim.batch_size, features)
     private = None
-    if cfg.cluster.embedding_transport == "unshared":
-        optimizer = cfg.optim.table_optimizer(features.multi_hot)
-        private = {s: EmbeddingTables(plan.server_pieces(s), cfg.model.table_width(),
-                                      seed=cfg.seed * 7919 + s,
+    if cluster.embedding_transport == "unshared":
+        optimizer = optim.table_optimizer(features.multi_hot)
+        private = {s: EmbeddingTables(plan.server_pieces(s), model.table_width(),
+                                      seed=options.seed * 7919 + s,
                                       **plan.server_optimizer(s, optimizer)).share_memory_()
                    for s in range(plan.servers)}
-    transport = "rpc" if cfg.cluster.embedding_transport == "rpc" else "auto"
-    return RemoteEmbeddings(plan, layout, endpoint, cfg.model.table_width(), rpc_ranks(layout),
-                            transport=transport, private=private,
-                            prefetch=cfg.cluster.prefetch)
+    transport = "rpc" if cluster.embedding_transport == "rpc" else "auto"
+    return RemoteEmbeddings(plan, layout, endpoint, model.table_width(), rpc_ranks(layout),
+                            transport=transport, private=private, prefetch=cluster.prefetch)
 
 
 def peer_shards(layout: ClusterLayout) -> list[str]:

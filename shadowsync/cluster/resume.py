@@ -17,7 +17,6 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 
 from shadowsync.checkpoint import shards
 from shadowsync.checkpoint.storage import Location, location, remove_tree
@@ -29,7 +28,7 @@ from shadowsync.checkpoint.store import (
     read_manifest,
     staging_dir,
 )
-from shadowsync.config import CheckpointConfig, TrainConfig
+from shadowsync.config import CheckpointConfig
 from shadowsync.errors import UserError
 from shadowsync.lifecycle.attempts import attempt
 from shadowsync.state_dicts import Checkpointable
@@ -38,16 +37,17 @@ from shadowsync.state_dicts import Checkpointable
 Exchange = Callable[[object], list[object]]
 
 
-def agree_on_start(cfg: TrainConfig, rank: int, exchange: Exchange,
-                   hosts_apart: bool) -> TrainConfig:
-    """`cfg` as every rank will run it: its checkpoint storage checked to be one for all
-    (where the job spans hosts: `hosts_apart`), and the checkpoint it starts from agreed."""
-    if hosts_apart and not cfg.checkpoint.every.never:
-        check_one_storage(cfg.checkpoint, cfg.output.dir, rank, exchange)
-    found = agreed_checkpoint(cfg.checkpoint, cfg.output.dir, rank, exchange)
-    if attempt() == 0 and not cfg.checkpoint.resume:
-        return cfg
-    return replace(cfg, resume=found)
+def agree_on_start(checkpoint: CheckpointConfig, out_dir: str | None, rank: int,
+                   exchange: Exchange, hosts_apart: bool) -> str | None:
+    """--resume as every rank will run it (`checkpoint.resume` where the job starts afresh):
+    the checkpoint storage checked to be one for all (where the job spans hosts:
+    `hosts_apart`; `out_dir`: --out), and the checkpoint it starts from agreed."""
+    if hosts_apart and not checkpoint.every.never:
+        check_one_storage(checkpoint, out_dir, rank, exchange)
+    found = agreed_checkpoint(checkpoint, out_dir, rank, exchange)
+    if attempt() == 0 and not checkpoint.resume:
+        return checkpoint.resume
+    return found
 
 
 def check_one_storage(checkpoint: CheckpointConfig, out_dir: str | None, rank: int,

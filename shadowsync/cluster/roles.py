@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 import warnings
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import torch.distributed as dist
 from shadowsync.cluster.failures import leave_now, report_error
 from shadowsync.cluster.follow import follow_trainer0
 from shadowsync.cluster.parts import (
+    TableOptions,
     embedding_client,
     embedding_plan,
     layout_of,
@@ -33,7 +35,7 @@ from shadowsync.cluster.parts import (
 )
 from shadowsync.cluster.resume import agree_on_start, hosts_apart, own_shard, pushes_to_rewind
 from shadowsync.cluster.shm_room import check_hosts
-from shadowsync.config import CheckpointConfig, TrainConfig
+from shadowsync.config import CheckpointConfig, ClusterConfig, DataConfig, OutputConfig, TrainConfig
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.exits import EXIT_FAILED, exit_status
@@ -55,35 +57,46 @@ log = logging.getLogger(__name__)
 
 
 def role_main(cfg: TrainConfig) -> None:
-    """Entry point of every launched process. In an attempt the launcher restarted after a
-    process died (--max-restarts), it resumes from the run's newest checkpoint, or ends at
-    once if the failure was one a restart would repeat.
+    """Entry point of every launched process: join the job's process group, run this rank's
+    role, leave. In an attempt the launcher restarted after a process died (--max-restarts),
+    it resumes from the run's newest checkpoint, or ends at once if the failure was one a
+    restart would repeat.
 
     The process ends with the exit status of `lifecycle.exits`: 2 for bad input or a lost
     peer, 3 (`EXIT_DIVERGED`) for a diverged training, 1 for anything unexpected."""
-    rendezvous.agree_on_attempt()  # before anything reads the attempt: one for all hosts
-    if cfg.output.dir and not os.environ.get(JOB_PROCESS_ENV):  # torchrun
-        attempts.forget_refusal(Path(cfg.output.dir))
-    if attempts.attempt() > 0 and cfg.output.dir and attempts.restart_refused(Path(cfg.output.dir)):
-        if not os.environ.get(JOB_PROCESS_ENV):  # torchrun's agent restarts until one fails
-            leave_now(attempts.refused_status(Path(cfg.output.dir)) or EXIT_FAILED)
+    layout = start_process(cfg.output, cfg.cluster)
+    if layout is None:  # a restart refused
         return
-    warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
-    torch.set_num_threads(1)
-    rank = int(os.environ.get("RANK", 0))
-    layout = layout_of(cfg.cluster)  # once: every part below is handed it
     try:
+        import_ahead(cfg.task, cfg.data, layout)
+        rank, trainer_group = join_process_group(layout)
+        if rank == 0 and not os.environ.get(JOB_PROCESS_ENV):  # torchrun: say where roles run
+            log.info("%s placement on %d host(s): %s", layout.placement, layout.hosts,
+                     layout.describe())
+        # Before anything is trained or saved: one checkpoint storage, one starting checkpoint.
+        resume = agree_on_start(cfg.checkpoint, cfg.output.dir, rank, gather_all, hosts_apart())
+        if resume != cfg.checkpoint.resume:
+            cfg = replace(cfg, resume=resume)
+        check_hosts(cfg, layout)  # before anything is mapped: a full /dev/shm is a SIGBUS
         role, index = layout.role(rank)
-        name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
-    except ValueError:  # a launcher of the wrong size; run_role says so
-        name, short = f"rank {rank}", f"rank{rank}"
-    setup_logging(cfg.output.log_level, name)
-    if not STOP.installed:  # started by torchrun through shadowsync.run
-        STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
-    if cfg.output.dir:
-        attempts.note_process(short, Path(cfg.output.dir))
-    try:
-        run_role(cfg, layout)
+        endpoint = rpc_endpoint(cfg.cluster.rpc_port)
+        if cfg.output.dir and (role, index) != ("trainer", 0):
+            follow_trainer0(Path(cfg.output.dir))
+        if role == "embedding":
+            serve_embeddings(cfg, layout, index, rank, endpoint)
+        elif role == "dense":
+            serve_dense(cfg.checkpoint, layout, index, rank, endpoint)
+        else:
+            try:
+                run_trainer(cfg, layout, index, trainer_group, endpoint)
+            except Interrupted:
+                log.debug("stopped; leaving")
+                dist.destroy_process_group()  # an orderly end: the job stopped as asked
+                log.debug("done")
+                raise
+        log.debug("left the RPC world")
+        dist.destroy_process_group()
+        log.debug("done")
     except Interrupted as e:  # the launcher tells the user where the checkpoint is
         logging.shutdown()
         os._exit(e.exit_code)
@@ -103,44 +116,47 @@ def role_main(cfg: TrainConfig) -> None:
         leave_now(EXIT_FAILED)
 
 
-def run_role(cfg: TrainConfig, layout: ClusterLayout) -> None:
-    """Join the job's process group, run this rank's role, leave."""
-    if cfg.data.val_share > 0:
+def start_process(output: OutputConfig, cluster: ClusterConfig) -> ClusterLayout | None:
+    """This process's logging, signals and note of itself (--out), and the job's layout;
+    None in a restarted attempt that a failure a restart would repeat has refused."""
+    rendezvous.agree_on_attempt()  # before anything reads the attempt: one for all hosts
+    out = Path(output.dir) if output.dir else None
+    if out and not os.environ.get(JOB_PROCESS_ENV):  # torchrun
+        attempts.forget_refusal(out)
+    if attempts.attempt() > 0 and out and attempts.restart_refused(out):
+        if not os.environ.get(JOB_PROCESS_ENV):  # torchrun's agent restarts until one fails
+            leave_now(attempts.refused_status(out) or EXIT_FAILED)
+        return None
+    warnings.filterwarnings("ignore", message=".*ProcessGroupGloo.*")
+    torch.set_num_threads(1)
+    rank = int(os.environ.get("RANK", 0))
+    layout = layout_of(cluster)  # once: every part below is handed it
+    try:
+        role, index = layout.role(rank)
+        name, short = f"{role} {index}, rank {rank}", f"{role}{index}".replace("embedding", "emb")
+    except ValueError:  # a launcher of the wrong size; the role's start says so
+        name, short = f"rank {rank}", f"rank{rank}"
+    setup_logging(output.log_level, name)
+    if not STOP.installed:  # started by torchrun through shadowsync.run
+        STOP.install(grace_s=STOP_GRACE_S, exit_while_starting=True)
+    if out:
+        attempts.note_process(short, out)
+    return layout
+
+
+def import_ahead(task: str, data: DataConfig, layout: ClusterLayout) -> None:
+    """Import now, while every process starts (seconds), what a role would otherwise import
+    while the job waits on it."""
+    if data.val_share > 0:
         # Each new best model is saved while the job waits: import the checkpoint writer now,
-        # while every process starts (seconds), rather than in the first save, where it held
-        # up trainer 0's validation and, while it validates, every worker of the job.
+        # rather than in the first save, where it held up trainer 0's validation and, while
+        # it validates, every worker of the job.
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     if layout.role(int(os.environ["RANK"])) == ("trainer", 0):
         # Trainer 0 evaluates while its workers train on (and validates while they wait):
         # what the first evaluation imports (seconds) is imported now, while the others
         # start, or the workers train past the points due meanwhile and those are skipped.
-        task_of(cfg.task).prepare_evaluation()
-    rank, trainer_group = join_process_group(layout)
-    if rank == 0 and not os.environ.get(JOB_PROCESS_ENV):  # torchrun: say where roles run
-        log.info("%s placement on %d host(s): %s", layout.placement, layout.hosts,
-                 layout.describe())
-    # Before anything is trained or saved: one checkpoint storage, one starting checkpoint.
-    cfg = agree_on_start(cfg, rank, gather_all, hosts_apart())
-    check_hosts(cfg, layout)  # before anything is mapped: a full /dev/shm is a SIGBUS
-    role, index = layout.role(rank)
-    endpoint = rpc_endpoint(cfg.cluster.rpc_port)
-    if cfg.output.dir and (role, index) != ("trainer", 0):
-        follow_trainer0(Path(cfg.output.dir))
-    if role == "embedding":
-        serve_embeddings(cfg, layout, index, rank, endpoint)
-    elif role == "dense":
-        serve_dense(cfg.checkpoint, layout, index, rank, endpoint)
-    else:
-        try:
-            run_trainer(cfg, layout, index, trainer_group, endpoint)
-        except Interrupted:
-            log.debug("stopped; leaving")
-            dist.destroy_process_group()  # an orderly end: the job stopped as asked
-            log.debug("done")
-            raise
-    log.debug("left the RPC world")
-    dist.destroy_process_group()
-    log.debug("done")
+        task_of(task).prepare_evaluation()
 
 
 def join_process_group(layout: ClusterLayout) -> tuple[int, dist.ProcessGroup]:
@@ -167,7 +183,7 @@ def gather_all(item: object) -> list[object]:
     return everyone
 
 
-def serve_embeddings(cfg: TrainConfig, layout: ClusterLayout, index: int, rank: int,
+def serve_embeddings(cfg: TableOptions, layout: ClusterLayout, index: int, rank: int,
                      endpoint: RpcEndpoint) -> None:
     """Embedding server `index`: hold its shard of the tables until the job leaves RPC."""
     features = features_of(cfg)

@@ -20,8 +20,8 @@ import socket
 import torch
 import torch.distributed as dist
 
-from shadowsync.cluster.parts import embedding_plan, layout_of, local_ranks
-from shadowsync.config import ClusterConfig, ModelConfig, OptimConfig, TrainConfig
+from shadowsync.cluster.parts import TableOptions, embedding_plan, layout_of, local_ranks
+from shadowsync.config import ClusterConfig, ModelConfig, OptimConfig
 from shadowsync.errors import UserError
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import Features, build_dense_model, features_of
@@ -63,26 +63,27 @@ def tables_bytes(model: ModelConfig, optim: OptimConfig, features: Features,
                                                optim.table_optimizer(features.multi_hot)))
 
 
-def host_bytes(cfg: TrainConfig, layout: ClusterLayout, ranks: range) -> int:
+def host_bytes(options: TableOptions, layout: ClusterLayout, ranks: range) -> int:
     """The bytes the job's ranks `ranks` (those of one host) put in /dev/shm."""
-    features = features_of(cfg)
-    plan = embedding_plan(cfg.model, cfg.cluster, cfg.optim.batch_size, features)
-    transport = cfg.cluster.embedding_transport
+    model, optim, cluster = options.model, options.optim, options.cluster
+    features = features_of(options)
+    plan = embedding_plan(model, cluster, optim.batch_size, features)
+    transport = cluster.embedding_transport
     roles = [layout.role(rank) for rank in ranks]
     trainers = sum(role == "trainer" for role, _ in roles)
     total = len(roles) * PER_PROCESS
-    total += sum(tables_bytes(cfg.model, cfg.optim, features, plan, index)
+    total += sum(tables_bytes(model, optim, features, plan, index)
                  for role, index in roles if role == "embedding" and transport == "auto")
     if trainers:  # every trainer shares the same: one model built to count it
-        per_trainer = trainer_bytes(build_dense_model(cfg, features), cfg.optim, cfg.cluster)
+        per_trainer = trainer_bytes(build_dense_model(options, features), optim, cluster)
         if transport == "unshared":  # a private copy of every server's tables
-            per_trainer += sum(tables_bytes(cfg.model, cfg.optim, features, plan, s)
+            per_trainer += sum(tables_bytes(model, optim, features, plan, s)
                                for s in range(plan.servers))
         total += trainers * per_trainer
     return total
 
 
-def local_bytes(cfg: TrainConfig) -> int:
+def local_bytes(cfg: TableOptions) -> int:
     """The bytes a one-process run (`train.local`: its tables and its trainer) shares."""
     features = features_of(cfg)
     plan = table_builder(cfg.model).sharding(cfg.model, cfg.optim.batch_size, features, 1,
@@ -91,30 +92,31 @@ def local_bytes(cfg: TrainConfig) -> int:
             + trainer_bytes(build_dense_model(cfg, features), cfg.optim, cfg.cluster))
 
 
-def needed_here(cfg: TrainConfig) -> int:
-    """The bytes a run on this machine shares: every rank of a local launch, or the one
-    process of a run without any."""
-    if cfg.distributed:
-        layout = layout_of(cfg.cluster)
-        return host_bytes(cfg, layout, range(layout.world_size))
-    return local_bytes(cfg)
+def needed_here(options: TableOptions, distributed: bool) -> int:
+    """The bytes a run on this machine shares: every rank of a local launch (`distributed`:
+    a job of several processes), or the one process of a run without any."""
+    if distributed:
+        layout = layout_of(options.cluster)
+        return host_bytes(options, layout, range(layout.world_size))
+    return local_bytes(options)
 
 
-def check_here(cfg: TrainConfig) -> None:
+def check_here(options: TableOptions, distributed: bool) -> None:
     """Before a run on this machine starts a process: refuse it in one line if /dev/shm
-    cannot hold what all of it will share."""
-    line = shm.shortfall(needed_here(cfg), socket.gethostname()) if shm.available() else None
+    cannot hold what all of it will share (`distributed`: a job of several processes)."""
+    line = (shm.shortfall(needed_here(options, distributed), socket.gethostname())
+            if shm.available() else None)
     if line:
         raise UserError(line)
 
 
-def check_hosts(cfg: TrainConfig, layout: ClusterLayout) -> None:
+def check_hosts(options: TableOptions, layout: ClusterLayout) -> None:
     """Every process of the job, once it has joined the job's process group and before it
     maps anything: raise the same one-line `UserError` on every rank if some host's /dev/shm
     cannot hold what the job's ranks there will put in it (a collective)."""
     line = None
     if shm.available():
-        line = shm.shortfall(host_bytes(cfg, layout, local_ranks()), socket.gethostname())
+        line = shm.shortfall(host_bytes(options, layout, local_ranks()), socket.gethostname())
     everyone: list[str | None] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, line)
     first = next((found for found in everyone if found), None)

@@ -25,7 +25,7 @@ def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
     # with this process): meanwhile, import what the evaluations need, which would otherwise
     # wait until the first evaluation (after training, with --eval-points 0).
     task_of(cfg.task).prepare_evaluation()
-    if cfg.data.val_share > 0:  # best models are saved while training (see roles.run_role)
+    if cfg.data.val_share > 0:  # best models are saved while training (see roles.import_ahead)
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     model = build_dense_model(cfg, plan.features)
     tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
