@@ -258,9 +258,9 @@ def test_variants_compare_with_bsp_under_the_same_slowdown_and_asp_first_keeps_t
                                     for p in ("bsp", "greedy", "elastic", "isolate"))
     assert compared_with("switch/zero") == "bsp"
     base = VARIANTS["switch"]
-    assert settings_of(VARIANTS["switch/asp-first"], digits_job(4, 1000, 0.5)) == {
-        "switch_plan": "asp:0.5,bsp"}
-    assert settings_of(base, digits_job(4, 1000, 0.5)) == {}
+    plan = digits_job(4, 1000, 0.5).switch.plan
+    assert settings_of(VARIANTS["switch/asp-first"], plan) == {"switch_plan": "asp:0.5,bsp"}
+    assert settings_of(base, plan) == {}
     assert VARIANTS["switch/compensate"].settings == (("switch_compensate_momentum", True),)
     assert not digits_job(4, 1000, 0.5).switch.compensate_momentum  # the paper's, by default
     assert all(compared_with(v) in VARIANTS for v in VARIANTS)

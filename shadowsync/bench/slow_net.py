@@ -131,10 +131,11 @@ def at(rate: float | None) -> str:
     return "@unlimited" if rate is None else f"@{rate:g}mbit"
 
 
-def on_limited_link(cfg: TrainConfig, sync: str) -> TrainConfig:
+def on_limited_link(examples: int, sync: str) -> dict[str, Any]:
+    """The changes that run a job of `examples` examples under `sync` on a limited link:
+    its share of the examples (`ON_LIMITED_LINK`)."""
     share = ON_LIMITED_LINK[sync]
-    examples = cfg.data.examples if share == 1 else round(cfg.data.examples * share)
-    return replace(cfg, sync=sync, examples=examples)
+    return {"sync": sync, "examples": examples if share == 1 else round(examples * share)}
 
 
 def link_variants(cfg: TrainConfig, full: bool,
@@ -149,7 +150,9 @@ def link_variants(cfg: TrainConfig, full: bool,
         for sync in (("s-ma", "ddp") if full else ("s-ma",))]
     for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
         syncs = tuple(ON_LIMITED_LINK) if full else ("ddp", "s-ma")
-        variants += [(f"{sync}{at(rate)}", on_limited_link(cfg, sync), rate) for sync in syncs]
+        variants += [(f"{sync}{at(rate)}",
+                      replace(cfg, **on_limited_link(cfg.data.examples, sync)), rate)
+                     for sync in syncs]
         peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
         for peer in peers:
             def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,

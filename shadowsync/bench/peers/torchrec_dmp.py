@@ -44,11 +44,11 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shadowsync.bench.peers.padded_tables import fbgemm_tables
 from shadowsync.bench.peers.ranks import run_ranks
-from shadowsync.config import TrainConfig
+from shadowsync.config import ModelConfig, OptimConfig, TrainConfig
 from shadowsync.data.dataset import batches, num_batches
 from shadowsync.metrics import evaluate_predictions
 from shadowsync.train.schedule import LrSchedule
-from shadowsync.train.tasks import build_dense_model, plan_data
+from shadowsync.train.tasks import TaskInputs, build_dense_model, plan_data
 
 WORLD = 2
 EVAL_BATCH = 4096
@@ -59,7 +59,8 @@ def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     way on 2 ranks; the same result keys as one of our runs."""
     plan_data(cfg)  # convert or generate the data once, before the ranks open it
     t0 = time.time()
-    per_rank = run_ranks(_rank, WORLD, (replace(cfg, out=str(out)),))
+    job = replace(cfg, out=str(out))
+    per_rank = run_ranks(_rank, WORLD, (job, job.optim))
     wall = time.time() - t0
     start = min(r["start"] for r in per_rank)
     end = max(r["end"] for r in per_rank)
@@ -77,9 +78,9 @@ def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     return res
 
 
-def _model(cfg: TrainConfig, plan: Any, padded: int, embedding_lr: float) -> Any:
+def _model(inputs: TaskInputs, plan: Any, padded: int, embedding_lr: float) -> Any:
     rows = plan.features.table_rows
-    width = cfg.model.table_width()
+    width = inputs.model.table_width()
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=padded,
                                  num_embeddings=n, feature_names=[f"f{i}"],
                                  pooling=PoolingType.SUM) for i, n in enumerate(rows)]
@@ -88,7 +89,7 @@ def _model(cfg: TrainConfig, plan: Any, padded: int, embedding_lr: float) -> Any
         def __init__(self) -> None:
             super().__init__()
             self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
-            self.dense = build_dense_model(cfg, plan.features)
+            self.dense = build_dense_model(inputs, plan.features)
 
         def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
             pooled = self.ebc(batch.sparse_features).to_dict()
@@ -128,7 +129,7 @@ def set_embedding_lr(dmp: Any, lr: float) -> None:
     dmp.fused_optimizer.step()
 
 
-def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, rank: int,
+def _batches(model: ModelConfig, data: Any, start: int, stop: int, batch: int, rank: int,
              steps: int, pad: bool) -> Any:
     """`steps` batches of rank `rank` (global batches alternate between the ranks), as
     TorchRec Batch objects; with `pad`, short or missing batches are padded with row
@@ -136,13 +137,13 @@ def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, ran
     num_tables = data.num_tables
     keys = [f"f{i}" for i in range(num_tables)]
     it = batches(data, start, stop, batch, shard=rank, num_shards=WORLD,
-                 table_size=cfg.model.table_rows(num_tables), drop_last=not pad)
+                 table_size=model.table_rows(num_tables), drop_last=not pad)
     for _ in range(steps):
         dense, ids, labels = next(it, (None, None, None))
         real = 0 if dense is None else len(labels)
         if pad and real < batch:
             one = next(batches(data, start, start + 1, 1,
-                               table_size=cfg.model.table_rows(num_tables)))
+                               table_size=model.table_rows(num_tables)))
             fill = batch - real
             parts = [(dense, ids, labels)] if real else []
             parts.append(tuple(t.expand(fill, *t.shape[1:]).contiguous() for t in one))
@@ -153,21 +154,23 @@ def _batches(cfg: TrainConfig, data: Any, start: int, stop: int, batch: int, ran
         yield real, Batch(dense_features=dense, sparse_features=kjt, labels=labels)
 
 
-def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
+def _rank(rank: int, world: int, port: int, inputs: TaskInputs,
+          optim: OptimConfig) -> dict[str, Any]:
+    """One rank of the peer's job: the task's data and model (`inputs`), the optimizer's
+    rates, batch and schedule (`optim`)."""
     warnings.filterwarnings("ignore")  # TorchRec's planner and fx tracing are chatty
     for name in ("torchrec", "torch.fx", "fbgemm_gpu"):
         logging.getLogger(name).setLevel(logging.ERROR)
     torch.set_num_threads(1)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(inputs.seed)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     try:
-        plan = plan_data(cfg)
+        plan = plan_data(inputs)
         device = torch.device("cpu")
         padded, peer_lr, peer_accumulator = fbgemm_tables(
-            cfg.model.table_width(), cfg.optim.embedding_lr,
-            cfg.optim.embedding_initial_accumulator)
-        model = _model(cfg, plan, padded, peer_lr)
+            inputs.model.table_width(), optim.embedding_lr, optim.embedding_initial_accumulator)
+        model = _model(inputs, plan, padded, peer_lr)
         planner = EmbeddingShardingPlanner(topology=Topology(world_size=world,
                                                              compute_device="cpu"))
         sharding = planner.collective_plan(model, pg=dist.GroupMember.WORLD)
@@ -175,14 +178,14 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         started = start_accumulators(dmp, peer_accumulator)
         dense = KeyedOptimizerWrapper(
             dict(in_backward_optimizer_filter(dmp.named_parameters())),
-            lambda params: torch.optim.Adagrad(params, lr=cfg.optim.lr))
+            lambda params: torch.optim.Adagrad(params, lr=optim.lr))
         pipeline = TrainPipelineSparseDist(dmp, dense, device, execute_all_batches=True)
-        steps = num_batches(0, plan.train_stop, cfg.optim.batch_size, drop_last=True) // world
+        steps = num_batches(0, plan.train_stop, optim.batch_size, drop_last=True) // world
         # The schedule our workers follow, on both of the peer's optimizers.
-        schedule = LrSchedule.of(cfg.optim).over(steps)
+        schedule = LrSchedule.of(optim).over(steps)
         dense_lr = schedule.attach(dense)
-        stream = (b for _, b in _batches(cfg, plan.train, 0, plan.train_stop, cfg.optim.batch_size,
-                                         rank, steps, pad=False))
+        stream = (b for _, b in _batches(inputs.model, plan.train, 0, plan.train_stop,
+                                         optim.batch_size, rank, steps, pad=False))
         dist.barrier()
         start = time.time()
         done = 0
@@ -202,14 +205,14 @@ def _rank(rank: int, world: int, port: int, cfg: TrainConfig) -> dict[str, Any]:
         eval_steps = -(-num_batches(plan.eval_start, plan.eval_stop, EVAL_BATCH) // world)
         pred, labels = [], []
         with torch.no_grad():
-            for real, b in _batches(cfg, plan.eval, plan.eval_start, plan.eval_stop,
+            for real, b in _batches(inputs.model, plan.eval, plan.eval_start, plan.eval_stop,
                                     EVAL_BATCH, rank, eval_steps, pad=True):
                 _, logits = dmp(b)
                 pred.append(torch.sigmoid(logits[:real]).numpy())
                 labels.append(b.labels[:real].numpy())
         shards = {name: str(s.sharding_type) for p in sharding.plan.values()
                   for name, s in p.items()}
-        return {"start": start, "end": end, "examples": done * cfg.optim.batch_size,
+        return {"start": start, "end": end, "examples": done * optim.batch_size,
                 "pred": np.concatenate(pred), "labels": np.concatenate(labels),
                 "teacher": plan.teacher_eval_ne, "accumulators_started": started,
                 "plan": sorted(set(shards.values()))}

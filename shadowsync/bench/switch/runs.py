@@ -141,7 +141,7 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
             seed = seeds[variant] = seeds.get(variant, -1) + 1  # repeat r: seed r
             cfg = replace(base, sync=v.sync, switch_policy=v.policy, seed=base.seed + seed,
                           straggler=scenario_text(v.scenario, steps) if v.scenario else None,
-                          **settings_of(v, base))
+                          **settings_of(v, base.switch.plan))
             name = variant.replace("+", "-").replace("/", "-")
             r = run_job(cfg, root / task / f"{name}-{next(counter)}", metric)
             r["seed"] = cfg.seed

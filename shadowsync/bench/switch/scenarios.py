@@ -9,6 +9,7 @@ from typing import Any
 
 from shadowsync.config import TrainConfig
 from shadowsync.runners.switch.policy import Whole
+from shadowsync.spec.plan import SwitchPlan
 from shadowsync.spec.switch_policies import POLICIES
 
 # The slowdowns a variant may meet (`--straggler`), each over the middle half of the job:
@@ -173,12 +174,12 @@ def ctr_job(trainers: int, examples: int, share: float) -> TrainConfig:
                        log_every=10**12, checkpoint_every="never").validate()
 
 
-def settings_of(v: Variant, base: TrainConfig) -> dict[str, Any]:
-    """A variant's TrainConfig changes; `asp-first` is the base plan's BSP share run after
-    ASP instead of before it."""
+def settings_of(v: Variant, plan: SwitchPlan) -> dict[str, Any]:
+    """A variant's TrainConfig changes to a job of --switch-plan `plan`; `asp-first` is the
+    plan's BSP share run after ASP instead of before it."""
     out = dict(v.settings)
     if out.get("switch_plan") == "asp-first":
-        share = base.switch.plan.share_of("bsp")
+        share = plan.share_of("bsp")
         out["switch_plan"] = f"asp:{1 - share:g},bsp"
     return out
 
