@@ -52,22 +52,48 @@ def test_every_kind_registry_has_a_row():
             assert f"`shadowsync/{registry}`" in registers, f"no row registers in {registry}"
 
 
-# Run in a fresh interpreter: the rule is registered there in memory, before the modes, the
-# options and the configuration are made from the registry (nothing is written to the
-# package). The registry module imports nothing of the package, so it is loaded first, alone,
-# under its own name, where the package's import of it then finds it.
-EXAMPLE_RULE = r'''
+# Each example runs in a fresh interpreter: its registry module, which imports nothing of the
+# package, is loaded first, alone, under its own name, from its source with the page's entry
+# written into its table, as a reader would add it (an option's choices and help are made
+# from the table as the module loads); the example's module is put in memory under the name
+# the entry gives. The package's imports then find both. Nothing is written to the package.
+REGISTER = r'''
 import importlib.util, json, sys, types
-module_text, entry_text, registry = sys.argv[1], sys.argv[2], sys.argv[3]
-spec = importlib.util.spec_from_file_location("shadowsync.spec.sync_rules", registry)
-sync_rules = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sync_rules)
-kind = eval(entry_text.strip().rstrip(","), vars(sync_rules))
-sync_rules.RULE_KINDS[kind.name] = kind
+module_text, entry_text, registry, module_name, table, name = sys.argv[1:7]
+args = sys.argv[7:]
+source = open(registry, encoding="utf-8").read()
+head, rest = source.split(table + ": dict", 1)
+rest = rest.replace("\n]}\n", "\n" + entry_text.rstrip() + "\n]}\n", 1)
+spec = importlib.util.spec_from_file_location(module_name, registry)
+registered = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+exec(compile(head + table + ": dict" + rest, registry, "exec"), vars(registered))
+kind = getattr(registered, table)[name]
 module = types.ModuleType(kind.builder.partition(":")[0])
-exec(compile(module_text, "example rule", "exec"), module.__dict__)
+exec(compile(module_text, "example " + name, "exec"), module.__dict__)
 sys.modules[module.__name__] = module
+'''
 
+
+def run_example(section: str, registry: str, table: str, name: str, script: str,
+                *args: str, timeout: float = 120) -> tuple[dict, str, str]:
+    """The page's example under `## section` (its module, then its entry) registered as
+    `name` in `table` of shadowsync/spec/`registry`.py, then `script` run: what it printed
+    last, as JSON, and the module's and entry's text."""
+    import json
+    import subprocess
+    import sys
+
+    page = PAGE.read_text(encoding="utf-8").split(f"## {section}", 1)[1]
+    module_text, entry_text = re.findall(r"```python\n(.*?)```", page, re.S)[:2]
+    path = ROOT / "shadowsync" / "spec" / f"{registry}.py"
+    out = subprocess.run([sys.executable, "-c", REGISTER + script, module_text, entry_text,
+                          str(path), f"shadowsync.spec.{registry}", table, name, *args],
+                         capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1]), module_text, entry_text
+
+
+EXAMPLE_RULE = r'''
 import torch
 
 from shadowsync.cli import build_parser
@@ -107,20 +133,9 @@ def test_the_example_rule_is_one_module_and_one_entry():
     a configuration takes them (as --sync and in --sync-groups), the runner's builder makes
     the rule from its entry, and a round moves [0, 4] half-way to the mean with [2, 0]
     ([1, 2]): [0.5, 3.0]; the job's last round ends at the mean."""
-    import json
-    import subprocess
-    import sys
-
-    page = PAGE.read_text(encoding="utf-8").split("## Adding a sync rule", 1)[1]
-    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    module_text, entry_text = blocks[0], blocks[1]
+    got, module_text, entry_text = run_example("Adding a sync rule", "sync_rules", "RULE_KINDS",
+                                               "halfway", EXAMPLE_RULE)
     assert "RuleKind(" in entry_text and "class HalfwayAveraging" in module_text
-    registry = ROOT / "shadowsync" / "spec" / "sync_rules.py"
-    out = subprocess.run([sys.executable, "-c", EXAMPLE_RULE, module_text, entry_text,
-                          str(registry)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.splitlines()[-1])
     assert {"s-halfway", "fr-halfway"} <= set(got["choices"])
     assert got["modes"] == {"s-halfway": ["background", False, True],
                             "fr-halfway": ["foreground", False, False]}
@@ -129,23 +144,7 @@ def test_the_example_rule_is_one_module_and_one_entry():
     assert "`s-halfway`" in got["table"] and "half-way averaging" in got["table"]
 
 
-# As the example rule's: a fresh interpreter, the registry module loaded alone first. Its
-# source is run with the page's entry written into `POLICIES`, as a reader would add it (the
-# option's choices and help are made from the table as the module loads).
 EXAMPLE_POLICY = r'''
-import importlib.util, json, sys, types
-module_text, entry_text, registry = sys.argv[1], sys.argv[2], sys.argv[3]
-source = open(registry, encoding="utf-8").read()
-head, table = source.split("POLICIES: dict", 1)
-table = table.replace("\n]}\n", "\n" + entry_text.rstrip() + "\n]}\n", 1)
-spec = importlib.util.spec_from_file_location("shadowsync.spec.switch_policies", registry)
-policies = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-exec(compile(head + "POLICIES: dict" + table, registry, "exec"), vars(policies))
-kind = policies.POLICIES["oneway"]
-module = types.ModuleType(kind.builder.partition(":")[0])
-exec(compile(module_text, "example policy", "exec"), module.__dict__)
-sys.modules[module.__name__] = module
-
 from shadowsync.cli import build_parser
 from shadowsync.config.options import load_config
 from shadowsync.runners.switch.detector import DetectorConfig
@@ -179,20 +178,9 @@ def test_the_example_switch_policy_is_one_module_and_one_entry():
     schedule made with it runs the detector, leaves BSP once trainer 1 straggles (after 2
     slow windows of 5 steps) and stays in ASP after the straggler clears (where greedy
     returns to BSP)."""
-    import json
-    import subprocess
-    import sys
-
-    page = PAGE.read_text(encoding="utf-8").split("## Adding a switch policy", 1)[1]
-    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    module_text, entry_text = blocks[0], blocks[1]
+    got, module_text, entry_text = run_example("Adding a switch policy", "switch_policies",
+                                               "POLICIES", "oneway", EXAMPLE_POLICY)
     assert "PolicyKind(" in entry_text and "class OneWay" in module_text
-    registry = ROOT / "shadowsync" / "spec" / "switch_policies.py"
-    out = subprocess.run([sys.executable, "-c", EXAMPLE_POLICY, module_text, entry_text,
-                          str(registry)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.splitlines()[-1])
     assert "oneway" in got["choices"] and "oneway: ASP from the first straggler on" in got["help"]
     assert got["policy"] == "oneway" and got["class"] == "OneWay" and got["detector"]
     modes = got["modes"]
@@ -201,24 +189,9 @@ def test_the_example_switch_policy_is_one_module_and_one_entry():
     assert set(modes[first_asp:]) == {"asp"} and got["stragglers"] == []
 
 
-# As the example policy's: the registry's source run with the page's entry written into
-# `TABLE_KINDS`, the example's module in memory; then a one-process job trains with the kind
-# (its workers are forked from this interpreter, where both are registered) and its
-# checkpoint is exported.
+# After the table kind's registration a one-process job trains with it (its workers are forked
+# from that interpreter, where both are registered) and its checkpoint is exported.
 EXAMPLE_TABLES = r'''
-import importlib.util, json, sys, types
-module_text, entry_text, registry, out = sys.argv[1:5]
-source = open(registry, encoding="utf-8").read()
-head, table = source.split("TABLE_KINDS: dict", 1)
-table = table.replace("\n]}\n", "\n" + entry_text.rstrip() + "\n]}\n", 1)
-spec = importlib.util.spec_from_file_location("shadowsync.spec.table_kinds", registry)
-kinds = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-exec(compile(head + "TABLE_KINDS: dict" + table, registry, "exec"), vars(kinds))
-kind = kinds.TABLE_KINDS["prime"]
-module = types.ModuleType(kind.builder.partition(":")[0])
-exec(compile(module_text, "example table kind", "exec"), module.__dict__)
-sys.modules[module.__name__] = module
-
 import shadowsync
 from shadowsync.cli import build_parser
 from shadowsync.config.options import load_config
@@ -233,7 +206,7 @@ features = features_of(cfg)
 tables = local_tables(cfg.model, cfg.optim, cfg.seed, features)
 result = shadowsync.train(tables="prime", table_size=[1000], examples=4000, trainers=1,
                           embedding_servers=0, sync="none", workers=1, progress=False,
-                          eval_points=1, out=out)
+                          eval_points=1, out=args[0])
 trained = result.model()
 print(json.dumps({"choices": list(option.choices), "help": option.help, "kind": cfg.model.tables,
                   "rows": list(features.table_rows), "modulus": list(features.id_modulus),
@@ -249,21 +222,12 @@ def test_the_example_table_kind_is_one_module_and_one_entry(tmp_path):
     1000 gives tables of 997 rows that the data folds ids modulo, the trainer's tables have
     that many rows, and a one-process job trains with them and exports tables of 997 rows,
     ids folded (not raw)."""
-    import json
     import math
-    import subprocess
-    import sys
 
-    page = PAGE.read_text(encoding="utf-8").split("## Adding a table kind", 1)[1]
-    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
-    module_text, entry_text = blocks[0], blocks[1]
+    got, module_text, entry_text = run_example("Adding a table kind", "table_kinds",
+                                               "TABLE_KINDS", "prime", EXAMPLE_TABLES,
+                                               str(tmp_path / "run"), timeout=240)
     assert "TableKind(" in entry_text and "class Prime" in module_text
-    registry = ROOT / "shadowsync" / "spec" / "table_kinds.py"
-    out = subprocess.run([sys.executable, "-c", EXAMPLE_TABLES, module_text, entry_text,
-                          str(registry), str(tmp_path / "run")],
-                         capture_output=True, text=True, timeout=240, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.splitlines()[-1])
     assert "prime" in got["choices"] and "prime (ids modulo the largest prime" in got["help"]
     assert got["kind"] == "prime"
     assert set(got["rows"]) == {997} and got["modulus"] == got["rows"]
