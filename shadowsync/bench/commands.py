@@ -213,12 +213,9 @@ def _add_throughput(bench: Any) -> None:
     emb.add_argument("--steps", type=int, default=400, help="steps per timed run")
     emb.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
     emb.set_defaults(func=_bench_embedding)
-    hosts = bench.add_parser("hosts", help="a job spread over 2 and 4 emulated hosts on a "
-                             "1 Gbit/s link against the same job on one host: --prefetch "
-                             "depths, both --embedding-placement values (needs root)")
-    hosts.add_argument("--out", default="runs/bench-hosts", help=OUT_HELP)
-    hosts.add_argument("--examples", type=int, default=300_000, help="examples per run")
-    hosts.add_argument("--repeats", type=int, default=3, help=REPEATS_HELP)
+    hosts = _jobs_bench(bench, "hosts", "a job spread over 2 and 4 emulated hosts on a "
+                        "1 Gbit/s link against the same job on one host: --prefetch depths, "
+                        "both --embedding-placement values (needs root)", repeats=3)
     hosts.add_argument("--depths", default="0,1,2", help="--prefetch depths of the spread runs")
     hosts.add_argument("--hosts", default="2,4", help="settings: 2 hosts, 4 hosts, or both")
     hosts.set_defaults(func=_bench_hosts)
@@ -315,14 +312,22 @@ def _add_switch(bench: Any) -> None:
     sw.set_defaults(func=_bench_switch)
 
 
+def _jobs_bench(bench: Any, name: str, help: str, repeats: int,
+                examples: int = 300_000) -> argparse.ArgumentParser:
+    """A bench of whole jobs: its subcommand with --out (runs/bench-NAME), --examples a run
+    and --repeats."""
+    parser = bench.add_parser(name, help=help)
+    parser.add_argument("--out", default=f"runs/bench-{name}", help=OUT_HELP)
+    parser.add_argument("--examples", type=int, default=examples, help="examples per run")
+    parser.add_argument("--repeats", type=int, default=repeats, help=REPEATS_HELP)
+    return parser
+
+
 def _add_faults_data_realdata(bench: Any) -> None:
     """faults, data and realdata."""
-    faults = bench.add_parser("faults", help="a run stopped by SIGINT / SIGTERM and resumed, "
-                              "processes killed, a NaN rolled back, each next to the same run "
-                              "uninterrupted; then a memory soak")
-    faults.add_argument("--out", default="runs/bench-faults", help=OUT_HELP)
-    faults.add_argument("--examples", type=int, default=300_000, help="examples per run")
-    faults.add_argument("--repeats", type=int, default=1, help=REPEATS_HELP)
+    faults = _jobs_bench(bench, "faults", "a run stopped by SIGINT / SIGTERM and resumed, "
+                         "processes killed, a NaN rolled back, each next to the same run "
+                         "uninterrupted; then a memory soak", repeats=1)
     faults.add_argument("--scenarios", default="all",
                         help="comma list of: sigint-resume, sigterm-resume, kill-trainer, "
                         "kill-worker, kill-embedding-server, kill-dense-server, nan-rollback "
