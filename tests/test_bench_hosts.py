@@ -24,9 +24,11 @@ def test_plan_runs_one_host_beside_every_placement_and_depth():
 
 
 def _runs(**by_variant: list[tuple[float, float, float]]) -> list[dict]:
-    """(eps, eval NE, step ms) per repeat of each variant (names with _ for -)."""
+    """(eps, eval NE, step ms) per repeat of each variant (names with _ for -); a worker's CPU
+    a step is the step less 10% one host, 30% spread."""
     return [{"variant": name.replace("_", "-"), "repeat": r, "eps": eps,
-             "eps_per_trainer": eps / 2, "eval_ne": ne, "step_ms": step}
+             "eps_per_trainer": eps / 2, "eval_ne": ne, "step_ms": step,
+             "worker_cpu_ms_per_step": step * (0.9 if "one_host" in name else 0.7)}
             for name, values in by_variant.items() for r, (eps, ne, step) in enumerate(values)]
 
 
@@ -39,6 +41,8 @@ def test_ratios_are_per_repeat_against_the_one_host_runs():
     assert spreads["two_hosts_first_vs_one_host_d1"] == pytest.approx([0.8, 1.1])
     assert ratios["two_hosts_first_ne_vs_one_host_d1"] == pytest.approx(0.815 / 0.81)
     assert ratios["two_hosts_first_ne_within_one_host_spread_d1"] == 1.0  # 0.80 <= 0.815 <= 0.82
+    # the one-host worker's CPU a step (0.9 x 5.0) over the spread one's (0.7 x 5.0)
+    assert ratios["two_hosts_first_worker_cpu_vs_one_host_d1"] == pytest.approx(0.9 / 0.7)
     for r in runs:
         r["link_bytes_per_step"] = 0.0 if r["variant"] == "h2-one-host" else 1e5
     _, extra = bench.summary_of(runs, variants)
