@@ -134,10 +134,14 @@ def test_isolate_makes_only_the_stragglers_pushes_asynchronous_and_takes_it_back
     assert [(w["to"], w["isolated"]) for w in switches] == [
         ("bsp", [2]), ("bsp", []), ("asp", [])], switches
     # Taken back once the slowdown is over: its windows then close at the members' pace, one
-    # step of its own for one of each member's, 3 gradients applied (the window's scale).
+    # step of its own for one of each member's, 3 gradients applied (the window's scale). The
+    # bound counts from its first fast step: the step in flight as the slowdown ends is still
+    # 4x slow, the members' 4 steps beside it (627 applied seen once on an idle machine).
     isolated, back, planned = switches
     assert 225 <= isolated["applied"] < 562, switches
-    assert 562 <= back["applied"] <= 562 + 3 * release_bound(m=3, window=5), switches
+    in_flight = 4
+    assert 562 <= back["applied"] <= 562 + 3 * (release_bound(m=3, window=5) + in_flight), \
+        switches
     # The plan's switch point: round(0.9 x 1125) = 1012, decided by the BSP step reaching it.
     assert 1012 <= planned["applied"] < 1012 + 3, switches
     # The plan's own switch to ASP finds every worker at the same parameters; at the
