@@ -126,11 +126,18 @@ class Pace:
             self.counter.wait(self.steps, done)
             return
         rest = self.rest_after(cpu_s, wall_s)
-        most = self.counter.share_of_pass(self.min_rounds) if self.counter else None
-        if self.auto and most is not None:
-            self.counter.wait(most, done, timeout=rest)
-        else:
+        if not (self.auto and self.counter is not None):
             done.wait(rest)
+            return
+        # The first rounds can come before the workers have said how long their pass is: a
+        # short job's whole pass may fit in one budget rest, so look for it while resting.
+        deadline = time.perf_counter() + rest
+        most = self.counter.share_of_pass(self.min_rounds)
+        while most is None and not done.is_set() and time.perf_counter() < deadline:
+            done.wait(min(POLL_S[1], max(0.0, deadline - time.perf_counter())))
+            most = self.counter.share_of_pass(self.min_rounds)
+        if most is not None:
+            self.counter.wait(most, done, timeout=max(0.0, deadline - time.perf_counter()))
 
     def rest_after(self, cpu_s: float, wall_s: float) -> float:
         if self.interval is not None:
