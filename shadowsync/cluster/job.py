@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.shm_room import check_here
 from shadowsync.config import (
     CheckpointConfig,
+    SyncConfig,
     TrainConfig,
     config_to_dict,
     config_to_toml,
@@ -54,10 +56,16 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     `api.run` started): check --resume, --warm-start and --out, resolve, open the data, make
     the output directory, write config.toml, then train or launch. Returns the checked
     configuration and the summary."""
-    cfg, out = (checked_resume(cfg) if cfg.checkpoint.resume
-                else (cfg, free_out_dir(cfg.output.dir)))
+    def resolved() -> dict[str, object]:  # as a checkpoint's was (dense servers filled in)
+        return config_to_dict(resolve(cfg))
+
+    if cfg.checkpoint.resume:
+        changes, out = checked_resume(cfg.checkpoint, cfg.sync, cfg.output.dir, resolved)
+        cfg = replace(cfg, **changes)
+    else:
+        out = free_out_dir(cfg.output.dir)
     if cfg.checkpoint.warm_start and not cfg.checkpoint.resume:
-        cfg = checked_warm_start(cfg)
+        cfg = replace(cfg, warm_start=checked_warm_start(cfg, cfg.sync, resolved))
     # a --checkpoint-dir URL no file system serves: said now
     checkpoints_at(cfg.checkpoint, cfg.output.dir)
     check_writable(out)
@@ -121,18 +129,21 @@ def resume_base(path: str | Path) -> TrainConfig:
     return saved_config(find_checkpoint(path, "--resume"))
 
 
-def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
-    """Find the checkpoint of --resume and check it can continue this configuration."""
-    assert cfg.checkpoint.resume is not None
-    step = find_checkpoint(cfg.checkpoint.resume, "--resume")
+def checked_resume(checkpoint: CheckpointConfig, sync: SyncConfig, out_dir: str | None,
+                   resolved: Callable[[], dict[str, object]]) -> tuple[dict[str, object], Path]:
+    """Find the checkpoint of --resume and check it can continue this configuration
+    (`resolved()`: its options resolved, by flat name, asked once the checkpoint is found).
+    Returns the options the resumed run changes (flat names) and its run directory."""
+    assert checkpoint.resume is not None
+    step = find_checkpoint(checkpoint.resume, "--resume")
     manifest = read_manifest(step, "--resume")
-    if not manifest.get("resumable") or not cfg.sync.entry.resumable:
-        raise UserError(f"--resume {step}: --sync {manifest.get('sync', cfg.sync.mode)} saves only "
+    if not manifest.get("resumable") or not sync.entry.resumable:
+        raise UserError(f"--resume {step}: --sync {manifest.get('sync', sync.mode)} saves only "
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")
     base = resume_base(step)
     saved = config_to_dict(base)
-    here = config_to_dict(resolve(cfg))  # as the checkpoint's was (dense servers filled in)
+    here = resolved()
     diff = [k for k in SHAPE_OPTIONS if saved.get(k) != here.get(k)]
     if diff:
         k = diff[0]
@@ -144,36 +155,39 @@ def checked_resume(cfg: TrainConfig) -> tuple[TrainConfig, Path]:
     # (options left as the checkpoint's config.toml has them name the same).
     root = step.parent
     run = root.parent if isinstance(root, Path) and root.name == CHECKPOINT_DIR else None
-    out = Path(cfg.output.dir) if cfg.output.dir else run
-    same_out = out is not None and (cfg.output.dir == base.output.dir or (
+    out = Path(out_dir) if out_dir else run
+    same_out = out is not None and (out_dir == base.output.dir or (
         run is not None and out.resolve() == run.resolve()))
-    same_root = cfg.checkpoint.dir == base.checkpoint.dir
+    same_root = checkpoint.dir == base.checkpoint.dir
+    changes: dict[str, object] = {}
     if not same_out:
         out = free_out_dir(str(out) if out else None)
         if same_root:  # a new run directory keeps its own checkpoints
-            cfg = replace(cfg, checkpoint_dir=None)
+            changes["checkpoint_dir"] = None
     elif same_root and run is None:
-        cfg = replace(cfg, checkpoint_dir=str(root))
-    return replace(cfg, resume=str(step), out=str(out)), out
+        changes["checkpoint_dir"] = str(root)
+    return {**changes, "resume": str(step), "out": str(out)}, out
 
 
-def checked_warm_start(cfg: TrainConfig) -> TrainConfig:
-    """--warm-start: the checkpoint, found, and shaped as this run (the data may differ)."""
-    assert cfg.checkpoint.warm_start is not None
-    step = find_checkpoint(cfg.checkpoint.warm_start, "--warm-start")
-    if not read_manifest(step, "--warm-start").get("resumable") or not cfg.sync.entry.resumable:
-        raise UserError(f"--warm-start {step}: --sync {cfg.sync.mode} runs do not warm start; "
+def checked_warm_start(inputs: TaskInputs, sync: SyncConfig,
+                       resolved: Callable[[], dict[str, object]]) -> str:
+    """--warm-start: the checkpoint, found, and shaped as this run (the data may differ;
+    `resolved()`: the run's options resolved, by flat name). Returns the checkpoint's step."""
+    assert inputs.checkpoint.warm_start is not None
+    step = find_checkpoint(inputs.checkpoint.warm_start, "--warm-start")
+    if not read_manifest(step, "--warm-start").get("resumable") or not sync.entry.resumable:
+        raise UserError(f"--warm-start {step}: --sync {sync.mode} runs do not warm start; "
                         "use none, s-* or fr-*")
     saved = config_to_dict(resume_base(step))
-    here = config_to_dict(resolve(cfg))
-    free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if table_builder(cfg.model).resizes else ())
+    here = resolved()
+    free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if table_builder(inputs.model).resizes else ())
     diff = [k for k in SHAPE_OPTIONS if k not in free and saved.get(k) != here.get(k)]
     if diff:
         k = diff[0]
         raise UserError(f"--warm-start {step}: a model of another shape "
                         f"({k.replace('_', '-')} {saved.get(k)!r} there, {here.get(k)!r} here)")
-    check_same_features(step, cfg)
-    return replace(cfg, warm_start=str(step))
+    check_same_features(step, inputs)
+    return str(step)
 
 
 def check_same_features(step: Path, cfg: TaskInputs) -> None:

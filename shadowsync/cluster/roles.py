@@ -35,14 +35,22 @@ from shadowsync.cluster.parts import (
 )
 from shadowsync.cluster.resume import agree_on_start, hosts_apart, own_shard, pushes_to_rewind
 from shadowsync.cluster.shm_room import check_hosts
-from shadowsync.config import CheckpointConfig, ClusterConfig, DataConfig, OutputConfig, TrainConfig
+from shadowsync.config import (
+    CheckpointConfig,
+    ClusterConfig,
+    DataConfig,
+    OutputConfig,
+    TrainConfig,
+    config_to_dict,
+    config_to_toml,
+)
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.lifecycle import attempts
 from shadowsync.lifecycle.exits import EXIT_FAILED, exit_status
 from shadowsync.lifecycle.stop import JOB_PROCESS_ENV, STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
-from shadowsync.train.replica import build_replica, run_replica
+from shadowsync.train.replica import NOT_RECORDED, build_replica, run_replica
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import build_dense_model, features_of, plan_data, task_of
 from shadowsync.transport import rendezvous
@@ -233,7 +241,10 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: dist
         trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
     remote = peer_shards(layout)
-    replica = build_replica(cfg, plan, tables, model, runner, index=index, remote_shards=remote)
+    replica = build_replica(cfg, plan, tables, model, runner, optim=cfg.optim, cluster=cfg.cluster,
+                            sync=cfg.sync, output=cfg.output, testing=cfg.testing,
+                            record=config_to_toml(cfg, leave_out=NOT_RECORDED),
+                            options=config_to_dict(cfg), index=index, remote_shards=remote)
 
     def gather(item: object) -> list[object]:
         everyone = [None] * cfg.cluster.trainers

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shadowsync.config import ModelConfig, OptimConfig, TrainConfig
+from shadowsync.config import ModelConfig, OptimConfig, TrainConfig, config_to_dict, config_to_toml
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic_tables import DynamicTables
-from shadowsync.train.replica import build_replica, run_replica
+from shadowsync.train.replica import NOT_RECORDED, build_replica, run_replica
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import DataPlan, Features, build_dense_model, task_of
 
@@ -29,6 +29,10 @@ def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     model = build_dense_model(cfg, plan.features)
     tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
-    summary = run_replica(build_replica(cfg, plan, tables, model, None))
+    replica = build_replica(cfg, plan, tables, model, None, optim=cfg.optim, cluster=cfg.cluster,
+                            sync=cfg.sync, output=cfg.output, testing=cfg.testing,
+                            record=config_to_toml(cfg, leave_out=NOT_RECORDED),
+                            options=config_to_dict(cfg))
+    summary = run_replica(replica)
     assert summary is not None  # the only trainer is trainer 0
     return summary

@@ -25,11 +25,12 @@ from shadowsync.checkpoint.store import checkpoints_at, load_all, read_manifest
 from shadowsync.config import (
     CheckpointConfig,
     ClusterConfig,
+    DataConfig,
+    ModelConfig,
     OptimConfig,
     OutputConfig,
     SyncConfig,
-    TrainConfig,
-    config_to_toml,
+    TestingConfig,
 )
 from shadowsync.embeddings import EmbeddingClient
 from shadowsync.lifecycle import attempts
@@ -45,7 +46,7 @@ from shadowsync.train.report import MetricsLog, plot_ne, summarize, write_summar
 from shadowsync.train.saved_model import feature_record, load_model, score
 from shadowsync.train.state import DenseModelState, RngState, WorkerSlots, examples_in
 from shadowsync.train.table_kinds.kind import table_builder
-from shadowsync.train.tasks import DataPlan, task_of
+from shadowsync.train.tasks import DataPlan, TaskInputs, task_of
 from shadowsync.train.trainer import Trainer
 from shadowsync.transport.layout import ClusterLayout
 
@@ -122,9 +123,15 @@ def make_checkpointer(checkpoint: CheckpointConfig, out: str | None, cluster: Cl
 
 @dataclass
 class Replica:
-    """One trainer's parts, built (`build_replica`) and resumed, ready to train."""
+    """One trainer's parts, built (`build_replica`) and resumed, ready to train, and what its
+    summary reads of the options: `record`, the run's options as summary.json records them
+    (`config_to_dict`), the run directory `out`, and the sections it reports from."""
 
-    cfg: TrainConfig
+    record: dict[str, object]
+    out: Path
+    cluster: ClusterConfig
+    data: DataConfig
+    model: ModelConfig
     plan: DataPlan
     trainer: Trainer
     runner: Runner | None
@@ -137,62 +144,64 @@ class Replica:
     def lead(self) -> bool:
         return self.trainer.index == 0
 
-    @property
-    def out(self) -> Path:
-        return Path(self.cfg.output.dir or ".")
+
+# What a checkpoint's record of the options leaves out: a later run sets them anew.
+NOT_RECORDED = ("port", "resume")
 
 
-def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
-                  model: torch.nn.Module, runner: Runner | None, *, index: int = 0,
-                  remote_shards: list[str] | None = None) -> Replica:
+def build_replica(inputs: TaskInputs, plan: DataPlan, tables: EmbeddingClient,
+                  model: torch.nn.Module, runner: Runner | None, *, optim: OptimConfig,
+                  cluster: ClusterConfig, sync: SyncConfig, output: OutputConfig,
+                  testing: TestingConfig, record: str, options: dict[str, object],
+                  index: int = 0, remote_shards: list[str] | None = None) -> Replica:
     """The trainer over its built parts: trainer 0's checkpointer (`make_checkpointer`;
     `remote_shards`: the RPC names of the job's other processes that save a shard), what it
     saves registered for checkpoints and, with `--resume`, loaded from that checkpoint; its
-    metrics log, progress bar and the note of its progress (--max-restarts). The whole `cfg`
-    is what the run records (each checkpoint's configuration, summary.json's); each part
-    reads its sections."""
-    out = Path(cfg.output.dir or ".")
+    metrics log, progress bar and the note of its progress (--max-restarts). What the run
+    records of its options comes made: `record`, each checkpoint's configuration
+    (`config_to_toml` without `NOT_RECORDED`), and `options`, summary.json's
+    (`config_to_dict`)."""
+    out = Path(output.dir or ".")
     checkpointer = (make_checkpointer(
-        cfg.checkpoint, cfg.output.dir, cfg.cluster, cfg.optim.batch_size, cfg.sync, plan,
-        remote_shards or [], task=cfg.task,
-        record=config_to_toml(cfg, leave_out=("port", "resume"))) if index == 0 else None)
-    slots, parts = checkpoint_components(model, runner, tables, cluster=cfg.cluster,
-                                         optim=cfg.optim, resumable=cfg.sync.entry.resumable)
+        inputs.checkpoint, output.dir, cluster, optim.batch_size, sync, plan,
+        remote_shards or [], task=inputs.task, record=record) if index == 0 else None)
+    slots, parts = checkpoint_components(model, runner, tables, cluster=cluster, optim=optim,
+                                         resumable=sync.entry.resumable)
     shard = ClusterLayout.trainer_name(index)
     for name, part in parts.items():
         shards.register(shard, name, part)
-    if cfg.sync.entry.resumable:
+    if sync.entry.resumable:
         shards.register_positions(shard, "workers", slots)
         parts["workers"] = slots
-    resumed = resume_summary(cfg.checkpoint)  # now: the checkpoint may be pruned by the end
-    if cfg.checkpoint.resume:
-        shards.load_here(cfg.checkpoint.resume, shard, parts, f"trainer {index}")
-        if cfg.sync.entry.lockstep and resumed.get("aligned_at") is not None:
+    resumed = resume_summary(inputs.checkpoint)  # now: the checkpoint may be pruned by the end
+    if inputs.checkpoint.resume:
+        shards.load_here(inputs.checkpoint.resume, shard, parts, f"trainer {index}")
+        if sync.entry.lockstep and resumed.get("aligned_at") is not None:
             slots.align(resumed["aligned_at"])
-    elif cfg.checkpoint.warm_start:
+    elif inputs.checkpoint.warm_start:
         # What the model learned, not where its workers were (positions, the dense
         # optimizer's state: a new day's data starts at its first row).
         learned = {k: v for k, v in parts.items() if k in ("model", "sync", "tables")}
-        if table_builder(cfg.model).resizes and "tables" in learned:  # (else on servers)
+        if table_builder(inputs.model).resizes and "tables" in learned:  # (else on servers)
             # read as saved: the new budget may resize the pool
-            saved = load_all(location(cfg.checkpoint.warm_start) / shard, f"trainer {index}")
+            saved = load_all(location(inputs.checkpoint.warm_start) / shard, f"trainer {index}")
             learned.pop("tables").load_state_dict(
                 {k.removeprefix("tables/"): v for k, v in saved.items()
                  if k.startswith("tables/")})
-        shards.load_here(cfg.checkpoint.warm_start, shard, learned, f"trainer {index}",
+        shards.load_here(inputs.checkpoint.warm_start, shard, learned, f"trainer {index}",
                          strict=False)
     lead = index == 0
-    metrics = MetricsLog(out / "metrics.jsonl", tensorboard=cfg.output.tensorboard and lead)
-    desc = "train" if cfg.cluster.trainers == 1 else f"trainer 0 (of {cfg.cluster.trainers})"
-    bar = progress_bar(plan.train_stop // cfg.cluster.trainers, desc,
-                       lead and progress_enabled(cfg.output))
+    metrics = MetricsLog(out / "metrics.jsonl", tensorboard=output.tensorboard and lead)
+    desc = "train" if cluster.trainers == 1 else f"trainer 0 (of {cluster.trainers})"
+    bar = progress_bar(plan.train_stop // cluster.trainers, desc,
+                       lead and progress_enabled(output))
     progress = attempts.Progress(out, index)
-    reports = Progress(index, task_of(cfg.task).running_metric(), sync=runner, log=metrics,
+    reports = Progress(index, task_of(inputs.task).running_metric(), sync=runner, log=metrics,
                        bar=bar)
     trainer = build_trainer(
-        plan, tables, model, data=cfg.data, optim=cfg.optim, cluster=cfg.cluster,
-        sync=cfg.sync, output=cfg.output, testing=cfg.testing, task=cfg.task, seed=cfg.seed,
-        resumed=bool(cfg.checkpoint.resume), index=index, runner=runner, progress=reports,
+        plan, tables, model, data=inputs.data, optim=optim, cluster=cluster, sync=sync,
+        output=output, testing=testing, task=inputs.task, seed=inputs.seed,
+        resumed=bool(inputs.checkpoint.resume), index=index, runner=runner, progress=reports,
         slots=slots, checkpointer=checkpointer, on_examples=progress,
         lost_peer=attempts.PeerWatch.of_launch(out))
     progress(trainer.stats.examples)
@@ -201,9 +210,10 @@ def build_replica(cfg: TrainConfig, plan: DataPlan, tables: EmbeddingClient,
     if checkpointer is not None:
         checkpointer.resumed_at(resumed.get("resumed_examples") or 0)
         if progress.enabled:  # every trainer's progress is known: count the job's examples
-            checkpointer.job_examples = lambda mine: mine + progress.others(cfg.cluster.trainers)
+            checkpointer.job_examples = lambda mine: mine + progress.others(cluster.trainers)
     bar.update(trainer.stats.examples)
-    return Replica(cfg, plan, trainer, runner, checkpointer, metrics, bar, resumed)
+    return Replica(options, out, cluster, inputs.data, inputs.model, plan, trainer, runner,
+                   checkpointer, metrics, bar, resumed)
 
 
 Everyone = list[tuple[TrainerStats, dict[str, object]]]  # each trainer's statistics, sync metrics
@@ -286,24 +296,24 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
                       saved: Path | None,
                       final: dict[str, float], best: dict[str, float] | None) -> dict[str, object]:
     """Trainer 0: the run's summary.json, its last metrics row and the NE plot."""
-    cfg, trainer, runner, out = replica.cfg, replica.trainer, replica.runner, replica.out
+    trainer, runner, out, cluster = replica.trainer, replica.runner, replica.out, replica.cluster
     running = trainer.progress.running
     train_metric = running.value
     all_stats = [s for s, _ in everyone]
     wall = max(s.wall_s for s in all_stats)
-    summary = summarize(cfg, replica.plan, all_stats, final, train_metric, wall)
+    summary = summarize(replica.record, replica.plan, all_stats, final, train_metric, wall)
     summary.update(sync_summary(everyone, all_stats, runner))
     if runner:
         summary.update(runner.summarize([m for _, m in everyone]))
     if "switches" in summary:
         summary["switch_overhead"] = switch_overhead(summary["switches"], summary["train_s"])
-    summary["prefetch"] = {"setting": cfg.cluster.prefetch,
+    summary["prefetch"] = {"setting": cluster.prefetch,
                            "depth_per_trainer": [m.get("prefetch", 0) for _, m in everyone]}
     summary["out"] = str(out)
     summary["checkpoint"] = str(saved) if saved else None
     # --max-restarts: attempts the job was restarted, examples trained again because of them
     summary["restarts"] = attempts.attempt()
-    summary["examples_lost"] = attempts.examples_lost(out, cfg.cluster.trainers)
+    summary["examples_lost"] = attempts.examples_lost(out, cluster.trainers)
     summary.update(replica.resumed)
     if trainer.table_counters is not None:
         # Dynamic tables: ids looked up, admitted, rejected (read the default row), evicted.
@@ -316,8 +326,8 @@ def write_run_summary(replica: Replica, stats: TrainerStats, everyone: Everyone,
                    f"eval_{metric}": final[metric]})
     metrics.close()
     write_summary(out, summary)
-    xlabel = ("training examples" if cfg.cluster.trainers == 1
-              else f"training examples of trainer 0 (of {cfg.cluster.trainers})")
+    xlabel = ("training examples" if cluster.trainers == 1
+              else f"training examples of trainer 0 (of {cluster.trainers})")
     plot_ne(out, [r for r in metrics.rows if r.get("trainer") == 0],
             replica.plan.teacher_eval_ne, xlabel=xlabel)
     return summary
@@ -328,7 +338,7 @@ def best_eval(replica: Replica) -> dict[str, float] | None:
     validation = replica.trainer.validation
     if validation is None or validation.best_checkpoint is None:
         return None
-    name = replica.cfg.model.name
+    name = replica.model.name
     _, trained, _ = load_model(Path(validation.best_checkpoint), name if callable(name) else None)
     p = replica.plan
     return evaluate_predictions(*score(trained, p.eval, p.eval_start, p.eval_stop))
@@ -338,7 +348,7 @@ def selection_summary(replica: Replica, final: dict[str, float],
                       best: dict[str, float] | None) -> dict[str, object]:
     """Epochs, the validation's best point, early stopping; with a best checkpoint, the
     summary's eval_* are its (the model eval and load use), last_eval_* the final model's."""
-    data = replica.cfg.data
+    data = replica.data
     out: dict[str, object] = {"epochs": data.epochs, "val_share": data.val_share}
     validation = replica.trainer.validation
     if validation is None:

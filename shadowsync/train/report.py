@@ -7,8 +7,6 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from shadowsync.config import TrainConfig, config_to_dict
-
 if TYPE_CHECKING:
     from shadowsync.train.progress import TrainerStats
     from shadowsync.train.tasks import DataPlan
@@ -47,13 +45,14 @@ class MetricsLog:
             self._board.close()
 
 
-def summarize(cfg: TrainConfig, plan: DataPlan, stats: list[TrainerStats],
+def summarize(record: dict[str, object], plan: DataPlan, stats: list[TrainerStats],
               final: dict[str, float], train_metric: float, wall_s: float) -> dict[str, object]:
     """The contents of summary.json: totals over trainers, the final evaluation, settings.
+    `record`: the run's options as it records them (`config_to_dict`, by flat name);
     `train_metric` is the task's running training metric (NE for ctr, loss for digits)."""
     from shadowsync.train.tasks import task_of
 
-    task = task_of(cfg.task)
+    task = task_of(str(record["task"]))
     examples = sum(s.examples for s in stats)
     return {
         "examples": examples,
@@ -70,12 +69,12 @@ def summarize(cfg: TrainConfig, plan: DataPlan, stats: list[TrainerStats],
         "train_cpu_s": round(sum(s.cpu_s for s in stats), 3),
         f"train_{task.running_metric().name}": train_metric,
         **task.summary(final, plan),
-        "task": cfg.task,
-        "workers": cfg.cluster.workers,
-        "trainers": cfg.cluster.trainers,
-        "sync": cfg.sync.mode,
+        "task": record["task"],
+        "workers": record["workers"],
+        "trainers": record["trainers"],
+        "sync": record["sync"],
         "skipped_lines": plan.skipped_lines,
-        "config": config_to_dict(cfg),
+        "config": dict(record),
     }
 
 
