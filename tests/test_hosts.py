@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from shadowsync.bench.common import Job
 from shadowsync.bench.slow_net import run_on_hosts
 from shadowsync.bench.sync import job
 from shadowsync.cluster.netns import NetnsHosts, netns_unavailable_reason
@@ -33,8 +34,8 @@ def test_slow_net_only_runs_the_namespace_hosts_part_alone(tmp_path, monkeypatch
 
     seen = {}
 
-    def fake_slow_net(root, base, repeats, full=False, torchft=False):
-        seen.update(examples=base.data.examples, repeats=repeats, full=full)
+    def fake_slow_net(job, repeats, full=False, torchft=False):
+        seen.update(examples=job.base.data.examples, repeats=repeats, full=full)
         return {"runs": [], "ratios": {"background_vs_ddp_slow_net": 4.0},
                 "spreads": {"background_vs_ddp_slow_net": [3.5, 4.5]}}
 
@@ -50,12 +51,13 @@ def test_slow_net_only_runs_the_namespace_hosts_part_alone(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("full", [False, True])
-def test_every_link_ratio_compares_variants_that_run_and_background_is_s_ma(full):
+def test_every_link_ratio_compares_variants_that_run_and_background_is_s_ma(full, tmp_path):
     """The namespace part runs what its ratios divide, each peer after the s-ma run whose
     rate it copies, and "background" means s-ma on every link as on loopback."""
     from shadowsync.bench.slow_net import GIGABIT_MBIT, LINK_RATIOS, SLOW_MBIT, at, link_variants
 
-    names = [name for name, _, _ in link_variants(job(1000), full=full, torchft=True)]
+    names = [name for name, _, _ in link_variants(Job(tmp_path, job(1000)), full=full,
+                                                   torchft=True)]
     assert len(names) == len(set(names))
     assert {"s-ma@unlimited", "s-ma@50mbit", "ddp@50mbit", "torch-fr-ma@50mbit",
             "torchft-ma@50mbit"} <= set(names)
@@ -71,11 +73,12 @@ def test_every_link_ratio_compares_variants_that_run_and_background_is_s_ma(full
     assert ("ddp@unlimited" in names) == full
 
 
-def test_ddp_on_a_limited_link_runs_a_third_of_the_examples():
+def test_ddp_on_a_limited_link_runs_a_third_of_the_examples(tmp_path):
     """Its EPS there is steady from the first step; every other run keeps the job's length."""
     from shadowsync.bench.slow_net import link_variants
 
-    examples = {name: cfg.data.examples for name, cfg, _ in link_variants(job(3000), True, False)
+    variants = link_variants(Job(tmp_path, job(3000)), True, False)
+    examples = {name: cfg.data.examples for name, cfg, _ in variants
                 if not callable(cfg)}  # the peers' configs follow s-ma's run, full length
     assert examples.pop("ddp@50mbit") == examples.pop("ddp@1000mbit") == 1000
     assert set(examples.values()) == {3000}, examples

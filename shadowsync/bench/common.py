@@ -1,17 +1,49 @@
-"""What every benchmark shares: interleaved repeats, medians, the bench.json shape, a table."""
+"""What every benchmark shares: the job it runs in variants, interleaved repeats, medians,
+the bench.json shape, a table."""
 
 from __future__ import annotations
 
 import json
 import resource
+import shutil
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from shadowsync import forkserver
+from shadowsync import api, forkserver
+from shadowsync.config import ClusterConfig, TrainConfig
+
+
+@dataclass(eq=False)  # a job is itself, whatever its options
+class Job:
+    """The job a bench runs in variants: the options every run shares (`base`, a job of its
+    own), each variant's configuration a copy with flat changes (`config`), each run in its
+    own numbered directory under `root` (`out`; `counter` numbers them, and jobs may share
+    one)."""
+
+    root: Path
+    base: TrainConfig
+    counter: Iterator[int] = field(default_factory=lambda: iter(range(10**6)))
+
+    def config(self, **changes: Any) -> TrainConfig:
+        """The job's configuration with `changes` (flat option names)."""
+        return replace(self.base, **changes)
+
+    def out(self, name: str) -> Path:
+        """A new directory name for a run of the variant `name`."""
+        return self.root / f"{name.replace('+', '-').replace('/', '-')}-{next(self.counter)}"
+
+
+def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
+    """Run the job `cfg` in `out` (emptied first) as the API does; returns its summary."""
+    if out.exists():
+        shutil.rmtree(out)
+    _, summary = api.run(replace(cfg, out=str(out)))
+    return summary
 
 
 def interleaved(variants: dict[str, Callable[[], dict[str, Any]]], repeats: int,
@@ -101,9 +133,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def torch_period(ma_run: dict[str, Any], cfg: Any) -> int:
-    """Steps between PyTorch averaging rounds that match s-ma's syncs per minute."""
-    steps_per_min = (ma_run["eps"] / cfg.cluster.trainers / cfg.cluster.workers
-                     / cfg.optim.batch_size * 60)
+def torch_period(ma_run: dict[str, Any], cluster: ClusterConfig, batch_size: int) -> int:
+    """Steps between PyTorch averaging rounds that match s-ma's syncs per minute (`batch_size`:
+    examples a worker step)."""
+    steps_per_min = ma_run["eps"] / cluster.trainers / cluster.workers / batch_size * 60
     rate = ma_run.get("syncs_per_min") or 1.0
     return max(1, round(steps_per_min / rate))

@@ -48,9 +48,10 @@ from shadowsync.bench.common import (
     print_table,
     ratio_of_medians,
     rotated,
+    run_job,
     write_bench,
 )
-from shadowsync.bench.sync import job, run_job
+from shadowsync.bench.sync import job, run_fields
 from shadowsync.config import TrainConfig
 from shadowsync.data.dataset import batches, open_data
 from shadowsync.data.prepare import prepare
@@ -97,14 +98,15 @@ def _quality(out: Path, examples: int, budgets: tuple[int, ...], repeats: int
     variants, collisions, fixed_bytes = {}, {}, {}
 
     def hashed(rows: int) -> dict[str, Any]:
-        return run_job(job(data=str(data / f"day0-mod{rows}"), examples=train,
-                           table_size=[rows]), out / "runs" / f"hash-{rows}")
+        return run_fields(run_job(job(data=str(data / f"day0-mod{rows}"), examples=train,
+                                      table_size=[rows]), out / "runs" / f"hash-{rows}"))
 
     def dynamic(rows: int, admit: int, equal_bytes: bool = False) -> dict[str, Any]:
         memory = {"table_memory": str(fixed_bytes[rows])} if equal_bytes else {}
         name = f"dynamic-admit{admit}{'-equal-bytes' if equal_bytes else ''}-{rows}"
-        return run_job(job(data=str(raw), tables="dynamic", admit_after=admit, examples=train,
-                           table_size=[rows], **memory), out / "runs" / name)
+        return run_fields(run_job(job(data=str(raw), tables="dynamic", admit_after=admit,
+                                      examples=train, table_size=[rows], **memory),
+                                  out / "runs" / name))
 
     for rows in budgets:
         hashed_copy(raw, data / f"day0-mod{rows}", rows)
@@ -153,10 +155,9 @@ def _movielens(out: Path, rows: int, epochs: int, repeats: int) -> dict[str, Any
     fixed_bytes = sum(sizes) * (width + 1) * 4  # a row and its Adagrad sum
 
     def run(name: str, schema: str, **kw: Any) -> dict[str, Any]:
-        return run_job(job(None, data=str(data / "train.parquet"), schema=str(data / schema),
-                           eval_data=str(data / "eval.parquet"), epochs=epochs, batch_size=64,
-                           **kw),
-                       out / "runs" / f"movielens-{name}")
+        cfg = job(None, data=str(data / "train.parquet"), schema=str(data / schema),
+                  eval_data=str(data / "eval.parquet"), epochs=epochs, batch_size=64, **kw)
+        return run_fields(run_job(cfg, out / "runs" / f"movielens-{name}"))
 
     variants = {
         "every id its row": lambda: run("full", "schema.toml"),
@@ -195,10 +196,10 @@ def _clothing(out: Path, budgets: tuple[int, ...], epochs: int, repeats: int
 
     def run(name: str, schema: str, **kw: Any) -> dict[str, Any]:
         seeds[name] = seeds.get(name, -1) + 1
-        return run_job(job(None, data=str(data / "train.parquet"), schema=str(data / schema),
-                           eval_data=str(data / "eval.parquet"), epochs=epochs, batch_size=64,
-                           seed=seeds[name], **kw),
-                       out / "runs" / f"clothing-{name}")
+        cfg = job(None, data=str(data / "train.parquet"), schema=str(data / schema),
+                  eval_data=str(data / "eval.parquet"), epochs=epochs, batch_size=64,
+                  seed=seeds[name], **kw)
+        return run_fields(run_job(cfg, out / "runs" / f"clothing-{name}"))
 
     variants = {"every word its row": lambda: run("full", "schema.toml")}
     collisions, fixed_bytes, equal_bytes_rows = {}, {}, {}
@@ -239,7 +240,8 @@ def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
         """A run, with the CPU seconds of every process it started (`job_cpu_s`: start-up
         and evaluation too) and of its workers while they trained (`train_cpu_s`)."""
         cpu = job_cpu_s()
-        result = run_job(job(examples, tables=tables), out / "runs" / f"{tables}-eps")
+        result = run_fields(run_job(job(examples, tables=tables),
+                                    out / "runs" / f"{tables}-eps"))
         spent = job_cpu_s() - cpu
         return {**result, "cpu_s": spent,
                 "examples_per_cpu_s": examples / result["train_cpu_s"]}

@@ -19,7 +19,14 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
-from shadowsync.config import OptimConfig, TrainConfig
+from shadowsync.config import (
+    ClusterConfig,
+    OptimConfig,
+    OutputConfig,
+    SyncConfig,
+    TestingConfig,
+    TrainConfig,
+)
 from shadowsync.data.dataset import batches, num_batches
 from shadowsync.train.assembly import build_trainer
 from shadowsync.train.local import local_tables
@@ -33,16 +40,19 @@ def _config(examples: int, workers: int) -> TrainConfig:
                        sync="none", eval_points=0, progress=False, log_every=10**12)
 
 
-def trainer_run(cfg: TrainConfig) -> dict[str, Any]:
-    plan = plan_data(cfg)
+def trainer_run(inputs: TaskInputs, *, optim: OptimConfig, cluster: ClusterConfig,
+                sync: SyncConfig, output: OutputConfig, testing: TestingConfig) -> dict[str, Any]:
+    """The trainer over the task's data and model (`inputs`) with local tables, as a local
+    run builds it, trained to the end."""
+    plan = plan_data(inputs)
     trainer = build_trainer(
-        plan, local_tables(cfg.model, cfg.optim, cfg.seed, plan.features),
-        build_dense_model(cfg, plan.features), data=cfg.data, optim=cfg.optim,
-        cluster=cfg.cluster, sync=cfg.sync, output=cfg.output, testing=cfg.testing,
-        task=cfg.task, seed=cfg.seed)
+        plan, local_tables(inputs.model, optim, inputs.seed, plan.features),
+        build_dense_model(inputs, plan.features), data=inputs.data, optim=optim,
+        cluster=cluster, sync=sync, output=output, testing=testing, task=inputs.task,
+        seed=inputs.seed)
     stats = trainer.run()
     trainer.close()
-    return {"eps": stats.train_eps, "examples": stats.examples, "workers": cfg.cluster.workers}
+    return {"eps": stats.train_eps, "examples": stats.examples, "workers": cluster.workers}
 
 
 def _bare_loop(inputs: TaskInputs, optim: OptimConfig, results: Any) -> None:
@@ -85,9 +95,13 @@ def bare_run(inputs: TaskInputs, optim: OptimConfig) -> dict[str, Any]:
 def run_hogwild_bench(out: str, examples: int = 400_000, repeats: int = 3) -> dict[str, Any]:
     base = _config(examples, 1)
     plan_data(base)  # generate the data once, outside the timings
+    two = replace(base, workers=2)
     variants = {
-        "trainer_1w": lambda: trainer_run(base),
-        "trainer_2w": lambda: trainer_run(replace(base, workers=2)),
+        "trainer_1w": lambda: trainer_run(base, optim=base.optim, cluster=base.cluster,
+                                          sync=base.sync, output=base.output,
+                                          testing=base.testing),
+        "trainer_2w": lambda: trainer_run(two, optim=two.optim, cluster=two.cluster,
+                                          sync=two.sync, output=two.output, testing=two.testing),
         "bare_loop": lambda: bare_run(base, base.optim),
     }
     runs = interleaved(variants, repeats, "bench hogwild")

@@ -57,10 +57,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
-from shadowsync.bench.common import print_table, write_bench
+from shadowsync.bench.common import print_table, run_job, write_bench
 from shadowsync.bench.embedding import run_embedding_bench
 from shadowsync.bench.slow_net import run_on_hosts
-from shadowsync.bench.sync import job, run_job
+from shadowsync.bench.sync import job
 from shadowsync.cluster.netns import (
     NetnsHosts,
     netns_unavailable_reason,

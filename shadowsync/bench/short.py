@@ -25,19 +25,16 @@ Goals: on the arrays case the median eval NE of each of `s-ma`, `s-bmuf` and `s-
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from shadowsync.api import run
-from shadowsync.bench.common import interleaved, print_table, write_bench
+from shadowsync.bench.common import interleaved, print_table, run_job, write_bench
 from shadowsync.config import TrainConfig
 from shadowsync.evaluation import evaluate_checkpoint
 
@@ -86,10 +83,8 @@ def write_arrays(path: Path, rows: int = 120_000, num_dense: int = 5, num_tables
     return path
 
 
-def _run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    if out.exists():
-        shutil.rmtree(out)
-    _, s = run(replace(cfg, out=str(out)))
+def _fields(s: dict[str, Any]) -> dict[str, Any]:
+    """What the bench keeps of a run's summary."""
     syncs = [n for n in (s.get("syncs") or []) if n is not None]
     return {"eval_ne": s["eval_ne"], "train_s": s["train_s"], "rounds": max(syncs, default=0)}
 
@@ -97,7 +92,7 @@ def _run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
 def _checkpoint_pair(out: Path) -> dict[str, Any]:
     cfg = TrainConfig(examples=100_000, checkpoint_every="40000", progress=False,
                       log_every=10**12, log_level="warning").validate()
-    got = _run(cfg, out)
+    got = _fields(run_job(cfg, out))
     scored = evaluate_checkpoint(str(out), "synthetic")
     return {**got, "checkpoint_eval_ne": scored["ne"]}
 
@@ -118,7 +113,8 @@ def arrays_variants(data: Path, out: Path) -> dict[str, Callable[[], dict[str, A
     options = {**{sync: {"sync": sync} for sync in RULES}, **BESIDE,
                **{f"{sync}/no-warmup": {"sync": sync, "sync_warmup_rounds": 0}
                   for sync in UNWARMED}}
-    return {name: (lambda o=o: _run(TrainConfig(**{**common, **o}).validate(), out))
+    return {name: (lambda o=o: _fields(run_job(TrainConfig(**{**common, **o}).validate(),
+                                               out)))
             for name, o in options.items()}
 
 

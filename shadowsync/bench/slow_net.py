@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import interleaved, median_of, ratio_of_medians, torch_period
+from shadowsync.bench.common import Job, interleaved, median_of, ratio_of_medians, torch_period
 from shadowsync.cluster.netns import (
     NetnsHosts,
     netns_unavailable_reason,
@@ -138,29 +138,30 @@ def on_limited_link(examples: int, sync: str) -> dict[str, Any]:
     return {"sync": sync, "examples": examples if share == 1 else round(examples * share)}
 
 
-def link_variants(cfg: TrainConfig, full: bool,
-                  torchft: bool) -> list[tuple[str, Any, float | None]]:
+def link_variants(job: Job, full: bool, torchft: bool) -> list[tuple[str, Any, float | None]]:
     """(name, config, rate) in the order they run each repeat: background MA and DDP with and
     without the limit, the ways of syncing on each limited link (`full`: both links, every
     way), the peers beside s-ma at s-ma's rate on the same link, and BMUF rounds back to back
     (the link is then the limit) sending fp32 or bf16 on the slow link. A config may be a
     function of the runs of this repeat so far (the peers' period comes from s-ma's rate)."""
     variants: list[tuple[str, Any, float | None]] = [
-        (f"{sync}{at(None)}", replace(cfg, sync=sync), None)
+        (f"{sync}{at(None)}", job.config(sync=sync), None)
         for sync in (("s-ma", "ddp") if full else ("s-ma",))]
     for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
         syncs = tuple(ON_LIMITED_LINK) if full else ("ddp", "s-ma")
         variants += [(f"{sync}{at(rate)}",
-                      replace(cfg, **on_limited_link(cfg.data.examples, sync)), rate)
+                      job.config(**on_limited_link(job.base.data.examples, sync)), rate)
                      for sync in syncs]
         peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
         for peer in peers:
             def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
                            ma: str = f"s-ma{at(rate)}") -> TrainConfig:
-                return replace(cfg, sync=sync, sync_every=torch_period(this_repeat[ma], cfg))
+                period = torch_period(this_repeat[ma], job.base.cluster,
+                                      job.base.optim.batch_size)
+                return job.config(sync=sync, sync_every=period)
             variants.append((f"{peer}{at(rate)}", at_ma_rate, rate))
     return variants + [(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
-                        replace(cfg, sync="s-bmuf", sync_interval="0", sync_dtype=dtype),
+                        job.config(sync="s-bmuf", sync_interval="0", sync_dtype=dtype),
                         SLOW_MBIT) for dtype in ("fp32", "bf16")]
 
 
@@ -186,16 +187,18 @@ def on_hosts(hosts: Any, root: Path,
     return {name: run(name, job_cfg, rate) for name, job_cfg, rate in variants}
 
 
-def run_slow_net(root: Path, base: TrainConfig, repeats: int, full: bool = False,
+def run_slow_net(job: Job, repeats: int, full: bool = False,
                  torchft: bool = False) -> dict[str, Any]:
-    """`full` adds DDP on the unlimited link (for `ddp_eps_drop_slow_net`); `torchft`, the
-    peer on the slow link."""
+    """The link variants of `job` on the namespace hosts, its runs under `job.root`. `full`
+    adds DDP on the unlimited link (for `ddp_eps_drop_slow_net`); `torchft`, the peer on the
+    slow link."""
     reason = netns_unavailable_reason() or shaping_unavailable_reason()
     if reason:
         print(f"bench sync: slow-network part skipped: {reason}")
         return {"skipped": reason, "ratios": dict.fromkeys(RATIOS)}
-    variants = link_variants(replace(base, dense_servers=0, trainers=2, embedding_servers=1),
-                             full, torchft)
+    root = job.root
+    on_three_hosts = job.config(dense_servers=0, trainers=2, embedding_servers=1)
+    variants = link_variants(Job(root, on_three_hosts), full, torchft)
     root.mkdir(parents=True, exist_ok=True)
     (root / "runs.jsonl").unlink(missing_ok=True)
     with NetnsHosts(3) as hosts:

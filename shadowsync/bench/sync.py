@@ -15,22 +15,22 @@ the same job across network-namespace hosts, with and without a 50 Mbit/s limit 
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Iterator
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
 import shadowsync.bench.slow_net as slow_net_bench
-from shadowsync import api
 from shadowsync.bench import peers
 from shadowsync.bench.common import (
+    Job,
     interleaved,
     median_of,
     print_table,
     ratio_of_medians,
+    run_job,
     torch_period,
     write_bench,
 )
@@ -101,10 +101,8 @@ def job(examples: int, **kw: Any) -> TrainConfig:
     return TrainConfig(**{**base, **kw}).validate()
 
 
-def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    if out.exists():
-        shutil.rmtree(out)
-    _, s = api.run(replace(cfg, out=str(out)))
+def run_fields(s: dict[str, Any]) -> dict[str, Any]:
+    """What the bench keeps of a run's summary."""
     return {
         "eps": s["train_eps"], "eval_ne": s["eval_ne"], "eval_auc": s.get("eval_auc"),
         "syncs_per_min": s["syncs_per_min"],
@@ -147,10 +145,10 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
         extra["peers"].update(loopback.pop("peers"))
         extra.update(loopback)
     if slow_net or slow_net_only:
-        net_job = replace(base, examples=min(examples, SLOW_NET_EXAMPLES))
-        plan_data(net_job)
-        drops = slow_net_bench.run_slow_net(root / "slow-net", net_job, repeats, full=full,
-                             torchft=torchft_reason is None)
+        net_job = Job(root / "slow-net", replace(base, examples=min(examples, SLOW_NET_EXAMPLES)))
+        plan_data(net_job.base)
+        drops = slow_net_bench.run_slow_net(net_job, repeats, full=full,
+                                            torchft=torchft_reason is None)
         ratios.update(drops.pop("ratios"))
         spreads.update(drops.pop("spreads", {}))
         extra["slow_net"] = drops
@@ -211,17 +209,13 @@ def _on_loopback(runner: JobRuns, repeats: int, quality_examples: int, full: boo
     return runs, med, ratios, spreads, extra
 
 
-class JobRuns:
-    """Variants of one job (`base`), each run in its own numbered directory under
+@dataclass(eq=False)
+class JobRuns(Job):
+    """Variants of one job (`base`) as runs, each in its own numbered directory under
     `root`/runs (`counter` numbers them; runs of several jobs may share one); `rate` keeps
     the last run of the rule whose syncs per minute the periodic peers copy (`RATE_FROM`)."""
 
-    def __init__(self, root: Path, base: TrainConfig,
-                 counter: Iterator[int] | None = None) -> None:
-        self.root = root
-        self.base = base
-        self.counter = counter if counter is not None else iter(range(10**6))
-        self.rate: dict[str, Any] = {}
+    rate: dict[str, Any] = field(default_factory=dict)
 
     def out(self, name: str) -> Path:
         return self.root / "runs" / f"{name.replace('/', '-')}-{next(self.counter)}"
@@ -229,10 +223,10 @@ class JobRuns:
     def variant(self, name: str, keep: dict[str, Any] | None = None,
                 **changes: Any) -> Callable[[], dict[str, Any]]:
         """The job with `changes` (flat options) as a run; `keep` takes its result."""
-        cfg = replace(self.base, **changes)
+        cfg = self.config(**changes)
 
         def go() -> dict[str, Any]:
-            r = run_job(cfg, self.out(name))
+            r = run_fields(run_job(cfg, self.out(name)))
             if keep is not None:
                 keep.update(r)
             return r
@@ -240,13 +234,15 @@ class JobRuns:
 
     def period(self) -> int:
         """Steps between the periodic peers' rounds: RATE_FROM's rate, once it has run."""
-        return torch_period(self.rate, self.base) if self.rate else self.base.sync.every
+        if not self.rate:
+            return self.base.sync.every
+        return torch_period(self.rate, self.base.cluster, self.base.optim.batch_size)
 
     def torch_fr_ma(self) -> Callable[[], dict[str, Any]]:
         def go() -> dict[str, Any]:
             period = self.period()
-            r = run_job(replace(self.base, sync="torch-fr-ma", sync_every=period),
-                        self.out("torch-fr-ma"))
+            r = run_fields(run_job(self.config(sync="torch-fr-ma", sync_every=period),
+                                   self.out("torch-fr-ma")))
             r["period"] = period
             return r
         return go

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import job_cpu_s, write_bench
+from shadowsync.bench.common import Job, job_cpu_s, write_bench
 from shadowsync.bench.switch.ratios import ratio_spreads, ratios_of
 from shadowsync.bench.switch.report import (
     plot_switch_bench,
@@ -96,12 +96,13 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
     compensate = full and FULL_COMPENSATE
     results: dict[str, Any] = {}
     if digits:
-        results["digits"] = bench_task(
-            root, "digits", digits_job(trainers, digits_examples, share, digits_lr, compensate),
-            repeats, digits_variants(full, variants))
+        digits_runs = Job(root / "digits", digits_job(trainers, digits_examples, share,
+                                                      digits_lr, compensate))
+        results["digits"] = bench_task(digits_runs, "digits", repeats,
+                                       digits_variants(full, variants))
     if ctr:
-        results["ctr"] = bench_task(root, "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share),
-                                    repeats, CTR_VARIANTS)
+        ctr_runs = Job(root / "ctr", ctr_job(ctr_trainers, ctr_examples, ctr_share))
+        results["ctr"] = bench_task(ctr_runs, "ctr", repeats, CTR_VARIANTS)
     ratios = {k: v for task, res in results.items()
               for k, v in ratios_of(res, SUFFIX[task]).items()}
     spreads = {k: v for task, res in results.items()  # each ratio's [min, max] seed by seed
@@ -109,8 +110,8 @@ def run_switch_bench(out: str, trainers: int = 4, digits_examples: int | None = 
     link = None
     if slow_link is not None:  # on digits, after the rest
         link = bench_slow_link(
-            root, digits_job(trainers, digits_examples, share, digits_lr, compensate), repeats,
-            slow_link)
+            Job(root / "slow-link", digits_job(trainers, digits_examples, share, digits_lr,
+                                               compensate)), repeats, slow_link)
         ratios.update(slow_link_ratios(link))
     runs = [{"task": task, **r} for task, res in results.items() for r in res["runs"]]
     extra = {**({"slow_link": link} if link is not None else {}),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shadowsync import api
-from shadowsync.bench.common import interleaved, median_of
+from shadowsync.bench.common import Job, interleaved, median_of
 from shadowsync.bench.switch.ratios import paired
 from shadowsync.bench.switch.scenarios import (
     CTR_TARGET_NE,
@@ -125,11 +125,12 @@ def spread(runs: list[dict[str, Any]], variant: str, key: str) -> list[float] | 
     return [min(values), max(values)] if values else None
 
 
-def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
-               names: tuple[str, ...]) -> dict[str, Any]:
+def bench_task(job: Job, task: str, repeats: int, names: tuple[str, ...]) -> dict[str, Any]:
+    """The variants `names` of the task's job, interleaved, repeat r at seed r (each run
+    under `job.root`)."""
     metric, higher = task_of(task).metric, task_of(task).higher_is_better
     target = DIGITS_TARGET if higher else CTR_TARGET_NE
-    counter = iter(range(10**6))
+    base = job.base
     seeds: dict[str, int] = {}
     steps = base.data.examples // base.optim.batch_size // (base.cluster.trainers
                                                            * base.cluster.workers)
@@ -139,11 +140,10 @@ def bench_task(root: Path, task: str, base: TrainConfig, repeats: int,
 
         def run() -> dict[str, Any]:
             seed = seeds[variant] = seeds.get(variant, -1) + 1  # repeat r: seed r
-            cfg = replace(base, sync=v.sync, switch_policy=v.policy, seed=base.seed + seed,
-                          straggler=scenario_text(v.scenario, steps) if v.scenario else None,
-                          **settings_of(v, base.switch.plan))
-            name = variant.replace("+", "-").replace("/", "-")
-            r = run_job(cfg, root / task / f"{name}-{next(counter)}", metric)
+            cfg = job.config(sync=v.sync, switch_policy=v.policy, seed=base.seed + seed,
+                             straggler=scenario_text(v.scenario, steps) if v.scenario else None,
+                             **settings_of(v, base.switch.plan))
+            r = run_job(cfg, job.out(variant), metric)
             r["seed"] = cfg.seed
             r["time_to_target_s"] = time_to(r["curve"], target, higher)
             return r

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.bench.common import interleaved, median_of
+from shadowsync.bench.common import Job, interleaved, median_of
 from shadowsync.bench.slow_net import run_on_hosts
 from shadowsync.bench.switch.ratios import paired
 from shadowsync.bench.switch.runs import spread, switch_fields
@@ -20,7 +19,6 @@ from shadowsync.cluster.netns import (
     shaping_unavailable_reason,
 )
 from shadowsync.cluster.parts import layout_of, resolve
-from shadowsync.config import TrainConfig
 from shadowsync.lifecycle.attempts import trained
 from shadowsync.transport.rpc import RPC_CHANNELS_ENV
 
@@ -62,21 +60,20 @@ class LinkWindow:
                 self.changes.append((self.progress(out), None))
 
 
-def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
-                    mbit: float) -> dict[str, Any]:
+def bench_slow_link(job: Job, repeats: int, mbit: float) -> dict[str, Any]:
     """The straggler as a slow link instead of slow compute: every process of the job on its
     own emulated host (network namespaces, `cluster.netns`, launched by torchrun as in
     `bench sync`'s slow-network part), and the path between trainer 1's host and the dense
     server's limited to `mbit` Mbit/s (tc htb) for the middle half of the job, as the
     compute straggler (`LinkWindow`), so each of trainer 1's pushes and pulls then crosses
-    it slowly. BSP and greedy, interleaved, seed r per repeat."""
+    it slowly. BSP and greedy, interleaved, seed r per repeat, each run under `job.root`."""
     reason = netns_unavailable_reason() or shaping_unavailable_reason()
     if reason:
         print(f"bench switch: slow-link part skipped: {reason}")
         return {"skipped": reason}
-    layout = layout_of(resolve(replace(base, sync="bsp")).cluster)
+    base = job.base
+    layout = layout_of(resolve(job.config(sync="bsp")).cluster)
     slow = (layout.embedding_servers, layout.trainer_rank(1))  # dense server 0, trainer 1
-    counter = iter(range(10**6))
     seeds: dict[str, int] = {}
 
     def go(variant: str) -> Any:
@@ -85,8 +82,8 @@ def bench_slow_link(root: Path, base: TrainConfig, repeats: int,
         def run() -> dict[str, Any]:
             seed = base.seed + seeds.setdefault(variant, 0)  # repeat r: seed r
             seeds[variant] += 1
-            cfg = resolve(replace(base, sync=sync, switch_policy=policy, seed=seed))
-            out = root / "slow-link" / f"{variant.replace('+', '-')}-{next(counter)}"
+            cfg = resolve(job.config(sync=sync, switch_policy=policy, seed=seed))
+            out = job.out(variant)
             t0 = time.perf_counter()
             s = run_on_hosts(hosts, cfg, out, watch=window)
             return {"seed": seed, "train_s": s["train_s"], "run_s": time.perf_counter() - t0,
