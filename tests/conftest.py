@@ -32,6 +32,13 @@ def write_array_dir(path, rows: int = 40_000, num_dense: int = 5, num_tables: in
     effect = rng.standard_normal((num_tables, 50))
     logit = dense @ rng.standard_normal(num_dense) + effect[np.arange(num_tables), cats].sum(1)
     labels = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    return save_array_dir(path, labels, dense, cats)
+
+
+def save_array_dir(path, labels, dense, cats):
+    """`path` as a `--data DIR` of .npy arrays holding these columns."""
+    import numpy as np
+
     path.mkdir(parents=True, exist_ok=True)
     for name, arr in (("labels", labels), ("dense", dense), ("cats", cats)):
         np.save(path / f"{name}.npy", arr)

@@ -13,7 +13,7 @@ from shadowsync.data.dataset import CtrData, EpochOrder, batches
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.train.selection import ModelSelection, gate_step, validation_points
-from tests.conftest import write_array_dir
+from tests.conftest import save_array_dir, write_array_dir
 from tests.helpers import run_cli, summary
 
 
@@ -150,10 +150,7 @@ def write_memorisable_arrays(path, rows: int = 12_000, ids: int = 3000):
     cats = rng.integers(0, ids, (rows, 3)).astype(np.int32)
     logit = dense @ rng.standard_normal(5) * 0.5
     labels = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.float32)
-    path.mkdir(parents=True, exist_ok=True)
-    for name, arr in (("labels", labels), ("dense", dense), ("cats", cats)):
-        np.save(path / f"{name}.npy", arr)
-    return path
+    return save_array_dir(path, labels, dense, cats)
 
 
 @pytest.fixture(scope="module")
