@@ -165,6 +165,8 @@ def _switch_search(args: argparse.Namespace) -> int:
 
 
 def interrupted_line(e: Interrupted) -> str:
+    if e.kept is not None:
+        return f"stopped by {e}; what it finished is kept in {e.kept}"
     if e.checkpoint is None:
         return f"stopped by {e}; no checkpoint was saved, nothing to resume"
     root = location(e.checkpoint).parent

@@ -4,10 +4,15 @@ job per placement on two emulated hosts behind the `hosts_apart` marker."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from shadowsync.bench import hosts as bench
+from shadowsync.bench.faults import session_pids as session_processes
 from shadowsync.bench.hosts import DELAY_MS, Variant, delay_cost, plan, ratios_of
 
 
@@ -94,3 +99,44 @@ def test_per_host_placement_sends_about_half_the_rows_over_the_link(tmp_path):
     log = (tmp_path / "per-host" / "host0.log").read_text()
     assert "per-host placement on 2 host(s): host 0: emb0=0 trainer0=1; host 1: emb1=2 " \
            "trainer1=3" in log
+
+
+def _namespaces_of(pid: int) -> dict[str, list[int]]:
+    """The network namespaces process `pid` made (named `...-PID-...`) and the processes
+    in each."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found = [line.split()[0] for line in names.splitlines() if f"-{pid}-" in line]
+    return {ns: [int(p) for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                                text=True).stdout.split()] for ns in found}
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_mid_run_ends_the_bench_its_namespaces_and_their_processes(tmp_path):
+    """SIGTERM's default would end the bench at once, leaving its network namespaces and the
+    job's processes in them running: it stops the bench as Ctrl-C does, with one line."""
+    reason = bench.unavailable()
+    if reason:
+        pytest.skip(f"emulated hosts unavailable: {reason}")
+    out = tmp_path / "bench"
+    proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "bench", "hosts",
+                             "--examples", "10000", "--repeats", "1", "--hosts", "2",
+                             "--depths", "0", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    running: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not running and proc.poll() is None and time.monotonic() < deadline:
+            running = [p for pids in _namespaces_of(proc.pid).values() for p in pids]
+            time.sleep(0.2)
+        assert running, "no job ran on the emulated hosts"
+        proc.send_signal(signal.SIGTERM)  # to the bench alone, as a supervisor sends it
+        _, err = proc.communicate(timeout=60)
+    finally:
+        for pid in session_processes(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines()[-1] == (f"shadowsync: stopped by SIGTERM; what it finished "
+                                            f"is kept in {out}")
+    assert _namespaces_of(proc.pid) == {}
+    time.sleep(1)
+    assert [p for p in running if os.path.exists(f"/proc/{p}")] == []

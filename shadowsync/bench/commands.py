@@ -6,12 +6,15 @@ it)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from shadowsync.errors import UserError
+from shadowsync.lifecycle.stop import signals_raise
 
 OUT_HELP = "output directory (bench.json, runs.jsonl, plots)"
 REPEATS_HELP = "interleaved repeats of every variant (medians and spread over them)"
@@ -181,6 +184,21 @@ def add_bench_commands(sub: Any) -> None:
     _add_scale(bench)
     _add_switch(bench)
     _add_faults_data_realdata(bench)
+    for parser in bench.choices.values():
+        parser.set_defaults(func=_stopped_by_signals(parser.get_default("func")))
+
+
+def _stopped_by_signals(run: Callable[[argparse.Namespace], int]
+                        ) -> Callable[[argparse.Namespace], int]:
+    """`run` with SIGINT and SIGTERM stopping it as an error would: what it started (network
+    namespaces, processes) is ended, and the line printed says where its finished runs are."""
+
+    @functools.wraps(run)
+    def stoppable(args: argparse.Namespace) -> int:
+        with signals_raise(kept=getattr(args, "out", None)):
+            return run(args)
+
+    return stoppable
 
 
 def _add_throughput(bench: Any) -> None:

@@ -44,16 +44,38 @@ JOB_PROCESS_ENV = "SHADOWSYNC_JOB_PROCESS"
 
 
 class Interrupted(Exception):
-    """The run stopped on a signal; `checkpoint` is where its final state was saved."""
+    """The run stopped on a signal; `checkpoint` is where its final state was saved, `kept`
+    where the work it finished before the signal lies (a benchmark's runs)."""
 
-    def __init__(self, signum: int, checkpoint: str | None) -> None:
+    def __init__(self, signum: int, checkpoint: str | None, kept: str | None = None) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
         self.checkpoint = checkpoint
+        self.kept = kept
 
     @property
     def exit_code(self) -> int:
         return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM, as shells report
+
+
+@contextlib.contextmanager
+def signals_raise(kept: str | None = None) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM raise `Interrupted` (`kept`: what is kept) in
+    the main thread. SIGTERM would otherwise end the process at once, skipping the `with` and
+    `finally` blocks that end what it started (network namespaces and the processes in them);
+    SIGINT would raise a bare KeyboardInterrupt. A signal the process ignores (SIGINT in a
+    shell's background job) stays ignored; the handlers before are put back after."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(signum, None, kept)
+
+    previous = {sig: signal.signal(sig, handle) for sig in SIGNALS
+                if signal.getsignal(sig) != signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class StopRequest:
