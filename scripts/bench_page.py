@@ -47,7 +47,9 @@ page. The test suite checks that this page is up to date. -->
 Speed and quality claims come from `shadowsync bench ...` commands that run the variants
 side by side, interleaved and repeated, and report medians and ratios. Each writes
 `DIR/bench.json` (every run, a `ratios` map, and for most benches `goals` and
-`ratio_spread`) and `DIR/runs.jsonl` as runs end.
+`ratio_spread`) and, most of them, `DIR/runs.jsonl` as runs end. Ctrl-C or SIGTERM stops a
+bench with one line and ends what it started (its jobs, its network namespaces); the runs it
+finished stay in `DIR/runs.jsonl`, where it writes one.
 
 ## How to read them
 
