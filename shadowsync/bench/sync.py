@@ -52,6 +52,10 @@ RATE_FROM = "s-ma"
 GOALS: dict[str, str | None] = {
     "s_ma_vs_none": ">= 0.97",
     "s_bmuf_vs_none": ">= 0.97",
+    "s_ma_examples_per_cpu_vs_none": None,
+    "s_ma_worker_cores_vs_none": None,
+    "s_bmuf_examples_per_cpu_vs_none": None,
+    "s_bmuf_worker_cores_vs_none": None,
     "s_easgd_vs_none": None,
     "s_bmuf_syncs_per_min": ">= 300",
     "background_vs_ddp": ">= 2",
@@ -110,7 +114,20 @@ def run_fields(s: dict[str, Any]) -> dict[str, Any]:
         "teacher_eval_ne": s["teacher_eval_ne"], "examples": s["examples"],
         "sync_bytes_per_round": s.get("sync_bytes_per_round"),
         "train_cpu_s": s["train_cpu_s"],
+        **cpu_split(s["train_eps"], s["examples"], s["train_cpu_s"]),
     }
+
+
+def cpu_split(eps: float, examples: int, worker_cpu_s: float) -> dict[str, float | None]:
+    """EPS as the product of two factors, where a sync's cost on the workers' cores shows:
+    eps = examples_per_cpu_s x worker_cores, with examples_per_cpu_s = examples /
+    worker_cpu_s (what an example costs the Hogwild workers: more with cache misses on
+    parameters the averaging wrote) and worker_cores = worker_cpu_s x eps / examples (the
+    cores they held while training: fewer when the sync's own CPU takes its share)."""
+    if not worker_cpu_s or not examples:
+        return {"examples_per_cpu_s": None, "worker_cores": None}
+    return {"examples_per_cpu_s": examples / worker_cpu_s,
+            "worker_cores": worker_cpu_s * eps / examples}
 
 
 def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
@@ -289,6 +306,11 @@ def _pairs(full: bool, torchft: bool, torchrec: bool, teacher: float | None
     return {
         "s_ma_vs_none": ("s-ma", "none", "eps"),
         "s_bmuf_vs_none": ("s-bmuf", "none", "eps"),
+        # each EPS ratio as the product of these two (`cpu_split`)
+        "s_ma_examples_per_cpu_vs_none": ("s-ma", "none", "examples_per_cpu_s"),
+        "s_ma_worker_cores_vs_none": ("s-ma", "none", "worker_cores"),
+        "s_bmuf_examples_per_cpu_vs_none": ("s-bmuf", "none", "examples_per_cpu_s"),
+        "s_bmuf_worker_cores_vs_none": ("s-bmuf", "none", "worker_cores"),
         "s_easgd_vs_none": ("s-easgd", "none", "eps"),
         "s_bmuf_syncs_per_min": ("s-bmuf", 1.0, "syncs_per_min"),
         "background_vs_ddp": ("s-ma", "ddp", "eps"),
