@@ -238,13 +238,12 @@ STEP_EXAMPLES = 150_000  # the one-process training steps of `_steps`
 def _eps(out: Path, examples: int, repeats: int) -> list[dict[str, Any]]:
     def timed(tables: str) -> dict[str, Any]:
         """A run, with the CPU seconds of every process it started (`job_cpu_s`: start-up
-        and evaluation too) and of its workers while they trained (`train_cpu_s`)."""
+        and evaluation too) and of its workers while they trained (`train_cpu_s`, and
+        `examples_per_cpu_s` from it: `run_fields`)."""
         cpu = job_cpu_s()
         result = run_fields(run_job(job(examples, tables=tables),
                                     out / "runs" / f"{tables}-eps"))
-        spent = job_cpu_s() - cpu
-        return {**result, "cpu_s": spent,
-                "examples_per_cpu_s": examples / result["train_cpu_s"]}
+        return {**result, "cpu_s": job_cpu_s() - cpu}
 
     variants = {"fixed": lambda: timed("fixed"), "dynamic": lambda: timed("dynamic")}
     return interleaved(variants, repeats, "eps", out / "runs.jsonl")

@@ -158,7 +158,8 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     spreads: dict[str, list[float]] = {}
     if not slow_net_only:
         runs, med, ratios, spreads, loopback = _on_loopback(
-            JobRuns(root, base), repeats, quality_examples, full, torchft_reason)
+            JobRuns(root / "runs", base), root / "runs.jsonl", repeats, quality_examples, full,
+            torchft_reason)
         extra["peers"].update(loopback.pop("peers"))
         extra.update(loopback)
     if slow_net or slow_net_only:
@@ -187,12 +188,11 @@ def run_sync_bench(out: str, examples: int | None = None, repeats: int = 3,
     return {"ratios": ratios, "medians": med, "ratio_spread": spreads}
 
 
-def _on_loopback(runner: JobRuns, repeats: int, quality_examples: int, full: bool,
+def _on_loopback(runner: JobRuns, log: Path, repeats: int, quality_examples: int, full: bool,
                  torchft_reason: str | None) -> tuple[Any, ...]:
-    """The local-cluster part: throughput and quality runs, their medians, ratios, spreads
-    and what bench.json says of them."""
+    """The local-cluster part: throughput and quality runs (each written to `log` as it
+    ends), their medians, ratios, spreads and what bench.json says of them."""
     plan_data(runner.base)
-    log = runner.root / "runs.jsonl"
     torchft = full and torchft_reason is None
     variants = _throughput_variants(runner, full, torchft)
     runs = interleaved(variants, repeats, "bench sync: throughput", log=log)
@@ -229,13 +229,10 @@ def _on_loopback(runner: JobRuns, repeats: int, quality_examples: int, full: boo
 @dataclass(eq=False)
 class JobRuns(Job):
     """Variants of one job (`base`) as runs, each in its own numbered directory under
-    `root`/runs (`counter` numbers them; runs of several jobs may share one); `rate` keeps
-    the last run of the rule whose syncs per minute the periodic peers copy (`RATE_FROM`)."""
+    `root` (`counter` numbers them; runs of several jobs may share one); `rate` keeps the
+    last run of the rule whose syncs per minute the periodic peers copy (`RATE_FROM`)."""
 
     rate: dict[str, Any] = field(default_factory=dict)
-
-    def out(self, name: str) -> Path:
-        return self.root / "runs" / f"{name.replace('/', '-')}-{next(self.counter)}"
 
     def variant(self, name: str, keep: dict[str, Any] | None = None,
                 **changes: Any) -> Callable[[], dict[str, Any]]:

@@ -5,14 +5,12 @@ spreads and pairings of the repeats."""
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync import api
+from shadowsync.bench import common
 from shadowsync.bench.common import Job, interleaved, median_of
 from shadowsync.bench.switch.ratios import paired
 from shadowsync.bench.switch.scenarios import (
@@ -45,11 +43,9 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     A run that diverges is a result, not the bench's end (an ablation such as ASP without
     the rate scaling is expected to): it scores chance (`CHANCE`), has no training time,
     and is marked `diverged` with the error's line."""
-    if out.exists():
-        shutil.rmtree(out)
     t0 = time.perf_counter()
     try:
-        _, s = api.run(replace(cfg, out=str(out)))
+        s = common.run_job(cfg, out)
     except TrainingDiverged as e:
         return {"train_s": None, "run_s": time.perf_counter() - t0, "startup_s": None,
                 "metric": CHANCE[metric], "loss": None, "train_loss": None,
