@@ -19,17 +19,11 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from shadowsync.bench.common import interleaved, median_of, print_table, write_bench
-from shadowsync.config import (
-    ClusterConfig,
-    OptimConfig,
-    OutputConfig,
-    SyncConfig,
-    TestingConfig,
-    TrainConfig,
-)
+from shadowsync.config import OptimConfig, TrainConfig
 from shadowsync.data.dataset import batches, num_batches
 from shadowsync.train.assembly import build_trainer
 from shadowsync.train.local import local_tables
+from shadowsync.train.replica import ReplicaOptions
 from shadowsync.train.schedule import LrSchedule
 from shadowsync.train.tasks import TaskInputs, build_dense_model, plan_data
 from shadowsync.train.worker import make_dense_optimizer
@@ -40,19 +34,19 @@ def _config(examples: int, workers: int) -> TrainConfig:
                        sync="none", eval_points=0, progress=False, log_every=10**12)
 
 
-def trainer_run(inputs: TaskInputs, *, optim: OptimConfig, cluster: ClusterConfig,
-                sync: SyncConfig, output: OutputConfig, testing: TestingConfig) -> dict[str, Any]:
-    """The trainer over the task's data and model (`inputs`) with local tables, as a local
-    run builds it, trained to the end."""
-    plan = plan_data(inputs)
+def trainer_run(options: ReplicaOptions) -> dict[str, Any]:
+    """The trainer over the task's data and model with local tables, as a local run builds
+    it, trained to the end."""
+    plan = plan_data(options)
     trainer = build_trainer(
-        plan, local_tables(inputs.model, optim, inputs.seed, plan.features),
-        build_dense_model(inputs, plan.features), data=inputs.data, optim=optim,
-        cluster=cluster, sync=sync, output=output, testing=testing, task=inputs.task,
-        seed=inputs.seed)
+        plan, local_tables(options.model, options.optim, options.seed, plan.features),
+        build_dense_model(options, plan.features), data=options.data, optim=options.optim,
+        cluster=options.cluster, sync=options.sync, output=options.output,
+        testing=options.testing, task=options.task, seed=options.seed)
     stats = trainer.run()
     trainer.close()
-    return {"eps": stats.train_eps, "examples": stats.examples, "workers": cluster.workers}
+    return {"eps": stats.train_eps, "examples": stats.examples,
+            "workers": options.cluster.workers}
 
 
 def _bare_loop(inputs: TaskInputs, optim: OptimConfig, results: Any) -> None:
@@ -97,11 +91,8 @@ def run_hogwild_bench(out: str, examples: int = 400_000, repeats: int = 3) -> di
     plan_data(base)  # generate the data once, outside the timings
     two = replace(base, workers=2)
     variants = {
-        "trainer_1w": lambda: trainer_run(base, optim=base.optim, cluster=base.cluster,
-                                          sync=base.sync, output=base.output,
-                                          testing=base.testing),
-        "trainer_2w": lambda: trainer_run(two, optim=two.optim, cluster=two.cluster,
-                                          sync=two.sync, output=two.output, testing=two.testing),
+        "trainer_1w": lambda: trainer_run(base),
+        "trainer_2w": lambda: trainer_run(two),
         "bare_loop": lambda: bare_run(base, base.optim),
     }
     runs = interleaved(variants, repeats, "bench hogwild")

@@ -241,8 +241,7 @@ def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: dist
         trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
     remote = peer_shards(layout)
-    replica = build_replica(cfg, plan, tables, model, runner, optim=cfg.optim, cluster=cfg.cluster,
-                            sync=cfg.sync, output=cfg.output, testing=cfg.testing,
+    replica = build_replica(cfg, plan, tables, model, runner,
                             record=config_to_toml(cfg, leave_out=NOT_RECORDED),
                             options=config_to_dict(cfg), index=index, remote_shards=remote)
 

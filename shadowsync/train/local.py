@@ -29,8 +29,7 @@ def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     model = build_dense_model(cfg, plan.features)
     tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
-    replica = build_replica(cfg, plan, tables, model, None, optim=cfg.optim, cluster=cfg.cluster,
-                            sync=cfg.sync, output=cfg.output, testing=cfg.testing,
+    replica = build_replica(cfg, plan, tables, model, None,
                             record=config_to_toml(cfg, leave_out=NOT_RECORDED),
                             options=config_to_dict(cfg))
     summary = run_replica(replica)

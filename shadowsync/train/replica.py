@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from tqdm.auto import tqdm  # a widget in notebooks, text on a terminal
@@ -149,11 +150,21 @@ class Replica:
 NOT_RECORDED = ("port", "resume")
 
 
-def build_replica(inputs: TaskInputs, plan: DataPlan, tables: EmbeddingClient,
-                  model: torch.nn.Module, runner: Runner | None, *, optim: OptimConfig,
-                  cluster: ClusterConfig, sync: SyncConfig, output: OutputConfig,
-                  testing: TestingConfig, record: str, options: dict[str, object],
-                  index: int = 0, remote_shards: list[str] | None = None) -> Replica:
+class ReplicaOptions(TaskInputs, Protocol):
+    """What a trainer is built from beside the task's inputs: the optimizer, the cluster, the
+    sync, the output and the testing options. A `TrainConfig` is one."""
+
+    optim: OptimConfig
+    cluster: ClusterConfig
+    sync: SyncConfig
+    output: OutputConfig
+    testing: TestingConfig
+
+
+def build_replica(inputs: ReplicaOptions, plan: DataPlan, tables: EmbeddingClient,
+                  model: torch.nn.Module, runner: Runner | None, *, record: str,
+                  options: dict[str, object], index: int = 0,
+                  remote_shards: list[str] | None = None) -> Replica:
     """The trainer over its built parts: trainer 0's checkpointer (`make_checkpointer`;
     `remote_shards`: the RPC names of the job's other processes that save a shard), what it
     saves registered for checkpoints and, with `--resume`, loaded from that checkpoint; its
@@ -161,6 +172,7 @@ def build_replica(inputs: TaskInputs, plan: DataPlan, tables: EmbeddingClient,
     records of its options comes made: `record`, each checkpoint's configuration
     (`config_to_toml` without `NOT_RECORDED`), and `options`, summary.json's
     (`config_to_dict`)."""
+    optim, cluster, sync, output = inputs.optim, inputs.cluster, inputs.sync, inputs.output
     out = Path(output.dir or ".")
     checkpointer = (make_checkpointer(
         inputs.checkpoint, output.dir, cluster, optim.batch_size, sync, plan,
@@ -200,7 +212,7 @@ def build_replica(inputs: TaskInputs, plan: DataPlan, tables: EmbeddingClient,
                        bar=bar)
     trainer = build_trainer(
         plan, tables, model, data=inputs.data, optim=optim, cluster=cluster, sync=sync,
-        output=output, testing=testing, task=inputs.task, seed=inputs.seed,
+        output=output, testing=inputs.testing, task=inputs.task, seed=inputs.seed,
         resumed=bool(inputs.checkpoint.resume), index=index, runner=runner, progress=reports,
         slots=slots, checkpointer=checkpointer, on_examples=progress,
         lost_peer=attempts.PeerWatch.of_launch(out))
