@@ -51,7 +51,11 @@ kind's entry instead (``mode_of(name).lockstep``); the registries themselves
 ``whole_config_signatures``: functions with a parameter annotated ``TrainConfig`` (the whole
 configuration) and class fields of that type, bench included. A builder takes the section it
 reads (``cfg.cluster``, ``cfg.sync``) or the few values; the whole configuration stays at the
-top (the command line, the job, the API) where it is the whole thing.
+top (the command line, the job, the API) where it is the whole thing. A ``Protocol`` class of
+the package that declares every section of ``TrainConfig`` (``task``, ``seed`` and the nine
+sections, its own or inherited from the package's Protocol classes it derives from) is the
+whole configuration by another name: a parameter or field annotated with it counts too. One
+that names some sections (``ReplicaOptions``) does not.
 
 Prints one line per finding and a count per kind; ``--json`` prints the counts only.
 Exit status 0 always: this is a measuring tool (its counts are what tests compare).
@@ -64,7 +68,7 @@ import ast
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -191,32 +195,88 @@ def local_imports(tree: ast.AST) -> list[tuple[str, int]]:
 
 
 WHOLE_CONFIG = "TrainConfig"
+# The sections (and top-level fields) of `TrainConfig`; tests/test_layers.py checks them
+# against the class.
+WHOLE_CONFIG_SECTIONS = frozenset({"task", "seed", "data", "model", "optim", "cluster", "sync",
+                                   "switch", "checkpoint", "output", "testing"})
 
 
-def _names_whole_config(annotation: ast.expr | None) -> bool:
-    """Whether `annotation` names the whole configuration (`TrainConfig`, `"TrainConfig"`,
-    `TrainConfig | None`)."""
-    return annotation is not None and any(
-        (isinstance(n, ast.Name) and n.id == WHOLE_CONFIG)
-        or (isinstance(n, ast.Attribute) and n.attr == WHOLE_CONFIG)
-        or (isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and WHOLE_CONFIG in n.value.replace(" ", "").split("|"))
-        for n in ast.walk(annotation))
+def _base_names(cls: ast.ClassDef) -> list[str]:
+    """The names of `cls`'s bases (`Protocol`, `typing.Protocol`, `Base[T]`: their last part)."""
+    out = []
+    for base in cls.bases:
+        node = base.value if isinstance(base, ast.Subscript) else base
+        if isinstance(node, ast.Name):
+            out.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.append(node.attr)
+    return out
 
 
-def whole_config_signatures(tree: ast.AST) -> list[tuple[str, int]]:
-    """(function or class field, line) of each function with a parameter annotated with the
-    whole configuration, and of each class field of that type."""
+def _declared_fields(cls: ast.ClassDef) -> set[str]:
+    """What `cls`'s body declares: annotated fields and properties."""
+    annotated = {f.target.id for f in cls.body
+                 if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)}
+    properties = {f.name for f in cls.body if isinstance(f, ast.FunctionDef)
+                  and any(ast.unparse(d) == "property" for d in f.decorator_list)}
+    return annotated | properties
+
+
+def whole_config_protocols(trees: list[ast.AST]) -> set[str]:
+    """The names of the package's `Protocol` classes that declare every section of
+    `TrainConfig`, themselves or through the package's Protocol classes they derive from:
+    the whole configuration under another name."""
+    classes = {c.name: c for tree in trees for c in ast.walk(tree) if isinstance(c, ast.ClassDef)}
+
+    def fields(name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
+        """`name`'s fields with its bases', None when it is no Protocol."""
+        cls = classes.get(name)
+        # A class deriving a Protocol is one only when it names Protocol too (as typing has it)
+        if cls is None or name in seen or "Protocol" not in _base_names(cls):
+            return None
+        inherited = (fields(base, seen | {name}) for base in _base_names(cls))
+        return _declared_fields(cls).union(*(f for f in inherited if f is not None))
+
+    return {name for name in classes if WHOLE_CONFIG_SECTIONS <= (fields(name) or set())}
+
+
+def _whole_config_named(annotation: ast.expr | None, whole: Collection[str]) -> str | None:
+    """Which of `whole` (the whole configuration's names: `TrainConfig`, a Protocol of all its
+    sections) `annotation` names (`X`, `"X"`, `X | None`, `mod.X`), None if none."""
+    if annotation is None:
+        return None
+    for n in ast.walk(annotation):
+        if isinstance(n, ast.Name) and n.id in whole:
+            return n.id
+        if isinstance(n, ast.Attribute) and n.attr in whole:
+            return n.attr
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            named = [part.split(".")[-1] for part in n.value.replace(" ", "").split("|")]
+            found = [part for part in named if part in whole]
+            if found:
+                return found[0]
+    return None
+
+
+def whole_config_signatures(tree: ast.AST, whole: Collection[str] = (WHOLE_CONFIG,)
+                            ) -> list[tuple[str, int, str]]:
+    """(function or class field, line, the name it is annotated with) of each function with a
+    parameter annotated with the whole configuration (one of `whole`'s names), and of each
+    class field of that type."""
     out = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             a = node.args
             params = (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
-            if any(p is not None and _names_whole_config(p.annotation) for p in params):
-                out.append((node.name, node.lineno))
+            named = [_whole_config_named(p.annotation, whole) for p in params if p is not None]
+            if any(named):
+                out.append((node.name, node.lineno, next(n for n in named if n)))
         elif isinstance(node, ast.ClassDef):
-            out += [(f"{node.name}.{ast.unparse(f.target)}", f.lineno) for f in node.body
-                    if isinstance(f, ast.AnnAssign) and _names_whole_config(f.annotation)]
+            for f in node.body:
+                named = (_whole_config_named(f.annotation, whole)
+                         if isinstance(f, ast.AnnAssign) else None)
+                if named:
+                    out.append((f"{node.name}.{ast.unparse(f.target)}", f.lineno, named))
     return sorted(out, key=lambda x: x[1])
 
 
@@ -328,6 +388,7 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
     paths = sorted(root.rglob("*.py"))
     known = {module_name(root, p) for p in paths}
     trees = {p: ast.parse(p.read_text(), filename=str(p)) for p in paths}
+    whole = {WHOLE_CONFIG} | whole_config_protocols(list(trees.values()))
     # Aliases of Any anywhere in the package (transport's too: its aliases used elsewhere
     # count there), to a fixed point: an alias may be made of another.
     aliases: dict[str, tuple[str, int]] = {}
@@ -379,9 +440,10 @@ def measure(root: Path) -> tuple[dict[str, int], list[str]]:
                 counts["kind_comparisons"] += 1
                 counts["kind_comparisons_outside_bench"] += not in_bench
                 lines.append(f"kind: {path}:{lineno}: compares the {kind} name {name!r}")
-        for name, lineno in whole_config_signatures(tree):
+        for name, lineno, named in whole_config_signatures(tree, whole):
             counts["whole_config_signatures"] += 1
-            lines.append(f"config: {path}:{lineno}: {name} takes the whole {WHOLE_CONFIG}")
+            alias = "" if named == WHOLE_CONFIG else f" (as {named}, a Protocol of every section)"
+            lines.append(f"config: {path}:{lineno}: {name} takes the whole {WHOLE_CONFIG}{alias}")
         for name, lineno, n in long_functions(tree):
             counts["long_functions"] += 1
             lines.append(f"long: {path}:{lineno}: {name} is {n} lines")

@@ -3,6 +3,7 @@ no import circles between units, no long functions, few function-local imports."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -160,3 +161,40 @@ def test_the_measure_sees_the_whole_config_taken(tmp_path):
                           "--root", str(pkg)], capture_output=True, text=True, check=True,
                          timeout=60).stdout
     assert json.loads(out)["whole_config_signatures"] == 4
+
+
+def test_the_measure_sees_the_whole_config_under_a_protocol(tmp_path):
+    """A Protocol of the package declaring every section of `TrainConfig` (its own or from
+    its Protocol bases) is the whole configuration renamed; one missing a section is not."""
+    pkg = tmp_path / "shadowsync"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text(
+        "class Inputs(Protocol):\n    task: str\n    seed: int\n    data: DataConfig\n"
+        "    model: ModelConfig\n    checkpoint: CheckpointConfig\n")
+    (pkg / "cli.py").write_text(
+        "class Most(Inputs, typing.Protocol):\n    optim: O\n    cluster: C\n    sync: S\n"
+        "    output: Out\n    testing: T\n"  # no switch: some sections, not the whole
+        "class Whole(Most, Protocol):\n    @property\n    def switch(self) -> Sw: ...\n"
+        "class NotAProtocol(Most):\n    switch: Sw\n"  # a class deriving one: no Protocol
+        "def a(cfg: Whole): ...\n"  # counts
+        "def b(cfg: 'base.Whole | None'): ...\n"  # counts
+        "def c(cfg: Most): ...\n"
+        "def d(cfg: Inputs, x: NotAProtocol): ...\n"
+        "class E:\n    cfg: Whole\n")  # the field counts
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
+                          "--root", str(pkg)], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    assert json.loads(out)["whole_config_signatures"] == 3
+
+
+def test_the_measure_knows_every_section_of_the_config():
+    """The sections a Protocol must declare to be the whole configuration are its fields."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from check_layers import WHOLE_CONFIG_SECTIONS
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from shadowsync.config import TrainConfig
+    assert {f.name for f in dataclasses.fields(TrainConfig)
+            if not f.name.startswith("_")} == WHOLE_CONFIG_SECTIONS
