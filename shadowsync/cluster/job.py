@@ -41,6 +41,7 @@ from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
 from shadowsync.metrics import worse_than_constant
 from shadowsync.train.local import train_local
+from shadowsync.train.replica import NOT_RECORDED
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import TaskInputs, plan_data
 from shadowsync.train.tasks.ctr import rows_path
@@ -89,7 +90,8 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     if cfg.distributed:
         summary = launch_local(replace(cfg, port=choose_port(cfg.cluster)))
     else:
-        summary = train_local(cfg, plan)
+        summary = train_local(cfg, plan, record=config_to_toml(cfg, leave_out=NOT_RECORDED),
+                              options=config_to_dict(cfg))
     warning = worse_than_constant(summary.get("eval_ne"), "eval")
     if warning:
         log.warning("%s", warning)

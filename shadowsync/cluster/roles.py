@@ -40,6 +40,7 @@ from shadowsync.config import (
     ClusterConfig,
     DataConfig,
     OutputConfig,
+    SwitchConfig,
     TrainConfig,
     config_to_dict,
     config_to_toml,
@@ -50,7 +51,7 @@ from shadowsync.lifecycle.exits import EXIT_FAILED, exit_status
 from shadowsync.lifecycle.stop import JOB_PROCESS_ENV, STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
-from shadowsync.train.replica import NOT_RECORDED, build_replica, run_replica
+from shadowsync.train.replica import NOT_RECORDED, ReplicaOptions, build_replica, run_replica
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import build_dense_model, features_of, plan_data, task_of
 from shadowsync.transport import rendezvous
@@ -96,7 +97,9 @@ def role_main(cfg: TrainConfig) -> None:
             serve_dense(cfg.checkpoint, layout, index, rank, endpoint)
         else:
             try:
-                run_trainer(cfg, layout, index, trainer_group, endpoint)
+                run_trainer(cfg, cfg.switch, layout, index, trainer_group, endpoint,
+                            record=config_to_toml(cfg, leave_out=NOT_RECORDED),
+                            options=config_to_dict(cfg))
             except Interrupted:
                 log.debug("stopped; leaving")
                 dist.destroy_process_group()  # an orderly end: the job stopped as asked
@@ -230,23 +233,24 @@ def serve_dense(checkpoint: CheckpointConfig, layout: ClusterLayout, index: int,
     RpcEndpoint.leave()
 
 
-def run_trainer(cfg: TrainConfig, layout: ClusterLayout, index: int, group: dist.ProcessGroup,
-                endpoint: RpcEndpoint) -> None:
-    """Trainer `index`: build its parts in order, then train."""
-    plan = plan_data(cfg)
-    model = build_dense_model(cfg, plan.features)
-    tables = embedding_client(cfg, plan.features, layout, endpoint)
+def run_trainer(inputs: ReplicaOptions, switch: SwitchConfig, layout: ClusterLayout,
+                index: int, group: dist.ProcessGroup, endpoint: RpcEndpoint, *, record: str,
+                options: dict[str, object]) -> None:
+    """Trainer `index`: build its parts in order, then train. What the run records of its
+    options comes made, as `build_replica` takes it (`record`, `options`)."""
+    plan = plan_data(inputs)
+    model = build_dense_model(inputs, plan.features)
+    tables = embedding_client(inputs, plan.features, layout, endpoint)
     runner = build_runner(RunnerContext(
-        cfg.sync, cfg.switch, cfg.cluster, cfg.optim, cfg.testing.straggler, model,
+        inputs.sync, switch, inputs.cluster, inputs.optim, inputs.testing.straggler, model,
         trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
     remote = peer_shards(layout)
-    replica = build_replica(cfg, plan, tables, model, runner,
-                            record=config_to_toml(cfg, leave_out=NOT_RECORDED),
-                            options=config_to_dict(cfg), index=index, remote_shards=remote)
+    replica = build_replica(inputs, plan, tables, model, runner, record=record,
+                            options=options, index=index, remote_shards=remote)
 
     def gather(item: object) -> list[object]:
-        everyone = [None] * cfg.cluster.trainers
+        everyone = [None] * inputs.cluster.trainers
         dist.all_gather_object(everyone, item, group=group)
         return everyone
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shadowsync.config import ModelConfig, OptimConfig, TrainConfig, config_to_dict, config_to_toml
+from shadowsync.config import ModelConfig, OptimConfig
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic_tables import DynamicTables
-from shadowsync.train.replica import NOT_RECORDED, build_replica, run_replica
+from shadowsync.train.replica import ReplicaOptions, build_replica, run_replica
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import DataPlan, Features, build_dense_model, task_of
 
@@ -17,21 +17,22 @@ def local_tables(model: ModelConfig, optim: OptimConfig, seed: int,
     return table_builder(model).local_tables(model, optim, seed, features)
 
 
-def train_local(cfg: TrainConfig, plan: DataPlan) -> dict[str, object]:
-    """Train in this process (its Hogwild workers are child processes); `cfg.out` exists.
+def train_local(inputs: ReplicaOptions, plan: DataPlan, *, record: str,
+                options: dict[str, object]) -> dict[str, object]:
+    """Train in this process (its Hogwild workers are child processes); --out exists.
     The parts, in order: the data (`plan`, opened by the caller), the dense model, the
-    tables (local, in shared memory), no sync runner, the checkpointer, the trainer."""
+    tables (local, in shared memory), no sync runner, the checkpointer, the trainer. What the
+    run records of its options comes made, as `build_replica` takes it (`record`,
+    `options`)."""
     # The workers are forked from a server that is likely still importing torch (it started
     # with this process): meanwhile, import what the evaluations need, which would otherwise
     # wait until the first evaluation (after training, with --eval-points 0).
-    task_of(cfg.task).prepare_evaluation()
-    if cfg.data.val_share > 0:  # best models are saved while training (see roles.import_ahead)
+    task_of(inputs.task).prepare_evaluation()
+    if inputs.data.val_share > 0:  # best models are saved while training (see roles.import_ahead)
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
-    model = build_dense_model(cfg, plan.features)
-    tables = local_tables(cfg.model, cfg.optim, cfg.seed, plan.features)
-    replica = build_replica(cfg, plan, tables, model, None,
-                            record=config_to_toml(cfg, leave_out=NOT_RECORDED),
-                            options=config_to_dict(cfg))
+    model = build_dense_model(inputs, plan.features)
+    tables = local_tables(inputs.model, inputs.optim, inputs.seed, plan.features)
+    replica = build_replica(inputs, plan, tables, model, None, record=record, options=options)
     summary = run_replica(replica)
     assert summary is not None  # the only trainer is trainer 0
     return summary
