@@ -9,6 +9,7 @@ import pytest
 
 import shadowsync.api
 import shadowsync.bench.switch as bench
+from shadowsync.bench.common import run_job
 from shadowsync.bench.switch import runs as bench_runs
 from shadowsync.bench.switch.bounds import delay_slowdown, detection_lag_share, greedy_bound
 from shadowsync.bench.switch.goals import goal_met
@@ -16,9 +17,9 @@ from shadowsync.bench.switch.ratios import accuracy_gap_se, paired, ratios_of
 from shadowsync.bench.switch.report import phases_text
 from shadowsync.bench.switch.runs import (
     isolate_phases,
+    measured_run,
     overhead_by_variant,
     pooled,
-    run_job,
     switch_fields,
     time_split,
 )
@@ -65,9 +66,11 @@ def test_a_diverged_run_is_a_result_at_chance_without_a_time(tmp_path, monkeypat
         raise TrainingDiverged("training diverged: mean loss 201 under ASP")
 
     monkeypatch.setattr(shadowsync.api, "run", diverge)
-    r = run_job(digits_job(4, 1000, 0.5), tmp_path / "run", "accuracy")
+    out = tmp_path / "run"
+    r = measured_run(lambda: run_job(digits_job(4, 1000, 0.5), out), out, "accuracy")
     assert r["metric"] == 0.1 and r["train_s"] is None and "mean loss 201" in r["diverged"]
-    assert run_job(digits_job(4, 1000, 0.5), tmp_path / "run", "ne")["metric"] == 1.0
+    assert measured_run(lambda: run_job(digits_job(4, 1000, 0.5), out), out,
+                        "ne")["metric"] == 1.0
     runs = [_run("bsp", 0, 0.98, 10.0), {**_run("asp", 0, 0.0, 0.0), **r},
             _run("bsp", 1, 0.96, 20.0), _run("asp", 1, 0.90, 10.0)]
     p = paired(runs, "asp", "bsp", "accuracy")
@@ -311,7 +314,8 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
     isolate's accuracy against greedy comes with its seed-by-seed range."""
     seen = []
 
-    def fake_run(cfg, out, metric):
+    def fake_run(train, out, metric):
+        cfg = train()  # the job, as the fake common.run_job below hands it back
         variant = out.parent.name and out.name.rsplit("-", 1)[0]
         seen.append((variant, cfg.seed, cfg.data.examples, str(cfg.testing.straggler)))
         seed = cfg.seed - digits_job(4, 1000, 0.5).seed
@@ -323,7 +327,8 @@ def test_full_runs_only_what_its_goals_need_and_judges_the_false_alarm(tmp_path,
                 "curve": [], **switch_fields({}), "staleness_mean": None, "diverged": None,
                 "straggler_switches": left.get(variant, [0, 0, 0])[seed]}
 
-    monkeypatch.setattr(bench_runs, "run_job", fake_run)
+    monkeypatch.setattr(bench_runs, "measured_run", fake_run)
+    monkeypatch.setattr(bench_runs.common, "run_job", lambda cfg, out: cfg)
     out = bench.run_switch_bench(str(tmp_path), full=True, ctr=False)
     assert len(FULL_VARIANTS) == 2 + 4 * len(DELAYS) + 2 and len(seen) == 3 * len(FULL_VARIANTS)
     assert {s[2] for s in seen} == {48_000}

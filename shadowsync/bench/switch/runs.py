@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ from shadowsync.bench.switch.scenarios import (
     scenario_text,
     settings_of,
 )
-from shadowsync.config import TrainConfig
 from shadowsync.lifecycle.exits import TrainingDiverged
 from shadowsync.protocols import Protocol
 from shadowsync.train.tasks import task_of
@@ -34,9 +34,10 @@ from shadowsync.train.tasks import task_of
 CHANCE = {"accuracy": 0.1, "ne": 1.0}
 
 
-def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
-    """One run, timed whole (`run_s`: launch to summary) and in training (`train_s`); the
-    difference, `startup_s`, is starting and ending the processes. The bench's jobs write
+def measured_run(train: Callable[[], dict[str, Any]], out: Path, metric: str) -> dict[str, Any]:
+    """One run (`train()`, which returns its summary and writes its metrics in `out`), timed
+    whole (`run_s`: launch to summary) and in training (`train_s`); the difference,
+    `startup_s`, is starting and ending the processes. The bench's jobs write
     no checkpoint (`--checkpoint-every never`): nothing here reads one, and a ctr run's would
     hold the 26 tables, about 170 MB.
 
@@ -45,7 +46,7 @@ def run_job(cfg: TrainConfig, out: Path, metric: str) -> dict[str, Any]:
     and is marked `diverged` with the error's line."""
     t0 = time.perf_counter()
     try:
-        s = common.run_job(cfg, out)
+        s = train()
     except TrainingDiverged as e:
         return {"train_s": None, "run_s": time.perf_counter() - t0, "startup_s": None,
                 "metric": CHANCE[metric], "loss": None, "train_loss": None,
@@ -139,7 +140,8 @@ def bench_task(job: Job, task: str, repeats: int, names: tuple[str, ...]) -> dic
             cfg = job.config(sync=v.sync, switch_policy=v.policy, seed=base.seed + seed,
                              straggler=scenario_text(v.scenario, steps) if v.scenario else None,
                              **settings_of(v, base.switch.plan))
-            r = run_job(cfg, job.out(variant), metric)
+            out = job.out(variant)
+            r = measured_run(lambda: common.run_job(cfg, out), out, metric)
             r["seed"] = cfg.seed
             r["time_to_target_s"] = time_to(r["curve"], target, higher)
             return r
