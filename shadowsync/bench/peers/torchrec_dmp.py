@@ -23,9 +23,8 @@ import json
 import logging
 import time
 import warnings
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -44,7 +43,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from shadowsync.bench.peers.padded_tables import fbgemm_tables
 from shadowsync.bench.peers.ranks import run_ranks
-from shadowsync.config import ModelConfig, OptimConfig, TrainConfig
+from shadowsync.config import ModelConfig, OptimConfig
 from shadowsync.data.dataset import batches, num_batches
 from shadowsync.metrics import evaluate_predictions
 from shadowsync.train.schedule import LrSchedule
@@ -54,12 +53,19 @@ WORLD = 2
 EVAL_BATCH = 4096
 
 
-def run(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    """Train `cfg`'s job (data, model shape, examples, batch, learning rates) the TorchRec
-    way on 2 ranks; the same result keys as one of our runs."""
-    plan_data(cfg)  # convert or generate the data once, before the ranks open it
+class PeerJob(TaskInputs, Protocol):
+    """What the TorchRec way reads of a job: the task's inputs (the data, the model's shape,
+    the seed) and the optimizer (examples, batch, learning rates and their schedule). A
+    `TrainConfig` is one."""
+
+    optim: OptimConfig
+
+
+def run(job: PeerJob, out: Path) -> dict[str, Any]:
+    """Train `job` (data, model shape, examples, batch, learning rates) the TorchRec way on 2
+    ranks; the same result keys as one of our runs, also written as `out`/summary.json."""
+    plan_data(job)  # convert or generate the data once, before the ranks open it
     t0 = time.time()
-    job = replace(cfg, out=str(out))
     per_rank = run_ranks(_rank, WORLD, (job, job.optim))
     wall = time.time() - t0
     start = min(r["start"] for r in per_rank)
