@@ -21,7 +21,7 @@ from shadowsync.api import run
 from shadowsync.bench.commands import add_bench_commands
 from shadowsync.checkpoint.storage import local_copy, location
 from shadowsync.checkpoint.store import CONFIG, find_checkpoint
-from shadowsync.config import add_config_arguments, config_to_toml, load_config
+from shadowsync.config import add_config_arguments, load_config
 from shadowsync.data.infer import infer_schema
 from shadowsync.data.prepare import prepare
 from shadowsync.data.synth import write_tsv_dataset
@@ -55,7 +55,7 @@ def _train(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(args)
     if args.print_config:
-        sys.stdout.write(config_to_toml(cfg))
+        sys.stdout.write(cfg.to_toml())
         return 0
     setup_logging(cfg.output.log_level, "launcher")
     _, summary = run(cfg)

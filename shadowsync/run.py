@@ -17,7 +17,7 @@ from pathlib import Path
 from shadowsync.cluster.job import CONFIG_FILE
 from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.roles import role_main
-from shadowsync.config import add_config_arguments, config_to_toml, load_config
+from shadowsync.config import add_config_arguments, load_config
 from shadowsync.errors import UserError
 
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--out is required under torchrun (every host writes there)")
         Path(cfg.output.dir).mkdir(parents=True, exist_ok=True)
         if os.environ.get("RANK") == "0":  # one copy of the options for the whole job
-            (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
+            (Path(cfg.output.dir) / CONFIG_FILE).write_text(cfg.to_toml(), encoding="utf-8")
     except UserError as e:
         print(f"shadowsync: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -13,12 +13,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Signatures (and class fields) taking the whole TrainConfig (or a Protocol of every one of
-# its sections), bench included: 99 before builders took their sections, 20 before the
-# trainers' builders took theirs and what the run records of its options; what is left runs,
-# resolves or records a whole job (the API, the options' conversions, the job, its processes
-# and their entries, the bench's jobs and the runs it starts as a command of their own, the
-# switch search's job).
-WHOLE_CONFIG_SIGNATURES = 16
+# its sections), bench included: what runs, resolves or starts a whole job (the API, the
+# options given as keywords, the job, its processes and their entries, the bench's jobs and
+# the runs it starts as a command of their own, the switch search's job). The configuration
+# writes itself (`TrainConfig.to_dict`, `to_toml`); builders take their sections.
+WHOLE_CONFIG_SIGNATURES = 14
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from shadowsync.cluster.netns import (
     netns_unavailable_reason,
     shaping_unavailable_reason,
 )
-from shadowsync.config import TrainConfig, config_to_toml
+from shadowsync.config import TrainConfig
 from shadowsync.lifecycle.attempts import reset
 
 SLOW_MBIT = 50.0
@@ -88,7 +88,7 @@ def run_on_hosts(hosts: Any, cfg: TrainConfig, out: Path, timeout: float = 600,
         reset(out)  # the trainers note their progress there
         watcher = threading.Thread(target=watch, args=(out, done), daemon=True)
     config = out / "job.toml"
-    config.write_text(config_to_toml(replace(cfg, out=str(out), progress=False)))
+    config.write_text(replace(cfg, out=str(out), progress=False).to_toml())
     n = len(hosts.hosts)
     # gloo and TensorPipe otherwise pick the address the host name resolves to (loopback).
     env = {**os.environ, "GLOO_SOCKET_IFNAME": hosts.iface, "TP_SOCKET_IFNAME": hosts.iface}

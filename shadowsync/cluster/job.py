@@ -28,14 +28,7 @@ from shadowsync.checkpoint.store import (
 from shadowsync.cluster.launch import choose_port, launch_local
 from shadowsync.cluster.parts import resolve
 from shadowsync.cluster.shm_room import check_here
-from shadowsync.config import (
-    CheckpointConfig,
-    SyncConfig,
-    TrainConfig,
-    config_to_dict,
-    config_to_toml,
-    default_out_dir,
-)
+from shadowsync.config import CheckpointConfig, SyncConfig, TrainConfig, default_out_dir
 from shadowsync.data.dataset import dense_features, feature_counts, sparse_features
 from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
@@ -58,7 +51,7 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     the output directory, write config.toml, then train or launch. Returns the checked
     configuration and the summary."""
     def resolved() -> dict[str, object]:  # as a checkpoint's was (dense servers filled in)
-        return config_to_dict(resolve(cfg))
+        return resolve(cfg).to_dict()
 
     if cfg.checkpoint.resume:
         changes, out = checked_resume(cfg.checkpoint, cfg.sync, cfg.output.dir, resolved)
@@ -86,12 +79,12 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     except OSError as e:
         raise UserError(f"--out {out}: cannot create directory: {e.strerror}") from None
     cfg = replace(cfg, out=str(out), schema=kept_schema(cfg.data.schema, out))
-    (Path(cfg.output.dir) / CONFIG_FILE).write_text(config_to_toml(cfg), encoding="utf-8")
+    (Path(cfg.output.dir) / CONFIG_FILE).write_text(cfg.to_toml(), encoding="utf-8")
     if cfg.distributed:
         summary = launch_local(replace(cfg, port=choose_port(cfg.cluster)))
     else:
-        summary = train_local(cfg, plan, record=config_to_toml(cfg, leave_out=NOT_RECORDED),
-                              options=config_to_dict(cfg))
+        summary = train_local(cfg, plan, record=cfg.to_toml(leave_out=NOT_RECORDED),
+                              options=cfg.to_dict())
     warning = worse_than_constant(summary.get("eval_ne"), "eval")
     if warning:
         log.warning("%s", warning)
@@ -119,7 +112,7 @@ def warm_start_options(path: str) -> dict[str, object]:
     job options (its budget and eviction rule included; either may be given anew) and its
     schema (the copy in its OUT)."""
     step = find_checkpoint(path, "--warm-start")
-    saved = config_to_dict(saved_config(step))
+    saved = saved_config(step).to_dict()
     kept = step.parent.parent / SCHEMA_FILE  # the run's copy, wherever the run is now
     if saved.get("schema") and isinstance(kept, Path) and kept.is_file():
         saved["schema"] = str(kept)
@@ -144,7 +137,7 @@ def checked_resume(checkpoint: CheckpointConfig, sync: SyncConfig, out_dir: str 
                         "its final model; evaluate it with shadowsync eval, or resume runs of "
                         "none, s-* and fr-*")
     base = resume_base(step)
-    saved = config_to_dict(base)
+    saved = base.to_dict()
     here = resolved()
     diff = [k for k in SHAPE_OPTIONS if saved.get(k) != here.get(k)]
     if diff:
@@ -180,7 +173,7 @@ def checked_warm_start(inputs: TaskInputs, sync: SyncConfig,
     if not read_manifest(step, "--warm-start").get("resumable") or not sync.entry.resumable:
         raise UserError(f"--warm-start {step}: --sync {sync.mode} runs do not warm start; "
                         "use none, s-* or fr-*")
-    saved = config_to_dict(resume_base(step))
+    saved = resume_base(step).to_dict()
     here = resolved()
     free = NEXT_DAY_OPTIONS + (NEW_BUDGET_OPTIONS if table_builder(inputs.model).resizes else ())
     diff = [k for k in SHAPE_OPTIONS if k not in free and saved.get(k) != here.get(k)]

@@ -42,8 +42,6 @@ from shadowsync.config import (
     OutputConfig,
     SwitchConfig,
     TrainConfig,
-    config_to_dict,
-    config_to_toml,
 )
 from shadowsync.errors import PeerLost, UserError, failure_line
 from shadowsync.lifecycle import attempts
@@ -98,8 +96,8 @@ def role_main(cfg: TrainConfig) -> None:
         else:
             try:
                 run_trainer(cfg, cfg.switch, layout, index, trainer_group, endpoint,
-                            record=config_to_toml(cfg, leave_out=NOT_RECORDED),
-                            options=config_to_dict(cfg))
+                            record=cfg.to_toml(leave_out=NOT_RECORDED),
+                            options=cfg.to_dict())
             except Interrupted:
                 log.debug("stopped; leaving")
                 dist.destroy_process_group()  # an orderly end: the job stopped as asked

@@ -13,8 +13,8 @@ from shadowsync.config.options import (
     default_out_dir,
     flat_options,
     load_config,
-    model_name,
 )
+from shadowsync.config.plain import model_name
 from shadowsync.config.sections import (
     DLRM,
     HELP_ORDER,

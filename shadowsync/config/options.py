@@ -12,15 +12,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args, get_origin
 
+from shadowsync.config.plain import plain
 from shadowsync.config.sections import HELP_ORDER, HELP_TOPICS, SECTIONS, choices_of, type_hints
 from shadowsync.config.train import FLAT, TrainConfig, flag_name, unknown_option
 from shadowsync.errors import UserError
-from shadowsync.spec.value import OptionValue
 from shadowsync.toml_file import read_toml
 
 
@@ -196,53 +195,10 @@ def config_from_options(config: TrainConfig | None = None, **options: object) ->
     return dataclasses.replace(config or TrainConfig(), **options)
 
 
-def model_name(model: str | Callable[..., object]) -> str:
-    """How a model option is written in messages, summary.json and config.toml: a factory
-    as the MODULE:FUNCTION that finds it again."""
-    return f"{model.__module__}:{model.__qualname__}" if callable(model) else model
-
-
-def config_to_dict(cfg: TrainConfig) -> dict[str, object]:
-    """The options as plain data by flat name (JSON and TOML can hold every value)."""
-    values = {k: plain(v) for k, v in cfg.flat().items()}
-    values["model"] = model_name(values["model"])
-    return values
-
-
 def default_out_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
-def plain(value: object) -> object:
-    """An option's value as TOML and JSON hold it: a typed value (`shadowsync.spec`) as its
-    text."""
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return str(value) if isinstance(value, OptionValue) else value
-
-
-def _toml_value(value: object) -> str:
-    value = plain(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in value) + "]"
-    return repr(value)
-
-
-def config_to_toml(cfg: TrainConfig, leave_out: tuple[str, ...] = ()) -> str:
-    """A TOML file, one table per section, that `--config` reads back into the same
-    configuration; the options named in `leave_out` (flat names) as if never given."""
-    lines = [f"{name} = {_toml_value(getattr(cfg, name))}" for name in ("task", "seed")]
-    for section in SECTIONS:
-        obj = getattr(cfg, section)
-        values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-                  if flag_name(f) not in leave_out}
-        if section == "model":
-            values["name"] = model_name(values["name"])
-        set_values = [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
-        if set_values:
-            lines += ["", f"[{section}]", *set_values]
-    return "\n".join(lines) + "\n"
+# The configuration's own writers as functions, for code that maps them over configurations.
+config_to_dict = TrainConfig.to_dict
+config_to_toml = TrainConfig.to_toml

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from shadowsync.by_value import portable
+from shadowsync.config.plain import model_name, plain, toml_value
 from shadowsync.config.sections import (
     SECTIONS,
     CheckpointConfig,
@@ -393,6 +394,27 @@ class TrainConfig:
         # where they can import it, else by value (a notebook's or a script's __main__, a
         # function defined inside another).
         self.model.name = portable(self.model.name)
+
+    def to_dict(self) -> dict[str, object]:
+        """The options as plain data by flat name (JSON and TOML can hold every value)."""
+        values = {k: plain(v) for k, v in self.flat().items()}
+        values["model"] = model_name(values["model"])
+        return values
+
+    def to_toml(self, leave_out: tuple[str, ...] = ()) -> str:
+        """A TOML file, one table per section, that `--config` reads back into the same
+        configuration; the options named in `leave_out` (flat names) as if never given."""
+        lines = [f"{name} = {toml_value(getattr(self, name))}" for name in ("task", "seed")]
+        for section in SECTIONS:
+            obj = getattr(self, section)
+            values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+                      if flag_name(f) not in leave_out}
+            if section == "model":
+                values["name"] = model_name(values["name"])
+            set_values = [f"{k} = {toml_value(v)}" for k, v in values.items() if v is not None]
+            if set_values:
+                lines += ["", f"[{section}]", *set_values]
+        return "\n".join(lines) + "\n"
 
     @property
     def distributed(self) -> bool:

@@ -126,7 +126,7 @@ def make_checkpointer(checkpoint: CheckpointConfig, out: str | None, cluster: Cl
 class Replica:
     """One trainer's parts, built (`build_replica`) and resumed, ready to train, and what its
     summary reads of the options: `record`, the run's options as summary.json records them
-    (`config_to_dict`), the run directory `out`, and the sections it reports from."""
+    (`TrainConfig.to_dict`), the run directory `out`, and the sections it reports from."""
 
     record: dict[str, object]
     out: Path
@@ -170,8 +170,8 @@ def build_replica(inputs: ReplicaOptions, plan: DataPlan, tables: EmbeddingClien
     saves registered for checkpoints and, with `--resume`, loaded from that checkpoint; its
     metrics log, progress bar and the note of its progress (--max-restarts). What the run
     records of its options comes made: `record`, each checkpoint's configuration
-    (`config_to_toml` without `NOT_RECORDED`), and `options`, summary.json's
-    (`config_to_dict`)."""
+    (`TrainConfig.to_toml` without `NOT_RECORDED`), and `options`, summary.json's
+    (`TrainConfig.to_dict`)."""
     optim, cluster, sync, output = inputs.optim, inputs.cluster, inputs.sync, inputs.output
     out = Path(output.dir or ".")
     checkpointer = (make_checkpointer(

@@ -48,7 +48,7 @@ class MetricsLog:
 def summarize(record: dict[str, object], plan: DataPlan, stats: list[TrainerStats],
               final: dict[str, float], train_metric: float, wall_s: float) -> dict[str, object]:
     """The contents of summary.json: totals over trainers, the final evaluation, settings.
-    `record`: the run's options as it records them (`config_to_dict`, by flat name);
+    `record`: the run's options as it records them (`TrainConfig.to_dict`, by flat name);
     `train_metric` is the task's running training metric (NE for ctr, loss for digits)."""
     from shadowsync.train.tasks import task_of
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shadowsync.config import TrainConfig, config_to_toml
+from shadowsync.config import TrainConfig
 
 
 def unavailable() -> str | None:
@@ -38,8 +38,8 @@ def run(cfg: TrainConfig, out: Path, timeout: float = 1800) -> dict[str, Any]:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     config = out / "job.toml"
-    config.write_text(config_to_toml(replace(cfg, sync="torchft-ma", out=str(out),
-                                             progress=False, port=None, rpc_port=None)))
+    config.write_text(replace(cfg, sync="torchft-ma", out=str(out), progress=False, port=None,
+                              rpc_port=None).to_toml())
     argv = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
             sys.executable, "-m", "shadowsync.cli", "train", "-q", "--config", str(config),
             "--out", str(out)]
