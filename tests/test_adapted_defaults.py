@@ -90,7 +90,9 @@ def test_help_says_what_val_share_changes():
     assert "(default: on with --val-share)" in text
     assert "with --val-share 1 - 1/(2 x trainers)" in text
     assert ("--block-momentum (1 - 1/(2 x trainers)), --batch-size (256 / trainers), "
-            "--lr (0.025), --lr-decay-floor (0.1) and --sync-interval (20steps)") in text
+            "--lr (0.025), --lr-decay-floor (0.1), --embedding-weight-decay (1e-3, fixed "
+            "tables) and --sync-interval (20steps)") in text
+    assert "(default: 0, off; 1e-3 with --val-share on fixed tables)" in text
     assert "(default: 0.3; 0.1 with --val-share)" in text
     assert "(default: 0.05; 0.025 with --val-share; either x sqrt(trainers)" in text
     assert "the default, 20steps with" in text
@@ -182,3 +184,16 @@ def test_averaging_without_block_momentum_raises_the_open_dense_rate_by_root_tra
     assert dataclasses.replace(TrainConfig(sync="s-ma"), trainers=4).optim.lr == 2 * LR
     assert dataclasses.replace(TrainConfig(sync="s-ma"), sync="s-bmuf").optim.lr == LR
     assert dataclasses.replace(TrainConfig(lr=0.3), sync="s-ma").optim.lr == 0.3
+
+
+def test_val_share_decays_the_single_ids_rows_of_fixed_tables_only():
+    def decay(**options: object) -> object:
+        cfg = TrainConfig(**options).adapted()
+        return cfg.optim.table_optimizer([False, True, False])["weight_decay"]
+
+    assert decay() == [0.0, 0.0, 0.0]  # the synthetic job: no decay
+    assert decay(val_share=0.1, data="x.parquet") == [1e-3, 0.0, 1e-3]
+    assert decay(val_share=0.1, data="x.parquet", embedding_weight_decay=0.01,
+                 multi_hot_weight_decay=1e-4) == [0.01, 1e-4, 0.01]  # as given
+    dynamic = TrainConfig(val_share=0.1, data="x.parquet", tables="dynamic").adapted()
+    assert dynamic.optim.table_optimizer()["weight_decay"] == 0.0  # one pool, words too

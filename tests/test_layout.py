@@ -171,3 +171,30 @@ def test_a_jobs_tables_start_from_its_initial_accumulator():
     plain = TrainConfig()
     assert torch.equal(local_tables(plain.model, plain.optim, plain.seed,
                                     Features(13, (5,))).state, torch.full((5,), default))
+
+
+def test_a_weight_decay_per_table_reaches_only_its_tables_rows():
+    # SGD at lr: a row of a table with decay wd steps by -lr * (g + wd * w), one without by
+    # -lr * g; rows of table 1 start at row 3.
+    t = EmbeddingTables([3, 2], 2, optimizer="sgd", lr=0.5, weight_decay=[0.2, 0.0])
+    t.weight.fill_(1.0)
+    t.apply_rows(torch.tensor([2, 3]), torch.ones(2, 2))
+    assert torch.allclose(t.weight[2], torch.full((2,), 1.0 - 0.5 * (1.0 + 0.2)))
+    assert torch.allclose(t.weight[3], torch.full((2,), 1.0 - 0.5))
+    assert t.weight[[0, 1, 4]].eq(1.0).all()
+    with pytest.raises(ValueError, match="3 weight decays for 2 tables"):
+        EmbeddingTables([3, 2], 2, weight_decay=[0.1, 0.1, 0.1])
+
+
+def test_a_server_takes_the_weight_decay_of_the_tables_it_holds_pieces_of():
+    from shadowsync.transport.servers.embedding.plan import ShardingPlan
+
+    plan = ShardingPlan(2, (60, 300, 40), row_split_limit=100)
+    rule = {"optimizer": "adagrad", "lr": 0.1, "initial_accumulator": [0.05, 0.0, 0.05],
+            "weight_decay": [1e-3, 0.0, 2e-3]}
+    for server in (0, 1):
+        got = plan.server_optimizer(server, rule)
+        tables = plan._placement()[3][server]
+        assert got["weight_decay"] == [rule["weight_decay"][t] for t in tables]
+        assert got["initial_accumulator"] == [rule["initial_accumulator"][t] for t in tables]
+        assert len(got["weight_decay"]) == len(plan.server_pieces(server))

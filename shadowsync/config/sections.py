@@ -130,7 +130,7 @@ class DataConfig:
         "changes the defaults of --eval-points (4 an epoch), --early-stop (3 epochs' worth), "
         "--lr-decay-on-plateau (on), --interaction (dot+cat), --block-momentum "
         "(1 - 1/(2 x trainers)), --batch-size (256 / trainers), --lr (0.025), --lr-decay-floor "
-        "(0.1) and --sync-interval (20steps)")
+        "(0.1), --embedding-weight-decay (1e-3, fixed tables) and --sync-interval (20steps)")
     early_stop: int | None = opt(
         None, "with --val-share: stop after this many validations without improvement "
         "(default: 3 epochs' worth of --eval-points under --val-share, where the --sync can "
@@ -265,10 +265,14 @@ class OptimConfig:
     multi_hot_initial_accumulator: float = opt(
         0.0, "where the Adagrad accumulator of a multi-hot feature's embedding rows starts "
         "(dynamic tables: every row starts at --embedding-initial-accumulator)")
-    embedding_weight_decay: float = opt(
-        0.0, "L2 weight decay on the embedding rows a batch reads (W x row added to their "
-        "gradient, inside row-wise Adagrad); 0: off (1e-3 to 3e-2 lowered eval AUC on MovieLens "
-        "100K, see docs/real-data.md)")
+    embedding_weight_decay: float | None = opt(
+        None, "L2 weight decay on the single-id features' embedding rows a batch reads (W x "
+        "row added to their gradient, inside row-wise Adagrad; dynamic tables: every row) "
+        "(default: 0, off; 1e-3 with --val-share on fixed tables)")
+    multi_hot_weight_decay: float = opt(
+        0.0, "the same for a multi-hot feature's rows, whose gradients are shared out over "
+        "their bag: a decay sized for single ids all but zeroes them (fixed tables; dynamic "
+        "tables take --embedding-weight-decay)")
     warmup_steps: int = opt(
         300, "worker steps over which the dense learning rate rises linearly to --lr (0: off)")
     lr_decay_share: float = opt(
@@ -305,18 +309,23 @@ class OptimConfig:
                              "embedding-initial-accumulator")
         _non_negative_number(self.multi_hot_initial_accumulator,
                              "multi-hot-initial-accumulator")
-        _non_negative_number(self.embedding_weight_decay, "embedding-weight-decay")
+        if self.embedding_weight_decay is not None:  # None: TrainConfig fills it
+            _non_negative_number(self.embedding_weight_decay, "embedding-weight-decay")
+        _non_negative_number(self.multi_hot_weight_decay, "multi-hot-weight-decay")
 
     def table_optimizer(self, multi_hot: Sequence[bool] = ()) -> dict[str, object]:
         """How every embedding table of the job learns, wherever it lives (a server, a
         trainer, a checkpoint being evaluated, a peer's tables). `multi_hot`: which tables
         are multi-hot features' (the data's `Features.multi_hot`); with any, the initial
-        accumulator is one value per table (`table_initial_accumulators`)."""
+        accumulator (`table_initial_accumulators`) and the weight decay are one value per
+        table."""
         start: float | list[float] = self.embedding_initial_accumulator
+        decay: float | list[float] = self.embedding_weight_decay or 0.0
         if any(multi_hot):
             start = self.table_initial_accumulators(multi_hot)
+            decay = [self.multi_hot_weight_decay if bag else decay for bag in multi_hot]
         return {"optimizer": self.optimizer, "lr": self.embedding_lr,
-                "initial_accumulator": start, "weight_decay": self.embedding_weight_decay}
+                "initial_accumulator": start, "weight_decay": decay}
 
     def table_initial_accumulators(self, multi_hot: Sequence[bool]) -> list[float]:
         """Where each table's row-wise Adagrad accumulator starts: a0 =

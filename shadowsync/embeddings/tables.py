@@ -47,10 +47,10 @@ class EmbeddingTables:
         seed: int = 0,
         eps: float = 1e-8,
         initial_accumulator: float | Sequence[float] = 0.0,
-        weight_decay: float = 0.0,
+        weight_decay: float | Sequence[float] = 0.0,
     ) -> None:
         """`initial_accumulator`: where every row's Adagrad accumulator starts, or one value
-        per table."""
+        per table; `weight_decay` likewise (see `apply_rows`)."""
         self._set_layout(rows, dim, optimizer, lr, eps, weight_decay)
         total = sum(self.rows)
         gen = torch.Generator().manual_seed(seed)
@@ -75,7 +75,8 @@ class EmbeddingTables:
     @classmethod
     def from_tensors(cls, rows: list[int], dim: int, optimizer: SparseOptimizer | str, lr: float,
                      eps: float, weight: torch.Tensor,
-                     state: torch.Tensor | None, weight_decay: float = 0.0) -> EmbeddingTables:
+                     state: torch.Tensor | None,
+                     weight_decay: float | Sequence[float] = 0.0) -> EmbeddingTables:
         """Tables over existing weight and optimizer-state tensors (for example another
         process's, mapped from shared memory): no initialisation, updates land in them."""
         tables = cls.__new__(cls)
@@ -87,9 +88,17 @@ class EmbeddingTables:
         return tables
 
     def _set_layout(self, rows: list[int], dim: int, optimizer: SparseOptimizer | str,
-                    lr: float, eps: float, weight_decay: float = 0.0) -> None:
+                    lr: float, eps: float, weight_decay: float | Sequence[float] = 0.0) -> None:
         self.rows = list(rows)
-        self.weight_decay = weight_decay
+        self.weight_decay = list(weight_decay) if isinstance(weight_decay, Sequence) \
+            else weight_decay
+        decays = (self.weight_decay if isinstance(self.weight_decay, list)
+                  else [self.weight_decay] * len(self.rows))
+        if len(decays) != len(self.rows):
+            raise ValueError(f"{len(decays)} weight decays for {len(self.rows)} tables")
+        # None: no table decays; else each table's decay, looked up by a row's table
+        self._table_decay = (torch.tensor(decays, dtype=torch.float32) if any(decays)
+                             else None)
         self.dim = dim
         self.optimizer = SparseOptimizer(optimizer)
         self.lr = lr
@@ -163,17 +172,19 @@ class EmbeddingTables:
         tables' learning rate (a schedule's factor). Repeats are allowed unless `unique` says
         the caller has already summed them.
 
-        With `weight_decay` wd, each row the batch read takes the gradient of
-        ``loss + wd/2 * ||w||^2`` once: ``g_row = sum of its gradients + wd * w_row``, the L2
-        penalty on the rows a batch reads (rows never read are left alone, as sparse
-        optimizers do), inside the row-wise Adagrad step."""
+        With `weight_decay` wd (its table's, where it is given per table), each row the batch
+        read takes the gradient of ``loss + wd/2 * ||w||^2`` once: ``g_row = sum of its
+        gradients + wd * w_row``, the L2 penalty on the rows a batch reads (rows never read
+        are left alone, as sparse optimizers do), inside the row-wise Adagrad step."""
         lr = self.lr * lr_scale
-        if self.weight_decay > 0:
+        if self._table_decay is not None:
             if not unique:
                 rows, inverse = unique_with_inverse(rows)
                 grads = torch.zeros(len(rows), self.dim).index_add_(0, inverse, grads)
                 unique = True
-            grads = grads + self.weight_decay * self.weight.index_select(0, rows)
+            table = torch.bucketize(rows, self.offsets, right=True) - 1
+            decay = self._table_decay.index_select(0, table).unsqueeze(1)
+            grads = grads + decay * self.weight.index_select(0, rows)
         # The steps are scaled before index_add_ rather than through its `alpha`: on a large
         # table torch's CPU index_add_ with alpha != 1 took 3.4x as long (1.0 ms against 0.3 ms
         # for 2,300 rows of a 2.6M-row table), a seventh of a whole training step.

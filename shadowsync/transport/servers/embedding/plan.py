@@ -63,14 +63,16 @@ class ShardingPlan:
 
     def server_optimizer(self, server: int, table_optimizer: dict[str, Any]) -> dict[str, Any]:
         """`table_optimizer` (`OptimConfig.table_optimizer`) for `server`'s pieces: an initial
-        accumulator given per table becomes one per piece (dynamic tables: one for all)."""
-        start = table_optimizer.get("initial_accumulator")
-        if not isinstance(start, Sequence):
+        accumulator or weight decay given per table becomes one per piece (dynamic tables:
+        one for all)."""
+        per_table = {k: v for k, v in table_optimizer.items()
+                     if k in ("initial_accumulator", "weight_decay") and isinstance(v, Sequence)}
+        if not per_table:
             return table_optimizer
         if self.dynamic is not None:
-            raise ValueError("dynamic tables take one initial accumulator for every row")
-        return {**table_optimizer,
-                "initial_accumulator": [start[t] for t in self._placement()[3][server]]}
+            raise ValueError(f"dynamic tables take one {', '.join(per_table)} for every row")
+        tables = self._placement()[3][server]
+        return {**table_optimizer, **{k: [v[t] for t in tables] for k, v in per_table.items()}}
 
     def keys(self) -> RowKeys:
         """Every (table, id) as one integer key, the servers' rows laid end to end (with
