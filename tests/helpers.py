@@ -53,6 +53,18 @@ def run_cli(args: list[str], timeout: float, cwd: Path | None = None,
                           {**os.environ, **(env or {})})
 
 
+def start_cli(args: list[str], prefix: list[str] = ()) -> subprocess.Popen | ForkedCli:
+    """`python -m shadowsync.cli ARGS` started in its own session with text pipes and left
+    running, for a test that signals it: forked from the tests' CLI server as run_cli's
+    commands are (see ForkedCli), unless a `prefix` runs it (then, or with
+    SHADOWSYNC_TEST_EXEC=1 set, a fresh interpreter runs it)."""
+    if prefix or os.environ.get("SHADOWSYNC_TEST_EXEC"):
+        return subprocess.Popen([*prefix, sys.executable, "-m", "shadowsync.cli", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    return _CLI_FORKS.start(args, Path(os.getcwd()), dict(os.environ))
+
+
 class _CliForks:
     """The client of one tests/cli_forks.py server, started again where what an interpreter
     and its imports read as they start (PYTHON*, TORCH*, thread, loader, locale and temporary
@@ -66,6 +78,7 @@ class _CliForks:
         self.key: tuple = ()
         self.pending = b""
         self.printed = {"stdout": "", "stderr": ""}  # by the server's imports
+        self.started: ForkedCli | None = None  # by `start`, until its end was read
 
     def run(self, args: list[str], timeout: float, cwd: Path,
             env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -74,19 +87,10 @@ class _CliForks:
         self._serve(env)
         pid = None
         with tempfile.TemporaryDirectory(prefix="shadowsync-cli-") as tmp:
-            fifos = {name: str(Path(tmp) / name) for name in ("stdout", "stderr")}
-            for path in fifos.values():
-                os.mkfifo(path, 0o600)
-            # ours to read; and written to by us too until the child has its own ends open
-            readers = {name: os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-                       for name, path in fifos.items()}
-            holders = [os.open(path, os.O_WRONLY | os.O_NONBLOCK) for path in fifos.values()]
-            output = {name: b"" for name in fifos}
+            readers, holders = _open_pipes(Path(tmp))
+            output = {name: b"" for name in readers}
             try:
-                self.proc.stdin.write((json.dumps({"args": args, "cwd": str(cwd), "env": env,
-                                                   **fifos}) + "\n").encode())
-                self.proc.stdin.flush()
-                pid = self._answer(60)["pid"]
+                pid = self._request(args, cwd, env, Path(tmp))
                 try:
                     code = self._collect(readers, holders, output, timeout)
                 except TimeoutError:
@@ -102,53 +106,89 @@ class _CliForks:
                 self._stop()
                 raise
             finally:
-                for fd in [*readers.values(), *holders]:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                _close_all([*readers.values(), *holders])
         result = subprocess.CompletedProcess([sys.executable, "-m", "shadowsync.cli", *args],
                                              code, self._text(output, "stdout"),
                                              self._text(output, "stderr"))
         result.leftover = leftover  # type: ignore[attr-defined]
         return result
 
+    def start(self, args: list[str], cwd: Path, env: dict[str, str]) -> ForkedCli:
+        """The command forked and left running: see ForkedCli."""
+        import tempfile
+
+        self._serve(env)
+        folder = tempfile.TemporaryDirectory(prefix="shadowsync-cli-")
+        readers, holders = _open_pipes(Path(folder.name))
+        try:
+            pid = self._request(args, cwd, env, Path(folder.name))
+        except BaseException:
+            _close_all([*readers.values(), *holders])
+            folder.cleanup()
+            self._stop()
+            raise
+        self.started = ForkedCli(self, pid, args, folder, readers, holders)
+        return self.started
+
+    def _request(self, args: list[str], cwd: Path, env: dict[str, str], pipes: Path) -> int:
+        """Ask the server for the command, its output into the named pipes in `pipes`: the
+        PID of the child it forked."""
+        fifos = {name: str(pipes / name) for name in ("stdout", "stderr")}
+        self.proc.stdin.write((json.dumps({"args": args, "cwd": str(cwd), "env": env,
+                                           **fifos}) + "\n").encode())
+        self.proc.stdin.flush()
+        return self._answer(60)["pid"]
+
     def _collect(self, readers: dict[str, int], holders: list[int], output: dict[str, bytes],
-                 timeout: float) -> int:
+                 timeout: float, code: int | None = None) -> int:
         """Read the command's output until it has ended and every process that holds its
         output has closed it (as communicate() waits for a pipe's end), within `timeout`
-        seconds: its exit code. Takes the readers it saw end out of `readers`."""
-        import select
-
+        seconds: its exit code (`code` where the server already said it). Takes the readers
+        it saw end out of `readers`."""
         deadline = time.monotonic() + timeout
-        server = self.proc.stdout.fileno()
-        code = None
         while readers or code is None:
-            if code is None and b"\n" in self.pending:
-                code = self._answer(0)["returncode"]
-                while holders:  # the child had opened its ends: now they say when all are shut
-                    os.close(holders.pop())
-                continue
-            watched = [*readers.values(), *([server] if code is None else [])]
             left = deadline - time.monotonic()
-            if left <= 0 or not (ready := select.select(watched, [], [], left)[0]):
+            if left <= 0:
                 raise TimeoutError
-            for fd in ready:
-                chunk = os.read(fd, 1 << 16)
-                if fd == server:
-                    if not chunk:
-                        raise EOFError("the tests' CLI server is gone")
-                    self.pending += chunk
-                    continue
-                name = next(n for n, r in readers.items() if r == fd)
-                output[name] += chunk
-                if not chunk:
-                    os.close(readers.pop(name))
+            ready, code = self._step(readers, holders, output, code, left)
+            if not ready:
+                raise TimeoutError
         return code
 
+    def _step(self, readers: dict[str, int], holders: list[int], output: dict[str, bytes],
+              code: int | None, wait_s: float) -> tuple[bool, int | None]:
+        """Read what the command wrote and what the server said, waiting up to `wait_s`
+        seconds for either: (whether anything came, the exit code once the server said it).
+        Takes the readers it saw end out of `readers`."""
+        import select
+
+        if code is None and b"\n" in self.pending:
+            code = self._answer(0)["returncode"]
+            while holders:  # the child had opened its ends: now they say when all are shut
+                os.close(holders.pop())
+            return True, code
+        server = self.proc.stdout.fileno()
+        watched = [*readers.values(), *([server] if code is None else [])]
+        ready = select.select(watched, [], [], max(wait_s, 0))[0]
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
+            if fd == server:
+                if not chunk:
+                    raise EOFError("the tests' CLI server is gone")
+                self.pending += chunk
+                continue
+            name = next(n for n, r in readers.items() if r == fd)
+            output[name] += chunk
+            if not chunk:
+                os.close(readers.pop(name))
+        return bool(ready), code
+
     def _text(self, output: dict[str, bytes], name: str) -> str:
-        text = output[name].decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
-        return self.printed[name] + text
+        return self.printed[name] + _decoded(output[name])
 
     def _serve(self, env: dict[str, str]) -> None:
+        if self.started is not None:
+            self._settle()
         key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(self.STARTUP)))
         if self.proc is not None and (key != self.key or self.proc.poll() is not None):
             self._stop()
@@ -160,6 +200,17 @@ class _CliForks:
                                          env=env, cwd=here.parent, start_new_session=True)
             self.printed = self._answer(120)
 
+    def _settle(self) -> None:
+        """The server serves one command at a time: read the end of the one `start` left
+        (its test ends what it started, even when it fails), or start afresh."""
+        started = self.started
+        try:
+            started.communicate(timeout=30)
+        except BaseException:
+            _kill_session(started.pid, grace_s=0)
+            started.close()
+            self._stop()
+
     def _answer(self, timeout: float) -> dict:
         """The server's next line, within `timeout` seconds."""
         import select
@@ -167,8 +218,7 @@ class _CliForks:
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         while b"\n" not in self.pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
                 raise TimeoutError
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -188,6 +238,99 @@ class _CliForks:
             self.proc.wait()
         self.proc.stdout.close()
         self.proc = None
+
+
+def _open_pipes(folder: Path) -> tuple[dict[str, int], list[int]]:
+    """Named pipes `stdout` and `stderr` in `folder` for a command's output: (our reading
+    ends by name, our writing ends, which keep a pipe from seeming shut until the command
+    has its own ends open)."""
+    fifos = {name: folder / name for name in ("stdout", "stderr")}
+    for path in fifos.values():
+        os.mkfifo(path, 0o600)
+    readers = {name: os.open(path, os.O_RDONLY | os.O_NONBLOCK) for name, path in fifos.items()}
+    holders = [os.open(path, os.O_WRONLY | os.O_NONBLOCK) for path in fifos.values()]
+    return readers, holders
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class ForkedCli:
+    """A command the tests' CLI server forked and left running, used as the
+    subprocess.Popen of `python -m shadowsync.cli ARGS` in a session of its own with text
+    pipes is: `pid` (its session and process group), `args`, `poll()`, `communicate(timeout)`
+    (which waits for the pipes' end), `returncode`, and `stderr` read line by line as it is
+    written. The server forks nothing else until this command's end has been read."""
+
+    def __init__(self, server: _CliForks, pid: int, args: list[str], folder,
+                 readers: dict[str, int], holders: list[int]):
+        self.server, self.pid, self.returncode = server, pid, None
+        self.args = [sys.executable, "-m", "shadowsync.cli", *args]
+        self._folder, self._readers, self._holders = folder, readers, holders
+        # what the server's imports printed comes first, as a fresh interpreter prints it
+        self._output = {name: text.encode() for name, text in server.printed.items()}
+        self._taken = {name: 0 for name in self._output}  # bytes handed out already
+        self.stderr = self._lines("stderr")
+
+    def poll(self) -> int | None:
+        """Its exit code once it ended; reads all that came meanwhile, which keeps the command
+        from blocking on a full pipe."""
+        ready = self._folder is not None
+        while ready and self.returncode is None:
+            ready, self.returncode = self.server._step(self._readers, self._holders,
+                                                       self._output, self.returncode, 0)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        if self._folder is not None:
+            try:
+                self.returncode = self.server._collect(
+                    self._readers, self._holders, self._output,
+                    1e9 if timeout is None else timeout, self.returncode)
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+            self.close()
+        return self._rest("stdout"), self._rest("stderr")
+
+    def close(self) -> None:
+        """Stop reading: the pipes and their folder go, and the server is free again."""
+        if self._folder is not None:
+            _close_all([*self._readers.values(), *self._holders])
+            self._readers.clear()
+            self._holders.clear()
+            self._folder.cleanup()
+            self._folder = None
+        if self.server.started is self:
+            self.server.started = None
+
+    def _rest(self, name: str) -> str:
+        data = self._output[name]
+        rest, self._taken[name] = data[self._taken[name]:], len(data)
+        return _decoded(rest)
+
+    def _lines(self, name: str):
+        """The lines of one output as they come, until its pipe's end."""
+        while True:
+            data = self._output[name]
+            end = data.find(b"\n", self._taken[name])
+            if end >= 0:
+                line, self._taken[name] = data[self._taken[name]:end + 1], end + 1
+                yield _decoded(line)
+            elif name not in self._readers:
+                if self._taken[name] < len(data):
+                    yield self._rest(name)
+                return
+            else:
+                _, self.returncode = self.server._step(self._readers, self._holders,
+                                                       self._output, self.returncode, 0.05)
+
+
+def _decoded(data: bytes) -> str:
+    """As a text-mode pipe reads it: universal newlines."""
+    return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 _CLI_FORKS = _CliForks()
