@@ -22,8 +22,10 @@ from tests.helpers import (
     LOCAL_JOB,
     ONE_TRAINER,
     PRIVATE_NET,
+    ForkedCli,
     run_cli,
     session_processes,
+    start_cli,
     summary,
 )
 
@@ -133,9 +135,7 @@ def interrupt(args: list[str], out: Path, sig: int, after: int, timeout: float =
     """Run `shadowsync train` (after `prefix`), send `sig` to its whole process group (as a
     terminal's Ctrl-C does) once trainer 0 logged `after` examples (the job has met and trains:
     the stop must save); returns (result, seconds until every process of the run was gone)."""
-    proc = subprocess.Popen([*prefix, sys.executable, "-m", "shadowsync.cli", "train", *args,
-                             "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_cli(["train", *args, "--out", str(out)], prefix=prefix)
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None and _trained(out) < after:
@@ -147,7 +147,7 @@ def interrupt(args: list[str], out: Path, sig: int, after: int, timeout: float =
             os.kill(pid, signal.SIGKILL)
 
 
-def _signal_and_wait(proc: subprocess.Popen, sig: int):
+def _signal_and_wait(proc: subprocess.Popen | ForkedCli, sig: int):
     """Send `sig` to the run's process group (if it still runs); returns (result, seconds
     until every process of its session was gone)."""
     t0 = time.monotonic()
@@ -224,10 +224,8 @@ def _ctrl_c_while_starting(tmp_path: Path, seed: int, started: Callable[[int], b
         # Enough examples that the job still runs when the signal comes: with workers forked
         # from the fork server, 20,000 were trained, and the launcher was exiting, within
         # the 4 s drawn (then it died of the SIGINT, exit -2, with nothing to say).
-        proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *CLUSTER,
-                                 "--examples", "300000", "--out", str(tmp_path / f"r{i}")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = start_cli(["train", *CLUSTER, "--examples", "300000",
+                          "--out", str(tmp_path / f"r{i}")])
         try:
             deadline = time.monotonic() + 60
             while not started(proc.pid) and proc.poll() is None:
@@ -265,11 +263,8 @@ def test_ctrl_c_as_training_ends_does_not_wait_out_the_grace(tmp_path):
     result, which a stop never does, until STOP_GRACE_S ran out (9.4 s to be gone, here)."""
     from shadowsync.lifecycle.stop import STOP_GRACE_S
 
-    proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "train", *CLUSTER,
-                             "--examples", "20000", "--log-level", "debug",
-                             "--out", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = start_cli(["train", *CLUSTER, "--examples", "20000", "--log-level", "debug",
+                      "--out", str(tmp_path / "run")])
     err: list[str] = []
     try:
         for line in proc.stderr:  # "trainer K: N examples in S s": its training has ended
