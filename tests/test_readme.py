@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shlex
-import stat
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import shadowsync
-from tests.helpers import require_movielens, run_python
+from tests.helpers import require_movielens, run_cli, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -68,12 +67,23 @@ def readme_python() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
 
 
-def _shadowsync_wrapper(where: Path) -> None:
-    """.venv/bin/shadowsync in a scratch directory: this checkout's CLI."""
-    script = where / ".venv" / "bin" / "shadowsync"
-    script.parent.mkdir(parents=True)
-    script.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m shadowsync.cli \"$@\"\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+# What a command run without a shell could not mean as a shell means it.
+SHELL_SYNTAX = re.compile(r"[|&;<>$`()*?\[\]{}~]")
+
+
+def _run_as_written(command: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """A README command, `.venv/bin/shadowsync ARGS` with at most `> FILE` after it, run as
+    a shell in `cwd` runs it: its words split as the shell splits them, this checkout's CLI
+    run on them (forked by the tests' CLI server: a fresh `python -m shadowsync.cli` but for
+    the interpreter's start-up), its output written to FILE."""
+    words, redirect, target = command.partition(" > ")
+    program, *args = shlex.split(words)
+    assert program == ".venv/bin/shadowsync", command
+    assert not SHELL_SYNTAX.search(words + target), f"needs a shell: {command}"
+    res = run_cli(args, timeout, cwd=cwd)
+    if redirect:
+        (cwd / target.strip()).write_text(res.stdout)
+    return res
 
 
 def _train_checked(command: str) -> str:
@@ -117,15 +127,12 @@ def test_commands_run_elsewhere_are_run_there():
 def test_sync_and_option_examples_are_valid(tmp_path: Path):
     """The train commands that would train a whole job: every option checked (by
     --print-config, which builds the configuration and exits)."""
-    _shadowsync_wrapper(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     (tmp_path / "job.toml").write_text("trainers = 3\n")
     checked = [c for c in readme_commands()
                if c.startswith(".venv/bin/shadowsync train ") and c not in RUN + REAL_DATA]
     assert len(checked) >= 5
     for command in checked:
-        res = subprocess.run(_train_checked(command), shell=True, cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=120)
+        res = _run_as_written(_train_checked(command), tmp_path, timeout=120)
         assert res.returncode == 0, (command, res.stderr)
 
 
@@ -148,12 +155,9 @@ def test_torchrun_command_parses(tmp_path: Path):
 
 @pytest.mark.timeout(420)
 def test_readme_commands_run_as_written(tmp_path: Path):
-    _shadowsync_wrapper(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     outputs = {}
     for command in RUN:
-        res = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=240, start_new_session=True)
+        res = _run_as_written(command, tmp_path, timeout=240)
         assert res.returncode == 0, (command, res.stderr[-3000:])
         outputs[command] = res.stdout
     assert outputs[RUN[0]].strip() == f"shadowsync {shadowsync.__version__}"
@@ -195,12 +199,9 @@ def test_readme_real_data_path_runs_as_written(tmp_path: Path):
     """prepare, train with epochs and the best model, eval: the commands as the README shows
     them, and the summary says which epoch was best."""
     require_movielens()
-    _shadowsync_wrapper(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     outputs = []
     for command in REAL_DATA:
-        res = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=300, start_new_session=True)
+        res = _run_as_written(command, tmp_path, timeout=300)
         assert res.returncode == 0, (command, res.stderr[-3000:])
         outputs.append(res.stdout)
     summary = json.loads((tmp_path / "runs" / "ml" / "summary.json").read_text())
