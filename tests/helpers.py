@@ -261,9 +261,10 @@ def _close_all(fds: list[int]) -> None:
 class ForkedCli:
     """A command the tests' CLI server forked and left running, used as the
     subprocess.Popen of `python -m shadowsync.cli ARGS` in a session of its own with text
-    pipes is: `pid` (its session and process group), `args`, `poll()`, `communicate(timeout)`
-    (which waits for the pipes' end), `returncode`, and `stderr` read line by line as it is
-    written. The server forks nothing else until this command's end has been read."""
+    pipes is: `pid` (its session and process group), `args`, `poll()`, `send_signal(sig)`,
+    `communicate(timeout)` (which waits for the pipes' end), `returncode`, and `stderr` read
+    line by line as it is written. The server forks nothing else until this command's end has
+    been read."""
 
     def __init__(self, server: _CliForks, pid: int, args: list[str], folder,
                  readers: dict[str, int], holders: list[int]):
@@ -283,6 +284,10 @@ class ForkedCli:
             ready, self.returncode = self.server._step(self._readers, self._holders,
                                                        self._output, self.returncode, 0)
         return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         if self._folder is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from shadowsync.bench import hosts as bench
 from shadowsync.bench.faults import session_pids as session_processes
 from shadowsync.bench.hosts import DELAY_MS, Variant, delay_cost, plan, ratios_of
+from tests.helpers import start_cli
 
 
 def test_plan_runs_one_host_beside_every_placement_and_depth():
@@ -118,10 +118,8 @@ def test_sigterm_mid_run_ends_the_bench_its_namespaces_and_their_processes(tmp_p
     if reason:
         pytest.skip(f"emulated hosts unavailable: {reason}")
     out = tmp_path / "bench"
-    proc = subprocess.Popen([sys.executable, "-m", "shadowsync.cli", "bench", "hosts",
-                             "--examples", "10000", "--repeats", "1", "--hosts", "2",
-                             "--depths", "0", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_cli(["bench", "hosts", "--examples", "10000", "--repeats", "1", "--hosts", "2",
+                      "--depths", "0", "--out", str(out)])
     running: list[int] = []
     try:
         deadline = time.monotonic() + 120
