@@ -242,10 +242,16 @@ def whole_config_protocols(trees: list[ast.AST]) -> set[str]:
 
 def _whole_config_named(annotation: ast.expr | None, whole: Collection[str]) -> str | None:
     """Which of `whole` (the whole configuration's names: `TrainConfig`, a Protocol of all its
-    sections) `annotation` names (`X`, `"X"`, `X | None`, `mod.X`), None if none."""
+    sections) `annotation` names (`X`, `"X"`, `X | None`, `mod.X`), None if none. A callable
+    that takes one (`Callable[[X], ...]`) is a runner handed in, not the configuration."""
     if annotation is None:
         return None
+    in_callables = {id(c) for n in ast.walk(annotation) if isinstance(n, ast.Subscript)
+                    and ast.unparse(n.value).split(".")[-1] == "Callable"
+                    for c in ast.walk(n.slice)}
     for n in ast.walk(annotation):
+        if id(n) in in_callables:
+            continue
         if isinstance(n, ast.Name) and n.id in whole:
             return n.id
         if isinstance(n, ast.Attribute) and n.attr in whole:

@@ -14,10 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # Signatures (and class fields) taking the whole TrainConfig (or a Protocol of every one of
 # its sections), bench included: what runs, resolves or starts a whole job (the API, the
-# options given as keywords, the job, its processes and their entries, the bench's jobs and
-# the runs it starts as a command of their own, the switch search's job). The configuration
-# writes itself (`TrainConfig.to_dict`, `to_toml`); builders take their sections.
-WHOLE_CONFIG_SIGNATURES = 14
+# options given as keywords, the job, its processes and their entries, the bench's jobs, the
+# scaling bench's plan of jobs and the runs it starts as a command of their own, the switch
+# search's job). The configuration writes itself (`TrainConfig.to_dict`, `to_toml`);
+# builders take their sections.
+WHOLE_CONFIG_SIGNATURES = 19
 
 
 @pytest.fixture(scope="module")
@@ -158,11 +159,13 @@ def test_the_measure_sees_the_whole_config_taken(tmp_path):
         "def b(cfg: 'TrainConfig | None', x: TrainConfig): ...\n"  # one function: counts once
         "def c(sync: SyncConfig) -> TrainConfig: ...\n"  # returns it: not handed it
         "def d(cfg: config.TrainConfig): ...\n"  # counts
-        "class E:\n    cfg: TrainConfig\n    sync: SyncConfig\n")  # the field counts
+        "class E:\n    cfg: TrainConfig\n    sync: SyncConfig\n"  # the field counts
+        "def f(run: Callable[[TrainConfig], dict]): ...\n"  # a runner handed in: not
+        "def g(cfg: TrainConfig | Callable[[dict], TrainConfig]): ...\n")  # counts
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_layers.py"), "--json",
                           "--root", str(pkg)], capture_output=True, text=True, check=True,
                          timeout=60).stdout
-    assert json.loads(out)["whole_config_signatures"] == 4
+    assert json.loads(out)["whole_config_signatures"] == 5
 
 
 def test_the_measure_sees_the_whole_config_under_a_protocol(tmp_path):

@@ -380,7 +380,7 @@ FR_EVERY = 20
 EASGD_B2B_ALPHA = 0.1
 
 
-def config_for(base: Any, item: Planned, per_trainer: int) -> Any:
+def config_for(base: TrainConfig, item: Planned, per_trainer: int) -> TrainConfig:
     """Each trainer trains `per_trainer` examples (weak scaling: the same steps per trainer
     whatever their number)."""
     cfg = replace(base, trainers=item.trainers, sync=item.mode,
@@ -411,12 +411,12 @@ def figures(s: dict[str, Any]) -> dict[str, Any]:
             "sync_bytes_per_round": s.get("sync_bytes_per_round"), "wall_s": s["wall_s"]}
 
 
-def run_local(cfg: Any, out: Path) -> dict[str, Any]:
+def run_local(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     run_job(cfg, out)
     return figures(json.loads((out / "summary.json").read_text()))
 
 
-def run_netns(cfg: Any, out: Path, rate_mbit: float) -> dict[str, Any]:
+def run_netns(cfg: TrainConfig, out: Path, rate_mbit: float) -> dict[str, Any]:
     """Host 0 the embedding server, hosts 1..n the trainers, the link between hosts 1 and 2
     (the trainers' rounds) limited."""
     with NetnsHosts(cfg.cluster.trainers + 1) as hosts:
@@ -428,9 +428,9 @@ def netns_reason() -> str | None:
     return netns_unavailable_reason() or shaping_unavailable_reason()
 
 
-def measure(root: Path, base: Any, items: list[Planned], per_trainer: int, repeats: int,
-            local: Callable[[Any, Path], dict[str, Any]] = run_local,
-            hosts: Callable[[Any, Path, float], dict[str, Any]] = run_netns,
+def measure(root: Path, base: TrainConfig, items: list[Planned], per_trainer: int, repeats: int,
+            local: Callable[[TrainConfig, Path], dict[str, Any]] = run_local,
+            hosts: Callable[[TrainConfig, Path, float], dict[str, Any]] = run_netns,
             ) -> list[dict[str, Any]]:
     """Run every planned job `repeats` times, the plan forwards then backwards (so a drift
     in the machine's load hits early and late points alike); each run is the model's Setting
@@ -500,8 +500,8 @@ def read_embedding_cost(path: Path) -> dict[str, float]:
 def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
                     quick: bool = False, netns: bool = True, embedding_steps: int = 100,
                     points_from: str | None = None,
-                    local: Callable[[Any, Path], dict[str, Any]] = run_local,
-                    hosts: Callable[[Any, Path, float], dict[str, Any]] = run_netns,
+                    local: Callable[[TrainConfig, Path], dict[str, Any]] = run_local,
+                    hosts: Callable[[TrainConfig, Path, float], dict[str, Any]] = run_netns,
                     embedding: Callable[[Path, int], dict[str, float]] | None = None,
                     ) -> dict[str, Any]:
     """Measure, fit, check on held-out runs, predict to 64 trainers, plot. `points_from`: a

@@ -173,7 +173,8 @@ def on_hosts(hosts: Any, root: Path,
     latest: dict[str, dict[str, Any]] = {}
     count: dict[str, int] = {}
 
-    def run(name: str, job_cfg: Any, rate: float | None) -> Callable[[], dict]:
+    def run(name: str, job_cfg: TrainConfig | Callable[[dict], TrainConfig],
+            rate: float | None) -> Callable[[], dict]:
         def go() -> dict[str, Any]:
             cfg = job_cfg(latest) if callable(job_cfg) else job_cfg
             hosts.set_pair_rate(1, 2, rate)
