@@ -38,7 +38,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable
-from multiprocessing import forkserver
+from multiprocessing import forkserver, spawn
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
@@ -53,9 +53,27 @@ PRELOAD = ["torch", "torch._dynamo"]
 # thing) and every process forked from it, the server's environment from its start.
 ENVIRONMENT_AT_START = dict(os.environ)
 
+
+def quiet_when_unsent(main: Callable[[int, int], int]) -> Callable[[int, int], int]:
+    """multiprocessing's `spawn._main` for a child of the fork server, ending with exit code
+    1 and no traceback when the request it was forked for never fully arrived: its sender
+    was stopped (a Ctrl-C to the job) while it wrote the child's start, so the child reads
+    EOF. Past that read, the process's own run catches what it raises, so an EOFError here
+    is only ever that one."""
+
+    def main_or_quiet(fd: int, parent_sentinel: int) -> int:
+        try:
+            return main(fd, parent_sentinel)
+        except EOFError:
+            return 1
+
+    return main_or_quiet
+
+
 if os.environ.get(SERVER_ENV):  # the fork server, starting
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    spawn._main = quiet_when_unsent(spawn._main)  # looked up there at each fork
 
 
 def _server() -> forkserver.ForkServer:

@@ -34,3 +34,20 @@ def test_a_worker_gets_its_shared_tensors_forked_or_spawned(count):
         if p.is_alive():
             p.kill()
             p.join(timeout=10)
+
+
+def test_a_child_whose_request_never_arrived_ends_quietly():
+    """A child of the fork server reads EOF where its sender was stopped mid-request: it
+    ends with exit code 1 and no traceback; anything else is multiprocessing's as before."""
+    from shadowsync.forkserver import quiet_when_unsent
+
+    def cut_short(fd: int, sentinel: int) -> int:
+        raise EOFError("Ran out of input")
+
+    def fails(fd: int, sentinel: int) -> int:
+        raise ValueError("not an unsent request")
+
+    assert quiet_when_unsent(cut_short)(3, 4) == 1
+    assert quiet_when_unsent(lambda fd, sentinel: fd + sentinel)(3, 4) == 7
+    with pytest.raises(ValueError, match="not an unsent request"):
+        quiet_when_unsent(fails)(3, 4)
