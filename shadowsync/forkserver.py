@@ -34,11 +34,12 @@ Two things a forked process must not inherit from the server:
 from __future__ import annotations
 
 import contextlib
+import errno
 import multiprocessing
 import os
 import signal
 from collections.abc import Callable
-from multiprocessing import forkserver, spawn
+from multiprocessing import forkserver, reduction, spawn
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
@@ -59,9 +60,10 @@ def quiet_when_unsent(main: Callable[[int, int], int]) -> Callable[[int, int], i
     1 and no traceback when the request it was forked for never fully arrived: its sender
     was stopped (a Ctrl-C to the job) while it wrote the child's start, so the child reads
     EOF. Past that read, the process's own run catches what it raises, so an EOFError here
-    is only ever that one."""
+    is only ever that one. The child reads descriptors as multiprocessing does again."""
 
     def main_or_quiet(fd: int, parent_sentinel: int) -> int:
+        reduction.recvfds = RECVFDS
         try:
             return main(fd, parent_sentinel)
         except EOFError:
@@ -70,10 +72,28 @@ def quiet_when_unsent(main: Callable[[int, int], int]) -> Callable[[int, int], i
     return main_or_quiet
 
 
+def aborted_when_cut_short(recvfds: Callable[..., list[int]]) -> Callable[..., list[int]]:
+    """multiprocessing's `reduction.recvfds` for the fork server's own loop: a request whose
+    sender was stopped before it sent its descriptors (EOF) raises the aborted connection
+    that the loop passes over, where the EOFError ended the server with a traceback."""
+
+    def recvfds_or_aborted(sock: object, size: int) -> list[int]:
+        try:
+            return recvfds(sock, size)
+        except EOFError:
+            raise ConnectionAbortedError(errno.ECONNABORTED, "fork request cut short") from None
+
+    return recvfds_or_aborted
+
+
+RECVFDS = reduction.recvfds
+
 if os.environ.get(SERVER_ENV):  # the fork server, starting
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    spawn._main = quiet_when_unsent(spawn._main)  # looked up there at each fork
+    # both looked up in their modules at each request
+    spawn._main = quiet_when_unsent(spawn._main)
+    reduction.recvfds = aborted_when_cut_short(RECVFDS)
 
 
 def _server() -> forkserver.ForkServer:

@@ -51,3 +51,19 @@ def test_a_child_whose_request_never_arrived_ends_quietly():
     assert quiet_when_unsent(lambda fd, sentinel: fd + sentinel)(3, 4) == 7
     with pytest.raises(ValueError, match="not an unsent request"):
         quiet_when_unsent(fails)(3, 4)
+
+
+def test_a_request_cut_short_is_an_aborted_connection_the_servers_loop_passes_over():
+    import errno
+    import socket
+
+    from shadowsync.forkserver import RECVFDS, aborted_when_cut_short
+
+    left, right = socket.socketpair(socket.AF_UNIX)
+    with left, right:
+        right.close()  # the sender stopped before it sent anything
+        with pytest.raises(EOFError):
+            RECVFDS(left, 4)
+        with pytest.raises(ConnectionAbortedError) as cut:
+            aborted_when_cut_short(RECVFDS)(left, 4)
+    assert cut.value.errno == errno.ECONNABORTED  # what multiprocessing's loop skips
