@@ -35,6 +35,15 @@ class SparseOptimizer(str, Enum):
     ADAGRAD = "adagrad"  # row-wise: one accumulator per row, as in DLRM/TorchRec
 
 
+def per_table(value: float | Sequence[float], tables: int, what: str) -> list[float]:
+    """One value for every table, or one per table (a ValueError naming `what` when their
+    number is not the tables')."""
+    values = list(value) if isinstance(value, Sequence) else [value] * tables
+    if len(values) != tables:
+        raise ValueError(f"{len(values)} {what} for {tables} tables")
+    return values
+
+
 class EmbeddingTables:
     """Tables of `rows[i]` x `dim` floats, updated by sparse SGD or row-wise Adagrad."""
 
@@ -64,10 +73,7 @@ class EmbeddingTables:
         # the one or two examples it came with. Starting the accumulator above zero shrinks
         # those first steps and leaves a frequent row's later ones as they were (see
         # `OptimConfig.table_initial_accumulators` for why a multi-hot feature's table differs).
-        starts = (list(initial_accumulator) if isinstance(initial_accumulator, Sequence)
-                  else [initial_accumulator] * len(self.rows))
-        if len(starts) != len(self.rows):
-            raise ValueError(f"{len(starts)} initial accumulators for {len(self.rows)} tables")
+        starts = per_table(initial_accumulator, len(self.rows), "initial accumulators")
         self.state = (torch.repeat_interleave(torch.tensor(starts, dtype=torch.float32),
                                               torch.tensor(self.rows, dtype=torch.long))
                       if self.optimizer is SparseOptimizer.ADAGRAD else None)
@@ -90,12 +96,8 @@ class EmbeddingTables:
     def _set_layout(self, rows: list[int], dim: int, optimizer: SparseOptimizer | str,
                     lr: float, eps: float, weight_decay: float | Sequence[float] = 0.0) -> None:
         self.rows = list(rows)
-        self.weight_decay = list(weight_decay) if isinstance(weight_decay, Sequence) \
-            else weight_decay
-        decays = (self.weight_decay if isinstance(self.weight_decay, list)
-                  else [self.weight_decay] * len(self.rows))
-        if len(decays) != len(self.rows):
-            raise ValueError(f"{len(decays)} weight decays for {len(self.rows)} tables")
+        self.weight_decay = weight_decay  # as given: a client mapping these rows takes it
+        decays = per_table(weight_decay, len(self.rows), "weight decays")
         # None: no table decays; else each table's decay, looked up by a row's table
         self._table_decay = (torch.tensor(decays, dtype=torch.float32) if any(decays)
                              else None)
