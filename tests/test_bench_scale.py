@@ -58,7 +58,8 @@ def test_the_model_says_what_the_paper_says_about_scale():
 
 
 def test_bench_json_from_jobs_answered_by_the_closed_form(tmp_path):
-    def answer(cfg, out, rate=None):
+    def answer(job, out, changes, rate=None):
+        cfg = job.config(**changes)
         item = next(i for i in plan() if i.mode == cfg.sync.mode
                     and i.trainers == cfg.cluster.trainers
                     and i.rate_mbit == rate and i.back_to_back == (cfg.sync.interval.seconds == 0)

@@ -14,11 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # Signatures (and class fields) taking the whole TrainConfig (or a Protocol of every one of
 # its sections), bench included: what runs, resolves or starts a whole job (the API, the
-# options given as keywords, the job, its processes and their entries, the bench's jobs, the
-# scaling bench's plan of jobs and the runs it starts as a command of their own, the switch
-# search's job). The configuration writes itself (`TrainConfig.to_dict`, `to_toml`);
-# builders take their sections.
-WHOLE_CONFIG_SIGNATURES = 19
+# options given as keywords, the job, its processes and their entries, the bench's base job
+# and its runs here, on namespace hosts and as the torchft peer, the switch search's job). A
+# bench's variants are flat changes to its `Job`, which makes their configurations; the
+# configuration writes itself (`TrainConfig.to_dict`, `to_toml`); builders take their sections.
+WHOLE_CONFIG_SIGNATURES = 14
 
 
 @pytest.fixture(scope="module")

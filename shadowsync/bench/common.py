@@ -37,6 +37,10 @@ class Job:
         """A new directory name for a run of the variant `name`."""
         return self.root / f"{name.replace('+', '-').replace('/', '-')}-{next(self.counter)}"
 
+    def run(self, out: Path, **changes: Any) -> dict[str, Any]:
+        """Run the job with `changes` in `out` (emptied first) as the API does; its summary."""
+        return run_job(self.config(**changes), out)
+
 
 def run_job(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     """Run the job `cfg` in `out` (emptied first) as the API does; returns its summary."""

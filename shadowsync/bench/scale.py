@@ -49,15 +49,15 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
-from shadowsync.bench.common import print_table, run_job, write_bench
+from shadowsync.bench.common import Job, print_table, write_bench
 from shadowsync.bench.embedding import run_embedding_bench
 from shadowsync.bench.slow_net import run_on_hosts
 from shadowsync.bench.sync import job
@@ -380,19 +380,20 @@ FR_EVERY = 20
 EASGD_B2B_ALPHA = 0.1
 
 
-def config_for(base: TrainConfig, item: Planned, per_trainer: int) -> TrainConfig:
-    """Each trainer trains `per_trainer` examples (weak scaling: the same steps per trainer
-    whatever their number)."""
-    cfg = replace(base, trainers=item.trainers, sync=item.mode,
-                  examples=per_trainer * item.trainers,
-                  sync_interval="0" if item.back_to_back else base.sync.interval,
-                  sync_dtype=item.sync_dtype,
-                  dense_servers=None if item.rate_mbit is None else 0)
+def changes_for(item: Planned, per_trainer: int) -> dict[str, Any]:
+    """The flat changes that make `item`'s job of the bench's one: each trainer trains
+    `per_trainer` examples (weak scaling: the same steps per trainer whatever their number)."""
+    changes: dict[str, Any] = dict(trainers=item.trainers, sync=item.mode,
+                                   examples=per_trainer * item.trainers,
+                                   sync_dtype=item.sync_dtype,
+                                   dense_servers=None if item.rate_mbit is None else 0)
+    if item.back_to_back:
+        changes["sync_interval"] = "0"
     if item.mode.startswith("fr-"):
-        cfg = replace(cfg, sync_every=FR_EVERY)
+        changes["sync_every"] = FR_EVERY
     if item.back_to_back and mode_of(item.mode).dense_servers:
-        cfg = replace(cfg, elastic_alpha=EASGD_B2B_ALPHA)
-    return cfg.validate()
+        changes["elastic_alpha"] = EASGD_B2B_ALPHA
+    return changes
 
 
 def figures(s: dict[str, Any]) -> dict[str, Any]:
@@ -411,42 +412,59 @@ def figures(s: dict[str, Any]) -> dict[str, Any]:
             "sync_bytes_per_round": s.get("sync_bytes_per_round"), "wall_s": s["wall_s"]}
 
 
-def run_local(cfg: TrainConfig, out: Path) -> dict[str, Any]:
-    run_job(cfg, out)
-    return figures(json.loads((out / "summary.json").read_text()))
+class LocalRunner(Protocol):
+    """Runs a planned job here: the bench's job with the item's `changes`, in `out`; returns
+    its `figures`."""
+
+    def __call__(self, job: Job, out: Path, changes: dict[str, Any]) -> dict[str, Any]: ...
 
 
-def run_netns(cfg: TrainConfig, out: Path, rate_mbit: float) -> dict[str, Any]:
+class HostsRunner(Protocol):
+    """Runs a planned job on namespace hosts, the trainers' link at `rate_mbit`."""
+
+    def __call__(self, job: Job, out: Path, changes: dict[str, Any], rate_mbit: float
+                 ) -> dict[str, Any]: ...
+
+
+def run_local(job: Job, out: Path, changes: dict[str, Any]) -> dict[str, Any]:
+    return figures(job.run(out, **changes))
+
+
+def run_netns(job: Job, out: Path, changes: dict[str, Any], rate_mbit: float
+              ) -> dict[str, Any]:
     """Host 0 the embedding server, hosts 1..n the trainers, the link between hosts 1 and 2
     (the trainers' rounds) limited."""
+    cfg = job.config(**changes, embedding_servers=1)
     with NetnsHosts(cfg.cluster.trainers + 1) as hosts:
         hosts.set_pair_rate(1, 2, rate_mbit)
-        return figures(run_on_hosts(hosts, replace(cfg, embedding_servers=1), out))
+        return figures(run_on_hosts(hosts, cfg, out))
 
 
 def netns_reason() -> str | None:
     return netns_unavailable_reason() or shaping_unavailable_reason()
 
 
-def measure(root: Path, base: TrainConfig, items: list[Planned], per_trainer: int, repeats: int,
-            local: Callable[[TrainConfig, Path], dict[str, Any]] = run_local,
-            hosts: Callable[[TrainConfig, Path, float], dict[str, Any]] = run_netns,
+def measure(job: Job, items: list[Planned], per_trainer: int, repeats: int,
+            local: LocalRunner = run_local, hosts: HostsRunner = run_netns,
             ) -> list[dict[str, Any]]:
     """Run every planned job `repeats` times, the plan forwards then backwards (so a drift
     in the machine's load hits early and late points alike); each run is the model's Setting
     plus what the job's summary said, and the machine's load average when it ended. Runs are
-    logged to runs.jsonl as they end; a job that fails costs its run, not the bench."""
+    logged to the job's root's runs.jsonl as they end; a job that fails costs its run, not
+    the bench."""
+    root = job.root
     cores = float(len(os.sched_getaffinity(0)))
     runs = []
     (root / "runs.jsonl").unlink(missing_ok=True)
     order = [(r, item) for r in range(repeats)
              for item in (items if r % 2 == 0 else items[::-1])]
     for i, (rep, item) in enumerate(tqdm(order, desc="bench scale", unit="run")):
-        cfg = config_for(base, item, per_trainer)
+        changes = changes_for(item, per_trainer)
+        cfg = job.config(**changes).validate()
         out = root / "runs" / f"{i:02d}-{item.name.replace('/', '-').replace('@', '-')}"
         try:
-            r = (local(cfg, out) if item.rate_mbit is None
-                 else hosts(cfg, out, item.rate_mbit))
+            r = (local(job, out, changes) if item.rate_mbit is None
+                 else hosts(job, out, changes, item.rate_mbit))
         except (RuntimeError, UserError) as e:
             print(f"bench scale: {item.name} failed, left out: {str(e)[-300:]}")
             continue
@@ -500,8 +518,7 @@ def read_embedding_cost(path: Path) -> dict[str, float]:
 def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
                     quick: bool = False, netns: bool = True, embedding_steps: int = 100,
                     points_from: str | None = None,
-                    local: Callable[[TrainConfig, Path], dict[str, Any]] = run_local,
-                    hosts: Callable[[TrainConfig, Path, float], dict[str, Any]] = run_netns,
+                    local: LocalRunner = run_local, hosts: HostsRunner = run_netns,
                     embedding: Callable[[Path, int], dict[str, float]] | None = None,
                     ) -> dict[str, Any]:
     """Measure, fit, check on held-out runs, predict to 64 trainers, plot. `points_from`: a
@@ -529,7 +546,8 @@ def run_scale_bench(out: str, per_trainer: int = 40_000, repeats: int = 2,
         plan_data(base)  # the data of the largest job, once (smaller jobs read its start)
         if not quick:
             emb = (embedding or embedding_cost)(root, embedding_steps)
-        runs = measure(root, base, plan(quick, netns), per_trainer, repeats, local, hosts)
+        runs = measure(Job(root, base), plan(quick, netns), per_trainer, repeats, local,
+                       hosts)
     return analyse(root, runs, emb, {"per_trainer_examples": per_trainer, "repeats": repeats,
                                      "quick": quick, "measure_wall_s": time.perf_counter() - t0})
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from shadowsync.bench.common import Job, interleaved, median_of, ratio_of_medians, torch_period
 from shadowsync.cluster.netns import (
@@ -138,54 +138,64 @@ def on_limited_link(examples: int, sync: str) -> dict[str, Any]:
     return {"sync": sync, "examples": examples if share == 1 else round(examples * share)}
 
 
-def link_variants(job: Job, full: bool, torchft: bool) -> list[tuple[str, Any, float | None]]:
-    """(name, config, rate) in the order they run each repeat: background MA and DDP with and
+class LinkVariant(NamedTuple):
+    """A run of the slow-network part: its job's flat `changes` (or the function of this
+    repeat's runs so far that makes them) on the trainers' link at `rate` Mbit/s (None:
+    unlimited)."""
+
+    name: str
+    changes: dict[str, Any] | Callable[[dict[str, dict[str, Any]]], dict[str, Any]]
+    rate: float | None
+
+
+def link_variants(job: Job, full: bool, torchft: bool) -> list[LinkVariant]:
+    """The variants in the order they run each repeat: background MA and DDP with and
     without the limit, the ways of syncing on each limited link (`full`: both links, every
     way), the peers beside s-ma at s-ma's rate on the same link, and BMUF rounds back to back
-    (the link is then the limit) sending fp32 or bf16 on the slow link. A config may be a
-    function of the runs of this repeat so far (the peers' period comes from s-ma's rate)."""
-    variants: list[tuple[str, Any, float | None]] = [
-        (f"{sync}{at(None)}", job.config(sync=sync), None)
+    (the link is then the limit) sending fp32 or bf16 on the slow link. A variant's changes
+    may be a function of the runs of this repeat so far (the peers' period comes from s-ma's
+    rate)."""
+    variants: list[LinkVariant] = [
+        LinkVariant(f"{sync}{at(None)}", {"sync": sync}, None)
         for sync in (("s-ma", "ddp") if full else ("s-ma",))]
     for rate in (SLOW_MBIT, GIGABIT_MBIT) if full else (SLOW_MBIT,):
         syncs = tuple(ON_LIMITED_LINK) if full else ("ddp", "s-ma")
-        variants += [(f"{sync}{at(rate)}",
-                      job.config(**on_limited_link(job.base.data.examples, sync)), rate)
+        variants += [LinkVariant(f"{sync}{at(rate)}",
+                                 on_limited_link(job.base.data.examples, sync), rate)
                      for sync in syncs]
         peers = [*AT_MA_RATE[:None if full else 1], *(["torchft-ma"] if torchft else [])]
         for peer in peers:
             def at_ma_rate(this_repeat: dict[str, dict[str, Any]], sync: str = peer,
-                           ma: str = f"s-ma{at(rate)}") -> TrainConfig:
+                           ma: str = f"s-ma{at(rate)}") -> dict[str, Any]:
                 period = torch_period(this_repeat[ma], job.base.cluster,
                                       job.base.optim.batch_size)
-                return job.config(sync=sync, sync_every=period)
-            variants.append((f"{peer}{at(rate)}", at_ma_rate, rate))
-    return variants + [(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
-                        job.config(sync="s-bmuf", sync_interval="0", sync_dtype=dtype),
+                return {"sync": sync, "sync_every": period}
+            variants.append(LinkVariant(f"{peer}{at(rate)}", at_ma_rate, rate))
+    return variants + [LinkVariant(f"s-bmuf-{dtype}-back-to-back{at(SLOW_MBIT)}",
+                        {"sync": "s-bmuf", "sync_interval": "0", "sync_dtype": dtype},
                         SLOW_MBIT) for dtype in ("fp32", "bf16")]
 
 
-def on_hosts(hosts: Any, root: Path,
-             variants: list[tuple[str, Any, float | None]]) -> dict[str, Callable[[], dict]]:
-    """The link variants as runs for `interleaved`: each sets the trainers' link, then runs
-    its job on the hosts. A config that is a function of the runs so far gets the latest run
-    of every variant, which is this repeat's for those that run before it."""
+def on_hosts(hosts: Any, job: Job, variants: list[LinkVariant]) -> dict[str, Callable[[], dict]]:
+    """The link variants of `job` as runs for `interleaved`, each under `job.root`: each sets
+    the trainers' link, then runs its job on the hosts. Changes that are a function of the
+    runs so far get the latest run of every variant, which is this repeat's for those that
+    run before it."""
     latest: dict[str, dict[str, Any]] = {}
     count: dict[str, int] = {}
 
-    def run(name: str, job_cfg: TrainConfig | Callable[[dict], TrainConfig],
-            rate: float | None) -> Callable[[], dict]:
+    def run(v: LinkVariant) -> Callable[[], dict]:
         def go() -> dict[str, Any]:
-            cfg = job_cfg(latest) if callable(job_cfg) else job_cfg
-            hosts.set_pair_rate(1, 2, rate)
-            repeat = count[name] = count.get(name, -1) + 1
-            s = run_on_hosts(hosts, cfg, root / f"{name}-{repeat}")
-            latest[name] = {"eps": s["train_eps"], "syncs_per_min": s.get("syncs_per_min"),
-                            "sync_bytes_per_round": s.get("sync_bytes_per_round"),
-                            "eval_ne": s["eval_ne"], "sync_every": cfg.sync.every}
-            return latest[name]
+            cfg = job.config(**(v.changes(latest) if callable(v.changes) else v.changes))
+            hosts.set_pair_rate(1, 2, v.rate)
+            repeat = count[v.name] = count.get(v.name, -1) + 1
+            s = run_on_hosts(hosts, cfg, job.root / f"{v.name}-{repeat}")
+            latest[v.name] = {"eps": s["train_eps"], "syncs_per_min": s.get("syncs_per_min"),
+                              "sync_bytes_per_round": s.get("sync_bytes_per_round"),
+                              "eval_ne": s["eval_ne"], "sync_every": cfg.sync.every}
+            return latest[v.name]
         return go
-    return {name: run(name, job_cfg, rate) for name, job_cfg, rate in variants}
+    return {v.name: run(v) for v in variants}
 
 
 def run_slow_net(job: Job, repeats: int, full: bool = False,
@@ -198,13 +208,13 @@ def run_slow_net(job: Job, repeats: int, full: bool = False,
         print(f"bench sync: slow-network part skipped: {reason}")
         return {"skipped": reason, "ratios": dict.fromkeys(RATIOS)}
     root = job.root
-    on_three_hosts = job.config(dense_servers=0, trainers=2, embedding_servers=1)
-    variants = link_variants(Job(root, on_three_hosts), full, torchft)
+    on_three_hosts = Job(root, job.config(dense_servers=0, trainers=2, embedding_servers=1))
+    variants = link_variants(on_three_hosts, full, torchft)
     root.mkdir(parents=True, exist_ok=True)
     (root / "runs.jsonl").unlink(missing_ok=True)
     with NetnsHosts(3) as hosts:
         # ranks: 0 = embedding server (host 0), 1 and 2 = trainers (hosts 1 and 2)
-        runs = interleaved(on_hosts(hosts, root, variants), repeats,
+        runs = interleaved(on_hosts(hosts, on_three_hosts, variants), repeats,
                            "bench sync: namespace hosts", log=root / "runs.jsonl")
         hosts.set_pair_rate(1, 2, None)
 
