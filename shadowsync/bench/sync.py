@@ -30,7 +30,6 @@ from shadowsync.bench.common import (
     median_of,
     print_table,
     ratio_of_medians,
-    run_job,
     torch_period,
     write_bench,
 )
@@ -237,10 +236,8 @@ class JobRuns(Job):
     def variant(self, name: str, keep: dict[str, Any] | None = None,
                 **changes: Any) -> Callable[[], dict[str, Any]]:
         """The job with `changes` (flat options) as a run; `keep` takes its result."""
-        cfg = self.config(**changes)
-
         def go() -> dict[str, Any]:
-            r = run_fields(run_job(cfg, self.out(name)))
+            r = run_fields(self.run(self.out(name), **changes))
             if keep is not None:
                 keep.update(r)
             return r
@@ -255,8 +252,8 @@ class JobRuns(Job):
     def torch_fr_ma(self) -> Callable[[], dict[str, Any]]:
         def go() -> dict[str, Any]:
             period = self.period()
-            r = run_fields(run_job(self.config(sync="torch-fr-ma", sync_every=period),
-                                   self.out("torch-fr-ma")))
+            r = run_fields(self.run(self.out("torch-fr-ma"), sync="torch-fr-ma",
+                                    sync_every=period))
             r["period"] = period
             return r
         return go

@@ -34,7 +34,6 @@ from shadowsync.data.infer import AUTO, auto_schema
 from shadowsync.errors import UserError
 from shadowsync.metrics import worse_than_constant
 from shadowsync.train.local import train_local
-from shadowsync.train.replica import NOT_RECORDED
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import TaskInputs, plan_data
 from shadowsync.train.tasks.ctr import rows_path
@@ -83,8 +82,7 @@ def run_once(cfg: TrainConfig) -> tuple[TrainConfig, dict[str, object]]:
     if cfg.distributed:
         summary = launch_local(replace(cfg, port=choose_port(cfg.cluster)))
     else:
-        summary = train_local(cfg, plan, record=cfg.to_toml(leave_out=NOT_RECORDED),
-                              options=cfg.to_dict())
+        summary = train_local(cfg, plan, cfg.recorded())
     warning = worse_than_constant(summary.get("eval_ne"), "eval")
     if warning:
         log.warning("%s", warning)

@@ -40,6 +40,7 @@ from shadowsync.config import (
     ClusterConfig,
     DataConfig,
     OutputConfig,
+    RunRecord,
     SwitchConfig,
     TrainConfig,
 )
@@ -49,7 +50,7 @@ from shadowsync.lifecycle.exits import EXIT_FAILED, exit_status
 from shadowsync.lifecycle.stop import JOB_PROCESS_ENV, STOP, STOP_GRACE_S, Interrupted
 from shadowsync.logs import setup_logging
 from shadowsync.runners.build import RunnerContext, build_runner
-from shadowsync.train.replica import NOT_RECORDED, ReplicaOptions, build_replica, run_replica
+from shadowsync.train.replica import ReplicaOptions, build_replica, run_replica
 from shadowsync.train.table_kinds.kind import table_builder
 from shadowsync.train.tasks import build_dense_model, features_of, plan_data, task_of
 from shadowsync.transport import rendezvous
@@ -96,8 +97,7 @@ def role_main(cfg: TrainConfig) -> None:
         else:
             try:
                 run_trainer(cfg, cfg.switch, layout, index, trainer_group, endpoint,
-                            record=cfg.to_toml(leave_out=NOT_RECORDED),
-                            options=cfg.to_dict())
+                            cfg.recorded())
             except Interrupted:
                 log.debug("stopped; leaving")
                 dist.destroy_process_group()  # an orderly end: the job stopped as asked
@@ -232,10 +232,10 @@ def serve_dense(checkpoint: CheckpointConfig, layout: ClusterLayout, index: int,
 
 
 def run_trainer(inputs: ReplicaOptions, switch: SwitchConfig, layout: ClusterLayout,
-                index: int, group: dist.ProcessGroup, endpoint: RpcEndpoint, *, record: str,
-                options: dict[str, object]) -> None:
+                index: int, group: dist.ProcessGroup, endpoint: RpcEndpoint,
+                recorded: RunRecord) -> None:
     """Trainer `index`: build its parts in order, then train. What the run records of its
-    options comes made, as `build_replica` takes it (`record`, `options`)."""
+    options comes made, as `build_replica` takes it (`recorded`)."""
     plan = plan_data(inputs)
     model = build_dense_model(inputs, plan.features)
     tables = embedding_client(inputs, plan.features, layout, endpoint)
@@ -244,8 +244,8 @@ def run_trainer(inputs: ReplicaOptions, switch: SwitchConfig, layout: ClusterLay
         trainer_group=group,
         trainer_cores=len(os.sched_getaffinity(0)) / trainers_here(layout)))
     remote = peer_shards(layout)
-    replica = build_replica(inputs, plan, tables, model, runner, record=record,
-                            options=options, index=index, remote_shards=remote)
+    replica = build_replica(inputs, plan, tables, model, runner, recorded=recorded,
+                            index=index, remote_shards=remote)
 
     def gather(item: object) -> list[object]:
         everyone = [None] * inputs.cluster.trainers

@@ -30,13 +30,13 @@ from shadowsync.config.sections import (
     SyncConfig,
     TestingConfig,
 )
-from shadowsync.config.train import FLAT, TrainConfig, unknown_option
+from shadowsync.config.train import FLAT, RunRecord, TrainConfig, unknown_option
 from shadowsync.spec.tasks import TASK_CHOICES
 
 __all__ = [
     "DLRM", "FLAT", "HELP_ORDER", "OPTIONS", "SECTIONS", "TASK_CHOICES", "TESTING",
     "CheckpointConfig", "ClusterConfig", "DataConfig", "ModelConfig", "OptimConfig",
-    "OutputConfig", "SwitchConfig", "SyncConfig", "TestingConfig", "TrainConfig",
+    "OutputConfig", "RunRecord", "SwitchConfig", "SyncConfig", "TestingConfig", "TrainConfig",
     "add_config_arguments", "config_from_options", "config_to_dict", "config_to_toml",
     "default_out_dir", "flat_options", "load_config", "model_name", "unknown_option",
 ]

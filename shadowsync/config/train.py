@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from shadowsync.by_value import portable
 from shadowsync.config.plain import model_name, plain, toml_value
@@ -151,6 +151,19 @@ def _flat_names() -> dict[str, tuple[str | None, str]]:
         for f in dataclasses.fields(cls):
             names[flag_name(f)] = (section, f.name)
     return names
+
+
+# What a checkpoint's record of the options leaves out: a later run sets them anew.
+NOT_RECORDED = ("port", "resume")
+
+
+class RunRecord(NamedTuple):
+    """What a run records of its options: `toml`, each checkpoint's configuration (what
+    `--config` reads back, without `NOT_RECORDED`), and `options`, summary.json's by flat
+    name."""
+
+    toml: str
+    options: dict[str, object]
 
 
 @dataclass(init=False)
@@ -411,6 +424,10 @@ class TrainConfig:
         values = {k: plain(v) for k, v in self.flat().items()}
         values["model"] = model_name(values["model"])
         return values
+
+    def recorded(self) -> RunRecord:
+        """What the run records of these options (`RunRecord`)."""
+        return RunRecord(self.to_toml(leave_out=NOT_RECORDED), self.to_dict())
 
     def to_toml(self, leave_out: tuple[str, ...] = ()) -> str:
         """A TOML file, one table per section, that `--config` reads back into the same

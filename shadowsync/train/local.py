@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shadowsync.config import ModelConfig, OptimConfig
+from shadowsync.config import ModelConfig, OptimConfig, RunRecord
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.embeddings.dynamic_tables import DynamicTables
 from shadowsync.train.replica import ReplicaOptions, build_replica, run_replica
@@ -17,13 +17,12 @@ def local_tables(model: ModelConfig, optim: OptimConfig, seed: int,
     return table_builder(model).local_tables(model, optim, seed, features)
 
 
-def train_local(inputs: ReplicaOptions, plan: DataPlan, *, record: str,
-                options: dict[str, object]) -> dict[str, object]:
+def train_local(inputs: ReplicaOptions, plan: DataPlan, recorded: RunRecord
+                ) -> dict[str, object]:
     """Train in this process (its Hogwild workers are child processes); --out exists.
     The parts, in order: the data (`plan`, opened by the caller), the dense model, the
     tables (local, in shared memory), no sync runner, the checkpointer, the trainer. What the
-    run records of its options comes made, as `build_replica` takes it (`record`,
-    `options`)."""
+    run records of its options comes made, as `build_replica` takes it (`recorded`)."""
     # The workers are forked from a server that is likely still importing torch (it started
     # with this process): meanwhile, import what the evaluations need, which would otherwise
     # wait until the first evaluation (after training, with --eval-points 0).
@@ -32,7 +31,7 @@ def train_local(inputs: ReplicaOptions, plan: DataPlan, *, record: str,
         import torch.distributed.checkpoint  # noqa: F401  (start-up cost, see above)
     model = build_dense_model(inputs, plan.features)
     tables = local_tables(inputs.model, inputs.optim, inputs.seed, plan.features)
-    replica = build_replica(inputs, plan, tables, model, None, record=record, options=options)
+    replica = build_replica(inputs, plan, tables, model, None, recorded=recorded)
     summary = run_replica(replica)
     assert summary is not None  # the only trainer is trainer 0
     return summary

@@ -30,6 +30,7 @@ from shadowsync.config import (
     ModelConfig,
     OptimConfig,
     OutputConfig,
+    RunRecord,
     SyncConfig,
     TestingConfig,
 )
@@ -146,10 +147,6 @@ class Replica:
         return self.trainer.index == 0
 
 
-# What a checkpoint's record of the options leaves out: a later run sets them anew.
-NOT_RECORDED = ("port", "resume")
-
-
 class ReplicaOptions(TaskInputs, Protocol):
     """What a trainer is built from beside the task's inputs: the optimizer, the cluster, the
     sync, the output and the testing options. A `TrainConfig` is one."""
@@ -162,21 +159,19 @@ class ReplicaOptions(TaskInputs, Protocol):
 
 
 def build_replica(inputs: ReplicaOptions, plan: DataPlan, tables: EmbeddingClient,
-                  model: torch.nn.Module, runner: Runner | None, *, record: str,
-                  options: dict[str, object], index: int = 0,
+                  model: torch.nn.Module, runner: Runner | None, *, recorded: RunRecord,
+                  index: int = 0,
                   remote_shards: list[str] | None = None) -> Replica:
     """The trainer over its built parts: trainer 0's checkpointer (`make_checkpointer`;
     `remote_shards`: the RPC names of the job's other processes that save a shard), what it
     saves registered for checkpoints and, with `--resume`, loaded from that checkpoint; its
     metrics log, progress bar and the note of its progress (--max-restarts). What the run
-    records of its options comes made: `record`, each checkpoint's configuration
-    (`TrainConfig.to_toml` without `NOT_RECORDED`), and `options`, summary.json's
-    (`TrainConfig.to_dict`)."""
+    records of its options comes made (`recorded`: `TrainConfig.recorded`)."""
     optim, cluster, sync, output = inputs.optim, inputs.cluster, inputs.sync, inputs.output
     out = Path(output.dir or ".")
     checkpointer = (make_checkpointer(
         inputs.checkpoint, output.dir, cluster, optim.batch_size, sync, plan,
-        remote_shards or [], task=inputs.task, record=record) if index == 0 else None)
+        remote_shards or [], task=inputs.task, record=recorded.toml) if index == 0 else None)
     slots, parts = checkpoint_components(model, runner, tables, cluster=cluster, optim=optim,
                                          resumable=sync.entry.resumable)
     shard = ClusterLayout.trainer_name(index)
@@ -224,7 +219,7 @@ def build_replica(inputs: ReplicaOptions, plan: DataPlan, tables: EmbeddingClien
         if progress.enabled:  # every trainer's progress is known: count the job's examples
             checkpointer.job_examples = lambda mine: mine + progress.others(cluster.trainers)
     bar.update(trainer.stats.examples)
-    return Replica(options, out, cluster, inputs.data, inputs.model, plan, trainer, runner,
+    return Replica(recorded.options, out, cluster, inputs.data, inputs.model, plan, trainer, runner,
                    checkpointer, metrics, bar, resumed)
 
 
