@@ -417,6 +417,32 @@ def run_spawned(jobs: list[tuple], expected_results: int, timeout: float) -> lis
     return got
 
 
+@contextlib.contextmanager
+def job_store():
+    """A TCP store on a free loopback port (yielded), hosted by this process as a job's
+    launcher hosts its agent's store, for processes that meet there with
+    `RpcEndpoint(..., agent_store=True)`: the store outlives them all. With `tcp://`, RPC
+    rank 0 hosts it, and a peer still in its graceful leave after rank 0 has gone finds its
+    connection reset."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=120))
+    try:
+        yield store.port
+    finally:
+        del store
+
+
+def at_job_store(port: int):
+    """Where processes meet at a `job_store`: its RPC endpoint."""
+    from shadowsync.transport.rpc import RpcEndpoint
+
+    return RpcEndpoint("127.0.0.1", port, agent_store=True)
+
+
 def _as_spawned(environment: dict[str, str], target, args: tuple) -> None:
     """A process forked from the fork server, first: this test's environment and the signal
     handling a spawned process starts with (the server ignores SIGINT and SIGTERM)."""

@@ -11,7 +11,7 @@ from shadowsync.transport.rpc import RpcEndpoint
 from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 from shadowsync.transport.servers.embedding.server import serve
-from tests.helpers import run_spawned
+from tests.helpers import at_job_store, job_store, run_spawned
 
 ROWS = (50, 400, 30)  # the 400-row table is split row-wise over both servers
 PLAN = ShardingPlan(2, ROWS, row_split_limit=100)
@@ -21,12 +21,12 @@ LR = 0.5
 
 def _server(index: int, port: int, results) -> None:
     serve(PLAN, index, 4, {"optimizer": "sgd", "lr": LR}, seed=0)
-    RpcEndpoint("127.0.0.1", port).join(LAYOUT.embedding_name(index), index, 3)
+    at_job_store(port).join(LAYOUT.embedding_name(index), index, 3)
     RpcEndpoint.leave()
 
 
 def _client(port: int, results) -> None:
-    client = RemoteEmbeddings(PLAN, LAYOUT, RpcEndpoint("127.0.0.1", port), 4,
+    client = RemoteEmbeddings(PLAN, LAYOUT, at_job_store(port), 4,
                               {"trainer0": 2})
     client.attach("trainer0")
     ids = torch.tensor([[1, 399, 7], [1, 2, 7], [1, 399, 29]])
@@ -42,11 +42,9 @@ def _client(port: int, results) -> None:
 
 @pytest.mark.timeout(60)
 def test_lookup_and_summed_sparse_sgd_over_rpc():
-    from shadowsync.cluster.launch import free_port
-
-    port = free_port("127.0.0.1")
-    [lists] = run_spawned([(_server, (0, port)), (_server, (1, port)), (_client, (port,))],
-                          1, timeout=45)
+    with job_store() as port:
+        [lists] = run_spawned([(_server, (0, port)), (_server, (1, port)),
+                               (_client, (port,))], 1, timeout=45)
     before, middle, after = map(torch.tensor, lists)
     # the same id in the same table reads the same row; different tables differ
     assert torch.equal(before[0, 0], before[1, 0]) and torch.equal(before[0, 2], before[1, 2])
@@ -69,14 +67,14 @@ def _adagrad_server(index: int, port: int, results) -> None:
     from shadowsync.transport.servers.embedding import server
 
     paths = list(server._SHARED.paths.values()) if server._SHARED else []
-    RpcEndpoint("127.0.0.1", port).join(LAYOUT.embedding_name(index), index, 3)
+    at_job_store(port).join(LAYOUT.embedding_name(index), index, 3)
     RpcEndpoint.leave()
     # every client attached, so the names are gone before the job ends
     results.put(("server", index, [p for p in paths if os.path.exists(p)]))
 
 
 def _steps_client(port: int, transport: str, results) -> None:
-    client = RemoteEmbeddings(ADAGRAD_PLAN, LAYOUT, RpcEndpoint("127.0.0.1", port), 4,
+    client = RemoteEmbeddings(ADAGRAD_PLAN, LAYOUT, at_job_store(port), 4,
                               {"trainer0": 2}, transport=transport)
     client.attach("trainer0")
     gen = torch.Generator().manual_seed(0)
@@ -102,11 +100,9 @@ def _steps_client(port: int, transport: str, results) -> None:
 
 
 def _run_steps(transport: str):
-    from shadowsync.cluster.launch import free_port
-
-    port = free_port("127.0.0.1")
-    out = run_spawned([(_adagrad_server, (0, port)), (_adagrad_server, (1, port)),
-                       (_steps_client, (port, transport))], 3, timeout=45)
+    with job_store() as port:
+        out = run_spawned([(_adagrad_server, (0, port)), (_adagrad_server, (1, port)),
+                           (_steps_client, (port, transport))], 3, timeout=45)
     [client] = [r for r in out if r[0] == "client"]
     left = [p for r in out if r[0] == "server" for p in r[2]]
     return client[1], [torch.tensor(v) for v in client[2]], left

@@ -16,7 +16,7 @@ from shadowsync.data.jagged import Jagged
 from shadowsync.embeddings import EmbeddingTables
 from shadowsync.errors import UserError
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
-from tests.helpers import run_cli, summary
+from tests.helpers import at_job_store, run_cli, summary
 
 ITEMS = 200  # ids of the multi-hot feature
 ONE_PROCESS = ["--trainers", "1", "--embedding-servers", "0", "--sync", "none", "--no-progress",
@@ -176,17 +176,16 @@ def _sgd_server(index: int, port: int, results) -> None:
     from shadowsync.transport.servers.embedding.server import serve
 
     serve(SERVER_PLAN, index, 4, {"optimizer": "sgd", "lr": 0.1}, seed=0)
-    RpcEndpoint("127.0.0.1", port).join(f"emb{index}", index, 3)
+    at_job_store(port).join(f"emb{index}", index, 3)
     RpcEndpoint.leave()
 
 
 def _bags_client(port: int, results) -> None:
     from shadowsync.transport.layout import ClusterLayout
-    from shadowsync.transport.rpc import RpcEndpoint
     from shadowsync.transport.servers.embedding.client import RemoteEmbeddings
 
     layout = ClusterLayout(embedding_servers=2, dense_servers=0, trainers=1, workers=0)
-    client = RemoteEmbeddings(SERVER_PLAN, layout, RpcEndpoint("127.0.0.1", port), 4,
+    client = RemoteEmbeddings(SERVER_PLAN, layout, at_job_store(port), 4,
                               {"trainer0": 2}, transport="rpc")
     client.attach("trainer0")
     every_row = torch.arange(6).unsqueeze(1).expand(6, 3).contiguous()
@@ -202,12 +201,11 @@ def _bags_client(port: int, results) -> None:
 
 @pytest.mark.timeout(60)
 def test_bags_through_rpc_servers_pool_and_update_by_the_closed_forms():
-    from shadowsync.cluster.launch import free_port
-    from tests.helpers import run_spawned
+    from tests.helpers import job_store, run_spawned
 
-    port = free_port("127.0.0.1")
-    [lists] = run_spawned([(_sgd_server, (0, port)), (_sgd_server, (1, port)),
-                           (_bags_client, (port,))], 1, timeout=45)
+    with job_store() as port:
+        [lists] = run_spawned([(_sgd_server, (0, port)), (_sgd_server, (1, port)),
+                               (_bags_client, (port,))], 1, timeout=45)
     before, pooled, g, after = map(torch.tensor, lists)
     w = before.transpose(0, 1).reshape(18, 4)  # table t's row i at 6 t + i, as in one local matrix
     expected = torch.stack([

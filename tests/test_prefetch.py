@@ -21,7 +21,7 @@ from shadowsync.transport.servers.embedding.client import (
 )
 from shadowsync.transport.servers.embedding.plan import ShardingPlan
 from shadowsync.transport.servers.embedding.server import serve
-from tests.helpers import run_spawned
+from tests.helpers import at_job_store, job_store, run_spawned
 
 LR = 0.25
 DIM = 8
@@ -174,12 +174,12 @@ LAYOUT = ClusterLayout(embedding_servers=1, dense_servers=0, trainers=1, workers
 
 def _server(port: int, results) -> None:
     serve(PLAN, 0, DIM, {"optimizer": "sgd", "lr": LR}, seed=0)
-    RpcEndpoint("127.0.0.1", port).join(LAYOUT.embedding_name(0), 0, 2)
+    at_job_store(port).join(LAYOUT.embedding_name(0), 0, 2)
     RpcEndpoint.leave()
 
 
 def _client(port: int, results) -> None:
-    client = RemoteEmbeddings(PLAN, LAYOUT, RpcEndpoint("127.0.0.1", port), DIM,
+    client = RemoteEmbeddings(PLAN, LAYOUT, at_job_store(port), DIM,
                               {"trainer0": 1}, transport="rpc", prefetch="auto")
     client.attach("trainer0")
     out = {"auto": client.prefetch_depth}
@@ -207,10 +207,8 @@ def _read_after_a_long_push(client: RemoteEmbeddings) -> float:
 def test_over_rpc_rows_miss_exactly_the_last_d_updates():
     """A server takes a client's calls in the order made (its thread pool would run calls
     that arrive together at once): over real RPC the rows read are the closed form's."""
-    from shadowsync.cluster.launch import free_port
-
-    port = free_port("127.0.0.1")
-    [out] = run_spawned([(_server, (port,)), (_client, (port,))], 1, timeout=160)
+    with job_store() as port:
+        [out] = run_spawned([(_server, (port,)), (_client, (port,))], 1, timeout=160)
     assert out["auto"] == AUTO_PREFETCH
     w0 = out[0][0]
     done = 0
