@@ -63,7 +63,9 @@ def _train(args: argparse.Namespace) -> int:
     print(format_table(summary, SUMMARY_KEYS))
     best = summary.get("best")
     if best:  # --val-share: which model the run keeps, and why it stopped
-        print(f"  best model: epoch {best.get('epoch')} ({best.get('examples', 0):,} examples), "
+        kind = (f"the average of {best['averaged']} epoch ends to epoch"
+                if best.get("averaged") else "epoch")
+        print(f"  best model: {kind} {best.get('epoch')} ({best.get('examples', 0):,} examples), "
               f"validation NE {best.get('val_ne', float('nan')):.4f} AUC "
               f"{best.get('val_auc', float('nan')):.4f}"
               f"{'; stopped early' if summary.get('early_stopped') else ''}"

@@ -91,7 +91,9 @@ def test_help_says_what_val_share_changes():
     assert "with --val-share 1 - 1/(2 x trainers)" in text
     assert ("--block-momentum (1 - 1/(2 x trainers)), --batch-size (256 / trainers), "
             "--lr (0.025), --lr-decay-floor (0.1), --embedding-weight-decay (1e-3, fixed "
-            "tables) and --sync-interval (20steps)") in text
+            "tables), --sync-interval (20steps) and --weight-average-from (3)") in text
+    assert ("(default: 3 with --val-share and fixed tables, but not under --sync bsp / asp / "
+            "switch, whose dense servers train the model; 0: no average)") in text
     assert "(default: 0, off; 1e-3 with --val-share on fixed tables)" in text
     assert "(default: 0.3; 0.1 with --val-share)" in text
     assert "(default: 0.05; 0.025 with --val-share; either x sqrt(trainers)" in text

@@ -23,7 +23,8 @@ from shadowsync.errors import UserError
 # The options of the version before sections, in its order: each must stay a flag.
 FLAT_OPTIONS = [
     "task", "data", "schema", "eval_data", "examples", "epochs", "val_share", "early_stop",
-    "skip_bad_lines", "buckets", "no_buckets", "seed", "model", "embedding_dim", "table_size",
+    "weight_average_from", "skip_bad_lines", "buckets", "no_buckets", "seed", "model",
+    "embedding_dim", "table_size",
     "tables", "admit_after",
     "evict", "table_memory", "bottom_mlp", "top_mlp",
     "id_bias", "interaction", "optimizer", "lr", "embedding_lr", "embedding_initial_accumulator",

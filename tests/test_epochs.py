@@ -2,6 +2,7 @@
 decay."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -133,10 +134,11 @@ def test_epochs_keep_the_best_model_and_eval_uses_it(tmp_path):
     best = s["best"]
     assert 0 < best["epoch"] <= 3.0 and best["checkpoint"].endswith("checkpoint/best")
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    vals = [r for r in rows if "val_ne" in r]
-    assert min(r["val_ne"] for r in vals) == pytest.approx(best["val_ne"])
+    # the best of the models validated and of any average of their epoch ends
+    scored = [r[k] for r in rows for k in ("val_ne", "average_val_ne") if k in r]
+    assert min(scored) == pytest.approx(best["val_ne"])
     assert s["eval_auc"] > 0.7  # the best model's, on the held-out rows
-    assert "best model: epoch" in res.stdout
+    assert re.search(r"best model: (the average of \d+ epoch ends to )?epoch ", res.stdout)
     ev = run_cli(["eval", "--checkpoint", str(out), "--data", str(data)], timeout=100)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert "checkpoint/best" in ev.stdout
@@ -286,3 +288,33 @@ def test_the_default_jobs_first_validations_come_at_their_points(default_job_ove
     # validation, importing as it went, let the second one pass: epochs 1.07, 3.25, 4.0)
     assert 1 <= validated[0] < 2 <= validated[1] < 3, validated
     assert validated == sorted(validated) and validated[-1] == pytest.approx(4)
+
+
+@pytest.mark.timeout(300)
+def test_the_default_job_averages_its_epoch_ends_from_the_third_and_keeps_the_better(
+        default_job_over_epochs):
+    """--val-share folds the model at the end of epoch 3 and each later one into a running
+    average (--weight-average-from 3), scores the average from two snapshots on (epoch 4, the
+    last, here) and keeps it as the best model where it validates better: the best checkpoint
+    scores what its `best` says, an average or the model trained."""
+    from shadowsync.inference import load
+    from shadowsync.metrics import evaluate_predictions
+
+    data, out = default_job_over_epochs
+    s = summary(out)
+    assert s["config"]["weight_average_from"] == 3
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    averaged = [round(r["epoch"]) for r in rows if "average_val_ne" in r]
+    assert averaged == [4]
+    scored = [r["val_ne"] for r in rows if "val_ne" in r]
+    scored += [r["average_val_ne"] for r in rows if "average_val_ne" in r]
+    best = s["best"]
+    assert best["val_ne"] == pytest.approx(min(scored))  # the better of all, either kind
+    assert ("averaged" in best) == (min(scored) not in [r["val_ne"] for r in rows
+                                                        if "val_ne" in r])
+    dense, cats = np.load(data / "dense.npy"), np.load(data / "cats.npy")
+    labels = np.load(data / "labels.npy")
+    val = slice(28_800, 36_000)
+    pred = load(find_checkpoint(out)).predict(dense[val], cats[val]).numpy()
+    assert evaluate_predictions(pred, labels[val])["ne"] == pytest.approx(best["val_ne"],
+                                                                          rel=1e-4)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch.distributed.rpc as rpc
 
@@ -47,12 +48,15 @@ class Checkpointer:
     trainer 0's own shard is saved in-process.
     `examples(trainer, positions)`: rows the given per-worker step counts have read.
     `aligned`: the workers run in lockstep and must all resume at one step, the smallest
-    position of the job (the manifest's `aligned_at`; what is past it is trained again)."""
+    position of the job (the manifest's `aligned_at`; what is past it is trained again).
+    `remote_tables`: the RPC names of the processes that hold embedding rows (a model
+    average keeps theirs beside them)."""
 
     def __init__(self, root: Location, every: CheckpointEvery, keep: int, config_toml: str,
                  trainers: int, remote: list[str], remote_trainers: list[str],
                  examples: Callable[[int, list[int]], int], resumable: bool,
-                 manifest_extra: dict[str, object] | None = None, aligned: bool = False) -> None:
+                 manifest_extra: dict[str, object] | None = None, aligned: bool = False,
+                 remote_tables: list[str] | None = None) -> None:
         self.root = root
         self.kind, self.every = every.kind, every.value
         self.keep = keep
@@ -60,6 +64,7 @@ class Checkpointer:
         self.trainers = trainers
         self.remote = remote
         self.remote_trainers = remote_trainers
+        self.remote_tables = remote_tables or []
         self.examples = examples
         self.resumable = resumable
         self.extra = manifest_extra or {}
@@ -126,6 +131,34 @@ class Checkpointer:
         except NoSpace as e:
             log.warning("%s; training goes on", e)
             return None
+
+    def fold_average(self) -> int:
+        """Fold the model as it is now (trainer 0's dense model, its own tables or the
+        embedding servers' rows) into the running average each of those processes keeps of
+        its part (`shards.fold_average_here`); the snapshots folded so far."""
+        futs = [rpc.rpc_async(n, shards.fold_average_here, timeout=SAVE_TIMEOUT_S)
+                for n in self.remote_tables]
+        count = shards.fold_average_here()
+        for fut in futs:
+            fut.wait()
+        return count
+
+    @contextmanager
+    def average_in_place(self) -> Iterator[None]:
+        """The running average in the model's place while the block runs (to score it, and
+        save it as the best), the model back after."""
+        self._swap_average()
+        try:
+            yield
+        finally:
+            self._swap_average()
+
+    def _swap_average(self) -> None:
+        futs = [rpc.rpc_async(n, shards.swap_average_here, timeout=SAVE_TIMEOUT_S)
+                for n in self.remote_tables]
+        shards.swap_average_here()
+        for fut in futs:
+            fut.wait()
 
     def save(self, final: bool, reason: str = "",
              best: dict[str, object] | None = None) -> Location | None:

@@ -24,6 +24,7 @@ import torch.distributed.rpc as rpc
 from shadowsync.checkpoint.storage import Location, location
 from shadowsync.checkpoint.store import checkpoint_library, load_shard, save_shard, space_short
 from shadowsync.lifecycle.stop import STOP, silence_stderr
+from shadowsync.rules.average import RunningAverage
 from shadowsync.state_dicts import Checkpointable, nest, part
 
 
@@ -38,6 +39,12 @@ class Positions(Checkpointable, Protocol):
 _SHARD: str | None = None
 _COMPONENTS: dict[str, Checkpointable] = {}
 _POSITIONS: dict[str, Positions] = {}
+# What a model average takes of each component (None: every floating tensor): the dense
+# model, and the rows of fixed tables, a trainer's own or a server's. Optimizer state,
+# positions, random state and a sync rule's state stay the trained model's.
+AVERAGED: dict[str, tuple[str, ...] | None] = {"model": None, "tables": ("weight",),
+                                               "state": ("weight",)}
+_AVERAGE = RunningAverage()
 
 
 def register_positions(shard: str, name: str, positions: Positions) -> None:
@@ -59,15 +66,41 @@ def register(shard: str, name: str, component: Checkpointable) -> None:
 
 
 def clear() -> None:
-    global _SHARD
+    global _SHARD, _AVERAGE
     _SHARD = None
     _COMPONENTS.clear()
     _POSITIONS.clear()
+    _AVERAGE = RunningAverage()
 
 
 def _merged() -> dict[str, torch.Tensor]:
     return {f"{name}/{key}": value for name, comp in _COMPONENTS.items()
             for key, value in comp.state_dict().items()}
+
+
+def _learned(name: str, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of component `name`'s `state` that a model average takes (`AVERAGED`)."""
+    keys = AVERAGED[name]
+    return {k: v for k, v in state.items()
+            if v.is_floating_point() and (keys is None or k in keys)}
+
+
+def fold_average_here() -> int:
+    """Fold this process's part of the model, as it is now, into its running average; the
+    snapshots folded so far."""
+    _AVERAGE.fold({f"{name}/{k}": v for name, comp in _COMPONENTS.items() if name in AVERAGED
+                   for k, v in _learned(name, comp.state_dict()).items()})
+    return _AVERAGE.count
+
+
+def swap_average_here() -> None:
+    """Put this process's part of the model and its running average in each other's place
+    (twice: back as they were). The components load their whole state, the rest as it is."""
+    states = {name: comp.state_dict() for name, comp in _COMPONENTS.items() if name in AVERAGED}
+    average = _AVERAGE.exchange({f"{name}/{k}": v for name, state in states.items()
+                                 for k, v in _learned(name, state).items()})
+    for name, state in states.items():
+        _COMPONENTS[name].load_state_dict({**state, **part(average, f"{name}/")})
 
 
 def keep_alive() -> None:

@@ -204,7 +204,8 @@ def read_manifest(step: Location, option: str = "--checkpoint") -> dict[str, obj
 # Options added after checkpoints were first written, with the value every run before them
 # had: a checkpoint whose config.toml lacks one was saved by such a run. (early_stop: such a
 # run wrote none where it had no stopping; a run now writes the value --val-share adapted.)
-PREDATED = {"id_bias": False, "interaction": "dot", "early_stop": 0, "buckets": 0}
+PREDATED = {"id_bias": False, "interaction": "dot", "early_stop": 0, "buckets": 0,
+            "weight_average_from": 0}
 
 
 def saved_config(step: Location) -> TrainConfig:

@@ -18,6 +18,7 @@ from shadowsync.by_value import portable
 from shadowsync.config.plain import model_name, plain, toml_value
 from shadowsync.config.sections import (
     SECTIONS,
+    VALIDATED_AVERAGE_FROM,
     CheckpointConfig,
     ClusterConfig,
     DataConfig,
@@ -316,12 +317,16 @@ class TrainConfig:
         early_stop = self.data.early_stop
         if early_stop is None:
             early_stop = PATIENCE_EPOCHS * max(1, points) if can_stop else 0
+        average_from = self.data.weight_average_from
+        if average_from is None:
+            average_from = (VALIDATED_AVERAGE_FROM if validating and not self.sync.entry.protocols
+                            and not self.model.table_kind.maps_ids else 0)
         on_plateau = self.optim.lr_decay_on_plateau
         block_momentum = self.sync.block_momentum
         if block_momentum is None and validating:
             block_momentum = validated_block_momentum(self.cluster.trainers)
         return dataclasses.replace(
-            self, eval_points=points, early_stop=early_stop,
+            self, eval_points=points, early_stop=early_stop, weight_average_from=average_from,
             lr_decay_on_plateau=validating if on_plateau is None else on_plateau,
             interaction=self.model.interaction_for(validating), block_momentum=block_momentum,
             buckets=self.data.quantile_buckets(), **self._left_open(validating))
@@ -383,6 +388,18 @@ class TrainConfig:
             if self.checkpoint.every.never:
                 raise UserError("--val-share keeps the best model as a checkpoint: not with "
                                 "--checkpoint-every never")
+        if self.data.weight_average_from:
+            self._check_weight_average()
+
+    def _check_weight_average(self) -> None:
+        """The average is of what a checkpoint's model is read from: a trainer's dense model
+        and rows that stay one id's from epoch to epoch."""
+        if self.sync.entry.protocols:
+            raise UserError(f"--weight-average-from: --sync {self.sync.mode} trains the dense "
+                            "model on its dense servers, which keep no average; use 0")
+        if self.model.table_kind.maps_ids:
+            raise UserError("--weight-average-from: dynamic tables give a row to another id "
+                            "over time, so their rows are not averaged; use 0")
 
     def _check_specs(self) -> None:
         """The typed options (`_parse_values`) against the mode they run under."""

@@ -59,9 +59,11 @@ def worker_pool(plan: DataPlan, slots: WorkerSlots, data: DataConfig, optim: Opt
 
 
 def trainer_validation(trainer: Trainer, plan: DataPlan, *, trainers: int,
-                       early_stop: int | None, out: Path, resumed: bool) -> Validation:
+                       early_stop: int | None, out: Path, resumed: bool,
+                       average_from: int = 0) -> Validation:
     """Trainer 0's validations on the tail of the training rows, every trainer of
-    `trainers` told what they decide; `early_stop`: --early-stop (0 or None: never)."""
+    `trainers` told what they decide; `early_stop`: --early-stop (0 or None: never),
+    `average_from`: --weight-average-from (0: no average)."""
     parking = trainer.shared.parking
     assert parking is not None and plan.val_start is not None
     task = trainer.held_out.task
@@ -73,7 +75,8 @@ def trainer_validation(trainer: Trainer, plan: DataPlan, *, trainers: int,
         job=Quiescence(parking, ClusterLayout.trainer_name(0), peers),
         notices=JobNotices(trainer.notices, peers, out),
         trained_now=trainer.trained_now, trainers=trainers, epoch_rows=plan.rows_per_epoch,
-        sync=trainer.sync, checkpointer=trainer.checkpointer, progress=trainer.progress)
+        sync=trainer.sync, checkpointer=trainer.checkpointer, progress=trainer.progress,
+        average_from=average_from)
     if resumed:
         validation.resume()
     return validation
@@ -107,5 +110,6 @@ def build_trainer(plan: DataPlan, tables: EmbeddingClient, model: torch.nn.Modul
         # --val-share: trainer 0 validates and keeps the best model; --early-stop ends the job
         trainer.validation = trainer_validation(
             trainer, plan, trainers=cluster.trainers, early_stop=data.early_stop,
-            out=Path(output.dir or "."), resumed=resumed)
+            out=Path(output.dir or "."), resumed=resumed,
+            average_from=data.weight_average_from or 0)
     return trainer

@@ -120,7 +120,8 @@ def make_checkpointer(checkpoint: CheckpointConfig, out: str | None, cluster: Cl
                                                "table_rows": list(plan.features.table_rows),
                                                # the columns a loaded model reads raw rows by
                                                **feature_record(task, plan)},
-                        aligned=sync.entry.lockstep)
+                        aligned=sync.entry.lockstep,
+                        remote_tables=[r for r in remote if r.startswith("emb")])
 
 
 @dataclass
@@ -361,7 +362,9 @@ def selection_summary(replica: Replica, final: dict[str, float],
     if validation is None:
         return out
     sel, kept = validation.selection, validation.best_checkpoint
-    out.update({"best": {**sel.best_at, "checkpoint": str(kept) if kept else None},
+    # the model kept: the best the job trained, or an average of its epoch ends ("averaged")
+    out.update({"best": {**(validation.kept_at or sel.best_at),
+                         "checkpoint": str(kept) if kept else None},
                 "validations": sel.evaluations, "early_stopped": validation.early_stopped,
                 "last_eval_ne": final["ne"], "last_eval_auc": final["auc"]})
     if best is not None:

@@ -20,12 +20,16 @@ class ModelSelection:
     since_best: int = 0
     evaluations: int = 0
 
+    def beats(self, value: float, than: float | None) -> bool:
+        """Whether score `value` is better than `than` (None: nothing yet); a NaN never is,
+        nor a tie."""
+        return math.isfinite(value) and (
+            than is None or (value > than if self.higher_is_better else value < than))
+
     def observe(self, value: float, **where: object) -> bool:
         """Note one evaluation; True when it is the best so far (a NaN never is)."""
         self.evaluations += 1
-        better = math.isfinite(value) and (
-            self.best is None
-            or (value > self.best if self.higher_is_better else value < self.best))
+        better = self.beats(value, self.best)
         if better:
             self.best, self.best_at, self.since_best = value, dict(where), 0
         else:
