@@ -319,8 +319,8 @@ class TrainConfig:
             early_stop = PATIENCE_EPOCHS * max(1, points) if can_stop else 0
         average_from = self.data.weight_average_from
         if average_from is None:
-            average_from = (VALIDATED_AVERAGE_FROM if validating and not self.sync.entry.protocols
-                            and not self.model.table_kind.maps_ids else 0)
+            average_from = (VALIDATED_AVERAGE_FROM
+                            if validating and self._why_no_average() is None else 0)
         on_plateau = self.optim.lr_decay_on_plateau
         block_momentum = self.sync.block_momentum
         if block_momentum is None and validating:
@@ -388,18 +388,20 @@ class TrainConfig:
             if self.checkpoint.every.never:
                 raise UserError("--val-share keeps the best model as a checkpoint: not with "
                                 "--checkpoint-every never")
-        if self.data.weight_average_from:
-            self._check_weight_average()
+        if self.data.weight_average_from and (why := self._why_no_average()):
+            raise UserError(f"--weight-average-from: {why}; use 0")
 
-    def _check_weight_average(self) -> None:
-        """The average is of what a checkpoint's model is read from: a trainer's dense model
-        and rows that stay one id's from epoch to epoch."""
+    def _why_no_average(self) -> str | None:
+        """Why this job cannot average its model (None: it can). The average is of what a
+        checkpoint's model is read from: a trainer's dense model and rows that stay one id's
+        from epoch to epoch."""
         if self.sync.entry.protocols:
-            raise UserError(f"--weight-average-from: --sync {self.sync.mode} trains the dense "
-                            "model on its dense servers, which keep no average; use 0")
+            return (f"--sync {self.sync.mode} trains the dense model on its dense servers, "
+                    "which keep no average")
         if self.model.table_kind.maps_ids:
-            raise UserError("--weight-average-from: dynamic tables give a row to another id "
-                            "over time, so their rows are not averaged; use 0")
+            return ("dynamic tables give a row to another id over time, so their rows are not "
+                    "averaged")
+        return None
 
     def _check_specs(self) -> None:
         """The typed options (`_parse_values`) against the mode they run under."""
